@@ -1,0 +1,1 @@
+//! Enforcement: NRI event handling, container adjustments, the shared pool, persisted state.

@@ -1,0 +1,325 @@
+//! Compact sets of small integer ids (CPUs, NUMA nodes) with the Linux list format
+//! (`0-3,8,10-11`) that sysfs, cgroups and /proc/self/status use.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A set of ids stored as a bitmap: 1024 CPUs cost 16 words, and union / intersection /
+/// count are a handful of word operations, which keeps placement linear in CPUs.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct IdSet {
+    words: Vec<u64>,
+}
+
+/// A set of logical CPU ids.
+pub type CpuSet = IdSet;
+/// A set of NUMA node ids.
+pub type NodeSet = IdSet;
+
+/// Why a list string could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid id list {input:?}: {reason}")]
+pub struct ParseIdSetError {
+    /// The text that was given.
+    pub input: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Upper bound on ids accepted from text, so a hostile `0-4294967295` cannot allocate 512 MiB.
+pub const MAX_ID: u32 = 1 << 20;
+
+impl IdSet {
+    /// The empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `id`; returns whether it was absent.
+    pub fn insert(&mut self, id: u32) -> bool {
+        let (w, b) = ((id / 64) as usize, id % 64);
+        if self.words.len() <= w {
+            self.words.resize(w + 1, 0);
+        }
+        let was = self.words[w] & (1 << b) != 0;
+        self.words[w] |= 1 << b;
+        !was
+    }
+
+    /// Removes `id`; returns whether it was present.
+    pub fn remove(&mut self, id: u32) -> bool {
+        let (w, b) = ((id / 64) as usize, id % 64);
+        match self.words.get_mut(w) {
+            Some(word) if *word & (1 << b) != 0 => {
+                *word &= !(1 << b);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether `id` is in the set.
+    pub fn contains(&self, id: u32) -> bool {
+        let (w, b) = ((id / 64) as usize, id % 64);
+        self.words.get(w).is_some_and(|word| word & (1 << b) != 0)
+    }
+
+    /// Number of ids in the set.
+    pub fn len(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// Whether the set has no ids.
+    pub fn is_empty(&self) -> bool {
+        self.words.iter().all(|w| *w == 0)
+    }
+
+    /// Ids in ascending order.
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.words.iter().enumerate().flat_map(|(i, &word)| {
+            let mut w = word;
+            std::iter::from_fn(move || {
+                if w == 0 {
+                    return None;
+                }
+                let b = w.trailing_zeros();
+                w &= w - 1;
+                Some(i as u32 * 64 + b)
+            })
+        })
+    }
+
+    /// Smallest id, if any.
+    pub fn first(&self) -> Option<u32> {
+        self.iter().next()
+    }
+
+    /// Ids in either set.
+    pub fn union(&self, other: &IdSet) -> IdSet {
+        let n = self.words.len().max(other.words.len());
+        let words = (0..n)
+            .map(|i| self.word(i) | other.word(i))
+            .collect::<Vec<_>>();
+        IdSet { words }.trimmed()
+    }
+
+    /// Ids in both sets.
+    pub fn intersection(&self, other: &IdSet) -> IdSet {
+        let n = self.words.len().min(other.words.len());
+        let words = (0..n).map(|i| self.word(i) & other.word(i)).collect();
+        IdSet { words }.trimmed()
+    }
+
+    /// Ids in `self` but not in `other`.
+    pub fn difference(&self, other: &IdSet) -> IdSet {
+        let words = (0..self.words.len())
+            .map(|i| self.word(i) & !other.word(i))
+            .collect();
+        IdSet { words }.trimmed()
+    }
+
+    /// Number of ids in both sets, without building the intersection.
+    pub fn intersection_len(&self, other: &IdSet) -> usize {
+        self.words
+            .iter()
+            .zip(&other.words)
+            .map(|(a, b)| (a & b).count_ones() as usize)
+            .sum()
+    }
+
+    /// Whether every id of `self` is in `other`.
+    pub fn is_subset(&self, other: &IdSet) -> bool {
+        (0..self.words.len()).all(|i| self.word(i) & !other.word(i) == 0)
+    }
+
+    /// Whether the sets share no id.
+    pub fn is_disjoint(&self, other: &IdSet) -> bool {
+        self.intersection_len(other) == 0
+    }
+
+    /// Adds every id of `other`.
+    pub fn extend_from(&mut self, other: &IdSet) {
+        if self.words.len() < other.words.len() {
+            self.words.resize(other.words.len(), 0);
+        }
+        for (a, b) in self.words.iter_mut().zip(&other.words) {
+            *a |= b;
+        }
+    }
+
+    /// Removes every id of `other`.
+    pub fn subtract(&mut self, other: &IdSet) {
+        for (a, b) in self.words.iter_mut().zip(&other.words) {
+            *a &= !b;
+        }
+    }
+
+    /// Parses the Linux list format: `""`, `"3"`, `"0-3,8,10-11"`; whitespace around is ignored.
+    pub fn parse_list(s: &str) -> Result<IdSet, ParseIdSetError> {
+        let err = |reason: &str| ParseIdSetError {
+            input: s.to_string(),
+            reason: reason.to_string(),
+        };
+        let mut set = IdSet::new();
+        let trimmed = s.trim();
+        if trimmed.is_empty() {
+            return Ok(set);
+        }
+        for part in trimmed.split(',') {
+            let part = part.trim();
+            let (lo, hi) = match part.split_once('-') {
+                Some((a, b)) => (a.trim(), b.trim()),
+                None => (part, part),
+            };
+            let lo: u32 = lo.parse().map_err(|_| err("expected a number"))?;
+            let hi: u32 = hi.parse().map_err(|_| err("expected a number"))?;
+            if lo > hi {
+                return Err(err("range start above its end"));
+            }
+            if hi >= MAX_ID {
+                return Err(err("id too large"));
+            }
+            for id in lo..=hi {
+                set.insert(id);
+            }
+        }
+        Ok(set)
+    }
+
+    /// Formats in the Linux list format (`0-3,8`); the empty set is `""`.
+    pub fn to_list_string(&self) -> String {
+        self.to_string()
+    }
+
+    fn word(&self, i: usize) -> u64 {
+        self.words.get(i).copied().unwrap_or(0)
+    }
+
+    fn trimmed(mut self) -> Self {
+        while self.words.last() == Some(&0) {
+            self.words.pop();
+        }
+        self
+    }
+}
+
+impl PartialOrd for IdSet {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for IdSet {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.iter().cmp(other.iter())
+    }
+}
+
+impl FromIterator<u32> for IdSet {
+    fn from_iter<I: IntoIterator<Item = u32>>(iter: I) -> Self {
+        let mut s = IdSet::new();
+        for id in iter {
+            s.insert(id);
+        }
+        s
+    }
+}
+
+impl fmt::Display for IdSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        let mut it = self.iter().peekable();
+        while let Some(lo) = it.next() {
+            let mut hi = lo;
+            while it.peek() == Some(&(hi + 1)) {
+                hi += 1;
+                it.next();
+            }
+            if !first {
+                f.write_str(",")?;
+            }
+            first = false;
+            if lo == hi {
+                write!(f, "{lo}")?;
+            } else {
+                write!(f, "{lo}-{hi}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for IdSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{{{self}}}")
+    }
+}
+
+impl FromStr for IdSet {
+    type Err = ParseIdSetError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        IdSet::parse_list(s)
+    }
+}
+
+/// Serialised as a list of integers (the JSON contract of `nri-align topology --json`).
+impl Serialize for IdSet {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
+/// Accepts a list of integers or a Linux list string.
+impl<'de> Deserialize<'de> for IdSet {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            List(Vec<u32>),
+            Text(String),
+        }
+        match Repr::deserialize(d)? {
+            Repr::List(v) => Ok(v.into_iter().collect()),
+            Repr::Text(t) => IdSet::parse_list(&t).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_format_round_trips() {
+        for s in ["", "0", "0-3", "0-3,8,10-11", "63-65,127-128,1023"] {
+            let set = IdSet::parse_list(s).expect("parse");
+            assert_eq!(set.to_string(), s);
+        }
+        assert_eq!(IdSet::parse_list(" 1 , 3-4\n").expect("parse").len(), 3);
+    }
+
+    #[test]
+    fn bad_lists_are_errors() {
+        for s in ["a", "3-1", "1-", ",", "99999999"] {
+            assert!(IdSet::parse_list(s).is_err(), "{s} should fail");
+        }
+    }
+
+    #[test]
+    fn set_algebra() {
+        let a: IdSet = "0-7".parse().expect("a");
+        let b: IdSet = "4-11".parse().expect("b");
+        assert_eq!(a.intersection(&b).to_string(), "4-7");
+        assert_eq!(a.union(&b).to_string(), "0-11");
+        assert_eq!(a.difference(&b).to_string(), "0-3");
+        assert_eq!(a.intersection_len(&b), 4);
+        assert!(a.intersection(&b).is_subset(&a));
+        assert!(!a.is_disjoint(&b));
+        let mut c = a.clone();
+        c.subtract(&b);
+        assert_eq!(c, a.difference(&b));
+        assert_eq!(a.difference(&a), IdSet::new());
+    }
+}

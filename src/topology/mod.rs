@@ -1,0 +1,9 @@
+//! Host topology: the model, how it is read (sysfs under a root, NVML, hwloc XML), emulated
+//! host descriptions, and the human/JSON report.
+
+pub mod desc;
+pub mod idset;
+pub mod model;
+
+pub use idset::{CpuSet, IdSet, NodeSet};
+pub use model::*;
