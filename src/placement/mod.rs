@@ -1,2 +1,11 @@
 //! Placement: from the topology, what is allocated, and one container's request, the CPUs,
 //! memory nodes, GPUs and NICs that belong together, or a precise reason why not.
+//!
+//! The contract other modules rely on: [`Request`] in, [`Assignment`] or [`PlacementError`]
+//! out, through an [`Allocator`] that owns the live allocations.
+
+pub mod policy;
+pub mod request;
+
+pub use policy::{CpuPreference, GpuMode, PlacementConfig, Policy, Scope};
+pub use request::{Assignment, PodInfo, Request};

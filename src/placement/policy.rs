@@ -1,0 +1,156 @@
+//! Policies, scopes and node-level placement configuration, with the kubelet's meanings.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::topology::CpuSet;
+
+/// Topology Manager policy: how hard alignment is required.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// No alignment: CPUs from the shared pool (or anywhere for exclusive), devices as given.
+    None,
+    /// Prefer alignment; admit anyway, on the closest set of nodes.
+    #[default]
+    BestEffort,
+    /// Admit only when every resource is on the preferred (smallest possible) node set.
+    Restricted,
+    /// Admit only when every resource fits on one NUMA node.
+    SingleNumaNode,
+}
+
+/// Alignment scope.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scope {
+    /// Each container aligned on its own.
+    #[default]
+    Container,
+    /// Every container of a pod on the same NUMA node set.
+    Pod,
+}
+
+/// What a container's CPUs should be (the `cpus.` annotation).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CpuPreference {
+    /// Exclusive when requests equal limits and the count is an integer, else shared.
+    #[default]
+    Auto,
+    /// Exclusive whole CPUs (rounded up), even without a Guaranteed-style request.
+    Exclusive,
+    /// Shared pool even for a Guaranteed-style request.
+    Shared,
+}
+
+/// Who chooses which GPUs a container gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuMode {
+    /// nri-align chooses the GPUs, keeping the count the device plugin allocated.
+    #[default]
+    Remap,
+    /// Keep the allocated GPUs; align CPUs, memory and NICs to them.
+    Keep,
+}
+
+/// Node-level placement settings (from the configuration file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PlacementConfig {
+    /// Default policy.
+    pub policy: Policy,
+    /// Default scope.
+    pub scope: Scope,
+    /// CPUs never given to containers (list form in the file: `"0-1"`).
+    pub reserved_cpus: CpuSet,
+    /// GPU mode.
+    pub gpu_mode: GpuMode,
+    /// Whether annotations may ask for GPUs/NICs the container was not allocated.
+    pub allow_device_annotations: bool,
+    /// Exclusive CPUs only as whole cores (kubelet `full-pcpus-only`).
+    pub full_pcpus_only: bool,
+}
+
+impl Default for PlacementConfig {
+    fn default() -> Self {
+        Self {
+            policy: Policy::BestEffort,
+            scope: Scope::Container,
+            reserved_cpus: CpuSet::new(),
+            gpu_mode: GpuMode::Remap,
+            allow_device_annotations: false,
+            full_pcpus_only: false,
+        }
+    }
+}
+
+/// A policy, scope, preference or mode name that is not one of the known values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {given:?}; expected one of: {expected}")]
+pub struct UnknownValue {
+    /// What kind of value (`policy`, `scope`...).
+    pub what: &'static str,
+    /// The text given.
+    pub given: String,
+    /// The accepted values.
+    pub expected: &'static str,
+}
+
+macro_rules! named_enum {
+    ($ty:ty, $what:literal, [$($name:literal => $variant:expr),+ $(,)?]) => {
+        impl FromStr for $ty {
+            type Err = UnknownValue;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s.trim() {
+                    $($name => Ok($variant),)+
+                    other => Err(UnknownValue {
+                        what: $what,
+                        given: other.to_string(),
+                        expected: concat!($($name, " "),+).trim_end(),
+                    }),
+                }
+            }
+        }
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let name = match self { $(v if *v == $variant => $name,)+ _ => "?" };
+                f.write_str(name)
+            }
+        }
+    };
+}
+
+named_enum!(Policy, "policy", [
+    "none" => Policy::None,
+    "best-effort" => Policy::BestEffort,
+    "restricted" => Policy::Restricted,
+    "single-numa-node" => Policy::SingleNumaNode,
+]);
+named_enum!(Scope, "scope", ["container" => Scope::Container, "pod" => Scope::Pod]);
+named_enum!(CpuPreference, "cpu preference", [
+    "auto" => CpuPreference::Auto,
+    "exclusive" => CpuPreference::Exclusive,
+    "shared" => CpuPreference::Shared,
+]);
+named_enum!(GpuMode, "gpu mode", ["remap" => GpuMode::Remap, "keep" => GpuMode::Keep]);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_list_the_choices() {
+        for p in ["none", "best-effort", "restricted", "single-numa-node"] {
+            assert_eq!(p.parse::<Policy>().expect("known").to_string(), p);
+        }
+        let err = "single-numa".parse::<Policy>().expect_err("unknown");
+        assert_eq!(
+            err.to_string(),
+            "unknown policy \"single-numa\"; expected one of: none best-effort restricted single-numa-node"
+        );
+    }
+}

@@ -1,0 +1,77 @@
+//! What one container asks for, and what it was given.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::policy::Policy;
+use crate::topology::{CpuSet, NodeSet};
+
+/// The pod a container belongs to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodInfo {
+    /// Pod UID (the key for pod scope).
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Pod annotations (policy.nri-align.io/... keys are read from here).
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// One container's request, derived from what NRI gives (resources, devices, env).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// Runtime container id (the key of the allocation).
+    pub container_id: String,
+    /// Container name within the pod (for `container.<name>` annotations).
+    pub container_name: String,
+    /// Its pod.
+    pub pod: PodInfo,
+    /// CPU request in millicores (from shares; 0 when unknown).
+    pub cpu_request_milli: u64,
+    /// CPU limit in millicores (from quota/period), `None` when unlimited.
+    pub cpu_limit_milli: Option<u64>,
+    /// Memory limit in bytes, `None` when unlimited.
+    pub memory_limit_bytes: Option<u64>,
+    /// GPUs a device plugin allocated, as PCI bus ids in sysfs form (from device nodes,
+    /// CDI devices or NVIDIA_VISIBLE_DEVICES, resolved by the enforcement layer).
+    pub allocated_gpus: Vec<String>,
+    /// RDMA NICs a device plugin allocated, by interface/RDMA name as in `Topology::nics`.
+    pub allocated_nics: Vec<String>,
+}
+
+/// What a container was given. Persisted in the state file, so fields only grow.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    /// Runtime container id.
+    pub container_id: String,
+    /// Container name.
+    pub container_name: String,
+    /// Pod UID.
+    pub pod_uid: String,
+    /// Pod namespace/name, for messages and metrics.
+    pub pod_name: String,
+    /// CPUs the container may run on.
+    pub cpus: CpuSet,
+    /// Whether `cpus` are exclusively this container's (else they are the shared pool at the
+    /// time of the decision, and follow the pool as it changes).
+    pub exclusive: bool,
+    /// Memory nodes (cpuset.mems).
+    pub mems: NodeSet,
+    /// NUMA nodes the decision aligned on.
+    pub numa_nodes: NodeSet,
+    /// Memory accounted against `numa_nodes` (bytes).
+    pub memory_bytes: u64,
+    /// GPUs chosen, as PCI bus ids in sysfs form.
+    pub gpus: Vec<String>,
+    /// NICs chosen, by name.
+    pub nics: Vec<String>,
+    /// Policy the decision was made under.
+    pub policy: Policy,
+    /// Whether every resource ended up on the chosen node set.
+    pub aligned: bool,
+    /// One line on why (shown in logs, `simulate`, the decision annotation).
+    pub reason: String,
+}
