@@ -178,6 +178,39 @@ mod tests {
     }
 
     #[test]
+    fn field_numbers_match_upstream_wire_format() {
+        // ConfigureResponse.events is field 2 (varint): tag 0x10.
+        let reply = ConfigureResponse {
+            events: 8,
+            ..Default::default()
+        };
+        assert_eq!(reply.write_to_bytes().unwrap(), vec![0x10, 0x08]);
+        // RegisterPluginRequest: plugin_name = 1, plugin_idx = 2 (length-delimited).
+        let reg = RegisterPluginRequest {
+            plugin_name: "a".into(),
+            plugin_idx: "10".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            reg.write_to_bytes().unwrap(),
+            vec![0x0a, 1, b'a', 0x12, 2, b'1', b'0']
+        );
+        // ContainerAdjustment.env is field 4: tag 0x22.
+        let adjust = ContainerAdjustment {
+            env: vec![KeyValue {
+                key: "K".into(),
+                value: "V".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            adjust.write_to_bytes().unwrap(),
+            vec![0x22, 6, 0x0a, 1, b'K', 0x12, 1, b'V']
+        );
+    }
+
+    #[test]
     fn set_operations() {
         let a = EventMask::of(&[Event::CREATE_CONTAINER, Event::UPDATE_POD_SANDBOX]);
         let b = EventMask::up_to(Event::REMOVE_CONTAINER);

@@ -357,3 +357,33 @@ async fn launched_plugin_uses_the_inherited_socket_and_exits_when_it_closes() {
     assert!(result.is_ok(), "{result:?}");
     assert_eq!(plugin.seen(|s| s.disconnects.len()), 1);
 }
+
+#[tokio::test]
+async fn large_replies_reach_the_runtime_in_frames_of_at_most_4096_bytes() {
+    let setup = Setup::dial("10");
+    let tap = Tap::new(setup.accept_raw().await);
+    let stats = tap.stats.clone();
+    let mut rt = RuntimeSide::start(tap).await;
+    rt.expect_registration().await;
+    rt.configure("containerd", "v1.7.24", "", "").await.unwrap();
+
+    // The plugin answers with one update per container: about 25 KB in one ttrpc message.
+    let containers = (0..200)
+        .map(|i| container(&format!("{i:03}-{}", "x".repeat(120)), "app"))
+        .collect();
+    let req = api::SynchronizeRequest {
+        containers,
+        ..Default::default()
+    };
+    let reply = rt.plugin.synchronize(ctx(), &req).await.unwrap();
+    assert_eq!(reply.update.len(), 200);
+    assert!(reply.update[199].container_id.starts_with("199-"));
+
+    let stats = stats.lock().unwrap();
+    assert!(
+        stats.frames > 6,
+        "a 25 KB reply needs several frames: {stats:?}"
+    );
+    assert_eq!(stats.max_payload, nri_protocol::mux::MAX_WRITE_PAYLOAD);
+    setup.task.abort();
+}

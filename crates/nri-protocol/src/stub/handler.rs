@@ -74,7 +74,9 @@ pub type HandlerResult<T> = Result<T, HandlerError>;
 /// response instead.
 #[async_trait]
 pub trait Plugin: Send + Sync + 'static {
-    /// Events the plugin wants to receive.
+    /// Events the plugin wants to receive. Called right after [`Plugin::configure`] on
+    /// every connection, so the answer may depend on the configuration; events the
+    /// runtime's NRI release does not know are removed before subscribing.
     fn events(&self) -> EventMask;
 
     /// Configure: `config` is the drop-in configuration the runtime has for this plugin

@@ -202,7 +202,10 @@ pub struct RuntimeSide {
 }
 
 impl RuntimeSide {
-    pub async fn start(stream: UnixStream) -> RuntimeSide {
+    pub async fn start<S>(stream: S) -> RuntimeSide
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+    {
         let mux = Mux::new(stream);
         let (tx, calls) = mpsc::unbounded_channel();
         let mut server = Server::new()
@@ -318,10 +321,94 @@ impl Setup {
     }
 
     pub async fn accept(&self) -> RuntimeSide {
+        RuntimeSide::start(self.accept_raw().await).await
+    }
+
+    pub async fn accept_raw(&self) -> UnixStream {
         let (stream, _) = tokio::time::timeout(STEP, self.listener.accept())
             .await
             .expect("plugin did not connect")
             .unwrap();
-        RuntimeSide::start(stream).await
+        stream
+    }
+}
+
+/// Frame statistics of the bytes a [`Tap`] read.
+#[derive(Default, Debug)]
+pub struct TapStats {
+    buf: Vec<u8>,
+    /// Complete frames seen.
+    pub frames: usize,
+    /// Largest payload seen.
+    pub max_payload: usize,
+}
+
+impl TapStats {
+    fn feed(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+        while self.buf.len() >= 8 {
+            let len =
+                u32::from_be_bytes([self.buf[4], self.buf[5], self.buf[6], self.buf[7]]) as usize;
+            if self.buf.len() < 8 + len {
+                break;
+            }
+            self.frames += 1;
+            self.max_payload = self.max_payload.max(len);
+            self.buf.drain(..8 + len);
+        }
+    }
+}
+
+/// Stream wrapper that parses the frame headers of everything read through it, so a
+/// test can check what the plugin put on the wire.
+pub struct Tap<S> {
+    inner: S,
+    pub stats: Arc<Mutex<TapStats>>,
+}
+
+impl<S> Tap<S> {
+    pub fn new(inner: S) -> Self {
+        Tap {
+            inner,
+            stats: Arc::default(),
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Tap<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        let polled = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+        this.stats.lock().unwrap().feed(&buf.filled()[before..]);
+        polled
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Tap<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
