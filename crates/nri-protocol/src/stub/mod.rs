@@ -1,0 +1,356 @@
+//! NRI plugin runner: connects to the runtime, registers, serves the Plugin service through
+//! a [`Plugin`] handler and reconnects when the runtime goes away.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use nri_protocol::api::{Event, EventMask};
+//! # use nri_protocol::stub::{self, Plugin, StubOptions};
+//! struct Mine;
+//! #[async_trait::async_trait]
+//! impl Plugin for Mine {
+//!     fn events(&self) -> EventMask {
+//!         EventMask::of(&[Event::CREATE_CONTAINER])
+//!     }
+//! }
+//! # async fn demo() -> Result<(), stub::StubError> {
+//! let opts = StubOptions::new("nri-align", "90").from_env()?;
+//! stub::run(opts, Arc::new(Mine)).await
+//! # }
+//! ```
+//!
+//! Two ways to reach the runtime ([`Endpoint`]):
+//! - dial a socket (external plugin, default [`DEFAULT_SOCKET_PATH`]): on connection loss
+//!   the stub tells the handler ([`Plugin::disconnected`]), reconnects with exponential
+//!   backoff (capped by [`StubOptions::max_backoff`]) and registers again;
+//! - an inherited, already connected socket (plugin launched by the runtime, which sets
+//!   [`ENV_PLUGIN_SOCKET`], [`ENV_PLUGIN_NAME`], [`ENV_PLUGIN_IDX`]): when it breaks the
+//!   runner returns `Ok(())`, since only the runtime can start the plugin again.
+
+mod handler;
+mod options;
+mod service;
+
+use std::future::Future;
+use std::io;
+use std::os::unix::io::{FromRawFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::net::UnixStream;
+use ttrpc::asynchronous::{Client, Server};
+
+pub use handler::{HandlerError, HandlerResult, Plugin};
+pub use options::{
+    Endpoint, StubError, StubOptions, DEFAULT_SOCKET_PATH, ENV_PLUGIN_IDX, ENV_PLUGIN_NAME,
+    ENV_PLUGIN_SOCKET,
+};
+
+use crate::api::{
+    ContainerEviction, ContainerUpdate, RegisterPluginRequest, UpdateContainersRequest,
+};
+use crate::mux::{Mux, MuxError, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
+use crate::services::{create_plugin, RuntimeClient};
+use crate::version::RuntimeInfo;
+use service::{PluginService, Session};
+
+/// Timeout of unsolicited UpdateContainers requests.
+const UPDATE_TIMEOUT: Duration = Duration::from_secs(10);
+
+tokio::task_local! {
+    /// Set while a handler method runs, so re-entrant UpdateContainers calls are refused.
+    static IN_EVENT_HANDLER: bool;
+}
+
+#[derive(Default)]
+struct HandleState {
+    client: Option<RuntimeClient>,
+    runtime: Option<RuntimeInfo>,
+}
+
+/// Handle to the current runtime connection, usable from any task.
+#[derive(Clone, Default)]
+pub struct RuntimeHandle {
+    state: Arc<Mutex<HandleState>>,
+}
+
+impl RuntimeHandle {
+    fn lock(&self) -> MutexGuard<'_, HandleState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_client(&self, client: Option<RuntimeClient>) {
+        let mut state = self.lock();
+        if client.is_none() {
+            state.runtime = None;
+        }
+        state.client = client;
+    }
+
+    fn set_runtime(&self, info: RuntimeInfo) {
+        self.lock().runtime = Some(info);
+    }
+
+    /// The runtime of the current connection, once it sent Configure.
+    pub fn runtime_info(&self) -> Option<RuntimeInfo> {
+        self.lock().runtime.clone()
+    }
+
+    /// Whether the plugin is registered with a runtime right now.
+    pub fn is_connected(&self) -> bool {
+        self.lock().client.is_some()
+    }
+
+    /// Asks the runtime for unsolicited updates (and evictions) of containers; returns the
+    /// updates the runtime failed to apply.
+    ///
+    /// Must not be called from inside a [`Plugin`] method: the runtime waits for that
+    /// method's answer while holding the lock UpdateContainers needs, so the call would
+    /// hang until the runtime's timeout and the plugin would be dropped. Such calls fail
+    /// with [`StubError::CalledFromHandler`]. Call it from a separate task.
+    pub async fn update_containers(
+        &self,
+        update: Vec<ContainerUpdate>,
+        evict: Vec<ContainerEviction>,
+    ) -> Result<Vec<ContainerUpdate>, StubError> {
+        if IN_EVENT_HANDLER.try_with(|inside| *inside).unwrap_or(false) {
+            return Err(StubError::CalledFromHandler);
+        }
+        let client = self.lock().client.clone().ok_or(StubError::NotConnected)?;
+        let req = UpdateContainersRequest {
+            update,
+            evict,
+            ..Default::default()
+        };
+        let ctx = ttrpc::context::with_duration(UPDATE_TIMEOUT);
+        let reply = client
+            .update_containers(ctx, &req)
+            .await
+            .map_err(StubError::Update)?;
+        Ok(reply.failed)
+    }
+}
+
+/// The plugin runner. [`run`] covers the common case.
+pub struct Stub {
+    opts: StubOptions,
+    handle: RuntimeHandle,
+    inherited_used: bool,
+}
+
+impl Stub {
+    /// Validates `opts` and builds a stub.
+    pub fn new(opts: StubOptions) -> Result<Self, StubError> {
+        opts.validate()?;
+        Ok(Stub {
+            opts,
+            handle: RuntimeHandle::default(),
+            inherited_used: false,
+        })
+    }
+
+    /// Handle for unsolicited updates and runtime information; stays valid across
+    /// reconnections.
+    pub fn handle(&self) -> RuntimeHandle {
+        self.handle.clone()
+    }
+
+    /// Runs until the runtime connection ends for good (launched mode: `Ok(())`) or a
+    /// fatal error. In dial mode this only returns on errors that retrying cannot fix.
+    pub async fn run<P: Plugin>(self, plugin: Arc<P>) -> Result<(), StubError> {
+        self.run_until(plugin, std::future::pending()).await
+    }
+
+    /// Like [`Stub::run`], and also returns `Ok(())` when `stop` completes (e.g. on
+    /// SIGTERM); the connection is closed first.
+    pub async fn run_until<P: Plugin>(
+        mut self,
+        plugin: Arc<P>,
+        stop: impl Future<Output = ()>,
+    ) -> Result<(), StubError> {
+        tokio::pin!(stop);
+        tokio::select! {
+            result = self.connection_loop(plugin) => result,
+            () = &mut stop => {
+                tracing::info!("stopping NRI plugin");
+                Ok(())
+            }
+        }
+    }
+
+    async fn connection_loop<P: Plugin>(&mut self, plugin: Arc<P>) -> Result<(), StubError> {
+        let mut backoff = self.opts.initial_backoff;
+        loop {
+            let end = match self.connect().await {
+                Ok(stream) => self.session(stream, plugin.clone()).await,
+                Err(err) => Err(err),
+            };
+            let launched = self.opts.is_launched();
+            let reason = match end {
+                // Registered, then the connection ended.
+                Ok(reason) => {
+                    backoff = self.opts.initial_backoff;
+                    plugin.disconnected(&reason).await;
+                    if launched {
+                        tracing::info!(%reason, "runtime connection closed; exiting");
+                        return Ok(());
+                    }
+                    reason
+                }
+                Err(err) if launched => return Err(err),
+                Err(err) => err.to_string(),
+            };
+            tracing::warn!(%reason, retry_in = ?backoff, "NRI connection lost; reconnecting");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(self.opts.max_backoff);
+        }
+    }
+
+    async fn connect(&mut self) -> Result<UnixStream, StubError> {
+        match &self.opts.endpoint {
+            Endpoint::Socket(path) => {
+                UnixStream::connect(path)
+                    .await
+                    .map_err(|source| StubError::Connect {
+                        path: path.clone(),
+                        source,
+                    })
+            }
+            Endpoint::InheritedFd(fd) => {
+                if self.inherited_used {
+                    return Err(StubError::InheritedFdUsed);
+                }
+                self.inherited_used = true;
+                stream_from_fd(*fd).map_err(|source| StubError::InheritedFd { fd: *fd, source })
+            }
+        }
+    }
+
+    /// Registers and serves one connection; returns why it ended, or the error that kept
+    /// the plugin from registering.
+    async fn session<P: Plugin>(
+        &self,
+        stream: UnixStream,
+        plugin: Arc<P>,
+    ) -> Result<String, StubError> {
+        let plugin_id = format!("{}-{}", self.opts.index, self.opts.name);
+        let mux = Mux::new(stream);
+        // The ttrpc tasks keep their connections (and so the socket) alive; close the
+        // socket explicitly however this function ends, including cancellation.
+        let _close = CloseOnDrop(mux.clone());
+        let session = Arc::new(Session::new(plugin_id.clone()));
+        let service = PluginService {
+            plugin,
+            session: session.clone(),
+            handle: self.handle.clone(),
+        };
+        let mut server = Server::new()
+            .register_service(create_plugin(Arc::new(service)))
+            .add_listener(mux.listener(PLUGIN_SERVICE_CONN)?);
+        server.start().await.map_err(StubError::Serve)?;
+        let runtime = RuntimeClient::new(Client::new(mux.socket(RUNTIME_SERVICE_CONN)?));
+
+        let registered = self.register(&runtime, &plugin_id).await;
+        let end = match registered {
+            Ok(()) => {
+                self.handle.set_client(Some(runtime));
+                let reason = mux.closed().await;
+                self.handle.set_client(None);
+                let shutdown = session.shutdown_received.load(Ordering::SeqCst);
+                Ok(describe_end(&reason, shutdown))
+            }
+            Err(err) => Err(err),
+        };
+        mux.close();
+        server.shutdown().await.ok();
+        end
+    }
+
+    async fn register(&self, runtime: &RuntimeClient, plugin_id: &str) -> Result<(), StubError> {
+        tracing::info!(plugin = %plugin_id, endpoint = ?self.opts.endpoint, "registering with the runtime");
+        let req = RegisterPluginRequest {
+            plugin_name: self.opts.name.clone(),
+            plugin_idx: self.opts.index.clone(),
+            ..Default::default()
+        };
+        let timeout = self.opts.registration_timeout;
+        let ctx = ttrpc::context::with_duration(timeout);
+        match tokio::time::timeout(timeout, runtime.register_plugin(ctx, &req)).await {
+            Ok(Ok(_)) => {
+                tracing::info!(plugin = %plugin_id, "registered");
+                Ok(())
+            }
+            Ok(Err(err)) => Err(StubError::Register(err)),
+            Err(_) => Err(StubError::RegisterTimeout(timeout)),
+        }
+    }
+}
+
+struct CloseOnDrop(Mux);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+fn describe_end(reason: &MuxError, shutdown: bool) -> String {
+    match (reason, shutdown) {
+        (MuxError::PeerClosed, true) => "runtime shut down".into(),
+        (MuxError::PeerClosed, false) => "runtime closed the connection".into(),
+        (other, _) => other.to_string(),
+    }
+}
+
+/// Takes ownership of the inherited socket `fd`.
+fn stream_from_fd(fd: RawFd) -> io::Result<UnixStream> {
+    // SAFETY: fstat only writes into the zeroed stat buffer we own; an invalid fd is
+    // reported through the return value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a socket"));
+    }
+    // Children of the plugin must not inherit the runtime connection.
+    // SAFETY: plain fcntl on an fd verified open above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the fd is an open socket handed to this process by the runtime, and the stub
+    // takes it only once (`inherited_used`), so no other owner closes it.
+    let std_stream = unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) };
+    std_stream.set_nonblocking(true)?;
+    UnixStream::from_std(std_stream)
+}
+
+/// Builds a [`Stub`] from `opts` and runs `plugin` with it (see [`Stub::run`]).
+pub async fn run<P: Plugin>(opts: StubOptions, plugin: Arc<P>) -> Result<(), StubError> {
+    Stub::new(opts)?.run(plugin).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inherited_fd_must_be_a_socket() {
+        let file = std::fs::File::open("/proc/self/status").unwrap();
+        let fd = std::os::unix::io::AsRawFd::as_raw_fd(&file);
+        let err = stream_from_fd(fd).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert!(stream_from_fd(-1).is_err());
+    }
+
+    #[tokio::test]
+    async fn update_containers_refused_inside_handlers_and_when_disconnected() {
+        let handle = RuntimeHandle::default();
+        let inside = IN_EVENT_HANDLER
+            .scope(true, handle.update_containers(vec![], vec![]))
+            .await;
+        assert!(matches!(inside, Err(StubError::CalledFromHandler)));
+        let outside = handle.update_containers(vec![], vec![]).await;
+        assert!(matches!(outside, Err(StubError::NotConnected)));
+    }
+}

@@ -1,0 +1,242 @@
+//! Settings of the stub (plugin identity, where the runtime is, backoff) and its errors.
+
+use std::io;
+use std::os::unix::io::RawFd;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::mux::MuxError;
+
+/// Default NRI socket of containerd and CRI-O.
+pub const DEFAULT_SOCKET_PATH: &str = "/var/run/nri/nri.sock";
+/// Environment variable with the plugin name, set by a runtime that launches the plugin.
+pub const ENV_PLUGIN_NAME: &str = "NRI_PLUGIN_NAME";
+/// Environment variable with the plugin index, set by a runtime that launches the plugin.
+pub const ENV_PLUGIN_IDX: &str = "NRI_PLUGIN_IDX";
+/// Environment variable with the connected socket's fd number, set by a launching runtime.
+pub const ENV_PLUGIN_SOCKET: &str = "NRI_PLUGIN_SOCKET";
+/// Errors of the stub.
+#[derive(Debug, thiserror::Error)]
+pub enum StubError {
+    /// The plugin name is empty or contains characters other than `[A-Za-z0-9._-]`.
+    #[error("invalid plugin name {0:?}: use letters, digits, '.', '_' or '-'")]
+    InvalidName(String),
+    /// The plugin index is not exactly two digits.
+    #[error("invalid plugin index {0:?}: must be exactly two digits")]
+    InvalidIndex(String),
+    /// An NRI_PLUGIN_* environment variable has an unusable value.
+    #[error("invalid {var}={value:?}: {reason}")]
+    InvalidEnv {
+        /// Variable name.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Dialing the runtime socket failed.
+    #[error("cannot connect to NRI socket {path}: {source}")]
+    Connect {
+        /// Socket path.
+        path: PathBuf,
+        /// Underlying error.
+        source: io::Error,
+    },
+    /// The socket inherited from the runtime cannot be used.
+    #[error("cannot use inherited NRI socket fd {fd}: {source}")]
+    InheritedFd {
+        /// File descriptor number.
+        fd: RawFd,
+        /// Underlying error.
+        source: io::Error,
+    },
+    /// The inherited socket was already used by an earlier connection.
+    #[error("the inherited NRI socket was already used")]
+    InheritedFdUsed,
+    /// The ttrpc server for the Plugin service could not start.
+    #[error("cannot start the plugin service: {0}")]
+    Serve(ttrpc::Error),
+    /// RegisterPlugin failed.
+    #[error("registration with the runtime failed: {0}")]
+    Register(ttrpc::Error),
+    /// RegisterPlugin did not answer in time.
+    #[error("registration with the runtime timed out after {0:?}")]
+    RegisterTimeout(Duration),
+    /// The multiplexed connection failed.
+    #[error("NRI connection: {0}")]
+    Mux(#[from] MuxError),
+    /// No connection to the runtime right now.
+    #[error("not connected to the runtime")]
+    NotConnected,
+    /// UpdateContainers was called from inside a handler method (it would deadlock).
+    #[error("UpdateContainers called from inside an NRI event handler; return updates in the response instead")]
+    CalledFromHandler,
+    /// An unsolicited UpdateContainers request failed.
+    #[error("UpdateContainers failed: {0}")]
+    Update(ttrpc::Error),
+}
+
+/// How to reach the runtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// Dial this unix socket (external plugin); reconnect when it breaks.
+    Socket(PathBuf),
+    /// Use this already connected socket fd (plugin launched by the runtime); ownership of
+    /// the fd passes to the stub.
+    InheritedFd(RawFd),
+}
+
+/// Settings of the stub.
+#[derive(Clone, Debug)]
+pub struct StubOptions {
+    /// Plugin name sent in RegisterPlugin.
+    pub name: String,
+    /// Two-digit plugin index: plugins are called in ascending index order.
+    pub index: String,
+    /// Where the runtime is.
+    pub endpoint: Endpoint,
+    /// How long to wait for the RegisterPlugin answer.
+    pub registration_timeout: Duration,
+    /// First reconnection delay (dial mode).
+    pub initial_backoff: Duration,
+    /// Longest reconnection delay (dial mode).
+    pub max_backoff: Duration,
+}
+
+impl StubOptions {
+    /// Options for plugin `name` at `index`, dialing [`DEFAULT_SOCKET_PATH`].
+    pub fn new(name: impl Into<String>, index: impl Into<String>) -> Self {
+        StubOptions {
+            name: name.into(),
+            index: index.into(),
+            endpoint: Endpoint::Socket(PathBuf::from(DEFAULT_SOCKET_PATH)),
+            registration_timeout: Duration::from_secs(5),
+            initial_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+
+    /// Dial `path` instead of the default socket.
+    pub fn socket(mut self, path: impl Into<PathBuf>) -> Self {
+        self.endpoint = Endpoint::Socket(path.into());
+        self
+    }
+
+    /// Switches to launched mode when the process environment says the runtime started
+    /// this plugin (see [`StubOptions::from_env_with`]).
+    pub fn from_env(self) -> Result<Self, StubError> {
+        self.from_env_with(|var| std::env::var(var).ok())
+    }
+
+    /// Like [`StubOptions::from_env`], reading variables through `lookup`. When
+    /// [`ENV_PLUGIN_SOCKET`] is set, the endpoint becomes that fd and the name and index
+    /// come from [`ENV_PLUGIN_NAME`] / [`ENV_PLUGIN_IDX`] when present. Without it the
+    /// options are returned unchanged.
+    pub fn from_env_with(
+        mut self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, StubError> {
+        let Some(fd_text) = lookup(ENV_PLUGIN_SOCKET) else {
+            return Ok(self);
+        };
+        let fd: RawFd = fd_text.trim().parse().map_err(|e| StubError::InvalidEnv {
+            var: ENV_PLUGIN_SOCKET,
+            value: fd_text.clone(),
+            reason: format!("not a file descriptor number ({e})"),
+        })?;
+        if fd < 0 {
+            return Err(StubError::InvalidEnv {
+                var: ENV_PLUGIN_SOCKET,
+                value: fd_text,
+                reason: "negative file descriptor".into(),
+            });
+        }
+        self.endpoint = Endpoint::InheritedFd(fd);
+        if let Some(name) = lookup(ENV_PLUGIN_NAME).filter(|n| !n.is_empty()) {
+            self.name = name;
+        }
+        if let Some(idx) = lookup(ENV_PLUGIN_IDX).filter(|i| !i.is_empty()) {
+            self.index = idx;
+        }
+        Ok(self)
+    }
+
+    /// Whether the plugin runs in launched mode (inherited socket).
+    pub fn is_launched(&self) -> bool {
+        matches!(self.endpoint, Endpoint::InheritedFd(_))
+    }
+
+    /// Checks the name and the two-digit index.
+    pub fn validate(&self) -> Result<(), StubError> {
+        let name_ok = !self.name.is_empty()
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if !name_ok {
+            return Err(StubError::InvalidName(self.name.clone()));
+        }
+        if self.index.len() != 2 || !self.index.chars().all(|c| c.is_ascii_digit()) {
+            return Err(StubError::InvalidIndex(self.index.clone()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn env_switches_to_launched_mode() {
+        let opts = StubOptions::new("nri-align", "90")
+            .from_env_with(env(&[
+                (ENV_PLUGIN_SOCKET, "3"),
+                (ENV_PLUGIN_IDX, "07"),
+                (ENV_PLUGIN_NAME, "nri-align"),
+            ]))
+            .unwrap();
+        assert_eq!(opts.endpoint, Endpoint::InheritedFd(3));
+        assert_eq!(opts.index, "07");
+        assert!(opts.is_launched());
+        opts.validate().unwrap();
+    }
+
+    #[test]
+    fn without_socket_env_options_stay_in_dial_mode() {
+        let opts = StubOptions::new("nri-align", "90")
+            .socket("/tmp/x.sock")
+            .from_env_with(env(&[(ENV_PLUGIN_IDX, "07")]))
+            .unwrap();
+        assert_eq!(opts.endpoint, Endpoint::Socket("/tmp/x.sock".into()));
+        assert_eq!(opts.index, "90");
+    }
+
+    #[test]
+    fn bad_env_and_identity_are_rejected() {
+        let err = StubOptions::new("a", "10").from_env_with(env(&[(ENV_PLUGIN_SOCKET, "three")]));
+        assert!(matches!(
+            err,
+            Err(StubError::InvalidEnv {
+                var: ENV_PLUGIN_SOCKET,
+                ..
+            })
+        ));
+        for idx in ["1", "100", "a1", ""] {
+            let err = StubOptions::new("nri-align", idx).validate();
+            assert!(matches!(err, Err(StubError::InvalidIndex(_))), "{idx:?}");
+        }
+        for name in ["", "a b", "x/y"] {
+            let err = StubOptions::new(name, "10").validate();
+            assert!(matches!(err, Err(StubError::InvalidName(_))), "{name:?}");
+        }
+    }
+}
