@@ -29,6 +29,7 @@ pub struct Seen {
     pub runtimes: Vec<RuntimeInfo>,
     pub synced: Vec<(usize, usize)>,
     pub disconnects: Vec<String>,
+    pub removed: Vec<String>,
 }
 
 #[derive(Default)]
@@ -134,6 +135,15 @@ impl Plugin for TestPlugin {
             adjust: MessageField::some(adjust),
             ..Default::default()
         })
+    }
+
+    async fn remove_container(&self, pod: PodSandbox, container: Container) -> HandlerResult<()> {
+        self.seen
+            .lock()
+            .unwrap()
+            .removed
+            .push(format!("{}/{}", pod.id, container.id));
+        Ok(())
     }
 
     async fn stop_container(
