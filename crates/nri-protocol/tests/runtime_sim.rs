@@ -226,6 +226,7 @@ async fn unsolicited_updates_work_outside_handlers_only() {
             ..Default::default()
         },
     ];
+    wait_connected(&setup.handle).await;
     let failed = setup
         .handle
         .update_containers(updates, vec![])
@@ -259,7 +260,7 @@ async fn runtime_restart_leads_to_reconnect_and_new_registration() {
     let mut rt = setup.accept().await;
     rt.expect_registration().await;
     rt.configure("containerd", "v1.7.24", "", "").await.unwrap();
-    assert!(setup.handle.is_connected());
+    wait_connected(&setup.handle).await;
 
     // Shutdown, then the runtime goes away as in a containerd restart.
     rt.plugin

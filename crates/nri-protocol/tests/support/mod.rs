@@ -422,3 +422,16 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Tap<S> {
         std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
+
+/// Waits until the stub processed the RegisterPlugin reply. That races with the runtime's
+/// first Configure round trip, so tests that need the handle connected wait for it.
+pub async fn wait_connected(handle: &RuntimeHandle) {
+    let deadline = tokio::time::Instant::now() + STEP;
+    while !handle.is_connected() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "stub never became connected"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
