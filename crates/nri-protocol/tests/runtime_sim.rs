@@ -226,6 +226,7 @@ async fn unsolicited_updates_work_outside_handlers_only() {
             ..Default::default()
         },
     ];
+    wait_connected(&setup.handle).await;
     let failed = setup
         .handle
         .update_containers(updates, vec![])
@@ -259,7 +260,7 @@ async fn runtime_restart_leads_to_reconnect_and_new_registration() {
     let mut rt = setup.accept().await;
     rt.expect_registration().await;
     rt.configure("containerd", "v1.7.24", "", "").await.unwrap();
-    assert!(setup.handle.is_connected());
+    wait_connected(&setup.handle).await;
 
     // Shutdown, then the runtime goes away as in a containerd restart.
     rt.plugin
@@ -385,5 +386,34 @@ async fn large_replies_reach_the_runtime_in_frames_of_at_most_4096_bytes() {
         "a 25 KB reply needs several frames: {stats:?}"
     );
     assert_eq!(stats.max_payload, nri_protocol::mux::MAX_WRITE_PAYLOAD);
+    setup.task.abort();
+}
+
+#[tokio::test]
+async fn notifications_reach_the_handler_through_rpc_and_state_change() {
+    let setup = Setup::dial("10");
+    let mut rt = setup.accept().await;
+    rt.expect_registration().await;
+    rt.configure("containerd", "v1.7.24", "", "").await.unwrap();
+
+    // NRI before v0.12 sends notification events through StateChange...
+    let evt = api::StateChangeEvent {
+        event: Event::REMOVE_CONTAINER.into(),
+        pod: MessageField::some(pod("p1")),
+        container: MessageField::some(container("c1", "app")),
+        ..Default::default()
+    };
+    rt.plugin.state_change(ctx(), &evt).await.unwrap();
+    // ...v0.12 through the per-event RPC.
+    let req = api::RemoveContainerRequest {
+        pod: MessageField::some(pod("p2")),
+        container: MessageField::some(container("c2", "app")),
+        ..Default::default()
+    };
+    rt.plugin.remove_container(ctx(), &req).await.unwrap();
+    assert_eq!(
+        setup.plugin.seen(|s| s.removed.clone()),
+        vec!["p1/c1", "p2/c2"]
+    );
     setup.task.abort();
 }

@@ -198,7 +198,12 @@ impl Stub {
                     reason
                 }
                 Err(err) if launched => return Err(err),
-                Err(err) => err.to_string(),
+                Err(err) => {
+                    tracing::warn!(error = %err, retry_in = ?backoff, "cannot register with the runtime");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(self.opts.max_backoff);
+                    continue;
+                }
             };
             tracing::warn!(%reason, retry_in = ?backoff, "NRI connection lost; reconnecting");
             tokio::time::sleep(backoff).await;

@@ -29,6 +29,7 @@ pub struct Seen {
     pub runtimes: Vec<RuntimeInfo>,
     pub synced: Vec<(usize, usize)>,
     pub disconnects: Vec<String>,
+    pub removed: Vec<String>,
 }
 
 #[derive(Default)]
@@ -134,6 +135,15 @@ impl Plugin for TestPlugin {
             adjust: MessageField::some(adjust),
             ..Default::default()
         })
+    }
+
+    async fn remove_container(&self, pod: PodSandbox, container: Container) -> HandlerResult<()> {
+        self.seen
+            .lock()
+            .unwrap()
+            .removed
+            .push(format!("{}/{}", pod.id, container.id));
+        Ok(())
     }
 
     async fn stop_container(
@@ -410,5 +420,18 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Tap<S> {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Waits until the stub processed the RegisterPlugin reply. That races with the runtime's
+/// first Configure round trip, so tests that need the handle connected wait for it.
+pub async fn wait_connected(handle: &RuntimeHandle) {
+    let deadline = tokio::time::Instant::now() + STEP;
+    while !handle.is_connected() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "stub never became connected"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
