@@ -4,39 +4,17 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::annotations::{self, Effective, MemNodes};
+use super::annotations::MemNodes;
 use super::cpus;
 use super::error::{fmt_bytes, fmt_nodes, Ask, PlacementError};
 use super::gpus::{self, LinkTable};
 use super::ledger::{Ledger, NodeFree};
 use super::nics;
 use super::numa::{self, Cap, Need};
-use super::policy::{CpuPreference, GpuMode, PlacementConfig, Policy, Scope};
+use super::policy::{GpuMode, PlacementConfig, Policy, Scope};
 use super::request::{Assignment, Request};
+pub use super::resolve::{resolve, Resolved};
 use crate::topology::{CpuSet, NodeSet, Topology};
-
-/// A request with its settings resolved and its devices turned into indices.
-#[derive(Debug, Clone)]
-pub struct Resolved {
-    /// Effective annotation settings.
-    pub eff: Effective,
-    /// Exclusive CPUs or the shared pool.
-    pub exclusive: bool,
-    /// Exclusive CPU count.
-    pub cpus: u32,
-    /// Memory limit (0 = none).
-    pub memory: u64,
-    /// GPUs wanted.
-    pub gpu_count: usize,
-    /// GPUs the device plugin allocated (indices).
-    pub alloc_gpus: Vec<usize>,
-    /// NICs wanted.
-    pub nic_count: usize,
-    /// NICs the device plugin allocated (indices).
-    pub alloc_nics: Vec<usize>,
-    /// `namespace/pod/container`.
-    pub who: String,
-}
 
 /// Owns the live allocations and decides placements.
 #[derive(Debug, Clone)]
@@ -417,12 +395,12 @@ impl Allocator {
                 let admissible =
                     r.eff.policy == Policy::BestEffort || (inside && nodes.len() <= limit);
                 let leftover: u32 = nodes.iter().map(|i| caps[*i].cpu).sum();
-                // Anti-fragmentation: this set plus the best set of the same size left after it
-                // (go-gpuallocator's partition idea, one step deep), never at the price of a
-                // pair without NVLink.
+                // Anti-fragmentation: this set plus the best sets of the same and of twice the
+                // size left after it (go-gpuallocator's partition idea, one step deep), never
+                // at the price of a pair without NVLink.
                 let rest: Vec<usize> = free.iter().copied().filter(|g| !s.contains(g)).collect();
                 let ahead = if lookahead {
-                    gpus::best_set_score(&self.links, &rest, r.gpu_count)
+                    gpus::lookahead(&self.links, &rest, r.gpu_count)
                 } else {
                     0
                 };
@@ -497,8 +475,13 @@ impl Allocator {
         if !nic_idx.is_empty() && !g.is_empty() {
             let lv: Vec<&str> = nic_idx
                 .iter()
-                .enumerate()
-                .map(|(k, x)| nics::level(&self.ledger, *x, g[k % g.len()]).label())
+                .map(|x| {
+                    g.iter()
+                        .map(|y| nics::level(&self.ledger, *x, *y))
+                        .min()
+                        .unwrap_or(crate::topology::PcieLevel::CrossSocket)
+                        .label()
+                })
                 .collect();
             reason.push_str(&format!(", nic path {}", lv.join("/")));
         }
@@ -612,74 +595,4 @@ pub fn attached_memory_nodes(topo: &Topology, nodes: &NodeSet) -> NodeSet {
         })
         .map(|m| m.id)
         .collect()
-}
-
-/// Resolves annotations, the Guaranteed rule and the devices of a request.
-pub fn resolve(
-    ledger: &Ledger,
-    config: &PlacementConfig,
-    req: &Request,
-) -> Result<Resolved, PlacementError> {
-    let eff = annotations::effective(&req.pod.annotations, &req.container_name, config)?;
-    let who = format!(
-        "{}/{}/{}",
-        req.pod.namespace, req.pod.name, req.container_name
-    );
-    let req_m = req.cpu_request_milli;
-    let (exclusive, cpus) = match eff.cpus {
-        CpuPreference::Auto => {
-            let g = req.cpu_limit_milli == Some(req_m) && req_m > 0 && req_m % 1000 == 0;
-            (g, if g { (req_m / 1000) as u32 } else { 0 })
-        }
-        CpuPreference::Exclusive => {
-            let m = req.cpu_limit_milli.unwrap_or(req_m).max(req_m).max(1);
-            (true, m.div_ceil(1000) as u32)
-        }
-        CpuPreference::Shared => (false, 0),
-    };
-    if exclusive && config.full_pcpus_only {
-        let t = cpus::threads_per_core(ledger.topo());
-        if cpus % t != 0 {
-            return Err(PlacementError::SmtAlignment {
-                container: who,
-                cpus,
-                threads: t,
-                suggest: cpus.div_ceil(t) * t,
-            });
-        }
-    }
-    let alloc_gpus = req
-        .allocated_gpus
-        .iter()
-        .map(|b| ledger.gpu_index(b))
-        .collect::<Result<Vec<_>, _>>()?;
-    let alloc_nics = req
-        .allocated_nics
-        .iter()
-        .map(|n| ledger.nic_index(n))
-        .collect::<Result<Vec<_>, _>>()?;
-    if config.gpu_mode == GpuMode::Keep {
-        for g in &alloc_gpus {
-            if let Some(holder) = ledger.gpu_holder(*g) {
-                return Err(PlacementError::Conflict {
-                    resource: "gpu".into(),
-                    id: ledger.topo().gpus[*g].pci_bus_id.clone(),
-                    holder: holder.to_string(),
-                });
-            }
-        }
-    }
-    let gpu_count = alloc_gpus.len().max(eff.gpus.unwrap_or(0) as usize);
-    let nic_count = alloc_nics.len().max(eff.nics.unwrap_or(0) as usize);
-    Ok(Resolved {
-        eff,
-        exclusive,
-        cpus,
-        memory: req.memory_limit_bytes.unwrap_or(0),
-        gpu_count,
-        alloc_gpus,
-        nic_count,
-        alloc_nics,
-        who,
-    })
 }

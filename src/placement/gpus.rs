@@ -114,10 +114,19 @@ pub fn best_set_score(table: &LinkTable, pool: &[usize], k: usize) -> u32 {
         .unwrap_or(0)
 }
 
-/// Whether a one-step look-ahead over `n_sets` candidates among `free` GPUs stays cheap.
+/// Whether a look-ahead over `n_sets` candidates among `free` GPUs stays cheap.
 pub fn lookahead_affordable(n_sets: usize, free: usize, k: usize) -> bool {
     let rest = free.saturating_sub(k) as u64;
-    (n_sets as u64).saturating_mul(binomial(rest, k as u64).min(EXACT_LIMIT)) <= 400_000
+    let per =
+        binomial(rest, k as u64).min(EXACT_LIMIT) + binomial(rest, 2 * k as u64).min(EXACT_LIMIT);
+    (n_sets as u64).saturating_mul(per) <= 2_000_000
+}
+
+/// What a choice leaves for later: the best set of the same size plus the best set of twice
+/// the size among `rest`. The second term keeps larger groups (an NVLink quad, a switch's GPUs)
+/// whole instead of taking one pair from each.
+pub fn lookahead(table: &LinkTable, rest: &[usize], k: usize) -> u32 {
+    best_set_score(table, rest, k) + best_set_score(table, rest, 2 * k)
 }
 
 /// Pairs of a set without NVLink between them.

@@ -9,12 +9,15 @@ pub mod cpus;
 pub mod engine;
 pub mod error;
 pub mod gpus;
+pub mod kubelet;
 pub mod ledger;
 pub mod nics;
 pub mod numa;
 pub mod policy;
 pub mod request;
+pub mod resolve;
 pub mod testing;
+pub mod workload;
 
 pub use engine::Allocator;
 pub use error::PlacementError;

@@ -53,27 +53,47 @@ pub fn choose(
             .unwrap_or(255)
     };
     let mut cost = 0;
+    // GPUs already served by a NIC at their own switch: each new NIC goes to a GPU not yet
+    // served, so 2 NICs for 4 GPUs on 2 switches land one per switch.
+    let mut served: Vec<usize> = Vec::new();
     while chosen.len() < count {
-        let i = chosen.len();
+        let targets: Vec<usize> = {
+            let open: Vec<usize> = gpus
+                .iter()
+                .copied()
+                .filter(|g| !served.contains(g))
+                .collect();
+            if open.is_empty() {
+                gpus.to_vec()
+            } else {
+                open
+            }
+        };
+        let best_for = |x: usize| -> (PcieLevel, Option<usize>) {
+            targets
+                .iter()
+                .map(|g| (level(ledger, x, *g), Some(*g)))
+                .min()
+                .unwrap_or((PcieLevel::Same, None))
+        };
         let best = pool
             .iter()
             .copied()
             .filter(|x| !chosen.contains(x))
-            .min_by_key(|&x| {
-                let lvl = if gpus.is_empty() {
-                    PcieLevel::Same
-                } else {
-                    level(ledger, x, gpus[i % gpus.len()])
-                };
-                (lvl, ledger.nic_users(x), node_dist(x), x)
-            });
+            .min_by_key(|&x| (best_for(x).0, ledger.nic_users(x), node_dist(x), x));
         let Some(x) = best else { break };
-        let lvl = if gpus.is_empty() {
-            0
-        } else {
-            level(ledger, x, gpus[i % gpus.len()]) as u32
-        };
-        cost += lvl * 100 + ledger.nic_users(x) * 10 + node_dist(x);
+        let (lvl, target) = best_for(x);
+        for g in gpus {
+            if level(ledger, x, *g) <= lvl.max(PcieLevel::SingleSwitch) && !served.contains(g) {
+                served.push(*g);
+            }
+        }
+        if let Some(g) = target {
+            if !served.contains(&g) {
+                served.push(g);
+            }
+        }
+        cost += lvl as u32 * 100 + ledger.nic_users(x) * 10 + node_dist(x);
         chosen.push(x);
     }
     (chosen, cost)
