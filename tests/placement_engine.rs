@@ -498,3 +498,52 @@ fn insufficient_and_scope_annotation_errors() {
     a.set_config(cfg);
     assert_eq!(a.config().scope, Scope::Pod);
 }
+
+#[test]
+fn gpu_rejection_says_what_the_best_node_had() {
+    let topo = testing::dgx1_v100();
+    let mut a = Allocator::new(
+        Arc::new(topo.clone()),
+        PlacementConfig {
+            gpu_mode: GpuMode::Keep,
+            ..PlacementConfig::default()
+        },
+    );
+    // Hold GPUs 0, 1 and 4, 5: each node keeps two free GPUs.
+    a.place(&with_gpus(req("h", "h", 0, 0, &[]), &topo, &[0, 1, 4, 5]))
+        .expect("hold");
+    a.set_config(PlacementConfig {
+        policy: Policy::SingleNumaNode,
+        ..PlacementConfig::default()
+    });
+    let err = a
+        .place(&with_gpus(req("x", "p", 4, 8, &[]), &topo, &[2, 3, 6, 7]))
+        .expect_err("4 gpus");
+    let msg = err.to_string();
+    assert!(msg.contains("gpus do not fit one NUMA node"), "{msg}");
+    assert!(
+        msg.contains("asked cpu 4, memory 8Gi, gpus 4, nics 0"),
+        "{msg}"
+    );
+    assert!(msg.contains("gpus 2, nics"), "{msg}");
+    assert!(msg.contains("reduce gpus to 2"), "{msg}");
+    // best-effort takes the two pairs across the sockets, and says it is not aligned.
+    a.set_config(PlacementConfig::default());
+    let x = a
+        .place(&with_gpus(req("x", "p", 4, 8, &[]), &topo, &[2, 3, 6, 7]))
+        .expect("best-effort");
+    assert!(!x.aligned, "{}", x.reason);
+    assert_eq!(x.gpus.len(), 4);
+}
+
+#[test]
+fn gpu_reporting_its_memory_node_belongs_with_the_closest_cpu_node() {
+    let mut topo = testing::grace_hopper();
+    topo.gpus[0].numa_node = Some(1);
+    let mut a = alloc(topo.clone(), Policy::SingleNumaNode);
+    let x = a
+        .place(&with_gpus(req("a", "p", 8, 32, &[]), &topo, &[0]))
+        .expect("aligned");
+    assert!(x.aligned);
+    assert_eq!(x.mems.to_string(), "0");
+}

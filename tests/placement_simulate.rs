@@ -223,3 +223,36 @@ fn command_line_json_has_the_contract_fields() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("expected one of: nri-align kubelet"));
 }
+
+#[test]
+fn a_pod_whose_second_container_is_refused_is_rolled_back() {
+    let wl = Workload::parse(
+        "pods:\n  - name: a\n    annotations: {policy.nri-align.io/pod: single-numa-node, scope.nri-align.io/pod: pod}\n    containers:\n      - {name: x, cpu: \"12\"}\n      - {name: y, cpu: \"8\"}\n",
+    )
+    .expect("workload");
+    let r = replay(
+        Arc::new(testing::two_node()),
+        PlacementConfig::default(),
+        &wl,
+        Strategy::NriAlign,
+    )
+    .expect("replay");
+    assert_eq!(r.decisions.len(), 2);
+    assert!(!r.decisions[0].admitted);
+    assert!(
+        r.decisions[0].reason.contains("rolled back"),
+        "{}",
+        r.decisions[0].reason
+    );
+    assert!(
+        r.decisions[1].reason.contains("the pod's NUMA node"),
+        "{}",
+        r.decisions[1].reason
+    );
+    assert_eq!(
+        r.steps[0].free.iter().map(|f| f.cpus.len()).sum::<usize>(),
+        32,
+        "x was released"
+    );
+    assert_eq!(r.summary.pods_rejected, 1);
+}

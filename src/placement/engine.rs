@@ -342,9 +342,8 @@ impl Allocator {
             ..need.clone()
         };
         let everywhere = vec![true; caps.len()];
-        if !numa::fits(&caps, &(0..caps.len()).collect::<Vec<_>>(), &full_need)
-            && (r.gpu_count == 0 || !keep)
-        {
+        let cpu_nodes: Vec<usize> = (0..caps.len()).filter(|i| caps[*i].has_cpus).collect();
+        if !numa::fits(&caps, &cpu_nodes, &full_need) && (r.gpu_count == 0 || !keep) {
             return Err(self.insufficient(r, &caps));
         }
         let limit = match r.eff.policy {

@@ -97,22 +97,30 @@ impl Ledger {
         total.saturating_sub(self.mem_used.get(i).copied().unwrap_or(0))
     }
 
-    /// Index into `Topology::numa_nodes` of a GPU's node.
+    /// Index into `Topology::numa_nodes` of a GPU's node (see [`Ledger::locality`]).
     pub fn gpu_node(&self, g: usize) -> Option<usize> {
-        self.topo
-            .gpus
-            .get(g)?
-            .numa_node
-            .and_then(|id| self.topo.node_index(id))
+        self.locality(self.topo.gpus.get(g)?.numa_node?)
     }
 
-    /// Index into `Topology::numa_nodes` of a NIC's node.
+    /// Index into `Topology::numa_nodes` of a NIC's node (see [`Ledger::locality`]).
     pub fn nic_node(&self, n: usize) -> Option<usize> {
+        self.locality(self.topo.nics.get(n)?.numa_node?)
+    }
+
+    /// The CPU node a device on node `id` belongs with: the node itself, or for a memory-only
+    /// node (a GPU reporting its HBM node) the closest node with CPUs.
+    fn locality(&self, id: u32) -> Option<usize> {
+        let i = self.topo.node_index(id)?;
+        if !self.topo.numa_nodes[i].is_memory_only() {
+            return Some(i);
+        }
         self.topo
-            .nics
-            .get(n)?
-            .numa_node
-            .and_then(|id| self.topo.node_index(id))
+            .numa_nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.is_memory_only())
+            .min_by_key(|(_, n)| (self.topo.distance(id, n.id), n.id))
+            .map(|(j, _)| j)
     }
 
     /// Whether GPU `g` (index in `Topology::gpus`) is free.
