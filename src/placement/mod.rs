@@ -4,8 +4,23 @@
 //! The contract other modules rely on: [`Request`] in, [`Assignment`] or [`PlacementError`]
 //! out, through an [`Allocator`] that owns the live allocations.
 
+pub mod annotations;
+pub mod cpus;
+pub mod engine;
+pub mod error;
+pub mod gpus;
+pub mod kubelet;
+pub mod ledger;
+pub mod nics;
+pub mod numa;
 pub mod policy;
 pub mod request;
+pub mod resolve;
+pub mod testing;
+pub mod workload;
 
+pub use engine::Allocator;
+pub use error::PlacementError;
+pub use ledger::NodeFree;
 pub use policy::{CpuPreference, GpuMode, PlacementConfig, Policy, Scope};
 pub use request::{Assignment, PodInfo, Request};

@@ -1,0 +1,270 @@
+//! Effective per-container settings from pod annotations in the NRI-plugin convention
+//! (`KEY.nri-align.io/pod`, `KEY.nri-align.io/container.NAME`): container beats pod beats the
+//! node default; unknown keys and bad values are errors, never ignored.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use super::error::PlacementError;
+use super::policy::{CpuPreference, PlacementConfig, Policy, Scope};
+
+/// The annotation domain.
+pub const DOMAIN: &str = "nri-align.io";
+
+/// Which memory nodes a container's `cpuset.mems` may include.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MemNodes {
+    /// Only nodes with CPUs (the default): HBM/CXL/GPU memory nodes stay out.
+    #[default]
+    CpuNodes,
+    /// Also the memory-only nodes attached to the chosen nodes.
+    WithMemoryOnly,
+}
+
+/// The settings placement uses for one container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Effective {
+    /// Alignment policy.
+    pub policy: Policy,
+    /// Scope.
+    pub scope: Scope,
+    /// Exclusive / shared preference.
+    pub cpus: CpuPreference,
+    /// GPU count asked by annotation (only when the admin allows it).
+    pub gpus: Option<u32>,
+    /// NIC count asked by annotation (only when the admin allows it).
+    pub nics: Option<u32>,
+    /// Memory nodes.
+    pub mems: MemNodes,
+}
+
+const KEYS: &str = "policy, scope, cpus, gpus, nics, mems";
+
+/// Reads the effective settings of container `container` from `annotations`.
+pub fn effective(
+    annotations: &BTreeMap<String, String>,
+    container: &str,
+    config: &PlacementConfig,
+) -> Result<Effective, PlacementError> {
+    let mut eff = Effective {
+        policy: config.policy,
+        scope: config.scope,
+        cpus: CpuPreference::Auto,
+        gpus: None,
+        nics: None,
+        mems: MemNodes::CpuNodes,
+    };
+    // Pod-level values first, container-level ones after, so the container wins.
+    let mut parsed = Vec::new();
+    for (key, value) in annotations {
+        let Some((what, target)) = split_key(key) else {
+            continue;
+        };
+        let bad = |reason: String| PlacementError::InvalidAnnotation {
+            key: key.clone(),
+            value: value.clone(),
+            reason,
+        };
+        let level = match target {
+            "pod" => 0,
+            t => match t.strip_prefix("container.") {
+                Some(name) if !name.is_empty() => {
+                    if what == "scope" {
+                        return Err(bad(
+                            "scope applies to the whole pod: use scope.nri-align.io/pod".into(),
+                        ));
+                    }
+                    if name != container {
+                        // Another container's setting: still validated below, not applied.
+                        2
+                    } else {
+                        1
+                    }
+                }
+                _ => {
+                    return Err(bad(format!(
+                        "expected {what}.{DOMAIN}/pod or {what}.{DOMAIN}/container.<name>"
+                    )))
+                }
+            },
+        };
+        let setting = parse_setting(what, value).map_err(bad)?;
+        parsed.push((level, setting));
+    }
+    parsed.sort_by_key(|(level, _)| *level);
+    for (level, setting) in parsed {
+        if level == 2 {
+            continue;
+        }
+        match setting {
+            Setting::Policy(p) => eff.policy = p,
+            Setting::Scope(s) => eff.scope = s,
+            Setting::Cpus(c) => eff.cpus = c,
+            Setting::Mems(m) => eff.mems = m,
+            Setting::Gpus(n) | Setting::Nics(n) => {
+                let is_gpu = matches!(setting, Setting::Gpus(_));
+                if !config.allow_device_annotations {
+                    let kind = if is_gpu { "gpus" } else { "nics" };
+                    let key = annotations
+                        .iter()
+                        .find(|(k, _)| split_key(k).is_some_and(|(w, _)| w == kind))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .unwrap_or_default();
+                    return Err(PlacementError::InvalidAnnotation {
+                        key: key.0,
+                        value: key.1,
+                        reason: "the node administrator disabled device annotations \
+                                 (allow_device_annotations: false); request the devices \
+                                 through the device plugin instead"
+                            .into(),
+                    });
+                }
+                if is_gpu {
+                    eff.gpus = Some(n);
+                } else {
+                    eff.nics = Some(n);
+                }
+            }
+        }
+    }
+    Ok(eff)
+}
+
+/// Splits `policy.nri-align.io/pod` into (`policy`, `pod`); `None` for foreign keys.
+/// Keys in our domain with an unknown name come back too, and fail in `parse_setting`.
+fn split_key(key: &str) -> Option<(&str, &str)> {
+    let (domain, target) = key.split_once('/')?;
+    if domain == DOMAIN {
+        return Some(("", target));
+    }
+    let what = domain.strip_suffix(DOMAIN)?.strip_suffix('.')?;
+    Some((what, target))
+}
+
+enum Setting {
+    Policy(Policy),
+    Scope(Scope),
+    Cpus(CpuPreference),
+    Gpus(u32),
+    Nics(u32),
+    Mems(MemNodes),
+}
+
+fn parse_setting(what: &str, value: &str) -> Result<Setting, String> {
+    fn named<T: FromStr<Err = super::policy::UnknownValue>>(v: &str) -> Result<T, String> {
+        v.parse::<T>()
+            .map_err(|e| format!("expected one of: {}", e.expected))
+    }
+    let count = |v: &str| -> Result<u32, String> {
+        v.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n <= 64)
+            .ok_or_else(|| "expected a device count from 0 to 64".to_string())
+    };
+    match what {
+        "policy" => named(value).map(Setting::Policy),
+        "scope" => named(value).map(Setting::Scope),
+        "cpus" => named(value).map(Setting::Cpus),
+        "gpus" => count(value).map(Setting::Gpus),
+        "nics" => count(value).map(Setting::Nics),
+        "mems" => match value.trim() {
+            "cpu-nodes" => Ok(Setting::Mems(MemNodes::CpuNodes)),
+            "with-memory-only" => Ok(Setting::Mems(MemNodes::WithMemoryOnly)),
+            _ => Err("expected one of: cpu-nodes with-memory-only".into()),
+        },
+        "" => Err(format!(
+            "missing setting name; known: {KEYS} (as NAME.{DOMAIN}/...)"
+        )),
+        other => Err(format!("unknown setting {other:?}; known: {KEYS}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn container_beats_pod_beats_node_default() {
+        let cfg = PlacementConfig::default();
+        let a = ann(&[
+            ("policy.nri-align.io/pod", "restricted"),
+            ("policy.nri-align.io/container.main", "single-numa-node"),
+            ("cpus.nri-align.io/pod", "shared"),
+            ("other.example.com/x", "whatever"),
+        ]);
+        let main = effective(&a, "main", &cfg).expect("valid");
+        assert_eq!(main.policy, Policy::SingleNumaNode);
+        assert_eq!(main.cpus, CpuPreference::Shared);
+        let side = effective(&a, "side", &cfg).expect("valid");
+        assert_eq!(side.policy, Policy::Restricted);
+        let none = effective(&BTreeMap::new(), "x", &cfg).expect("valid");
+        assert_eq!(none.policy, cfg.policy);
+        assert_eq!(none.scope, cfg.scope);
+    }
+
+    #[test]
+    fn unknown_keys_and_values_name_the_choices() {
+        let cfg = PlacementConfig::default();
+        let err = effective(&ann(&[("policy.nri-align.io/pod", "strict")]), "c", &cfg)
+            .expect_err("bad value");
+        assert_eq!(
+            err.to_string(),
+            "invalid annotation policy.nri-align.io/pod=\"strict\": expected one of: none \
+             best-effort restricted single-numa-node"
+        );
+        let err =
+            effective(&ann(&[("colour.nri-align.io/pod", "red")]), "c", &cfg).expect_err("bad key");
+        assert!(
+            err.to_string().contains("unknown setting \"colour\""),
+            "{err}"
+        );
+        // A bad value for another container is still an error: typos must not hide.
+        let err = effective(
+            &ann(&[("cpus.nri-align.io/container.other", "lots")]),
+            "c",
+            &cfg,
+        )
+        .expect_err("bad value elsewhere");
+        assert!(err.to_string().contains("exclusive"), "{err}");
+        let err = effective(
+            &ann(&[("scope.nri-align.io/container.c", "pod")]),
+            "c",
+            &cfg,
+        )
+        .expect_err("scope per container");
+        assert!(err.to_string().contains("whole pod"), "{err}");
+        let err = effective(
+            &ann(&[("policy.nri-align.io/containers", "none")]),
+            "c",
+            &cfg,
+        )
+        .expect_err("bad target");
+        assert!(err.to_string().contains("container.<name>"), "{err}");
+    }
+
+    #[test]
+    fn device_annotations_need_the_admin() {
+        let a = ann(&[("gpus.nri-align.io/container.c", "2")]);
+        let err = effective(&a, "c", &PlacementConfig::default()).expect_err("disabled");
+        assert!(
+            err.to_string().contains("disabled device annotations"),
+            "{err}"
+        );
+        let cfg = PlacementConfig {
+            allow_device_annotations: true,
+            ..PlacementConfig::default()
+        };
+        assert_eq!(effective(&a, "c", &cfg).expect("allowed").gpus, Some(2));
+        let err =
+            effective(&ann(&[("nics.nri-align.io/pod", "-1")]), "c", &cfg).expect_err("negative");
+        assert!(err.to_string().contains("device count"), "{err}");
+    }
+}

@@ -1,0 +1,149 @@
+//! Choosing exclusive CPUs inside a chosen node set: whole cores before SMT siblings, one L3
+//! (uncore) group before spreading over several, best-fit group first. Linear in CPUs.
+
+use std::collections::BTreeMap;
+
+use crate::topology::{Cpu, CpuSet, Topology};
+
+/// Hardware threads per core (the largest sibling set; 1 without SMT).
+pub fn threads_per_core(topo: &Topology) -> u32 {
+    topo.cpus
+        .iter()
+        .map(|c| c.thread_siblings.len() as u32)
+        .max()
+        .unwrap_or(1)
+        .max(1)
+}
+
+fn cpu(topo: &Topology, id: u32) -> Option<&Cpu> {
+    topo.cpus
+        .binary_search_by_key(&id, |c| c.id)
+        .ok()
+        .map(|i| &topo.cpus[i])
+}
+
+/// CPUs of `avail` whose whole core (every sibling) is in `avail`.
+pub fn whole_cores(topo: &Topology, avail: &CpuSet) -> CpuSet {
+    avail
+        .iter()
+        .filter(|id| cpu(topo, *id).map_or(true, |c| c.thread_siblings.is_subset(avail)))
+        .collect()
+}
+
+/// How many CPUs could be taken from `avail` (whole cores only when `whole_only`).
+pub fn capacity(topo: &Topology, avail: &CpuSet, whole_only: bool) -> u32 {
+    if whole_only {
+        whole_cores(topo, avail).len() as u32
+    } else {
+        avail.len() as u32
+    }
+}
+
+/// Takes `k` CPUs from `avail_by_node` (free CPUs of each chosen node, in preference order),
+/// filling the first node before the next. `None` when they do not hold `k`.
+pub fn pick(topo: &Topology, avail_by_node: &[CpuSet], k: u32, whole_only: bool) -> Option<CpuSet> {
+    let mut out = CpuSet::new();
+    let mut left = k;
+    for avail in avail_by_node {
+        if left == 0 {
+            break;
+        }
+        let take = left.min(capacity(topo, avail, whole_only));
+        if take > 0 {
+            out.extend_from(&pick_in_node(topo, avail, take, whole_only));
+            left -= take;
+        }
+    }
+    (left == 0).then_some(out)
+}
+
+/// Takes `k` CPUs from one node's free CPUs: the best-fitting L3 group that holds them all,
+/// else the fewest groups (largest first, best fit for the rest).
+fn pick_in_node(topo: &Topology, avail: &CpuSet, k: u32, whole_only: bool) -> CpuSet {
+    let mut groups: BTreeMap<u32, CpuSet> = BTreeMap::new();
+    for id in avail.iter() {
+        let g = cpu(topo, id).and_then(|c| c.l3_group).unwrap_or(u32::MAX);
+        groups.entry(g).or_default().insert(id);
+    }
+    let mut caps: Vec<(u32, u32)> = groups
+        .iter()
+        .map(|(g, s)| (*g, capacity(topo, s, whole_only)))
+        .collect();
+    let mut out = CpuSet::new();
+    let mut left = k;
+    while left > 0 && !caps.is_empty() {
+        // Best fit: the smallest group that holds the rest keeps big groups whole for later.
+        let fit = caps
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, cap))| *cap >= left)
+            .min_by_key(|(_, (g, cap))| (*cap, *g))
+            .map(|(i, _)| i);
+        let i = match fit {
+            Some(i) => i,
+            None => caps
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, (g, cap))| (*cap, std::cmp::Reverse(*g)))
+                .map_or(0, |(i, _)| i),
+        };
+        let (g, cap) = caps.swap_remove(i);
+        let take = left.min(cap);
+        if take == 0 {
+            break;
+        }
+        out.extend_from(&take_from_group(topo, &groups[&g], take, whole_only));
+        left -= take;
+    }
+    out
+}
+
+/// Takes `n` CPUs from one group: whole free cores first (lowest ids), then threads of cores
+/// that are already partly allocated, then splits a free core.
+fn take_from_group(topo: &Topology, avail: &CpuSet, n: u32, whole_only: bool) -> CpuSet {
+    let mut whole: Vec<CpuSet> = Vec::new();
+    let mut partial: Vec<u32> = Vec::new();
+    let mut seen = CpuSet::new();
+    for id in avail.iter() {
+        if seen.contains(id) {
+            continue;
+        }
+        let sib =
+            cpu(topo, id).map_or_else(|| [id].into_iter().collect(), |c| c.thread_siblings.clone());
+        seen.extend_from(&sib);
+        if sib.is_subset(avail) {
+            whole.push(sib);
+        } else {
+            partial.extend(sib.intersection(avail).iter());
+        }
+    }
+    let mut out = CpuSet::new();
+    let mut left = n as usize;
+    let mut split = Vec::new();
+    for core in whole {
+        if left == 0 {
+            break;
+        }
+        if core.len() <= left {
+            left -= core.len();
+            out.extend_from(&core);
+        } else {
+            split.push(core);
+        }
+    }
+    if !whole_only {
+        partial.sort_unstable();
+        for id in partial
+            .into_iter()
+            .chain(split.iter().flat_map(|c| c.iter()))
+        {
+            if left == 0 {
+                break;
+            }
+            if out.insert(id) {
+                left -= 1;
+            }
+        }
+    }
+    out
+}

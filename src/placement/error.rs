@@ -1,0 +1,194 @@
+//! Why a placement could not be made, with messages a user can act on.
+
+use crate::topology::NodeSet;
+
+use super::policy::Policy;
+
+/// What a container asked for, in the units the messages use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ask {
+    /// Exclusive CPUs (0 for shared-pool containers).
+    pub cpus: u32,
+    /// Memory limit in bytes (0 when unlimited).
+    pub memory_bytes: u64,
+    /// GPUs.
+    pub gpus: u32,
+    /// NICs.
+    pub nics: u32,
+}
+
+/// What one NUMA node had free when a request was refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeOffer {
+    /// Node id.
+    pub node: u32,
+    /// Free exclusive-able CPUs.
+    pub cpus: u32,
+    /// Free memory in bytes.
+    pub memory_bytes: u64,
+    /// Free GPUs.
+    pub gpus: u32,
+    /// Free NICs.
+    pub nics: u32,
+}
+
+/// Placement failures. Each message names what was asked, what was there, and what to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlacementError {
+    /// An `*.nri-align.io/` annotation that is unknown or has a bad value.
+    #[error("invalid annotation {key}={value:?}: {reason}")]
+    InvalidAnnotation {
+        /// The annotation key.
+        key: String,
+        /// Its value.
+        value: String,
+        /// What is wrong and which values are accepted.
+        reason: String,
+    },
+    /// The request cannot be placed on one node set under the policy.
+    #[error(
+        "cannot align {container} under policy {policy}: {what} do not fit {shape}; asked {}; \
+         best candidate node {}; {suggestion}",
+        fmt_ask(asked),
+        fmt_offer(best)
+    )]
+    Unalignable {
+        /// `namespace/pod/container`.
+        container: String,
+        /// The effective policy.
+        policy: Policy,
+        /// Resources that could not be aligned (`cpu`, `memory`, `gpu`, `nic`).
+        what: String,
+        /// "one NUMA node", "2 NUMA nodes", "the pod's NUMA nodes 0-1".
+        shape: String,
+        /// What was asked.
+        asked: Box<Ask>,
+        /// The best candidate node and what it had free.
+        best: Box<NodeOffer>,
+        /// What would fit ("reduce cpu to 6 or use policy best-effort").
+        suggestion: String,
+    },
+    /// The host has not enough free resources at all, whatever the alignment.
+    #[error("not enough free {resource} for {container}: asked {asked}, {free} free on the host")]
+    Insufficient {
+        /// `namespace/pod/container`.
+        container: String,
+        /// `cpu`, `memory`, `gpu`, `nic`, `whole-core cpu`.
+        resource: String,
+        /// Amount asked (human units).
+        asked: String,
+        /// Amount free (human units).
+        free: String,
+    },
+    /// A resource is already held by another live container.
+    #[error("{resource} {id} is already held by container {holder}")]
+    Conflict {
+        /// `exclusive cpu`, `gpu`, `container`.
+        resource: String,
+        /// The CPU id, bus id or container id.
+        id: String,
+        /// The container holding it.
+        holder: String,
+    },
+    /// A device the container carries is not in the topology.
+    #[error("{kind} {id} is not in the host topology (known: {known})")]
+    UnknownDevice {
+        /// `gpu` or `nic`.
+        kind: String,
+        /// The bus id or name given.
+        id: String,
+        /// The known ones, comma-separated.
+        known: String,
+    },
+    /// `full-pcpus-only` and a CPU count that is not a multiple of the threads per core.
+    #[error(
+        "{container} asks for {cpus} exclusive CPUs, but full-pcpus-only needs a multiple of \
+         {threads} (threads per core); ask for {suggest} CPUs"
+    )]
+    SmtAlignment {
+        /// `namespace/pod/container`.
+        container: String,
+        /// CPUs asked.
+        cpus: u32,
+        /// Threads per core.
+        threads: u32,
+        /// The next multiple.
+        suggest: u32,
+    },
+    /// A persisted assignment that does not fit the topology.
+    #[error("cannot restore {container}: {reason}")]
+    Restore {
+        /// Container id.
+        container: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Memory in the largest binary unit that divides it (64Gi, 1536Mi), for messages.
+pub fn fmt_bytes(b: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("Ti", 1 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ];
+    if b == 0 {
+        return "0".to_string();
+    }
+    for (name, size) in UNITS {
+        if b >= size && b % size == 0 {
+            return format!("{}{name}", b / size);
+        }
+    }
+    for (name, size) in UNITS {
+        if b >= size {
+            return format!("{:.1}{name}", b as f64 / size as f64);
+        }
+    }
+    b.to_string()
+}
+
+fn fmt_ask(a: &Ask) -> String {
+    format!(
+        "cpu {}, memory {}, gpus {}, nics {}",
+        a.cpus,
+        fmt_bytes(a.memory_bytes),
+        a.gpus,
+        a.nics
+    )
+}
+
+fn fmt_offer(o: &NodeOffer) -> String {
+    format!(
+        "{} had free cpu {}, memory {}, gpus {}, nics {}",
+        o.node,
+        o.cpus,
+        fmt_bytes(o.memory_bytes),
+        o.gpus,
+        o.nics
+    )
+}
+
+/// "node 0", "nodes 0-1".
+pub fn fmt_nodes(n: &NodeSet) -> String {
+    if n.len() == 1 {
+        format!("node {n}")
+    } else {
+        format!("nodes {n}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_print_in_binary_units() {
+        assert_eq!(fmt_bytes(64 << 30), "64Gi");
+        assert_eq!(fmt_bytes(1536 << 20), "1536Mi");
+        assert_eq!(fmt_bytes((3 << 30) + (1 << 29)), "3584Mi");
+        assert_eq!(fmt_bytes(1000), "1000");
+        assert_eq!(fmt_bytes(0), "0");
+    }
+}

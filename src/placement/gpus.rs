@@ -1,0 +1,236 @@
+//! GPU set quality: NVLink / NVSwitch first, then the PCIe path, and candidate sets for the
+//! joint choice: exact enumeration while it stays small (up to 16 free GPUs is always exact),
+//! a best-link greedy growth from every seed beyond that.
+
+use crate::topology::{PcieLevel, Topology};
+
+/// Score of one NVLink link; NVSwitch counts as the best link mesh.
+const NVLINK: u32 = 100;
+/// NVSwitch: every pair at full bandwidth, above any point-to-point mesh.
+const NVSWITCH: u32 = 2000;
+/// Most candidate sets enumerated exactly (C(16,8) = 12870 fits).
+const EXACT_LIMIT: u64 = 13_000;
+
+/// Score of the PCIe path between two devices (go-gpuallocator-like scale).
+pub fn pcie_score(level: PcieLevel) -> u32 {
+    match level {
+        PcieLevel::Same => 60,
+        PcieLevel::SingleSwitch => 50,
+        PcieLevel::MultipleSwitches => 40,
+        PcieLevel::HostBridge => 30,
+        PcieLevel::SameNuma => 20,
+        PcieLevel::CrossSocket => 10,
+    }
+}
+
+/// Precomputed pair scores for the GPUs of a topology.
+#[derive(Debug, Clone)]
+pub struct LinkTable {
+    score: Vec<Vec<u32>>,
+    nvlink: Vec<Vec<u32>>,
+    nvswitch: bool,
+}
+
+impl LinkTable {
+    /// Scores every GPU pair of `topo`.
+    pub fn new(topo: &Topology) -> Self {
+        let n = topo.gpus.len();
+        let links = topo.gpu_links.as_ref();
+        let nvswitch = links.is_some_and(|l| l.nvswitch);
+        let mut score = vec![vec![0; n]; n];
+        let mut nvlink = vec![vec![0; n]; n];
+        for i in 0..n {
+            for j in 0..n {
+                if i == j {
+                    continue;
+                }
+                let nv = links
+                    .and_then(|l| l.nvlink.get(i).and_then(|r| r.get(j)).copied())
+                    .unwrap_or(0);
+                nvlink[i][j] = nv;
+                let pcie =
+                    pcie_score(topo.pcie_level(&topo.gpus[i].pci_bus_id, &topo.gpus[j].pci_bus_id));
+                score[i][j] = if nvswitch { NVSWITCH } else { nv * NVLINK } + pcie;
+            }
+        }
+        Self {
+            score,
+            nvlink,
+            nvswitch,
+        }
+    }
+
+    /// Score of the pair (i, j).
+    pub fn pair(&self, i: usize, j: usize) -> u32 {
+        self.score
+            .get(i)
+            .and_then(|r| r.get(j))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Whether GPUs i and j talk over NVLink (directly or through NVSwitch).
+    pub fn linked(&self, i: usize, j: usize) -> bool {
+        self.nvswitch
+            || self
+                .nvlink
+                .get(i)
+                .and_then(|r| r.get(j))
+                .is_some_and(|n| *n > 0)
+    }
+
+    /// Sum of the pair scores of a set.
+    pub fn set_score(&self, set: &[usize]) -> u32 {
+        let mut s = 0;
+        for (a, &i) in set.iter().enumerate() {
+            for &j in &set[a + 1..] {
+                s += self.pair(i, j);
+            }
+        }
+        s
+    }
+
+    /// Connectivity left among `free` once `taken` is gone: sum of pair scores of what stays.
+    /// Higher means the choice cut fewer good links (does not fragment the rest).
+    pub fn remaining(&self, free: &[usize], taken: &[usize]) -> u32 {
+        let rest: Vec<usize> = free
+            .iter()
+            .copied()
+            .filter(|g| !taken.contains(g))
+            .collect();
+        self.set_score(&rest)
+    }
+}
+
+/// Score of the best `k`-set among `pool`: exact while small, else greedy growth.
+pub fn best_set_score(table: &LinkTable, pool: &[usize], k: usize) -> u32 {
+    if k < 2 || pool.len() < k {
+        return 0;
+    }
+    candidates(table, pool, &[], k)
+        .iter()
+        .map(|s| table.set_score(s))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Whether a look-ahead over `n_sets` candidates among `free` GPUs stays cheap.
+pub fn lookahead_affordable(n_sets: usize, free: usize, k: usize) -> bool {
+    let rest = free.saturating_sub(k) as u64;
+    let per =
+        binomial(rest, k as u64).min(EXACT_LIMIT) + binomial(rest, 2 * k as u64).min(EXACT_LIMIT);
+    (n_sets as u64).saturating_mul(per) <= 2_000_000
+}
+
+/// What a choice leaves for later: the best set of the same size plus the best set of twice
+/// the size among `rest`. The second term keeps larger groups (an NVLink quad, a switch's GPUs)
+/// whole instead of taking one pair from each.
+pub fn lookahead(table: &LinkTable, rest: &[usize], k: usize) -> u32 {
+    best_set_score(table, rest, k) + best_set_score(table, rest, 2 * k)
+}
+
+/// Pairs of a set without NVLink between them.
+pub fn unlinked_pairs(table: &LinkTable, set: &[usize]) -> usize {
+    let mut n = 0;
+    for (a, &i) in set.iter().enumerate() {
+        for &j in &set[a + 1..] {
+            if !table.linked(i, j) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+fn binomial(n: u64, k: u64) -> u64 {
+    let k = k.min(n.saturating_sub(k));
+    let mut r: u64 = 1;
+    for i in 0..k {
+        r = r.saturating_mul(n - i) / (i + 1);
+    }
+    r
+}
+
+/// Candidate sets of `k` GPUs among `free` that contain every GPU of `must`.
+pub fn candidates(table: &LinkTable, free: &[usize], must: &[usize], k: usize) -> Vec<Vec<usize>> {
+    let pool: Vec<usize> = free.iter().copied().filter(|g| !must.contains(g)).collect();
+    if must.len() >= k {
+        return vec![must.to_vec()];
+    }
+    let extra = k - must.len();
+    if extra > pool.len() {
+        return Vec::new();
+    }
+    if binomial(pool.len() as u64, extra as u64) <= EXACT_LIMIT {
+        let mut out = Vec::new();
+        let mut cur = must.to_vec();
+        combos(&pool, extra, 0, &mut cur, &mut out);
+        return out;
+    }
+    // Too many to enumerate: grow from each seed by the best link to the set so far.
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    for &seed in &pool {
+        let mut set = must.to_vec();
+        set.push(seed);
+        while set.len() < k {
+            let next = pool
+                .iter()
+                .copied()
+                .filter(|g| !set.contains(g))
+                .max_by_key(|g| {
+                    (
+                        set.iter().map(|s| table.pair(*s, *g)).sum::<u32>(),
+                        std::cmp::Reverse(*g),
+                    )
+                });
+            match next {
+                Some(g) => set.push(g),
+                None => break,
+            }
+        }
+        set.sort_unstable();
+        if set.len() == k && !out.contains(&set) {
+            out.push(set);
+        }
+    }
+    out
+}
+
+fn combos(
+    pool: &[usize],
+    left: usize,
+    start: usize,
+    cur: &mut Vec<usize>,
+    out: &mut Vec<Vec<usize>>,
+) {
+    if left == 0 {
+        let mut s = cur.clone();
+        s.sort_unstable();
+        out.push(s);
+        return;
+    }
+    for i in start..pool.len() {
+        if pool.len() - i < left {
+            break;
+        }
+        cur.push(pool[i]);
+        combos(pool, left - 1, i + 1, cur, out);
+        cur.pop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binomials_and_exact_enumeration() {
+        assert_eq!(binomial(16, 8), 12870);
+        assert_eq!(binomial(8, 2), 28);
+        let topo = Topology::default();
+        let t = LinkTable::new(&topo);
+        let sets = candidates(&t, &[0, 1, 2, 3, 4], &[2], 3);
+        assert_eq!(sets.len(), 6);
+        assert!(sets.iter().all(|s| s.contains(&2) && s.len() == 3));
+    }
+}

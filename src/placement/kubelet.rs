@@ -1,0 +1,392 @@
+//! A kubelet-Topology-Manager-like decider, for `simulate --strategy kubelet`: NUMA-affinity
+//! hints per resource, the cross-product merge with "preferred" flags, the narrowest then
+//! lowest-index mask, GPUs and NICs by lowest index (blind to links), CPUs by lowest id.
+//! It shares the ledger with the engine so free capacity is accounted the same way.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::engine::{resolve, Resolved};
+use super::error::{fmt_bytes, PlacementError};
+use super::ledger::{Ledger, NodeFree};
+use super::nics;
+use super::policy::{PlacementConfig, Policy, Scope};
+use super::request::{Assignment, Request};
+use crate::topology::{CpuSet, Topology};
+
+/// The kubelet's default `max-allowable-numa-nodes`.
+pub const MAX_NUMA_NODES: usize = 8;
+
+/// One hint: a mask over the CPU nodes (bit i = i-th node with CPUs) and whether it is
+/// preferred (as narrow as the resource could ever be).
+type Hint = (u32, bool);
+
+/// The kubelet-like decider.
+#[derive(Debug, Clone)]
+pub struct Kubelet {
+    ledger: Ledger,
+    config: PlacementConfig,
+    nodes: Vec<usize>,
+    pod_masks: HashMap<String, u32>,
+}
+
+impl Kubelet {
+    /// A decider over `topology`. Refuses more CPU nodes than the kubelet accepts by default.
+    pub fn new(topology: Arc<Topology>, config: PlacementConfig) -> Result<Self, PlacementError> {
+        let nodes: Vec<usize> = (0..topology.numa_nodes.len())
+            .filter(|i| !topology.numa_nodes[*i].is_memory_only())
+            .collect();
+        if nodes.len() > MAX_NUMA_NODES {
+            return Err(PlacementError::Insufficient {
+                container: "the kubelet Topology Manager".into(),
+                resource: "NUMA node support".into(),
+                asked: format!("{} NUMA nodes", nodes.len()),
+                free: format!("at most {MAX_NUMA_NODES} (max-allowable-numa-nodes); the kubelet refuses to start on this host, and"),
+            });
+        }
+        Ok(Self {
+            ledger: Ledger::new(topology, config.reserved_cpus.clone()),
+            config,
+            nodes,
+            pod_masks: HashMap::new(),
+        })
+    }
+
+    /// Live assignments.
+    pub fn assignments(&self) -> impl Iterator<Item = &Assignment> {
+        self.ledger.assignments()
+    }
+
+    /// Free capacity per node.
+    pub fn free_by_node(&self) -> Vec<NodeFree> {
+        self.ledger.free_by_node()
+    }
+
+    /// Forgets a container.
+    pub fn release(&mut self, id: &str) -> Option<Assignment> {
+        let a = self.ledger.release(id)?;
+        if !self.ledger.assignments().any(|x| x.pod_uid == a.pod_uid) {
+            self.pod_masks.remove(&a.pod_uid);
+        }
+        Some(a)
+    }
+
+    fn full(&self) -> u32 {
+        (1u32 << self.nodes.len()) - 1
+    }
+
+    fn mask_nodes(&self, mask: u32) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|b| mask & (1 << b) != 0)
+            .map(|b| self.nodes[b])
+            .collect()
+    }
+
+    /// Hints of one resource: masks whose free amount holds `ask`, preferred when as narrow as
+    /// the total amounts allow.
+    fn hints(
+        &self,
+        ask: u64,
+        free: impl Fn(usize) -> u64,
+        total: impl Fn(usize) -> u64,
+        single: bool,
+    ) -> Vec<Hint> {
+        let sum =
+            |m: u32, f: &dyn Fn(usize) -> u64| self.mask_nodes(m).into_iter().map(f).sum::<u64>();
+        let min_width = (1..=self.full())
+            .filter(|m| sum(*m, &total) >= ask)
+            .map(u32::count_ones)
+            .min()
+            .unwrap_or(u32::MAX);
+        let mut out: Vec<Hint> = (1..=self.full())
+            .filter(|m| !single || m.count_ones() == 1)
+            .filter(|m| sum(*m, &free) >= ask)
+            .map(|m| (m, m.count_ones() == min_width))
+            .collect();
+        if out.is_empty() {
+            out.push((self.full(), false));
+        }
+        out
+    }
+
+    /// Decides and records.
+    pub fn place(&mut self, req: &Request) -> Result<Assignment, PlacementError> {
+        let r = resolve(&self.ledger, &self.config, req)?;
+        let topo = self.ledger.topo_arc();
+        let policy = r.eff.policy;
+        let single = policy == Policy::SingleNumaNode;
+        let mut providers: Vec<Vec<Hint>> = Vec::new();
+        if policy != Policy::None {
+            let free_cpus = self.ledger.free_cpus();
+            if r.exclusive {
+                let cpus = |i: usize| topo.numa_nodes[i].cpus.intersection_len(&free_cpus) as u64;
+                let total = |i: usize| {
+                    topo.numa_nodes[i]
+                        .cpus
+                        .difference(self.ledger.reserved())
+                        .len() as u64
+                };
+                providers.push(self.hints(r.cpus as u64, cpus, total, single));
+                if r.memory > 0 {
+                    let total = |i: usize| topo.numa_nodes[i].memory_bytes;
+                    providers.push(self.hints(
+                        r.memory,
+                        |i| self.ledger.free_mem(i),
+                        total,
+                        single,
+                    ));
+                }
+            }
+            if r.gpu_count > 0 {
+                let free = self.ledger.free_gpus();
+                let on = |i: usize, set: &[usize]| {
+                    set.iter()
+                        .filter(|g| self.ledger.gpu_node(**g) == Some(i))
+                        .count() as u64
+                };
+                let all: Vec<usize> = (0..topo.gpus.len()).collect();
+                providers.push(self.hints(
+                    r.gpu_count as u64,
+                    |i| on(i, &free),
+                    |i| on(i, &all),
+                    single,
+                ));
+            }
+            if r.nic_count > 0 {
+                let el = nics::eligible(&self.ledger);
+                let on = |i: usize, used_ok: bool| {
+                    el.iter()
+                        .filter(|x| {
+                            self.ledger.nic_node(**x) == Some(i)
+                                && (used_ok || self.ledger.nic_users(**x) == 0)
+                        })
+                        .count() as u64
+                };
+                providers.push(self.hints(
+                    r.nic_count as u64,
+                    |i| on(i, false),
+                    |i| on(i, true),
+                    single,
+                ));
+            }
+        }
+        let pinned = (r.eff.scope == Scope::Pod)
+            .then(|| self.pod_masks.get(&req.pod.uid).copied())
+            .flatten();
+        let (mask, preferred) = match pinned {
+            Some(m) => (m, true),
+            None => merge(&providers, self.full()),
+        };
+        if matches!(policy, Policy::Restricted | Policy::SingleNumaNode) && !preferred {
+            return Err(PlacementError::Unalignable {
+                container: r.who.clone(),
+                policy,
+                what: "resources".into(),
+                shape: "a preferred NUMA affinity (TopologyAffinityError)".into(),
+                asked: Box::new(super::error::Ask {
+                    cpus: r.cpus,
+                    memory_bytes: r.memory,
+                    gpus: r.gpu_count as u32,
+                    nics: r.nic_count as u32,
+                }),
+                best: Box::default(),
+                suggestion: "the kubelet rejects the pod; its replacement may loop on this node"
+                    .into(),
+            });
+        }
+        let a = self.allocate(req, &r, mask, preferred && policy != Policy::None)?;
+        let split = if a.exclusive && policy != Policy::None {
+            let order = self.mask_nodes(mask);
+            self.ledger
+                .split_memory(&order, r.memory)
+                .or_else(|| self.ledger.split_memory(&self.nodes, r.memory))
+                .ok_or_else(|| PlacementError::Insufficient {
+                    container: r.who.clone(),
+                    resource: "memory".into(),
+                    asked: fmt_bytes(r.memory),
+                    free: "less".into(),
+                })?
+        } else {
+            Vec::new()
+        };
+        self.ledger.record(a.clone(), split)?;
+        if r.exclusive || r.gpu_count > 0 {
+            self.pod_masks.entry(a.pod_uid.clone()).or_insert(mask);
+        }
+        Ok(a)
+    }
+
+    fn allocate(
+        &self,
+        req: &Request,
+        r: &Resolved,
+        mask: u32,
+        preferred: bool,
+    ) -> Result<Assignment, PlacementError> {
+        let topo = self.ledger.topo();
+        let in_mask = self.mask_nodes(mask);
+        let local_cpus: CpuSet = in_mask
+            .iter()
+            .fold(CpuSet::new(), |acc, i| acc.union(&topo.numa_nodes[*i].cpus));
+        let mut a = Assignment {
+            container_id: req.container_id.clone(),
+            container_name: req.container_name.clone(),
+            pod_uid: req.pod.uid.clone(),
+            pod_name: format!("{}/{}", req.pod.namespace, req.pod.name),
+            exclusive: r.exclusive,
+            policy: r.eff.policy,
+            ..Assignment::default()
+        };
+        let on_mask = |n: Option<usize>| n.is_some_and(|i| in_mask.contains(&i));
+        if r.exclusive {
+            let free = self.ledger.free_cpus();
+            let mut cpus = take_lowest(topo, &free.intersection(&local_cpus), r.cpus);
+            if (cpus.len() as u32) < r.cpus {
+                let rest = free.difference(&cpus);
+                cpus.extend_from(&take_lowest(topo, &rest, r.cpus - cpus.len() as u32));
+            }
+            if (cpus.len() as u32) < r.cpus {
+                return Err(PlacementError::Insufficient {
+                    container: r.who.clone(),
+                    resource: "cpu".into(),
+                    asked: r.cpus.to_string(),
+                    free: free.len().to_string(),
+                });
+            }
+            a.cpus = cpus;
+            a.mems = self.ledger.ids(&in_mask);
+            a.numa_nodes = a.mems.clone();
+            a.memory_bytes = r.memory;
+        } else {
+            a.cpus = self.ledger.shared_pool();
+            a.mems = topo.cpu_nodes();
+        }
+        let free = self.ledger.free_gpus();
+        let mut g: Vec<usize> = free
+            .iter()
+            .copied()
+            .filter(|x| on_mask(self.ledger.gpu_node(*x)))
+            .take(r.gpu_count)
+            .collect();
+        let extra: Vec<usize> = free
+            .iter()
+            .copied()
+            .filter(|x| !g.contains(x))
+            .take(r.gpu_count - g.len())
+            .collect();
+        g.extend(extra);
+        if g.len() < r.gpu_count {
+            return Err(PlacementError::Insufficient {
+                container: r.who.clone(),
+                resource: "gpu".into(),
+                asked: r.gpu_count.to_string(),
+                free: free.len().to_string(),
+            });
+        }
+        let el = nics::eligible(&self.ledger);
+        let mut order: Vec<usize> = el.clone();
+        order.sort_by_key(|x| {
+            (
+                self.ledger.nic_users(*x),
+                !on_mask(self.ledger.nic_node(*x)),
+                *x,
+            )
+        });
+        let n: Vec<usize> = order.into_iter().take(r.nic_count).collect();
+        a.aligned = preferred
+            && g.iter().all(|x| on_mask(self.ledger.gpu_node(*x)))
+            && n.iter().all(|x| on_mask(self.ledger.nic_node(*x)))
+            && (!r.exclusive || a.cpus.is_subset(&local_cpus));
+        a.gpus = g.iter().map(|x| topo.gpus[*x].pci_bus_id.clone()).collect();
+        a.nics = n.iter().map(|x| topo.nics[*x].name.clone()).collect();
+        a.reason = format!(
+            "kubelet: hint {} ({})",
+            self.ledger.ids(&in_mask),
+            if preferred {
+                "preferred"
+            } else {
+                "not preferred"
+            }
+        );
+        Ok(a)
+    }
+}
+
+/// The Topology Manager merge: every combination of one hint per provider, ANDed; the best is
+/// preferred over not, then narrower, then the lowest mask (lowest NUMA ids).
+fn merge(providers: &[Vec<Hint>], full: u32) -> Hint {
+    let mut best: Option<Hint> = None;
+    fn better(a: Hint, b: Option<Hint>) -> bool {
+        let Some(b) = b else { return true };
+        (
+            a.1,
+            std::cmp::Reverse(a.0.count_ones()),
+            std::cmp::Reverse(a.0),
+        ) > (
+            b.1,
+            std::cmp::Reverse(b.0.count_ones()),
+            std::cmp::Reverse(b.0),
+        )
+    }
+    fn walk(p: &[Vec<Hint>], acc: Hint, best: &mut Option<Hint>) {
+        if acc.0 == 0 || (!acc.1 && best.is_some_and(|b| b.1)) {
+            return;
+        }
+        match p.split_first() {
+            None => {
+                if better(acc, *best) {
+                    *best = Some(acc);
+                }
+            }
+            Some((first, rest)) => {
+                for h in first {
+                    walk(rest, (acc.0 & h.0, acc.1 && h.1), best);
+                }
+            }
+        }
+    }
+    walk(providers, (full, true), &mut best);
+    best.unwrap_or((full, false))
+}
+
+/// The CPU manager's order: whole free cores with the lowest ids, then single threads.
+fn take_lowest(topo: &Topology, avail: &CpuSet, k: u32) -> CpuSet {
+    let mut out = CpuSet::new();
+    let whole = super::cpus::whole_cores(topo, avail);
+    for id in whole.iter().chain(avail.iter()) {
+        if out.len() as u32 >= k {
+            break;
+        }
+        if whole.contains(id) && !out.contains(id) {
+            let sib = topo
+                .cpus
+                .iter()
+                .find(|c| c.id == id)
+                .map(|c| c.thread_siblings.clone())
+                .unwrap_or_default();
+            if out.len() as u32 + sib.len() as u32 <= k {
+                out.extend_from(&sib);
+                continue;
+            }
+        }
+        out.insert(id);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_prefers_preferred_then_narrow_then_low() {
+        let cpu = vec![(0b01, true), (0b10, true), (0b11, false)];
+        let gpu = vec![(0b10, true), (0b11, false)];
+        assert_eq!(merge(&[cpu.clone(), gpu], 0b11), (0b10, true));
+        assert_eq!(merge(&[cpu], 0b11), (0b01, true));
+        assert_eq!(
+            merge(&[vec![(0b01, false)], vec![(0b10, true)]], 0b11),
+            (0b11, false)
+        );
+    }
+}

@@ -1,0 +1,353 @@
+//! What is allocated right now: exclusive CPUs, memory per NUMA node, GPU and NIC holders, and
+//! the assignments themselves. Shared by nri-align's engine and the kubelet-like decider so both
+//! account capacity the same way.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::error::PlacementError;
+use super::request::Assignment;
+use crate::topology::{CpuSet, NodeSet, Topology};
+
+/// Free capacity of one NUMA node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeFree {
+    /// Node id.
+    pub node: u32,
+    /// Free CPUs that can still be given exclusively (reserved and allocated ones excluded).
+    pub cpus: CpuSet,
+    /// Free memory in bytes (total minus what bound containers account on the node).
+    pub memory_bytes: u64,
+    /// Free GPUs (PCI bus ids).
+    pub gpus: Vec<String>,
+    /// NICs no container uses (names).
+    pub nics: Vec<String>,
+}
+
+/// The live allocations.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    topo: Arc<Topology>,
+    reserved: CpuSet,
+    exclusive: CpuSet,
+    mem_used: Vec<u64>,
+    mem_split: HashMap<String, Vec<(usize, u64)>>,
+    gpu_owner: HashMap<usize, String>,
+    nic_users: HashMap<usize, u32>,
+    assignments: BTreeMap<String, Assignment>,
+}
+
+impl Ledger {
+    /// An empty ledger.
+    pub fn new(topo: Arc<Topology>, reserved: CpuSet) -> Self {
+        let n = topo.numa_nodes.len();
+        Self {
+            topo,
+            reserved,
+            exclusive: CpuSet::new(),
+            mem_used: vec![0; n],
+            mem_split: HashMap::new(),
+            gpu_owner: HashMap::new(),
+            nic_users: HashMap::new(),
+            assignments: BTreeMap::new(),
+        }
+    }
+
+    /// The topology.
+    pub fn topo(&self) -> &Topology {
+        &self.topo
+    }
+
+    /// A shared handle on the topology.
+    pub fn topo_arc(&self) -> Arc<Topology> {
+        Arc::clone(&self.topo)
+    }
+
+    /// Changes the reserved CPUs (config reload); allocations stay.
+    pub fn set_reserved(&mut self, reserved: CpuSet) {
+        self.reserved = reserved;
+    }
+
+    /// Reserved CPUs.
+    pub fn reserved(&self) -> &CpuSet {
+        &self.reserved
+    }
+
+    /// CPUs that can still be given exclusively (isolated CPUs included: they are only ever
+    /// used exclusively).
+    pub fn free_cpus(&self) -> CpuSet {
+        let mut s = self.topo.online_cpus();
+        s.subtract(&self.reserved);
+        s.subtract(&self.exclusive);
+        s
+    }
+
+    /// The shared pool: online minus reserved, exclusive and isolated CPUs.
+    pub fn shared_pool(&self) -> CpuSet {
+        let mut s = self.free_cpus();
+        s.subtract(&self.topo.isolated_cpus);
+        s
+    }
+
+    /// Free memory of the node at index `i`.
+    pub fn free_mem(&self, i: usize) -> u64 {
+        let total = self.topo.numa_nodes.get(i).map_or(0, |n| n.memory_bytes);
+        total.saturating_sub(self.mem_used.get(i).copied().unwrap_or(0))
+    }
+
+    /// Index into `Topology::numa_nodes` of a GPU's node (see [`Ledger::locality`]).
+    pub fn gpu_node(&self, g: usize) -> Option<usize> {
+        self.locality(self.topo.gpus.get(g)?.numa_node?)
+    }
+
+    /// Index into `Topology::numa_nodes` of a NIC's node (see [`Ledger::locality`]).
+    pub fn nic_node(&self, n: usize) -> Option<usize> {
+        self.locality(self.topo.nics.get(n)?.numa_node?)
+    }
+
+    /// The CPU node a device on node `id` belongs with: the node itself, or for a memory-only
+    /// node (a GPU reporting its HBM node) the closest node with CPUs.
+    fn locality(&self, id: u32) -> Option<usize> {
+        let i = self.topo.node_index(id)?;
+        if !self.topo.numa_nodes[i].is_memory_only() {
+            return Some(i);
+        }
+        self.topo
+            .numa_nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.is_memory_only())
+            .min_by_key(|(_, n)| (self.topo.distance(id, n.id), n.id))
+            .map(|(j, _)| j)
+    }
+
+    /// Whether GPU `g` (index in `Topology::gpus`) is free.
+    pub fn gpu_free(&self, g: usize) -> bool {
+        !self.gpu_owner.contains_key(&g)
+    }
+
+    /// Free GPU indices in ascending order.
+    pub fn free_gpus(&self) -> Vec<usize> {
+        (0..self.topo.gpus.len())
+            .filter(|g| self.gpu_free(*g))
+            .collect()
+    }
+
+    /// How many containers use NIC `n`.
+    pub fn nic_users(&self, n: usize) -> u32 {
+        self.nic_users.get(&n).copied().unwrap_or(0)
+    }
+
+    /// Index of the GPU with bus id `bus`.
+    pub fn gpu_index(&self, bus: &str) -> Result<usize, PlacementError> {
+        let bus = bus.to_ascii_lowercase();
+        self.topo
+            .gpus
+            .iter()
+            .position(|g| g.pci_bus_id == bus)
+            .ok_or_else(|| PlacementError::UnknownDevice {
+                kind: "gpu".into(),
+                id: bus,
+                known: self
+                    .topo
+                    .gpus
+                    .iter()
+                    .map(|g| g.pci_bus_id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// Index of the NIC called `name` (interface or RDMA device name).
+    pub fn nic_index(&self, name: &str) -> Result<usize, PlacementError> {
+        self.topo
+            .nics
+            .iter()
+            .position(|n| n.name == name || n.rdma_device.as_deref() == Some(name))
+            .ok_or_else(|| PlacementError::UnknownDevice {
+                kind: "nic".into(),
+                id: name.to_string(),
+                known: self
+                    .topo
+                    .nics
+                    .iter()
+                    .map(|n| n.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// The container holding GPU `g`, if any.
+    pub fn gpu_holder(&self, g: usize) -> Option<&str> {
+        self.gpu_owner.get(&g).map(String::as_str)
+    }
+
+    /// The container holding exclusive CPU `cpu`, if any.
+    pub fn cpu_holder(&self, cpu: u32) -> Option<&str> {
+        if !self.exclusive.contains(cpu) {
+            return None;
+        }
+        self.assignments
+            .values()
+            .find(|a| a.exclusive && a.cpus.contains(cpu))
+            .map(|a| a.container_id.as_str())
+    }
+
+    /// Records `a`, with its memory split over node indices. Refuses a second holder of an
+    /// exclusive CPU or a GPU, memory beyond a node's size, and unknown devices.
+    pub fn record(
+        &mut self,
+        a: Assignment,
+        split: Vec<(usize, u64)>,
+    ) -> Result<(), PlacementError> {
+        if let Some(old) = self.assignments.get(&a.container_id) {
+            return Err(PlacementError::Conflict {
+                resource: "container".into(),
+                id: a.container_id.clone(),
+                holder: old.container_id.clone(),
+            });
+        }
+        let gpus = a
+            .gpus
+            .iter()
+            .map(|b| self.gpu_index(b))
+            .collect::<Result<Vec<_>, _>>()?;
+        let nics = a
+            .nics
+            .iter()
+            .map(|n| self.nic_index(n))
+            .collect::<Result<Vec<_>, _>>()?;
+        if a.exclusive {
+            if let Some(cpu) = a.cpus.intersection(&self.exclusive).first() {
+                return Err(PlacementError::Conflict {
+                    resource: "exclusive cpu".into(),
+                    id: cpu.to_string(),
+                    holder: self.cpu_holder(cpu).unwrap_or("?").to_string(),
+                });
+            }
+            if let Some(cpu) = a.cpus.intersection(&self.reserved).first() {
+                return Err(PlacementError::Restore {
+                    container: a.container_id.clone(),
+                    reason: format!("cpu {cpu} is reserved"),
+                });
+            }
+        }
+        for g in &gpus {
+            if let Some(holder) = self.gpu_owner.get(g) {
+                return Err(PlacementError::Conflict {
+                    resource: "gpu".into(),
+                    id: self.topo.gpus[*g].pci_bus_id.clone(),
+                    holder: holder.clone(),
+                });
+            }
+        }
+        for (i, bytes) in &split {
+            if *bytes > self.free_mem(*i) {
+                return Err(PlacementError::Restore {
+                    container: a.container_id.clone(),
+                    reason: format!(
+                        "node {} has {} bytes free, {} needed",
+                        self.topo.numa_nodes.get(*i).map_or(0, |n| n.id),
+                        self.free_mem(*i),
+                        bytes
+                    ),
+                });
+            }
+        }
+        if a.exclusive {
+            self.exclusive.extend_from(&a.cpus);
+        }
+        for g in gpus {
+            self.gpu_owner.insert(g, a.container_id.clone());
+        }
+        for n in nics {
+            *self.nic_users.entry(n).or_default() += 1;
+        }
+        for (i, bytes) in &split {
+            self.mem_used[*i] += bytes;
+        }
+        self.mem_split.insert(a.container_id.clone(), split);
+        self.assignments.insert(a.container_id.clone(), a);
+        Ok(())
+    }
+
+    /// Forgets container `id`; its resources become free.
+    pub fn release(&mut self, id: &str) -> Option<Assignment> {
+        let a = self.assignments.remove(id)?;
+        if a.exclusive {
+            self.exclusive.subtract(&a.cpus);
+        }
+        self.gpu_owner.retain(|_, holder| holder != id);
+        for name in &a.nics {
+            if let Ok(n) = self.nic_index(name) {
+                if let Some(c) = self.nic_users.get_mut(&n) {
+                    *c = c.saturating_sub(1);
+                }
+            }
+        }
+        for (i, bytes) in self.mem_split.remove(id).unwrap_or_default() {
+            self.mem_used[i] = self.mem_used[i].saturating_sub(bytes);
+        }
+        Some(a)
+    }
+
+    /// Live assignments, by container id.
+    pub fn assignments(&self) -> impl Iterator<Item = &Assignment> {
+        self.assignments.values()
+    }
+
+    /// The assignment of container `id`.
+    pub fn get(&self, id: &str) -> Option<&Assignment> {
+        self.assignments.get(id)
+    }
+
+    /// Splits `bytes` over the nodes at `order` (indices), filling each in turn.
+    pub fn split_memory(&self, order: &[usize], bytes: u64) -> Option<Vec<(usize, u64)>> {
+        let mut left = bytes;
+        let mut split = Vec::new();
+        for &i in order {
+            if left == 0 {
+                break;
+            }
+            let take = left.min(self.free_mem(i));
+            if take > 0 {
+                split.push((i, take));
+                left -= take;
+            }
+        }
+        (left == 0).then_some(split)
+    }
+
+    /// Free capacity per NUMA node.
+    pub fn free_by_node(&self) -> Vec<NodeFree> {
+        let free = self.free_cpus();
+        self.topo
+            .numa_nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NodeFree {
+                node: n.id,
+                cpus: free.intersection(&n.cpus),
+                memory_bytes: self.free_mem(i),
+                gpus: (0..self.topo.gpus.len())
+                    .filter(|g| self.gpu_free(*g) && self.gpu_node(*g) == Some(i))
+                    .map(|g| self.topo.gpus[g].pci_bus_id.clone())
+                    .collect(),
+                nics: (0..self.topo.nics.len())
+                    .filter(|x| self.nic_users(*x) == 0 && self.nic_node(*x) == Some(i))
+                    .map(|x| self.topo.nics[x].name.clone())
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Node ids of node indices.
+    pub fn ids(&self, idx: &[usize]) -> NodeSet {
+        idx.iter()
+            .filter_map(|i| self.topo.numa_nodes.get(*i))
+            .map(|n| n.id)
+            .collect()
+    }
+}

@@ -1,0 +1,241 @@
+//! Choosing NUMA node sets: best fit among single nodes, else greedy growth from each seed node
+//! towards the closest nodes by the distance matrix (polynomial: no subset enumeration), and the
+//! narrowest width a request could ever have (the kubelet's "preferred" width).
+
+use super::cpus;
+use super::error::NodeOffer;
+use super::ledger::Ledger;
+use super::nics;
+use crate::topology::{CpuSet, Topology};
+
+/// What a request needs from a node set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Need {
+    /// Exclusive CPUs.
+    pub cpus: u32,
+    /// Whole cores only.
+    pub whole: bool,
+    /// Memory bytes accounted on the set.
+    pub memory: u64,
+    /// Free GPUs the set must hold (0 when the GPUs are already fixed).
+    pub gpus: u32,
+    /// NICs the set must hold.
+    pub nics: u32,
+    /// Whether the set must contain shared-pool CPUs.
+    pub shared: bool,
+}
+
+/// One node's free capacity, computed once per decision.
+#[derive(Debug, Clone)]
+pub struct Cap {
+    /// Node id.
+    pub id: u32,
+    /// Free exclusive-able CPUs.
+    pub avail: CpuSet,
+    /// How many of them can be taken under the whole-core rule in force.
+    pub cpu: u32,
+    /// Free memory.
+    pub mem: u64,
+    /// Free GPUs.
+    pub gpus: u32,
+    /// Eligible NICs on the node (shared use allowed).
+    pub nics: u32,
+    /// Unused eligible NICs.
+    pub free_nics: u32,
+    /// Shared-pool CPUs on the node.
+    pub shared: u32,
+    /// Whether the node has CPUs at all.
+    pub has_cpus: bool,
+}
+
+/// Free capacity of every node, by index.
+pub fn caps(ledger: &Ledger, whole: bool) -> Vec<Cap> {
+    let topo = ledger.topo();
+    let free = ledger.free_cpus();
+    let pool = ledger.shared_pool();
+    let eligible = nics::eligible(ledger);
+    let free_gpus = ledger.free_gpus();
+    topo.numa_nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let avail = free.intersection(&n.cpus);
+            let on_node = |x: &&usize| ledger.nic_node(**x) == Some(i);
+            Cap {
+                id: n.id,
+                cpu: cpus::capacity(topo, &avail, whole),
+                avail,
+                mem: ledger.free_mem(i),
+                gpus: free_gpus
+                    .iter()
+                    .filter(|g| ledger.gpu_node(**g) == Some(i))
+                    .count() as u32,
+                nics: eligible.iter().filter(on_node).count() as u32,
+                free_nics: eligible
+                    .iter()
+                    .filter(on_node)
+                    .filter(|x| ledger.nic_users(**x) == 0)
+                    .count() as u32,
+                shared: pool.intersection_len(&n.cpus) as u32,
+                has_cpus: !n.is_memory_only(),
+            }
+        })
+        .collect()
+}
+
+/// Whether the nodes `set` (indices) hold `need` together.
+pub fn fits(caps: &[Cap], set: &[usize], need: &Need) -> bool {
+    let sum = |f: fn(&Cap) -> u64| set.iter().map(|i| f(&caps[*i])).sum::<u64>();
+    sum(|c| c.cpu as u64) >= need.cpus as u64
+        && sum(|c| c.mem) >= need.memory
+        && sum(|c| c.gpus as u64) >= need.gpus as u64
+        && sum(|c| c.nics as u64) >= need.nics as u64
+        && (!need.shared || sum(|c| c.shared as u64) > 0)
+}
+
+/// Sum of pairwise distances of a node set (indices): lower is closer.
+pub fn spread(topo: &Topology, set: &[usize]) -> u32 {
+    let mut s = 0;
+    for (a, &i) in set.iter().enumerate() {
+        for &j in &set[a + 1..] {
+            s += topo.distance(topo.numa_nodes[i].id, topo.numa_nodes[j].id);
+        }
+    }
+    s
+}
+
+/// Grows `seed` (indices, kept first) with the closest allowed CPU nodes until `need` fits.
+pub fn grow(
+    topo: &Topology,
+    caps: &[Cap],
+    allowed: &[bool],
+    seed: Vec<usize>,
+    need: &Need,
+) -> Option<Vec<usize>> {
+    let mut set = seed;
+    loop {
+        if !set.is_empty() && fits(caps, &set, need) {
+            return Some(set);
+        }
+        let next = (0..caps.len())
+            .filter(|i| allowed[*i] && caps[*i].has_cpus && !set.contains(i))
+            .min_by_key(|&i| {
+                let d: u32 = set
+                    .iter()
+                    .map(|&j| topo.distance(caps[i].id, caps[j].id))
+                    .sum();
+                (d, std::cmp::Reverse(caps[i].cpu), i)
+            })?;
+        set.push(next);
+    }
+}
+
+/// The best node set for a request without GPUs to follow: the best-fitting single node, else
+/// the closest, narrowest grown set over all seeds. Indices, seed first.
+pub fn choose(topo: &Topology, caps: &[Cap], allowed: &[bool], need: &Need) -> Option<Vec<usize>> {
+    let single = (0..caps.len())
+        .filter(|i| allowed[*i] && caps[*i].has_cpus && fits(caps, &[*i], need))
+        .min_by_key(|&i| {
+            let c = &caps[i];
+            // Keep idle GPUs' and NICs' nodes for the work that needs them, then pack tightly.
+            (
+                c.gpus.saturating_sub(need.gpus),
+                c.free_nics.saturating_sub(need.nics),
+                c.cpu - need.cpus,
+                c.mem - need.memory,
+                i,
+            )
+        });
+    if let Some(i) = single {
+        return Some(vec![i]);
+    }
+    (0..caps.len())
+        .filter(|i| allowed[*i] && caps[*i].has_cpus)
+        .filter_map(|seed| grow(topo, caps, allowed, vec![seed], need))
+        .min_by_key(|set| {
+            let cpu: u32 = set.iter().map(|i| caps[*i].cpu).sum();
+            (set.len(), spread(topo, set), cpu, set[0])
+        })
+}
+
+/// The fewest nodes that could ever hold `need` on this host (total capacity, not free): the
+/// width `restricted` accepts, like the kubelet's preferred hints.
+pub fn min_width(ledger: &Ledger, need: &Need) -> usize {
+    let topo = ledger.topo();
+    let eligible = nics::eligible(ledger);
+    let per_node: Vec<[u64; 4]> = topo
+        .numa_nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| !n.is_memory_only())
+        .map(|(i, n)| {
+            [
+                n.cpus.difference(ledger.reserved()).len() as u64,
+                n.memory_bytes,
+                (0..topo.gpus.len())
+                    .filter(|g| ledger.gpu_node(*g) == Some(i))
+                    .count() as u64,
+                eligible
+                    .iter()
+                    .filter(|x| ledger.nic_node(**x) == Some(i))
+                    .count() as u64,
+            ]
+        })
+        .collect();
+    let asks = [
+        need.cpus as u64,
+        need.memory,
+        need.gpus as u64,
+        need.nics as u64,
+    ];
+    (0..4)
+        .map(|r| {
+            let mut v: Vec<u64> = per_node.iter().map(|c| c[r]).collect();
+            v.sort_unstable_by(|a, b| b.cmp(a));
+            let mut sum = 0;
+            let mut width = 0;
+            for c in v {
+                if sum >= asks[r] {
+                    break;
+                }
+                sum += c;
+                width += 1;
+            }
+            width
+        })
+        .max()
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// The allowed node that comes closest to holding `need` alone, for rejection messages.
+pub fn best_offer(caps: &[Cap], allowed: &[bool], need: &Need) -> NodeOffer {
+    let ratio = |have: u64, want: u64| (have.min(want) * 1000).checked_div(want).unwrap_or(1000);
+    let best = (0..caps.len())
+        .filter(|i| allowed[*i] && caps[*i].has_cpus)
+        .max_by_key(|&i| {
+            let c = &caps[i];
+            let r = [
+                ratio(c.cpu as u64, need.cpus as u64),
+                ratio(c.mem, need.memory),
+                ratio(c.gpus as u64, need.gpus as u64),
+                ratio(c.nics as u64, need.nics as u64),
+            ];
+            (
+                r.iter().filter(|x| **x == 1000).count(),
+                r.iter().sum::<u64>(),
+                std::cmp::Reverse(i),
+            )
+        });
+    best.map(|i| {
+        let c = &caps[i];
+        NodeOffer {
+            node: c.id,
+            cpus: c.cpu,
+            memory_bytes: c.mem,
+            gpus: c.gpus,
+            nics: c.nics,
+        }
+    })
+    .unwrap_or_default()
+}

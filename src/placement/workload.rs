@@ -1,0 +1,555 @@
+//! Workloads for `simulate`: the file format (pods with containers, resources, annotations,
+//! ordered add/remove events) and the replay through nri-align's engine or the kubelet-like
+//! decider, with every decision and the free capacity after each step.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::engine::Allocator;
+use super::error::{fmt_bytes, PlacementError};
+use super::gpus::LinkTable;
+use super::kubelet::Kubelet;
+use super::ledger::NodeFree;
+use super::policy::PlacementConfig;
+use super::request::{Assignment, PodInfo, Request};
+use crate::topology::Topology;
+
+/// Why a workload file is not usable.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    /// YAML/JSON syntax or schema.
+    #[error("invalid workload: {0}")]
+    Parse(#[from] serde_yaml_ng::Error),
+    /// A quantity that is not a number with a known suffix.
+    #[error("pod {pod} container {container}: invalid {what} {value:?} ({hint})")]
+    Quantity {
+        /// Pod name.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// `cpu`, `cpu_limit`, `memory`.
+        what: &'static str,
+        /// The text.
+        value: String,
+        /// What is accepted.
+        hint: &'static str,
+    },
+    /// An event names a pod that is not defined, or a pod is added twice.
+    #[error("event {index}: {reason}")]
+    Event {
+        /// Event position (1-based).
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Why a replay stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The workload itself.
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+    /// The decider could not be built (e.g. the kubelet's NUMA node limit).
+    #[error(transparent)]
+    Placement(PlacementError),
+}
+
+/// A number or a string in the file (`cpu: 2` and `cpu: "500m"` both work).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Quantity {
+    /// A plain number.
+    Number(f64),
+    /// A Kubernetes quantity.
+    Text(String),
+}
+
+/// A workload file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    /// Pods.
+    pub pods: Vec<PodSpec>,
+    /// Ordered events; default: add every pod in order.
+    #[serde(default)]
+    pub events: Vec<Event>,
+}
+
+/// One pod.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodSpec {
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    #[serde(default = "default_ns")]
+    pub namespace: String,
+    /// Annotations (`policy.nri-align.io/pod`...).
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    /// Containers in creation order.
+    pub containers: Vec<ContainerSpec>,
+}
+
+fn default_ns() -> String {
+    "default".into()
+}
+
+/// One container.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerSpec {
+    /// Name.
+    pub name: String,
+    /// CPU request (`"16"`, `"500m"`, `1.5`).
+    #[serde(default)]
+    pub cpu: Option<Quantity>,
+    /// CPU limit; defaults to the request.
+    #[serde(default)]
+    pub cpu_limit: Option<Quantity>,
+    /// Memory limit (`64Gi`).
+    #[serde(default)]
+    pub memory: Option<Quantity>,
+    /// GPUs a device plugin allocated.
+    #[serde(default)]
+    pub gpus: u32,
+    /// RDMA NICs a device plugin allocated.
+    #[serde(default)]
+    pub nics: u32,
+}
+
+/// An event: exactly one of `add` and `remove`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Event {
+    /// Create the pod's containers in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub add: Option<String>,
+    /// Stop and remove the pod's containers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remove: Option<String>,
+}
+
+impl Event {
+    /// An `add` event.
+    pub fn add(pod: &str) -> Self {
+        Self {
+            add: Some(pod.to_string()),
+            remove: None,
+        }
+    }
+    /// A `remove` event.
+    pub fn remove(pod: &str) -> Self {
+        Self {
+            add: None,
+            remove: Some(pod.to_string()),
+        }
+    }
+}
+
+impl Workload {
+    /// Parses YAML or JSON (JSON is YAML).
+    pub fn parse(text: &str) -> Result<Self, WorkloadError> {
+        Ok(serde_yaml_ng::from_str(text)?)
+    }
+}
+
+fn cpu_milli(q: &Quantity) -> Option<u64> {
+    match q {
+        Quantity::Number(n) if *n >= 0.0 => Some((n * 1000.0).round() as u64),
+        Quantity::Number(_) => None,
+        Quantity::Text(t) => {
+            let t = t.trim();
+            match t.strip_suffix('m') {
+                Some(m) => m.parse().ok(),
+                None => t
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|n| *n >= 0.0)
+                    .map(|n| (n * 1000.0).round() as u64),
+            }
+        }
+    }
+}
+
+fn bytes(q: &Quantity) -> Option<u64> {
+    const SUFFIXES: [(&str, u64); 8] = [
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("k", 1_000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+        ("T", 1_000_000_000_000),
+    ];
+    match q {
+        Quantity::Number(n) if *n >= 0.0 => Some(*n as u64),
+        Quantity::Number(_) => None,
+        Quantity::Text(t) => {
+            let t = t.trim();
+            for (s, mul) in SUFFIXES {
+                if let Some(num) = t.strip_suffix(s) {
+                    return num
+                        .trim()
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|n| *n >= 0.0)
+                        .map(|n| (n * mul as f64) as u64);
+                }
+            }
+            t.parse().ok()
+        }
+    }
+}
+
+/// Which decider replays the workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// nri-align's engine.
+    NriAlign,
+    /// The kubelet Topology Manager as it would decide.
+    Kubelet,
+}
+
+/// One container's decision.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// Step number (1-based event index).
+    pub step: usize,
+    /// `namespace/name`.
+    pub pod: String,
+    /// Container name.
+    pub container: String,
+    /// Whether it was admitted.
+    pub admitted: bool,
+    /// Exclusive CPUs or the shared pool.
+    pub exclusive: bool,
+    /// CPUs in list form.
+    pub cpus: String,
+    /// Memory nodes in list form.
+    pub mems: String,
+    /// GPUs (PCI bus ids).
+    pub gpus: Vec<String>,
+    /// NICs (names).
+    pub nics: Vec<String>,
+    /// Whether every resource is on the chosen nodes.
+    pub aligned: bool,
+    /// Interconnect score of the GPU set.
+    pub gpu_link_score: u32,
+    /// Why.
+    pub reason: String,
+}
+
+/// What one step left free.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Step {
+    /// Step number.
+    pub step: usize,
+    /// `add NAME` / `remove NAME`.
+    pub event: String,
+    /// Free capacity per node after the step.
+    pub free: Vec<NodeFree>,
+}
+
+/// Totals.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Summary {
+    /// Strategy used.
+    pub strategy: String,
+    /// Pods admitted.
+    pub pods_admitted: usize,
+    /// Pods rejected.
+    pub pods_rejected: usize,
+    /// Containers admitted.
+    pub containers_admitted: usize,
+    /// Admitted containers with every resource aligned.
+    pub containers_aligned: usize,
+    /// Sum of the GPU link scores of admitted containers.
+    pub gpu_link_score: u32,
+}
+
+/// A whole replay.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// Every container decision.
+    pub decisions: Vec<Decision>,
+    /// Free capacity after each step.
+    pub steps: Vec<Step>,
+    /// Totals.
+    pub summary: Summary,
+}
+
+enum Decider {
+    Engine(Box<Allocator>),
+    Kubelet(Box<Kubelet>),
+}
+
+impl Decider {
+    fn place(&mut self, r: &Request) -> Result<Assignment, PlacementError> {
+        match self {
+            Decider::Engine(a) => a.place(r),
+            Decider::Kubelet(k) => k.place(r),
+        }
+    }
+    fn release(&mut self, id: &str) {
+        match self {
+            Decider::Engine(a) => drop(a.release(id)),
+            Decider::Kubelet(k) => drop(k.release(id)),
+        }
+    }
+    fn free(&self) -> Vec<NodeFree> {
+        match self {
+            Decider::Engine(a) => a.free_by_node(),
+            Decider::Kubelet(k) => k.free_by_node(),
+        }
+    }
+}
+
+/// Builds the container requests of a pod. `gpus`/`nics` become device-plugin allocations of
+/// the lowest-index free devices (a plugin blind to topology); the decider may remap them.
+fn requests(
+    pod: &PodSpec,
+    free: &[NodeFree],
+    topo: &Topology,
+) -> Result<Vec<Request>, WorkloadError> {
+    let mut free_gpus: Vec<String> = free.iter().flat_map(|n| n.gpus.iter().cloned()).collect();
+    free_gpus.sort_by_key(|b| topo.gpus.iter().position(|g| &g.pci_bus_id == b));
+    let unused: Vec<String> = free.iter().flat_map(|n| n.nics.iter().cloned()).collect();
+    let mut nic_order: Vec<String> = topo
+        .nics
+        .iter()
+        .map(|n| n.name.clone())
+        .filter(|n| unused.contains(n))
+        .collect();
+    nic_order.extend(
+        topo.nics
+            .iter()
+            .map(|n| n.name.clone())
+            .filter(|n| !unused.contains(n)),
+    );
+    let info = PodInfo {
+        uid: format!("{}/{}", pod.namespace, pod.name),
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        annotations: pod.annotations.clone(),
+    };
+    let mut out = Vec::new();
+    for c in &pod.containers {
+        let bad = |what, value: &Quantity, hint| WorkloadError::Quantity {
+            pod: pod.name.clone(),
+            container: c.name.clone(),
+            what,
+            value: format!("{value:?}"),
+            hint,
+        };
+        let request = match &c.cpu {
+            Some(q) => cpu_milli(q).ok_or_else(|| bad("cpu", q, "cores like 2, 1.5 or 500m"))?,
+            None => 0,
+        };
+        let limit = match &c.cpu_limit {
+            Some(q) => {
+                Some(cpu_milli(q).ok_or_else(|| bad("cpu_limit", q, "cores like 2, 1.5 or 500m"))?)
+            }
+            None => c.cpu.as_ref().map(|_| request),
+        };
+        let memory = match &c.memory {
+            Some(q) => Some(
+                bytes(q).ok_or_else(|| bad("memory", q, "bytes with Ki/Mi/Gi/Ti or k/M/G/T"))?,
+            ),
+            None => None,
+        };
+        let gpus: Vec<String> = free_gpus
+            .drain(..(c.gpus as usize).min(free_gpus.len()))
+            .collect();
+        let nics: Vec<String> = nic_order.iter().take(c.nics as usize).cloned().collect();
+        let turn = (c.nics as usize).min(nic_order.len());
+        nic_order.rotate_left(turn);
+        out.push(Request {
+            container_id: format!("{}/{}/{}", pod.namespace, pod.name, c.name),
+            container_name: c.name.clone(),
+            pod: info.clone(),
+            cpu_request_milli: request,
+            cpu_limit_milli: limit,
+            memory_limit_bytes: memory,
+            allocated_gpus: gpus,
+            allocated_nics: nics,
+        });
+    }
+    Ok(out)
+}
+
+/// Replays `workload` on `topo` with `config` through `strategy`.
+pub fn replay(
+    topo: Arc<Topology>,
+    config: PlacementConfig,
+    workload: &Workload,
+    strategy: Strategy,
+) -> Result<Report, ReplayError> {
+    let links = LinkTable::new(&topo);
+    let mut d = match strategy {
+        Strategy::NriAlign => Decider::Engine(Box::new(Allocator::new(Arc::clone(&topo), config))),
+        Strategy::Kubelet => Decider::Kubelet(Box::new(
+            Kubelet::new(Arc::clone(&topo), config).map_err(ReplayError::Placement)?,
+        )),
+    };
+    let events: Vec<Event> = if workload.events.is_empty() {
+        workload.pods.iter().map(|p| Event::add(&p.name)).collect()
+    } else {
+        workload.events.clone()
+    };
+    let mut live: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut report = Report {
+        decisions: Vec::new(),
+        steps: Vec::new(),
+        summary: Summary {
+            strategy: format!("{strategy:?}"),
+            ..Summary::default()
+        },
+    };
+    for (i, ev) in events.iter().enumerate() {
+        let step = i + 1;
+        let (name, add) = match (&ev.add, &ev.remove) {
+            (Some(n), None) => (n, true),
+            (None, Some(n)) => (n, false),
+            _ => {
+                return Err(WorkloadError::Event {
+                    index: step,
+                    reason: "expected exactly one of `add: POD` and `remove: POD`".into(),
+                }
+                .into())
+            }
+        };
+        let pod = workload
+            .pods
+            .iter()
+            .find(|p| &p.name == name)
+            .ok_or_else(|| WorkloadError::Event {
+                index: step,
+                reason: format!("no pod named {name:?}"),
+            })?;
+        if add {
+            if live.contains_key(name) {
+                return Err(WorkloadError::Event {
+                    index: step,
+                    reason: format!("pod {name:?} is already running"),
+                }
+                .into());
+            }
+            let mut placed = Vec::new();
+            let mut decisions = Vec::new();
+            let mut failed = None;
+            for r in requests(pod, &d.free(), &topo)? {
+                match d.place(&r) {
+                    Ok(a) => {
+                        let idx: Vec<usize> = a
+                            .gpus
+                            .iter()
+                            .filter_map(|b| topo.gpus.iter().position(|g| &g.pci_bus_id == b))
+                            .collect();
+                        decisions.push(Decision {
+                            step,
+                            pod: format!("{}/{}", pod.namespace, pod.name),
+                            container: r.container_name.clone(),
+                            admitted: true,
+                            exclusive: a.exclusive,
+                            cpus: a.cpus.to_string(),
+                            mems: a.mems.to_string(),
+                            gpus: a.gpus.clone(),
+                            nics: a.nics.clone(),
+                            aligned: a.aligned,
+                            gpu_link_score: links.set_score(&idx),
+                            reason: a.reason.clone(),
+                        });
+                        placed.push(r.container_id.clone());
+                    }
+                    Err(e) => {
+                        decisions.push(Decision {
+                            step,
+                            pod: format!("{}/{}", pod.namespace, pod.name),
+                            container: r.container_name.clone(),
+                            admitted: false,
+                            exclusive: false,
+                            cpus: String::new(),
+                            mems: String::new(),
+                            gpus: Vec::new(),
+                            nics: Vec::new(),
+                            aligned: false,
+                            gpu_link_score: 0,
+                            reason: e.to_string(),
+                        });
+                        failed = Some(r.container_name.clone());
+                        break;
+                    }
+                }
+            }
+            if let Some(bad) = failed {
+                // A pod runs whole or not at all: undo the containers already placed.
+                for id in &placed {
+                    d.release(id);
+                }
+                for dec in decisions.iter_mut().filter(|x| x.admitted) {
+                    dec.admitted = false;
+                    dec.reason = format!("pod rejected because container {bad} was: rolled back");
+                }
+                report.summary.pods_rejected += 1;
+            } else {
+                report.summary.pods_admitted += 1;
+                report.summary.containers_admitted += decisions.len();
+                report.summary.containers_aligned += decisions.iter().filter(|x| x.aligned).count();
+                report.summary.gpu_link_score +=
+                    decisions.iter().map(|x| x.gpu_link_score).sum::<u32>();
+                live.insert(name.clone(), placed);
+            }
+            report.decisions.extend(decisions);
+        } else {
+            for id in live.remove(name).unwrap_or_default() {
+                d.release(&id);
+            }
+        }
+        report.steps.push(Step {
+            step,
+            event: format!("{} {name}", if add { "add" } else { "remove" }),
+            free: d.free(),
+        });
+    }
+    Ok(report)
+}
+
+/// One line per node: `node 0: cpu 32 mem 200Gi gpu 2 nic 1`.
+pub fn format_free(free: &[NodeFree]) -> String {
+    free.iter()
+        .map(|n| {
+            format!(
+                "node {}: cpu {} mem {} gpu {} nic {}",
+                n.node,
+                n.cpus.len(),
+                fmt_bytes(n.memory_bytes),
+                n.gpus.len(),
+                n.nics.len()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities() {
+        assert_eq!(cpu_milli(&Quantity::Text("500m".into())), Some(500));
+        assert_eq!(cpu_milli(&Quantity::Text("16".into())), Some(16000));
+        assert_eq!(cpu_milli(&Quantity::Number(1.5)), Some(1500));
+        assert_eq!(cpu_milli(&Quantity::Text("lots".into())), None);
+        assert_eq!(bytes(&Quantity::Text("64Gi".into())), Some(64 << 30));
+        assert_eq!(bytes(&Quantity::Text("1G".into())), Some(1_000_000_000));
+        assert_eq!(bytes(&Quantity::Number(4096.0)), Some(4096));
+        assert_eq!(bytes(&Quantity::Text("-1Gi".into())), None);
+    }
+}

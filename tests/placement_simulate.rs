@@ -1,0 +1,258 @@
+//! `simulate`: workload parsing, replay through both strategies, the JSON contract, and the
+//! command line end to end.
+
+use std::process::Command;
+use std::sync::Arc;
+
+use nri_align::placement::testing;
+use nri_align::placement::workload::{replay, Strategy, Workload};
+use nri_align::placement::PlacementConfig;
+
+const DGX1: &str = r#"
+pods:
+  - name: small-a
+    containers: [{name: t, cpu: "4", memory: 16Gi, gpus: 2}]
+  - name: small-b
+    containers: [{name: t, cpu: "4", memory: 16Gi, gpus: 2}]
+  - name: big
+    annotations: {policy.nri-align.io/pod: single-numa-node}
+    containers:
+      - {name: t, cpu: "8", memory: 64Gi, gpus: 4, nics: 2}
+      - {name: side, cpu: 250m, cpu_limit: "1", memory: 1Gi}
+"#;
+
+#[test]
+fn nri_align_keeps_a_quad_whole_and_the_kubelet_is_blind_to_links() {
+    let wl = Workload::parse(DGX1).expect("workload");
+    let topo = Arc::new(testing::dgx1_v100());
+    let ours = replay(
+        Arc::clone(&topo),
+        PlacementConfig::default(),
+        &wl,
+        Strategy::NriAlign,
+    )
+    .expect("replay");
+    assert_eq!(ours.summary.pods_admitted, 3);
+    assert_eq!(ours.summary.containers_aligned, 4);
+    let big = ours
+        .decisions
+        .iter()
+        .find(|d| d.pod == "default/big" && d.container == "t")
+        .expect("big");
+    assert!(big.admitted && big.aligned, "{big:?}");
+    assert_eq!(big.gpus.len(), 4);
+    // The first pair takes the best link (NV2 under one switch, score 250), not GPUs 0-1 (150).
+    let first = &ours.decisions[0];
+    assert_eq!(first.gpu_link_score, 250, "{first:?}");
+    let theirs = replay(topo, PlacementConfig::default(), &wl, Strategy::Kubelet).expect("replay");
+    assert_eq!(
+        theirs.decisions[0].gpus,
+        vec![
+            testing::dgx1_v100().gpus[0].pci_bus_id.clone(),
+            testing::dgx1_v100().gpus[1].pci_bus_id.clone()
+        ]
+    );
+    assert_eq!(
+        theirs.decisions[0].gpu_link_score, 150,
+        "lowest index pair 0-1: one NVLink"
+    );
+    assert_eq!(ours.steps.len(), 3);
+    assert_eq!(
+        ours.steps[2]
+            .free
+            .iter()
+            .map(|f| f.gpus.len())
+            .sum::<usize>(),
+        0
+    );
+}
+
+#[test]
+fn rejected_pods_roll_back_and_removals_free_capacity() {
+    let wl = Workload::parse(
+        r#"{"pods": [
+              {"name": "a", "annotations": {"policy.nri-align.io/pod": "single-numa-node"},
+               "containers": [{"name": "x", "cpu": 10}, {"name": "y", "cpu": 10}]},
+              {"name": "b", "containers": [{"name": "x", "cpu": 16}]}],
+            "events": [{"add": "a"}, {"add": "b"}, {"remove": "a"}, {"add": "b"}]}"#,
+    )
+    .expect("json workload");
+    let r = replay(
+        Arc::new(testing::two_node()),
+        PlacementConfig::default(),
+        &wl,
+        Strategy::NriAlign,
+    )
+    .expect("replay");
+    // a: x fits node 0, y fits node 1 (each on one node): admitted.
+    assert!(r.decisions[0].admitted && r.decisions[1].admitted);
+    // b needs 16 but only 6+6 are free: rejected.
+    assert!(!r.decisions[2].admitted);
+    assert!(
+        r.decisions[2].reason.contains("not enough free cpu")
+            || r.decisions[2].reason.contains("cannot align"),
+        "{}",
+        r.decisions[2].reason
+    );
+    assert_eq!(
+        r.steps[1].free.iter().map(|f| f.cpus.len()).sum::<usize>(),
+        12,
+        "nothing of b stays"
+    );
+    // Once a is gone, b fits one node.
+    assert!(r.decisions[3].admitted, "{:?}", r.decisions[3]);
+    assert_eq!(
+        r.steps[3].free.iter().map(|f| f.cpus.len()).sum::<usize>(),
+        16
+    );
+    assert_eq!((r.summary.pods_admitted, r.summary.pods_rejected), (2, 1));
+}
+
+#[test]
+fn bad_workloads_and_the_kubelet_node_limit_are_errors() {
+    let e =
+        Workload::parse("pods: [{name: a, containers: [{name: x, cpus: 2}]}]").expect_err("typo");
+    assert!(e.to_string().contains("cpus"), "{e}");
+    let wl =
+        Workload::parse("pods: [{name: a, containers: [{name: x, cpu: lots}]}]").expect("parses");
+    let e = replay(
+        Arc::new(testing::two_node()),
+        PlacementConfig::default(),
+        &wl,
+        Strategy::NriAlign,
+    )
+    .expect_err("bad cpu");
+    assert!(e.to_string().contains("invalid cpu"), "{e}");
+    let wl = Workload::parse("pods: []\nevents: [{add: ghost}]").expect("parses");
+    let e = replay(
+        Arc::new(testing::two_node()),
+        PlacementConfig::default(),
+        &wl,
+        Strategy::NriAlign,
+    )
+    .expect_err("ghost");
+    assert!(e.to_string().contains("no pod named \"ghost\""), "{e}");
+    let wl = Workload::parse("pods: []").expect("parses");
+    let e = replay(
+        Arc::new(testing::numa16_1024()),
+        PlacementConfig::default(),
+        &wl,
+        Strategy::Kubelet,
+    )
+    .expect_err("16 nodes");
+    assert!(e.to_string().contains("max-allowable-numa-nodes"), "{e}");
+}
+
+#[test]
+fn command_line_json_has_the_contract_fields() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wl = dir.path().join("w.yaml");
+    std::fs::write(&wl, DGX1).expect("write");
+    let cfg = dir.path().join("c.yaml");
+    std::fs::write(&cfg, "policy: restricted\nreserved_cpus: \"0-1\"\n").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_nri-align"))
+        .args([
+            "simulate",
+            "--host",
+            "builtin:dgx1-v100",
+            "--json",
+            "--workload",
+        ])
+        .arg(&wl)
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let d = &v["decisions"][0];
+    for k in [
+        "pod",
+        "container",
+        "admitted",
+        "cpus",
+        "mems",
+        "gpus",
+        "nics",
+        "reason",
+    ] {
+        assert!(d.get(k).is_some(), "missing {k} in {d}");
+    }
+    assert!(
+        !d["cpus"]
+            .as_str()
+            .expect("cpus")
+            .split(['-', ','])
+            .any(|c| c == "0" || c == "1"),
+        "reserved cpus used: {d}"
+    );
+    assert_eq!(v["summary"]["pods_admitted"], 3);
+    let text = Command::new(env!("CARGO_BIN_EXE_nri-align"))
+        .args([
+            "simulate",
+            "--host",
+            "builtin:dgx1-v100",
+            "--strategy",
+            "kubelet",
+            "--workload",
+        ])
+        .arg(&wl)
+        .output()
+        .expect("run");
+    let s = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        s.contains("summary (Kubelet)") && s.contains("free: node 0"),
+        "{s}"
+    );
+    let bad = Command::new(env!("CARGO_BIN_EXE_nri-align"))
+        .args([
+            "simulate",
+            "--host",
+            "builtin:dgx1-v100",
+            "--strategy",
+            "fast",
+            "--workload",
+        ])
+        .arg(&wl)
+        .output()
+        .expect("run");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected one of: nri-align kubelet"));
+}
+
+#[test]
+fn a_pod_whose_second_container_is_refused_is_rolled_back() {
+    let wl = Workload::parse(
+        "pods:\n  - name: a\n    annotations: {policy.nri-align.io/pod: single-numa-node, scope.nri-align.io/pod: pod}\n    containers:\n      - {name: x, cpu: \"12\"}\n      - {name: y, cpu: \"8\"}\n",
+    )
+    .expect("workload");
+    let r = replay(
+        Arc::new(testing::two_node()),
+        PlacementConfig::default(),
+        &wl,
+        Strategy::NriAlign,
+    )
+    .expect("replay");
+    assert_eq!(r.decisions.len(), 2);
+    assert!(!r.decisions[0].admitted);
+    assert!(
+        r.decisions[0].reason.contains("rolled back"),
+        "{}",
+        r.decisions[0].reason
+    );
+    assert!(
+        r.decisions[1].reason.contains("the pod's NUMA node"),
+        "{}",
+        r.decisions[1].reason
+    );
+    assert_eq!(
+        r.steps[0].free.iter().map(|f| f.cpus.len()).sum::<usize>(),
+        32,
+        "x was released"
+    );
+    assert_eq!(r.summary.pods_rejected, 1);
+}
