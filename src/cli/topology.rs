@@ -49,6 +49,9 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
         topology::report::render(&topo)
     };
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{}", text.trim_end())?;
-    Ok(())
+    match writeln!(stdout, "{}", text.trim_end()) {
+        // `nri-align topology | head` closing the pipe early is not a failure.
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
 }

@@ -107,7 +107,7 @@ fn scan(fs: &SysFs, devices_dir: Option<&Path>) -> BTreeMap<String, Function> {
         let dir = fs::canonicalize(&link).unwrap_or_else(|_| link.clone());
         let (root_complex, mut ancestors) = devices_dir
             .and_then(|d| dir.strip_prefix(d).ok())
-            .map(|rel| split_chain(rel))
+            .map(split_chain)
             .unwrap_or_default();
         // The last element of the chain is the function itself.
         if ancestors.last() == Some(&bdf) {
