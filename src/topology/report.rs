@@ -218,6 +218,7 @@ fn placement(out: &mut String, topo: &Topology) {
                     .collect();
                 format!("NIC {}", names.join(","))
             }
+            _ if d.vendor == 0x10de && d.class >> 8 == 0x0680 => "NVSwitch".to_string(),
             _ => "other".to_string(),
         };
         let numa = d

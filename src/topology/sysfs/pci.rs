@@ -244,18 +244,32 @@ fn class_links(
     out
 }
 
-/// RDMA device name -> uverbs devices, from `class/infiniband_verbs/uverbsN/ibdev`.
+/// RDMA device name -> uverbs devices, from `class/infiniband_verbs/uverbsN/ibdev`, or, where
+/// that class directory is missing, from `class/infiniband/<dev>/device/infiniband_verbs/`.
 fn uverbs_by_ibdev(fs: &SysFs) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let Ok(entries) = fs::read_dir(fs.sys("class/infiniband_verbs")) else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let Some(name) = e.file_name().to_str().map(str::to_string) else {
-            continue;
+    let mut add_dir = |dir: &Path| {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
         };
-        if let Some(ibdev) = read_str(&e.path().join("ibdev")) {
-            out.entry(ibdev).or_default().push(name);
+        for e in entries.flatten() {
+            let Some(name) = e.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if let Some(ibdev) = read_str(&e.path().join("ibdev")) {
+                let list = out.entry(ibdev).or_default();
+                if !list.contains(&name) {
+                    list.push(name);
+                }
+            }
+        }
+    };
+    let class = fs.sys("class/infiniband_verbs");
+    if class.is_dir() {
+        add_dir(&class);
+    } else if let Ok(devs) = fs::read_dir(fs.sys("class/infiniband")) {
+        for dev in devs.flatten() {
+            add_dir(&dev.path().join("device/infiniband_verbs"));
         }
     }
     for list in out.values_mut() {
@@ -356,6 +370,18 @@ mod tests {
         assert!(!is_bus_id("pci0000:00"));
         assert!(!is_bus_id("virtio2"));
         assert!(!is_bus_id("0000:1b:00"));
+    }
+
+    #[test]
+    fn uverbs_fall_back_to_the_device_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let verbs = dir
+            .path()
+            .join("sys/class/infiniband/mlx5_0/device/infiniband_verbs/uverbs3");
+        fs::create_dir_all(&verbs).expect("mkdir");
+        fs::write(verbs.join("ibdev"), "mlx5_0\n").expect("write");
+        let map = uverbs_by_ibdev(&SysFs::new(dir.path()));
+        assert_eq!(map.get("mlx5_0"), Some(&vec!["uverbs3".to_string()]));
     }
 
     #[test]
