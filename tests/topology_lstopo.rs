@@ -90,3 +90,31 @@ fn comparison_catches_a_wrong_reading() {
     let caught = std::panic::catch_unwind(|| common_lstopo::compare(&root, &ours, &theirs));
     assert!(caught.is_err(), "a changed core id went unnoticed");
 }
+
+/// `nri-align topology --hwloc-xml` on a fresh capture of this host shows the CPUs and NUMA
+/// nodes the sysfs reader finds here.
+#[test]
+fn cli_imports_a_capture_of_this_host() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let xml = dir.path().join("host.xml");
+    std::fs::write(&xml, common_lstopo::lstopo_xml(Path::new("/"))).expect("write capture");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nri-align"))
+        .args(["topology", "--json", "--hwloc-xml"])
+        .arg(&xml)
+        .output()
+        .expect("run nri-align");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let imported: nri_align::topology::Topology =
+        serde_json::from_slice(&out.stdout).expect("JSON is the model");
+    let read = read_host(Path::new("/")).expect("read this host");
+    common_lstopo::compare(
+        Path::new("/"),
+        &common_lstopo::view_from_topology(&read),
+        &common_lstopo::view_from_topology(&imported),
+    );
+    assert_eq!(imported.source, xml.display().to_string());
+}
