@@ -35,12 +35,17 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("reading the topology under {}", root.display()))?
         }
     };
-    // NVML is optional: without an explicit library a missing driver only means "no link data";
-    // an explicit --nvml-lib that fails is an error the user asked to see.
-    if let Err(err) = topology::nvml::enrich(&mut topo, args.nvml_lib.as_deref()) {
-        match &args.nvml_lib {
-            Some(lib) => bail!("NVML from {}: {err}", lib.display()),
-            None => tracing::debug!("NVML not used: {err}"),
+    // The system's NVML describes this machine only: ask it when reading the live host, never
+    // for another machine's tree or capture (an explicit --nvml-lib, such as the fake NVML of an
+    // emulated tree, is always used). Without an explicit library a missing driver only means
+    // "no link data"; an explicit --nvml-lib that fails is an error the user asked to see.
+    let live_host = args.host_root.is_none() && args.hwloc_xml.is_none();
+    if args.nvml_lib.is_some() || live_host {
+        if let Err(err) = topology::nvml::enrich(&mut topo, args.nvml_lib.as_deref()) {
+            match &args.nvml_lib {
+                Some(lib) => bail!("NVML from {}: {err}", lib.display()),
+                None => tracing::debug!("NVML not used: {err}"),
+            }
         }
     }
     let text = if args.json {
