@@ -238,7 +238,7 @@ impl Walk {
         let root_complex = here
             .root_complex
             .clone()
-            .unwrap_or_else(|| format!("pci{}", &bus_id[..bus_id.len().saturating_sub(5)]));
+            .unwrap_or_else(|| format!("pci{}", super::sysfs::root_bus(&bus_id)));
         self.pci.push(PciInfo {
             bus_id: bus_id.clone(),
             vendor,

@@ -9,6 +9,8 @@ mod cpu;
 mod numa;
 mod pci;
 
+pub(crate) use pci::root_bus;
+
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -24,15 +26,6 @@ pub enum TopologyError {
     NoCpus {
         /// The CPU directory that was searched.
         path: PathBuf,
-    },
-    /// A directory that must be listable could not be read.
-    #[error("cannot read {path}: {source}")]
-    Io {
-        /// What failed.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
     },
 }
 

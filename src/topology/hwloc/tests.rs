@@ -181,3 +181,15 @@ fn rejects_non_hwloc_documents() {
         Err(HwlocError::NotHwloc(_))
     ));
 }
+
+#[test]
+fn odd_attributes_degrade_instead_of_panicking() {
+    let xml = TWO_GPU
+        .replace(r#"pci_busid="0000:81:00.1""#, r#"pci_busid="éé""#)
+        .replace(r#"bridge_pci="0000:[80-81]""#, r#"bridge_pci="é""#)
+        .replace(r#"local_memory="2147483648"/>"#, r#"local_memory="lots"/>"#);
+    let t = import_str(&xml, "odd").expect("import");
+    assert_eq!(t.cpus.len(), 4);
+    assert_eq!(t.numa_nodes[1].memory_bytes, 0);
+    assert!(t.pci("éé").is_some());
+}

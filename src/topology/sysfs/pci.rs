@@ -115,7 +115,7 @@ fn scan(fs: &SysFs, devices_dir: Option<&Path>) -> BTreeMap<String, Function> {
         }
         let root_complex = if root_complex.is_empty() {
             // Flattened copies lose the tree; the domain and bus are the best guess.
-            format!("pci{}", &bdf[..bdf.len().saturating_sub(5)])
+            format!("pci{}", root_bus(&bdf))
         } else {
             root_complex
         };
@@ -146,6 +146,14 @@ fn split_chain(rel: &Path) -> (String, Vec<String>) {
         .map(str::to_ascii_lowercase)
         .collect();
     (root.to_string(), chain)
+}
+
+/// `DDDD:BB` of a bus id `DDDD:BB:DD.F`: the name of the root complex the function would hang
+/// off if it sat directly on a root bus (the best guess when the tree is flattened).
+pub(crate) fn root_bus(bus_id: &str) -> &str {
+    bus_id
+        .get(..bus_id.len().saturating_sub(5))
+        .unwrap_or(bus_id)
 }
 
 /// `DDDD:BB:DD.F` (the domain may be longer on VMD hosts).
