@@ -78,11 +78,16 @@ fn two_socket_smt_tree() {
 fn memory_only_node_and_unknown_pci_nodes() {
     let t = read_host(&fixture("memonly-bridge")).expect("read");
     let ids: Vec<u32> = t.numa_nodes.iter().map(|n| n.id).collect();
-    assert_eq!(ids, vec![0, 1, 2]);
+    assert_eq!(ids, vec![0, 1, 2, 3]);
     let cxl = &t.numa_nodes[2];
     assert!(cxl.is_memory_only());
     assert_eq!(cxl.memory_bytes, 64 << 30);
-    assert_eq!(cxl.distances, vec![30, 30, 10]);
+    assert_eq!(cxl.distances, vec![30, 30, 10, 80]);
+    assert_eq!(cxl.memory_kind.as_deref(), Some("unknown"));
+    // The GPU's memory node, named by the driver's numa_status.
+    let hbm = &t.numa_nodes[3];
+    assert!(hbm.is_memory_only());
+    assert_eq!(hbm.memory_kind.as_deref(), Some("gpu"));
     assert_eq!(t.cpu_nodes().to_string(), "0-1");
     // numa_node -1 on the GPU and both switch levels: resolved through the root port.
     let gpu = t.pci("0000:3b:00.0").expect("gpu");
@@ -175,7 +180,7 @@ fn json_contract() {
         }
     }
     let nodes = v["numa_nodes"].as_array().expect("numa_nodes[]");
-    assert_eq!(nodes.len(), 3);
+    assert_eq!(nodes.len(), 4);
     for n in nodes {
         assert!(n["id"].is_u64() && n["memory_bytes"].is_u64(), "{n}");
         assert!(n["cpus"]
@@ -183,7 +188,7 @@ fn json_contract() {
             .expect("cpus list")
             .iter()
             .all(Value::is_u64));
-        assert_eq!(n["distances"].as_array().map(Vec::len), Some(3));
+        assert_eq!(n["distances"].as_array().map(Vec::len), Some(4));
     }
     assert_eq!(nodes[1]["cpus"], serde_json::json!([4, 5, 6, 7]));
     assert_eq!(nodes[2]["cpus"], serde_json::json!([]));

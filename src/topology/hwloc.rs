@@ -189,8 +189,16 @@ impl Walk {
             .children()
             .filter(|c| c.has_tag_name("object"))
             .collect();
-        if let Some(numa) = objects.iter().find_map(|c| first_numa(*c)) {
-            here.numa = Some(numa);
+        // Plain DRAM (no subtype) is the CPUs' node; HBM, GPU memory or CXL attached next to it
+        // are memory-only.
+        let numa_children: Vec<(u32, bool)> =
+            objects.iter().filter_map(|c| first_numa(*c)).collect();
+        if let Some((numa, _)) = numa_children
+            .iter()
+            .find(|(_, special)| !special)
+            .or(numa_children.first())
+        {
+            here.numa = Some(*numa);
         }
         for child in objects {
             self.visit(child, &here);
@@ -498,10 +506,14 @@ impl Walk {
     }
 }
 
-/// The first NUMA node among an object's memory children (looking through MemCache).
-fn first_numa(node: Node) -> Option<u32> {
+/// The NUMA node of a memory child (looking through MemCache), and whether it is special
+/// memory (it has a subtype: HBM, GPUMemory, ...).
+fn first_numa(node: Node) -> Option<(u32, bool)> {
     match node.attribute("type")? {
-        "NUMANode" => node.attribute("os_index")?.parse().ok(),
+        "NUMANode" => Some((
+            node.attribute("os_index")?.parse().ok()?,
+            node.attribute("subtype").is_some(),
+        )),
         "MemCache" => node
             .children()
             .filter(|c| c.has_tag_name("object"))

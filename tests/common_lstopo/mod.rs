@@ -39,6 +39,9 @@ pub fn lstopo_xml(root: &Path) -> String {
     cmd.args(["--of", "xml", "-"]);
     // The x86 backend would run CPUID on *this* machine and graft its caches onto the tree.
     cmd.env("HWLOC_COMPONENTS", "-x86");
+    // hwloc hides NUMA nodes made of NVIDIA GPU memory (`numa_status`) unless told otherwise;
+    // the kernel, and so nri-align, lists them.
+    cmd.env("HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES", "1");
     if root != Path::new("/") {
         cmd.env("HWLOC_FSROOT", root);
     }

@@ -68,6 +68,17 @@ pub(super) fn read_devices(fs: &SysFs, topo: &mut Topology) {
         .collect();
 
     let nvidia = nvidia_proc_info(fs);
+    // Coherent GPU memory onlined as a CPU-less NUMA node (Grace Hopper) is named by the driver.
+    for info in nvidia.values() {
+        let Some(node) = info.memory_node else {
+            continue;
+        };
+        if let Some(n) = topo.numa_nodes.iter_mut().find(|n| n.id == node) {
+            if n.is_memory_only() {
+                n.memory_kind = Some("gpu".to_string());
+            }
+        }
+    }
     topo.gpus = topo
         .pci_devices
         .iter()
@@ -334,6 +345,8 @@ struct NvidiaInfo {
     minor: Option<u32>,
     uuid: Option<String>,
     model: Option<String>,
+    /// NUMA node of the GPU's own memory (`numa_status`: `Node: N`), on coherent platforms.
+    memory_node: Option<u32>,
 }
 
 fn nvidia_proc_info(fs: &SysFs) -> BTreeMap<String, NvidiaInfo> {
@@ -360,6 +373,14 @@ fn nvidia_proc_info(fs: &SysFs) -> BTreeMap<String, NvidiaInfo> {
                 _ => {}
             }
         }
+        info.memory_node = fs::read_to_string(e.path().join("numa_status"))
+            .ok()
+            .and_then(|t| {
+                t.lines().find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    (k.trim() == "Node").then(|| v.trim().parse().ok())?
+                })
+            });
         if let Some(bus) = bus {
             out.insert(bus, info);
         }
