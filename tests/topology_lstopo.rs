@@ -47,11 +47,13 @@ fn hwloc_import_of_lstopo_capture_matches_the_reader() {
             t.numa_nodes.iter().map(|n| n.distances.clone()).collect()
         };
         assert_eq!(dist(&imported), dist(&read), "{name}: distances");
-        let memory_only = |t: &nri_align::topology::Topology| -> Vec<u32> {
+        // Memory-only nodes and what backs them (the GPU memory node of memonly-bridge is
+        // `GPUMemory` to hwloc and named by numa_status to the reader).
+        let memory_only = |t: &nri_align::topology::Topology| -> Vec<(u32, Option<String>)> {
             t.numa_nodes
                 .iter()
                 .filter(|n| n.is_memory_only())
-                .map(|n| n.id)
+                .map(|n| (n.id, n.memory_kind.clone()))
                 .collect()
         };
         assert_eq!(
