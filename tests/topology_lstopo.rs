@@ -47,8 +47,9 @@ fn hwloc_import_of_lstopo_capture_matches_the_reader() {
             t.numa_nodes.iter().map(|n| n.distances.clone()).collect()
         };
         assert_eq!(dist(&imported), dist(&read), "{name}: distances");
-        // Memory-only nodes and what backs them (the GPU memory node of memonly-bridge is
-        // `GPUMemory` to hwloc and named by numa_status to the reader).
+        // Memory-only nodes and what backs them where hwloc 2.9 says (the GPU memory node of
+        // memonly-bridge is `GPUMemory` to hwloc and named by numa_status to the reader; hwloc
+        // 2.9 does not yet tag CXL nodes, the reader does).
         let memory_only = |t: &nri_align::topology::Topology| -> Vec<(u32, Option<String>)> {
             t.numa_nodes
                 .iter()
@@ -56,11 +57,17 @@ fn hwloc_import_of_lstopo_capture_matches_the_reader() {
                 .map(|n| (n.id, n.memory_kind.clone()))
                 .collect()
         };
+        let (imp, ours) = (memory_only(&imported), memory_only(&read));
         assert_eq!(
-            memory_only(&imported),
-            memory_only(&read),
+            imp.iter().map(|n| n.0).collect::<Vec<_>>(),
+            ours.iter().map(|n| n.0).collect::<Vec<_>>(),
             "{name}: memory-only nodes"
         );
+        for (a, b) in imp.iter().zip(&ours) {
+            if a.1.as_deref() != Some("unknown") {
+                assert_eq!(a, b, "{name}: memory kind");
+            }
+        }
         // lstopo sees PCI functions (not the bridges: fixtures carry no config space) and
         // network/RDMA devices, with the same locality as the reader.
         let gpus = |t: &nri_align::topology::Topology| -> Vec<(String, Option<u32>)> {

@@ -83,7 +83,7 @@ fn memory_only_node_and_unknown_pci_nodes() {
     assert!(cxl.is_memory_only());
     assert_eq!(cxl.memory_bytes, 64 << 30);
     assert_eq!(cxl.distances, vec![30, 30, 10, 80]);
-    assert_eq!(cxl.memory_kind.as_deref(), Some("unknown"));
+    assert_eq!(cxl.memory_kind.as_deref(), Some("cxl"));
     // The GPU's memory node, named by the driver's numa_status.
     let hbm = &t.numa_nodes[3];
     assert!(hbm.is_memory_only());

@@ -50,6 +50,12 @@ pub(super) fn read_nodes(fs: &SysFs, online: &CpuSet) -> Vec<NumaNode> {
                 .collect();
         }
     }
+    // CXL memory onlined through dax/kmem: the dax device of a CXL region names its node.
+    for node in cxl_nodes(fs) {
+        if let Some(n) = nodes.iter_mut().find(|n| n.id == node && n.cpus.is_empty()) {
+            n.memory_kind = Some("cxl".to_string());
+        }
+    }
     // CPUs that no node claims (broken trees) go to the first CPU node so every CPU has one.
     let claimed = nodes
         .iter()
@@ -64,6 +70,29 @@ pub(super) fn read_nodes(fs: &SysFs, online: &CpuSet) -> Vec<NumaNode> {
         }
     }
     nodes
+}
+
+/// Nodes backed by CXL memory: `bus/dax/devices/daxX.Y` links into a CXL region
+/// (`.../ACPI0017:00/root0/decoder0.0/region0/dax_region0/dax0.0`) and names its `target_node`.
+fn cxl_nodes(fs: &SysFs) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(fs.sys("bus/dax/devices")) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let dir = std::fs::canonicalize(e.path()).ok()?;
+            let in_cxl_region = dir.iter().filter_map(|c| c.to_str()).any(|c| {
+                c.starts_with("ACPI0017")
+                    || c.strip_prefix("region")
+                        .is_some_and(|n| n.parse::<u32>().is_ok())
+            });
+            if !in_cxl_region {
+                return None;
+            }
+            read_str(&dir.join("target_node"))?.parse().ok()
+        })
+        .collect()
 }
 
 /// Sets `Cpu::numa_node` from the nodes' CPU lists, in one pass over each list.
