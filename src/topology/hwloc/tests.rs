@@ -193,3 +193,21 @@ fn odd_attributes_degrade_instead_of_panicking() {
     assert_eq!(t.numa_nodes[1].memory_bytes, 0);
     assert!(t.pci("éé").is_some());
 }
+
+#[test]
+fn report_shows_nvlink_counts_and_json_round_trips() {
+    let t = import_str(TWO_GPU, "test").expect("import");
+    let text = crate::topology::report::render(&t);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|cells| cells.first() == Some(&"GPU0") && cells.get(1) == Some(&"X"))
+        .collect();
+    assert_eq!(rows.len(), 1, "{text}");
+    // GPU0: self, two NVLinks to GPU1, then the two NICs across the socket interconnect.
+    assert_eq!(&rows[0][1..5], &["X", "NV2", "SYS", "SYS"], "{text}");
+    assert!(text.contains("memory-only, hbm"), "{text}");
+    let json = crate::topology::report::to_json(&t).expect("json");
+    let back: Topology = serde_json::from_str(&json).expect("parse back");
+    assert_eq!(back, t);
+}
