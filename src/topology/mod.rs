@@ -2,8 +2,13 @@
 //! host descriptions, and the human/JSON report.
 
 pub mod desc;
+pub mod hwloc;
 pub mod idset;
 pub mod model;
+pub mod nvml;
+pub mod report;
+pub mod sysfs;
 
 pub use idset::{CpuSet, IdSet, NodeSet};
 pub use model::*;
+pub use sysfs::{read_host, TopologyError};
