@@ -130,6 +130,9 @@ instance_vars() {
     RUNC_ROOT="$INST_DIR/runc"
     CRICTL_CONFIG="$INST_DIR/crictl.yaml"
     ENV_FILE="$INST_DIR/env"
+    # cgroupfs parent for the instance's pods (tests put their pods below it), so that
+    # containerd-down can remove exactly the cgroups this instance created.
+    CGROUP_PARENT_NAME="nri-align-$INSTANCE"
 }
 
 # daemon_pid prints the PID of the instance's containerd if it is alive and really ours.
