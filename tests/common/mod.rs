@@ -48,7 +48,10 @@ pub fn skip_unless_root(test: &str) -> bool {
     if nix::unistd::geteuid().is_root() {
         return false;
     }
-    eprintln!("SKIP {test}: needs root to run containerd (uid {})", nix::unistd::geteuid());
+    eprintln!(
+        "SKIP {test}: needs root to run containerd (uid {})",
+        nix::unistd::geteuid()
+    );
     true
 }
 
@@ -97,7 +100,8 @@ pub fn crictl_bin() -> HResult<PathBuf> {
 }
 
 fn run_cmd(cmd: &mut Command, what: &str) -> HResult<Output> {
-    cmd.output().map_err(|e| HarnessError(format!("{what}: cannot run: {e}")))
+    cmd.output()
+        .map_err(|e| HarnessError(format!("{what}: cannot run: {e}")))
 }
 
 fn describe(out: &Output) -> String {
@@ -155,7 +159,11 @@ impl Containerd {
             "containerd-down",
         )?;
         if !out.status.success() {
-            return err(format!("containerd-down {} {name} failed: {}", flavor.name(), describe(&out)));
+            return err(format!(
+                "containerd-down {} {name} failed: {}",
+                flavor.name(),
+                describe(&out)
+            ));
         }
         Self::up_with(flavor, name, options)
     }
@@ -179,7 +187,8 @@ impl Containerd {
     /// state) and waits for CRI. Used after [`Containerd::kill`] to bring containerd back.
     pub fn start(&mut self) -> HResult<()> {
         let mut cmd = Command::new(repo_root().join("hack/containerd-up"));
-        cmd.args([self.flavor.name(), &self.name]).env("CRICTL", &self.crictl);
+        cmd.args([self.flavor.name(), &self.name])
+            .env("CRICTL", &self.crictl);
         if let Some(t) = &self.options.registration_timeout {
             cmd.env("NRI_PLUGIN_REGISTRATION_TIMEOUT", t);
         }
@@ -191,7 +200,12 @@ impl Containerd {
         }
         let out = run_cmd(&mut cmd, "containerd-up")?;
         if !out.status.success() {
-            return err(format!("containerd-up {} {} failed: {}", self.flavor.name(), self.name, describe(&out)));
+            return err(format!(
+                "containerd-up {} {} failed: {}",
+                self.flavor.name(),
+                self.name,
+                describe(&out)
+            ));
         }
         let env_file = String::from_utf8_lossy(&out.stdout).trim().to_string();
         let text = fs::read_to_string(&env_file)
@@ -220,35 +234,54 @@ impl Containerd {
 
     /// Directory of drop-in configs for pre-installed plugins.
     pub fn plugin_config_path(&self) -> PathBuf {
-        PathBuf::from(self.env.get("NRI_PLUGIN_CONFIG_PATH").cloned().unwrap_or_default())
+        PathBuf::from(
+            self.env
+                .get("NRI_PLUGIN_CONFIG_PATH")
+                .cloned()
+                .unwrap_or_default(),
+        )
     }
 
     /// The instance directory under _output/.
     pub fn dir(&self) -> PathBuf {
-        PathBuf::from(self.env.get("CONTAINERD_CONFIG").cloned().unwrap_or_default())
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default()
+        PathBuf::from(
+            self.env
+                .get("CONTAINERD_CONFIG")
+                .cloned()
+                .unwrap_or_default(),
+        )
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
     }
 
     /// containerd's version string (e.g. "1.7.24~ds1", "2.1.9+unknown").
     pub fn version(&self) -> &str {
-        self.env.get("CONTAINERD_VERSION").map(String::as_str).unwrap_or("")
+        self.env
+            .get("CONTAINERD_VERSION")
+            .map(String::as_str)
+            .unwrap_or("")
     }
 
     /// PID of the running daemon.
     pub fn pid(&self) -> HResult<i32> {
         let path = self.dir().join("containerd.pid");
-        let raw = fs::read_to_string(&path).map_err(|e| HarnessError(format!("read {}: {e}", path.display())))?;
-        raw.trim().parse().map_err(|e| HarnessError(format!("bad pid in {}: {e}", path.display())))
+        let raw = fs::read_to_string(&path)
+            .map_err(|e| HarnessError(format!("read {}: {e}", path.display())))?;
+        raw.trim()
+            .parse()
+            .map_err(|e| HarnessError(format!("bad pid in {}: {e}", path.display())))
     }
 
     /// Kills the daemon (containers and shims keep running, as after a crash) and waits for it
     /// to be gone. Bring it back with [`Containerd::start`].
     pub fn kill(&self, signal: nix::sys::signal::Signal) -> HResult<()> {
         let pid = nix::unistd::Pid::from_raw(self.pid()?);
-        nix::sys::signal::kill(pid, signal).map_err(|e| HarnessError(format!("kill {pid}: {e}")))?;
-        let gone = wait_until(Duration::from_secs(15), || !Path::new(&format!("/proc/{pid}")).exists());
+        nix::sys::signal::kill(pid, signal)
+            .map_err(|e| HarnessError(format!("kill {pid}: {e}")))?;
+        let gone = wait_until(Duration::from_secs(15), || {
+            !Path::new(&format!("/proc/{pid}")).exists()
+        });
         if !gone {
             return err(format!("containerd {pid} still alive after {signal}"));
         }
@@ -264,7 +297,9 @@ impl Containerd {
 
     /// Whether containerd's log contains `needle`.
     pub fn log_contains(&self, needle: &str) -> bool {
-        fs::read_to_string(self.dir().join("containerd.log")).map(|t| t.contains(needle)).unwrap_or(false)
+        fs::read_to_string(self.dir().join("containerd.log"))
+            .map(|t| t.contains(needle))
+            .unwrap_or(false)
     }
 
     /// CRI client bound to this instance.
@@ -272,17 +307,23 @@ impl Containerd {
         Cri {
             bin: self.crictl.clone(),
             config: PathBuf::from(self.env.get("CRI_CONFIG_FILE").cloned().unwrap_or_default()),
-            endpoint: self.env.get("CONTAINER_RUNTIME_ENDPOINT").cloned().unwrap_or_default(),
+            endpoint: self
+                .env
+                .get("CONTAINER_RUNTIME_ENDPOINT")
+                .cloned()
+                .unwrap_or_default(),
         }
     }
 
     fn config_file(&self, kind: &str, value: &Value) -> HResult<PathBuf> {
         let dir = self.dir().join("configs");
-        fs::create_dir_all(&dir).map_err(|e| HarnessError(format!("mkdir {}: {e}", dir.display())))?;
+        fs::create_dir_all(&dir)
+            .map_err(|e| HarnessError(format!("mkdir {}: {e}", dir.display())))?;
         let n = self.configs.fetch_add(1, Ordering::SeqCst);
         let path = dir.join(format!("{kind}-{n}.json"));
         let text = serde_json::to_string_pretty(value).map_err(|e| HarnessError(e.to_string()))?;
-        fs::write(&path, text).map_err(|e| HarnessError(format!("write {}: {e}", path.display())))?;
+        fs::write(&path, text)
+            .map_err(|e| HarnessError(format!("write {}: {e}", path.display())))?;
         Ok(path)
     }
 
@@ -290,18 +331,28 @@ impl Containerd {
     pub fn run_pod(&self, spec: &PodSpec) -> HResult<Pod> {
         let parent = self.env.get("CGROUP_PARENT").cloned().unwrap_or_default();
         let logs = self.dir().join("logs").join(&spec.name);
-        fs::create_dir_all(&logs).map_err(|e| HarnessError(format!("mkdir {}: {e}", logs.display())))?;
+        fs::create_dir_all(&logs)
+            .map_err(|e| HarnessError(format!("mkdir {}: {e}", logs.display())))?;
         let config = spec.to_json(&parent, &logs);
         let path = self.config_file("pod", &config)?;
         let id = self.cri().ok(&["runp", &path.to_string_lossy()])?;
-        Ok(Pod { id, config_path: path, name: spec.name.clone() })
+        Ok(Pod {
+            id,
+            config_path: path,
+            name: spec.name.clone(),
+        })
     }
 
     /// Creates a container in `pod`; `Err` carries the runtime's message (a plugin rejection).
     pub fn create(&self, pod: &Pod, spec: &ContainerSpec) -> HResult<String> {
         let image = self.env.get("TEST_IMAGE").cloned().unwrap_or_default();
         let path = self.config_file("container", &spec.to_json(&image))?;
-        self.cri().ok(&["create", &pod.id, &path.to_string_lossy(), &pod.config_path.to_string_lossy()])
+        self.cri().ok(&[
+            "create",
+            &pod.id,
+            &path.to_string_lossy(),
+            &pod.config_path.to_string_lossy(),
+        ])
     }
 
     /// Creates and starts a container; returns its ID.
@@ -316,7 +367,8 @@ impl Containerd {
     pub fn start_external_plugin(&self, bin: &Path, args: &[&str]) -> HResult<PluginProcess> {
         let n = self.configs.fetch_add(1, Ordering::SeqCst);
         let log = self.dir().join(format!("plugin-{n}.log"));
-        let file = fs::File::create(&log).map_err(|e| HarnessError(format!("create {}: {e}", log.display())))?;
+        let file = fs::File::create(&log)
+            .map_err(|e| HarnessError(format!("create {}: {e}", log.display())))?;
         let file2 = file.try_clone().map_err(|e| HarnessError(e.to_string()))?;
         let child = Command::new(bin)
             .arg("run")
@@ -335,17 +387,29 @@ impl Containerd {
     /// `config` (if any) written to plugin_config_path as `IDX-NAME.conf`. containerd launches
     /// such plugins when it starts, so call [`Containerd::kill`] + [`Containerd::start`] (or
     /// install before the first start of a fresh instance) for it to take effect.
-    pub fn install_prelaunched_plugin(&self, idx: &str, name: &str, bin: &Path, config: Option<&str>) -> HResult<PathBuf> {
+    pub fn install_prelaunched_plugin(
+        &self,
+        idx: &str,
+        name: &str,
+        bin: &Path,
+        config: Option<&str>,
+    ) -> HResult<PathBuf> {
         if idx.len() != 2 || !idx.bytes().all(|b| b.is_ascii_digit()) {
             return err(format!("plugin index {idx:?} must be two digits"));
         }
         let target = self.plugin_path().join(format!("{idx}-{name}"));
         let _ = fs::remove_file(&target);
-        std::os::unix::fs::symlink(bin, &target)
-            .map_err(|e| HarnessError(format!("link {} -> {}: {e}", target.display(), bin.display())))?;
+        std::os::unix::fs::symlink(bin, &target).map_err(|e| {
+            HarnessError(format!(
+                "link {} -> {}: {e}",
+                target.display(),
+                bin.display()
+            ))
+        })?;
         if let Some(cfg) = config {
             let conf = self.plugin_config_path().join(format!("{idx}-{name}.conf"));
-            fs::write(&conf, cfg).map_err(|e| HarnessError(format!("write {}: {e}", conf.display())))?;
+            fs::write(&conf, cfg)
+                .map_err(|e| HarnessError(format!("write {}: {e}", conf.display())))?;
         }
         Ok(target)
     }
@@ -354,7 +418,11 @@ impl Containerd {
 impl Drop for Containerd {
     fn drop(&mut self) {
         if std::env::var_os("NRI_ALIGN_KEEP").is_some_and(|v| v == "1") {
-            eprintln!("keeping containerd instance {}-{} (NRI_ALIGN_KEEP=1)", self.flavor.name(), self.name);
+            eprintln!(
+                "keeping containerd instance {}-{} (NRI_ALIGN_KEEP=1)",
+                self.flavor.name(),
+                self.name
+            );
             return;
         }
         let out = Command::new(repo_root().join("hack/containerd-down"))
@@ -363,7 +431,12 @@ impl Drop for Containerd {
             .output();
         match out {
             Ok(o) if o.status.success() => {}
-            Ok(o) => eprintln!("containerd-down {} {} failed: {}", self.flavor.name(), self.name, describe(&o)),
+            Ok(o) => eprintln!(
+                "containerd-down {} {} failed: {}",
+                self.flavor.name(),
+                self.name,
+                describe(&o)
+            ),
             Err(e) => eprintln!("containerd-down {} {}: {e}", self.flavor.name(), self.name),
         }
     }
@@ -409,7 +482,9 @@ impl PluginProcess {
         if let Ok(pid) = i32::try_from(self.child.id()) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
         }
-        if !wait_until(Duration::from_secs(5), || self.child.try_wait().ok().flatten().is_some()) {
+        if !wait_until(Duration::from_secs(5), || {
+            self.child.try_wait().ok().flatten().is_some()
+        }) {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
@@ -461,7 +536,11 @@ impl Cri {
     pub fn ok(&self, args: &[&str]) -> HResult<String> {
         let out = self.run(args)?;
         if !out.status.success() {
-            return err(format!("crictl {} failed: {}", args.join(" "), describe(&out)));
+            return err(format!(
+                "crictl {} failed: {}",
+                args.join(" "),
+                describe(&out)
+            ));
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
@@ -482,7 +561,10 @@ impl Cri {
     pub fn proc_status(&self, id: &str) -> HResult<String> {
         let r = self.exec(id, &["cat", "/proc/self/status"])?;
         if r.code != 0 {
-            return err(format!("cat /proc/self/status in {id}: exit {} {}", r.code, r.stderr));
+            return err(format!(
+                "cat /proc/self/status in {id}: exit {} {}",
+                r.code, r.stderr
+            ));
         }
         Ok(r.stdout)
     }
@@ -499,23 +581,33 @@ impl Cri {
     /// `inspect` JSON (status + info, with info.runtimeSpec).
     pub fn inspect(&self, id: &str) -> HResult<Value> {
         let text = self.ok(&["inspect", id])?;
-        serde_json::from_str(&text).map_err(|e| HarnessError(format!("inspect {id}: bad JSON: {e}")))
+        serde_json::from_str(&text)
+            .map_err(|e| HarnessError(format!("inspect {id}: bad JSON: {e}")))
     }
 
     /// `inspectp` JSON.
     pub fn inspectp(&self, id: &str) -> HResult<Value> {
         let text = self.ok(&["inspectp", id])?;
-        serde_json::from_str(&text).map_err(|e| HarnessError(format!("inspectp {id}: bad JSON: {e}")))
+        serde_json::from_str(&text)
+            .map_err(|e| HarnessError(format!("inspectp {id}: bad JSON: {e}")))
     }
 
     /// IDs of all containers (any state).
     pub fn containers(&self) -> HResult<Vec<String>> {
-        Ok(self.ok(&["ps", "-a", "-q"])?.lines().map(str::to_string).collect())
+        Ok(self
+            .ok(&["ps", "-a", "-q"])?
+            .lines()
+            .map(str::to_string)
+            .collect())
     }
 
     /// IDs of all pods.
     pub fn pods(&self) -> HResult<Vec<String>> {
-        Ok(self.ok(&["pods", "-q"])?.lines().map(str::to_string).collect())
+        Ok(self
+            .ok(&["pods", "-q"])?
+            .lines()
+            .map(str::to_string)
+            .collect())
     }
 
     /// Stops and removes a pod with its containers.
@@ -557,7 +649,11 @@ pub struct PodSpec {
 impl PodSpec {
     /// A pod named `name` in namespace "default".
     pub fn new(name: &str) -> Self {
-        Self { name: name.to_string(), namespace: "default".into(), ..Default::default() }
+        Self {
+            name: name.to_string(),
+            namespace: "default".into(),
+            ..Default::default()
+        }
     }
 
     /// Adds an annotation.
@@ -574,7 +670,11 @@ impl PodSpec {
 
     /// crictl's JSON for this pod under `cgroup_parent`, logging into `log_dir`.
     pub fn to_json(&self, cgroup_parent: &str, log_dir: &Path) -> Value {
-        let uid = if self.uid.is_empty() { format!("uid-{}", self.name) } else { self.uid.clone() };
+        let uid = if self.uid.is_empty() {
+            format!("uid-{}", self.name)
+        } else {
+            self.uid.clone()
+        };
         let mut linux = json!({
             "cgroup_parent": cgroup_parent,
             // NamespaceMode NODE = 2: host network, no CNI needed.
@@ -617,7 +717,10 @@ pub struct ContainerSpec {
 impl ContainerSpec {
     /// A container named `name` that sleeps.
     pub fn new(name: &str) -> Self {
-        Self { name: name.to_string(), ..Default::default() }
+        Self {
+            name: name.to_string(),
+            ..Default::default()
+        }
     }
 
     /// Command to run instead of the default sleep.
@@ -653,7 +756,9 @@ impl ContainerSpec {
     pub fn cpu_millis(self, request: i64, limit: Option<i64>) -> Self {
         let s = self.resource("cpu_shares", json!((request * 1024 / 1000).max(2)));
         match limit {
-            Some(l) => s.resource("cpu_period", json!(100_000)).resource("cpu_quota", json!(l * 100)),
+            Some(l) => s
+                .resource("cpu_period", json!(100_000))
+                .resource("cpu_quota", json!(l * 100)),
             None => s,
         }
     }
@@ -665,7 +770,8 @@ impl ContainerSpec {
 
     /// Adds a device.
     pub fn device(mut self, container_path: &str, host_path: &str, perms: &str) -> Self {
-        self.devices.push((container_path.into(), host_path.into(), perms.into()));
+        self.devices
+            .push((container_path.into(), host_path.into(), perms.into()));
         self
     }
 
@@ -676,7 +782,11 @@ impl ContainerSpec {
         } else {
             self.command.clone()
         };
-        let envs: Vec<Value> = self.envs.iter().map(|(k, v)| json!({"key": k, "value": v})).collect();
+        let envs: Vec<Value> = self
+            .envs
+            .iter()
+            .map(|(k, v)| json!({"key": k, "value": v}))
+            .collect();
         let devices: Vec<Value> = self
             .devices
             .iter()

@@ -404,7 +404,7 @@ async fn ps(client: &CriClient, args: PsArgs) -> Result<()> {
             .retain(|c| name_matches(name, &c.metadata.name));
     }
     resp.containers
-        .sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        .sort_by_key(|c| std::cmp::Reverse(c.created_at));
     let keep = if args.latest { Some(1) } else { args.last };
     if let Some(n) = keep {
         resp.containers.truncate(n);
@@ -459,7 +459,7 @@ async fn pods(client: &CriClient, args: PodsArgs) -> Result<()> {
         resp.items
             .retain(|p| name_matches(ns, &p.metadata.namespace));
     }
-    resp.items.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+    resp.items.sort_by_key(|p| std::cmp::Reverse(p.created_at));
     let keep = if args.latest { Some(1) } else { args.last };
     if let Some(n) = keep {
         resp.items.truncate(n);
