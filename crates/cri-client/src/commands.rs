@@ -6,10 +6,11 @@ use std::io::Write;
 use anyhow::{bail, Context, Result};
 
 use crate::cli::{
-    container_table, exec_deadline, inspect_doc, list_json, load, name_matches, parse_labels,
-    pod_table, print_json, print_log, Command, Format, PodsArgs, PsArgs, UpdateArgs,
+    exec_deadline, inspect_doc, list_json, load, name_matches, parse_labels, print_json, Command,
+    Format, PodsArgs, PsArgs, UpdateArgs,
 };
 use crate::proto::*;
+use crate::render::{container_table, pod_table, print_log};
 use crate::CriClient;
 
 /// Runs one subcommand; returns the exit code.

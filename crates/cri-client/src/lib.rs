@@ -9,5 +9,6 @@ pub mod grpc;
 pub mod jsonconf;
 pub mod output;
 pub mod proto;
+pub mod render;
 
 pub use client::CriClient;
