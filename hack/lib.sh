@@ -1,0 +1,167 @@
+# shellcheck shell=bash
+# Shared helpers for the hack/ scripts: project paths, logging, private apt, flavors.
+# Sourced, never run. Nothing here changes the host outside the project's .cache/ and _output/.
+
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT_DIR="$(cd "$HACK_DIR/.." && pwd)"
+CACHE_DIR="${NRI_ALIGN_CACHE:-$ROOT_DIR/.cache}"
+OUTPUT_DIR="${NRI_ALIGN_OUTPUT:-$ROOT_DIR/_output}"
+DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+DEBIAN_KEYRING="${DEBIAN_KEYRING:-/usr/share/keyrings/debian-archive-keyring.gpg}"
+
+# Image references the CRI config and tests use; built locally by hack/build-images.
+SANDBOX_IMAGE="${SANDBOX_IMAGE:-localhost/nri-align/sandbox:1}"
+TEST_IMAGE="${TEST_IMAGE:-localhost/nri-align/busybox:1}"
+
+log() { printf '%s: %s\n' "$(basename "$0")" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# flavor_suite FLAVOR -> Debian suite providing that containerd.
+flavor_suite() {
+    case "$1" in
+        trixie) echo trixie ;;
+        sid) echo sid ;;
+        *) die "unknown flavor '$1' (want trixie or sid)" ;;
+    esac
+}
+
+# flavor_config_version FLAVOR -> containerd config schema version for that flavor.
+flavor_config_version() {
+    case "$1" in
+        trixie) echo 2 ;;
+        sid) echo 3 ;;
+        *) die "unknown flavor '$1'" ;;
+    esac
+}
+
+# apt_private TOOL SUITE ARGS... runs apt-get or apt-cache against a private sources list, lists and cache under
+# .cache/apt-SUITE, so the host's apt state is never read or written.
+apt_private() {
+    local tool="$1" suite="$2"; shift 2
+    local base="$CACHE_DIR/apt-$suite"
+    mkdir -p "$base/lists/partial" "$base/cache/archives/partial" "$base/etc"
+    local sources="$base/etc/sources.list"
+    local want="deb [signed-by=$DEBIAN_KEYRING] $DEBIAN_MIRROR $suite main"
+    if [[ ! -f "$sources" ]] || [[ "$(cat "$sources")" != "$want" ]]; then
+        printf '%s\n' "$want" >"$sources"
+    fi
+    "$tool" -q \
+        -o Dir::Etc::sourcelist="$sources" \
+        -o Dir::Etc::sourceparts=- \
+        -o Dir::State::Lists="$base/lists" \
+        -o Dir::Cache="$base/cache" \
+        -o Dir::State::status=/var/lib/dpkg/status \
+        -o APT::Sandbox::User=root \
+        -o APT::Architecture="$(dpkg --print-architecture)" \
+        "$@"
+}
+
+# fetch_deb SUITE PACKAGE DEST: downloads PACKAGE from SUITE and unpacks it into DEST (dpkg -x).
+# Skips everything when DEST/.done names the same package version.
+fetch_deb() {
+    local suite="$1" pkg="$2" dest="$3"
+    local base="$CACHE_DIR/apt-$suite"
+    # Unpacked within the last day: done, without even reading the package lists (apt-cache
+    # over sid's lists costs seconds on a loaded box). NRI_ALIGN_OFFLINE=1 never looks again.
+    if [[ -f "$dest/.done" ]]; then
+        if [[ "${NRI_ALIGN_OFFLINE:-0}" == 1 ]] || [[ -n "$(find "$dest/.done" -mmin -1440)" ]]; then
+            return 0
+        fi
+    fi
+    # Refresh the private lists at most once a day; a stale list only means an older version.
+    if [[ -z "$(find "$base/lists" -maxdepth 1 -name '*_Packages*' -mtime -1 2>/dev/null | head -1)" ]]; then
+        log "apt update ($suite)"
+        apt_private apt-get "$suite" update >/dev/null
+    fi
+    local version
+    version="$(apt_private apt-cache "$suite" show "$pkg" 2>/dev/null | awk '/^Version:/ {print $2; exit}')"
+    [[ -n "$version" ]] || die "package $pkg not found in $suite"
+    if [[ -f "$dest/.done" ]] && [[ "$(cat "$dest/.done")" == "$pkg=$version" ]]; then
+        touch "$dest/.done"
+        return 0
+    fi
+    local debdir="$base/debs"
+    mkdir -p "$debdir"
+    local deb
+    deb="$(find "$debdir" -maxdepth 1 -name "${pkg}_*.deb" | head -1)"
+    if [[ -z "$deb" ]] || [[ "$(dpkg-deb -f "$deb" Version)" != "$version" ]]; then
+        log "downloading $pkg=$version from $suite"
+        rm -f "$debdir/${pkg}_"*.deb
+        (cd "$debdir" && apt_private apt-get "$suite" download "$pkg=$version" >/dev/null)
+        deb="$(find "$debdir" -maxdepth 1 -name "${pkg}_*.deb" | head -1)"
+        [[ -n "$deb" ]] || die "download of $pkg from $suite produced no .deb"
+    fi
+    rm -rf "$dest"
+    mkdir -p "$dest"
+    dpkg -x "$deb" "$dest"
+    echo "$pkg=$version" >"$dest/.done"
+}
+
+# crictl_bin prints the CRI client to use: $CRICTL if set, else the project's own build.
+crictl_bin() {
+    if [[ -n "${CRICTL:-}" ]]; then
+        echo "$CRICTL"
+        return
+    fi
+    local c
+    for c in "$ROOT_DIR/target/debug/nri-align-crictl" "$ROOT_DIR/target/release/nri-align-crictl"; do
+        if [[ -x "$c" ]]; then echo "$c"; return; fi
+    done
+    die "no CRI client: set CRICTL or run 'cargo build -p cri-client'"
+}
+
+# instance_vars FLAVOR NAME sets the paths of one private containerd instance.
+instance_vars() {
+    FLAVOR="$1"
+    NAME="${2:-default}"
+    flavor_suite "$FLAVOR" >/dev/null
+    [[ "$NAME" =~ ^[A-Za-z0-9_.-]+$ ]] || die "bad instance name '$NAME'"
+    INSTANCE="$FLAVOR-$NAME"
+    INST_DIR="$OUTPUT_DIR/containerd/$INSTANCE"
+    # Unix socket paths are limited to 107 bytes; a deep checkout falls back to a short private
+    # directory under /tmp named after the instance directory.
+    SOCK_DIR="$INST_DIR/sock"
+    if (( ${#SOCK_DIR} > 80 )); then
+        SOCK_DIR="/tmp/nri-align-$(printf '%s' "$INST_DIR" | sha256sum | cut -c1-12)"
+    fi
+    CTRD_BIN_DIR="$CACHE_DIR/containerd-$FLAVOR/usr/bin"
+    RUNC_BIN="$CACHE_DIR/runc-bookworm/usr/sbin/runc"
+    CTRD_ROOT="$INST_DIR/root"
+    CTRD_STATE="$INST_DIR/state"
+    CTRD_CONFIG="$INST_DIR/config.toml"
+    CTRD_LOG="$INST_DIR/containerd.log"
+    CTRD_PIDFILE="$INST_DIR/containerd.pid"
+    CTRD_SOCK="$SOCK_DIR/containerd.sock"
+    NRI_SOCK="$SOCK_DIR/nri.sock"
+    NRI_PLUGIN_PATH="$INST_DIR/nri/plugins"
+    NRI_PLUGIN_CONFIG_PATH="$INST_DIR/nri/conf.d"
+    RUNC_ROOT="$INST_DIR/runc"
+    CRICTL_CONFIG="$INST_DIR/crictl.yaml"
+    ENV_FILE="$INST_DIR/env"
+    # cgroupfs parent for the instance's pods (tests put their pods below it), so that
+    # containerd-down can remove exactly the cgroups this instance created.
+    CGROUP_PARENT_NAME="nri-align-$INSTANCE"
+}
+
+# daemon_pid prints the PID of the instance's containerd if it is alive and really ours.
+daemon_pid() {
+    [[ -f "$CTRD_PIDFILE" ]] || return 1
+    local pid
+    pid="$(cat "$CTRD_PIDFILE")"
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    [[ -d "/proc/$pid" ]] || return 1
+    # A recycled PID would not carry our config path on its command line.
+    tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$CTRD_CONFIG" || return 1
+    echo "$pid"
+}
+
+# shim_pids prints the PIDs of containerd shims started for this instance (their command line
+# names the instance's containerd socket).
+shim_pids() {
+    local p
+    for p in /proc/[0-9]*; do
+        if tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -q -- "containerd-shim.* -address $CTRD_SOCK "; then
+            echo "${p#/proc/}"
+        fi
+    done
+}

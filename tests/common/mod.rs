@@ -1,0 +1,487 @@
+//! Integration-test harness: private containerd instances brought up by hack/containerd-up,
+//! the CRI client (`$CRICTL` or the project's `nri-align-crictl`), pod / container configs in
+//! crictl's JSON format, exec in containers, and hooks to run nri-align as an NRI plugin.
+//!
+//! Every test file uses its own instance name, so test binaries running in parallel never share
+//! a containerd; an instance is torn down (hack/containerd-down) when its [`Containerd`] drops,
+//! also when the test panics. Set `NRI_ALIGN_KEEP=1` to keep instances for post-mortems.
+#![allow(dead_code, unused_imports)] // Each test file uses a different part of the harness.
+
+mod cri;
+mod plugin;
+mod spec;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub use cri::{Cri, ExecResult, Pod};
+pub use plugin::PluginProcess;
+pub use spec::{ContainerSpec, PodSpec};
+
+/// A harness failure, with enough context (command, stderr, log tail) to debug from CI output.
+#[derive(Debug, Clone)]
+pub struct HarnessError(pub String);
+
+impl fmt::Display for HarnessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for HarnessError {}
+
+/// Result of harness calls.
+pub type HResult<T> = Result<T, HarnessError>;
+
+fn err<T>(msg: impl Into<String>) -> HResult<T> {
+    Err(HarnessError(msg.into()))
+}
+
+/// Root of the repository (where Cargo.toml and hack/ are).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Returns `true` (after printing why) when the e2e tests cannot run here: they need root to
+/// start containerd. Use as `if common::skip_unless_root("name") { return; }`.
+pub fn skip_unless_root(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return false;
+    }
+    eprintln!(
+        "SKIP {test}: needs root to run containerd (uid {})",
+        nix::unistd::geteuid()
+    );
+    true
+}
+
+/// The containerd builds the harness provides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// containerd 1.7.x from Debian trixie: NRI v0.6.1, config version 2.
+    Trixie,
+    /// containerd 2.1.x from Debian sid: NRI v0.8, config version 3.
+    Sid,
+}
+
+impl Flavor {
+    /// Both flavors, oldest first.
+    pub const ALL: [Flavor; 2] = [Flavor::Trixie, Flavor::Sid];
+
+    /// Name the hack scripts take.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Trixie => "trixie",
+            Flavor::Sid => "sid",
+        }
+    }
+}
+
+/// The nri-align binary under test.
+pub fn nri_align_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_nri-align"))
+}
+
+/// The CRI client: `$CRICTL` if set, else `nri-align-crictl` built next to `nri-align`.
+pub fn crictl_bin() -> HResult<PathBuf> {
+    if let Some(c) = std::env::var_os("CRICTL").filter(|c| !c.is_empty()) {
+        return Ok(PathBuf::from(c));
+    }
+    let bin = nri_align_bin();
+    let dir = bin.parent().map(Path::to_path_buf).unwrap_or_default();
+    let candidate = dir.join("nri-align-crictl");
+    if candidate.is_file() {
+        return Ok(candidate);
+    }
+    err(format!(
+        "no CRI client: {} is missing; run `cargo build -p cri-client` first or set CRICTL",
+        candidate.display()
+    ))
+}
+
+fn run_cmd(cmd: &mut Command, what: &str) -> HResult<Output> {
+    cmd.output()
+        .map_err(|e| HarnessError(format!("{what}: cannot run: {e}")))
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Knobs for [`Containerd::up_with`].
+#[derive(Debug, Clone, Default)]
+pub struct UpOptions {
+    /// NRI plugin_registration_timeout (containerd default 5s).
+    pub registration_timeout: Option<String>,
+    /// NRI plugin_request_timeout (containerd default 2s).
+    pub request_timeout: Option<String>,
+    /// containerd log level (default info).
+    pub log_level: Option<String>,
+}
+
+/// One private containerd instance (hack/containerd-up FLAVOR NAME).
+pub struct Containerd {
+    /// Which build.
+    pub flavor: Flavor,
+    /// Instance name (unique per test).
+    pub name: String,
+    /// The instance's env file (CONTAINERD_ADDRESS, NRI_SOCKET, CRI_CONFIG_FILE...).
+    pub env: BTreeMap<String, String>,
+    options: UpOptions,
+    crictl: PathBuf,
+    configs: AtomicUsize,
+}
+
+impl Containerd {
+    /// Starts (or reuses) the instance with default options. Prefer [`Containerd::fresh`] in
+    /// tests so no state of an earlier run leaks in.
+    pub fn up(flavor: Flavor, name: &str) -> HResult<Self> {
+        Self::up_with(flavor, name, UpOptions::default())
+    }
+
+    /// Tears down whatever an earlier run left under this name, then starts the instance.
+    pub fn fresh(flavor: Flavor, name: &str) -> HResult<Self> {
+        Self::fresh_with(flavor, name, UpOptions::default())
+    }
+
+    /// [`Containerd::fresh`] with options.
+    pub fn fresh_with(flavor: Flavor, name: &str, options: UpOptions) -> HResult<Self> {
+        let crictl = crictl_bin()?;
+        let out = run_cmd(
+            Command::new(repo_root().join("hack/containerd-down"))
+                .args([flavor.name(), name])
+                .env("CRICTL", &crictl),
+            "containerd-down",
+        )?;
+        if !out.status.success() {
+            return err(format!(
+                "containerd-down {} {name} failed: {}",
+                flavor.name(),
+                describe(&out)
+            ));
+        }
+        Self::up_with(flavor, name, options)
+    }
+
+    /// Starts (or reuses) the instance.
+    pub fn up_with(flavor: Flavor, name: &str, options: UpOptions) -> HResult<Self> {
+        let crictl = crictl_bin()?;
+        let mut me = Self {
+            flavor,
+            name: name.to_string(),
+            env: BTreeMap::new(),
+            options,
+            crictl,
+            configs: AtomicUsize::new(0),
+        };
+        me.start()?;
+        Ok(me)
+    }
+
+    /// (Re)runs hack/containerd-up: starts the daemon if it is not running (on its existing
+    /// state) and waits for CRI. Used after [`Containerd::kill`] to bring containerd back.
+    pub fn start(&mut self) -> HResult<()> {
+        let mut cmd = Command::new(repo_root().join("hack/containerd-up"));
+        cmd.args([self.flavor.name(), &self.name])
+            .env("CRICTL", &self.crictl);
+        if let Some(t) = &self.options.registration_timeout {
+            cmd.env("NRI_PLUGIN_REGISTRATION_TIMEOUT", t);
+        }
+        if let Some(t) = &self.options.request_timeout {
+            cmd.env("NRI_PLUGIN_REQUEST_TIMEOUT", t);
+        }
+        if let Some(l) = &self.options.log_level {
+            cmd.env("CONTAINERD_LOG_LEVEL", l);
+        }
+        let out = run_cmd(&mut cmd, "containerd-up")?;
+        if !out.status.success() {
+            return err(format!(
+                "containerd-up {} {} failed: {}",
+                self.flavor.name(),
+                self.name,
+                describe(&out)
+            ));
+        }
+        let env_file = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let text = fs::read_to_string(&env_file)
+            .map_err(|e| HarnessError(format!("read env file {env_file:?}: {e}")))?;
+        self.env = parse_env_file(&text);
+        Ok(())
+    }
+
+    /// Value from the instance's env file.
+    pub fn var(&self, key: &str) -> HResult<&str> {
+        self.env
+            .get(key)
+            .map(String::as_str)
+            .ok_or_else(|| HarnessError(format!("env file of {} lacks {key}", self.name)))
+    }
+
+    /// Private NRI socket of this instance.
+    pub fn nri_socket(&self) -> PathBuf {
+        PathBuf::from(self.env.get("NRI_SOCKET").cloned().unwrap_or_default())
+    }
+
+    /// Directory containerd launches pre-installed NRI plugins from (at start-up).
+    pub fn plugin_path(&self) -> PathBuf {
+        PathBuf::from(self.env.get("NRI_PLUGIN_PATH").cloned().unwrap_or_default())
+    }
+
+    /// Directory of drop-in configs for pre-installed plugins.
+    pub fn plugin_config_path(&self) -> PathBuf {
+        PathBuf::from(
+            self.env
+                .get("NRI_PLUGIN_CONFIG_PATH")
+                .cloned()
+                .unwrap_or_default(),
+        )
+    }
+
+    /// The instance directory under _output/.
+    pub fn dir(&self) -> PathBuf {
+        PathBuf::from(
+            self.env
+                .get("CONTAINERD_CONFIG")
+                .cloned()
+                .unwrap_or_default(),
+        )
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+    }
+
+    /// containerd's version string (e.g. "1.7.24~ds1", "2.1.9+unknown").
+    pub fn version(&self) -> &str {
+        self.env
+            .get("CONTAINERD_VERSION")
+            .map(String::as_str)
+            .unwrap_or("")
+    }
+
+    /// PID of the running daemon.
+    pub fn pid(&self) -> HResult<i32> {
+        let path = self.dir().join("containerd.pid");
+        let raw = fs::read_to_string(&path)
+            .map_err(|e| HarnessError(format!("read {}: {e}", path.display())))?;
+        raw.trim()
+            .parse()
+            .map_err(|e| HarnessError(format!("bad pid in {}: {e}", path.display())))
+    }
+
+    /// Kills the daemon (containers and shims keep running, as after a crash) and waits for it
+    /// to be gone. Bring it back with [`Containerd::start`].
+    pub fn kill(&self, signal: nix::sys::signal::Signal) -> HResult<()> {
+        let pid = nix::unistd::Pid::from_raw(self.pid()?);
+        nix::sys::signal::kill(pid, signal)
+            .map_err(|e| HarnessError(format!("kill {pid}: {e}")))?;
+        let gone = wait_until(Duration::from_secs(15), || {
+            !Path::new(&format!("/proc/{pid}")).exists()
+        });
+        if !gone {
+            return err(format!("containerd {pid} still alive after {signal}"));
+        }
+        Ok(())
+    }
+
+    /// The last `lines` lines of containerd's log (for assertion messages).
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = fs::read_to_string(self.dir().join("containerd.log")).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Whether containerd's log contains `needle`.
+    pub fn log_contains(&self, needle: &str) -> bool {
+        fs::read_to_string(self.dir().join("containerd.log"))
+            .map(|t| t.contains(needle))
+            .unwrap_or(false)
+    }
+
+    /// CRI client bound to this instance.
+    pub fn cri(&self) -> Cri {
+        Cri {
+            bin: self.crictl.clone(),
+            config: PathBuf::from(self.env.get("CRI_CONFIG_FILE").cloned().unwrap_or_default()),
+            endpoint: self
+                .env
+                .get("CONTAINER_RUNTIME_ENDPOINT")
+                .cloned()
+                .unwrap_or_default(),
+        }
+    }
+
+    fn config_file(&self, kind: &str, value: &Value) -> HResult<PathBuf> {
+        let dir = self.dir().join("configs");
+        fs::create_dir_all(&dir)
+            .map_err(|e| HarnessError(format!("mkdir {}: {e}", dir.display())))?;
+        let n = self.configs.fetch_add(1, Ordering::SeqCst);
+        let path = dir.join(format!("{kind}-{n}.json"));
+        let text = serde_json::to_string_pretty(value).map_err(|e| HarnessError(e.to_string()))?;
+        fs::write(&path, text)
+            .map_err(|e| HarnessError(format!("write {}: {e}", path.display())))?;
+        Ok(path)
+    }
+
+    /// Runs a pod sandbox (host network) from `spec`.
+    pub fn run_pod(&self, spec: &PodSpec) -> HResult<Pod> {
+        let parent = self.env.get("CGROUP_PARENT").cloned().unwrap_or_default();
+        let logs = self.dir().join("logs").join(&spec.name);
+        fs::create_dir_all(&logs)
+            .map_err(|e| HarnessError(format!("mkdir {}: {e}", logs.display())))?;
+        let config = spec.to_json(&parent, &logs);
+        let path = self.config_file("pod", &config)?;
+        let id = self.cri().ok(&["runp", &path.to_string_lossy()])?;
+        Ok(Pod {
+            id,
+            config_path: path,
+            name: spec.name.clone(),
+        })
+    }
+
+    /// Creates a container in `pod`; `Err` carries the runtime's message (a plugin rejection).
+    pub fn create(&self, pod: &Pod, spec: &ContainerSpec) -> HResult<String> {
+        let image = self.env.get("TEST_IMAGE").cloned().unwrap_or_default();
+        let path = self.config_file("container", &spec.to_json(&image))?;
+        self.cri().ok(&[
+            "create",
+            &pod.id,
+            &path.to_string_lossy(),
+            &pod.config_path.to_string_lossy(),
+        ])
+    }
+
+    /// Creates and starts a container; returns its ID.
+    pub fn run_container(&self, pod: &Pod, spec: &ContainerSpec) -> HResult<String> {
+        let id = self.create(pod, spec)?;
+        self.cri().ok(&["start", &id])?;
+        Ok(id)
+    }
+
+    /// Starts `nri-align run --socket <this instance's NRI socket> ARGS...` (or another plugin
+    /// binary) as an external plugin; its output goes to a log file in the instance directory.
+    pub fn start_external_plugin(&self, bin: &Path, args: &[&str]) -> HResult<PluginProcess> {
+        let n = self.configs.fetch_add(1, Ordering::SeqCst);
+        let log = self.dir().join(format!("plugin-{n}.log"));
+        let file = fs::File::create(&log)
+            .map_err(|e| HarnessError(format!("create {}: {e}", log.display())))?;
+        let file2 = file.try_clone().map_err(|e| HarnessError(e.to_string()))?;
+        let child = Command::new(bin)
+            .arg("run")
+            .arg("--socket")
+            .arg(self.nri_socket())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(file2)
+            .spawn()
+            .map_err(|e| HarnessError(format!("start {}: {e}", bin.display())))?;
+        Ok(PluginProcess { child, log })
+    }
+
+    /// Installs a pre-launched plugin: `bin` is linked into plugin_path as `IDX-NAME` and
+    /// `config` (if any) written to plugin_config_path as `IDX-NAME.conf`. containerd launches
+    /// such plugins when it starts, so call [`Containerd::kill`] + [`Containerd::start`] (or
+    /// install before the first start of a fresh instance) for it to take effect.
+    pub fn install_prelaunched_plugin(
+        &self,
+        idx: &str,
+        name: &str,
+        bin: &Path,
+        config: Option<&str>,
+    ) -> HResult<PathBuf> {
+        if idx.len() != 2 || !idx.bytes().all(|b| b.is_ascii_digit()) {
+            return err(format!("plugin index {idx:?} must be two digits"));
+        }
+        let target = self.plugin_path().join(format!("{idx}-{name}"));
+        let _ = fs::remove_file(&target);
+        std::os::unix::fs::symlink(bin, &target).map_err(|e| {
+            HarnessError(format!(
+                "link {} -> {}: {e}",
+                target.display(),
+                bin.display()
+            ))
+        })?;
+        if let Some(cfg) = config {
+            let conf = self.plugin_config_path().join(format!("{idx}-{name}.conf"));
+            fs::write(&conf, cfg)
+                .map_err(|e| HarnessError(format!("write {}: {e}", conf.display())))?;
+        }
+        Ok(target)
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        if std::env::var_os("NRI_ALIGN_KEEP").is_some_and(|v| v == "1") {
+            eprintln!(
+                "keeping containerd instance {}-{} (NRI_ALIGN_KEEP=1)",
+                self.flavor.name(),
+                self.name
+            );
+            return;
+        }
+        let out = Command::new(repo_root().join("hack/containerd-down"))
+            .args([self.flavor.name(), &self.name])
+            .env("CRICTL", &self.crictl)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!(
+                "containerd-down {} {} failed: {}",
+                self.flavor.name(),
+                self.name,
+                describe(&o)
+            ),
+            Err(e) => eprintln!("containerd-down {} {}: {e}", self.flavor.name(), self.name),
+        }
+    }
+}
+
+/// Parses `KEY=VALUE` lines (env files, `env` output); other lines are skipped.
+pub fn parse_env_file(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .filter(|(k, _)| !k.is_empty() && !k.contains(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Value of one `Key:\tvalue` line of a /proc status file.
+pub fn status_field(status: &str, key: &str) -> Option<String> {
+    status.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k == key).then(|| v.trim().to_string())
+    })
+}
+
+/// Polls `cond` every 100 ms until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// CPUs this test process may run on (what a container without a cpuset inherits).
+pub fn host_cpus() -> String {
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status_field(&status, "Cpus_allowed_list").unwrap_or_default()
+}

@@ -1,0 +1,183 @@
+//! Pod and container configs in crictl's JSON format (proto field names), as tests describe them.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+/// What goes into a pod config (host network always: this machine has no CNI).
+#[derive(Debug, Clone, Default)]
+pub struct PodSpec {
+    /// metadata.name (also used for uid when `uid` is empty).
+    pub name: String,
+    /// metadata.namespace (default "default").
+    pub namespace: String,
+    /// metadata.uid.
+    pub uid: String,
+    /// Pod annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// Pod labels.
+    pub labels: BTreeMap<String, String>,
+    /// linux.resources (pod-level, the sum kubelet would send).
+    pub resources: Option<Value>,
+}
+
+impl PodSpec {
+    /// A pod named `name` in namespace "default".
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            namespace: "default".into(),
+            ..Default::default()
+        }
+    }
+
+    /// Adds an annotation.
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.annotations.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets the namespace.
+    pub fn namespace(mut self, ns: &str) -> Self {
+        self.namespace = ns.into();
+        self
+    }
+
+    /// crictl's JSON for this pod under `cgroup_parent`, logging into `log_dir`.
+    pub fn to_json(&self, cgroup_parent: &str, log_dir: &Path) -> Value {
+        let uid = if self.uid.is_empty() {
+            format!("uid-{}", self.name)
+        } else {
+            self.uid.clone()
+        };
+        let mut linux = json!({
+            "cgroup_parent": cgroup_parent,
+            // NamespaceMode NODE = 2: host network, no CNI needed.
+            "security_context": {"namespace_options": {"network": 2}}
+        });
+        if let Some(r) = &self.resources {
+            linux["resources"] = r.clone();
+        }
+        json!({
+            "metadata": {"name": self.name, "namespace": self.namespace, "uid": uid, "attempt": 0},
+            "log_directory": log_dir,
+            "annotations": self.annotations,
+            "labels": self.labels,
+            "linux": linux
+        })
+    }
+}
+
+/// What goes into a container config.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerSpec {
+    /// metadata.name.
+    pub name: String,
+    /// Image (default: the instance's TEST_IMAGE).
+    pub image: Option<String>,
+    /// command (default: sleep for an hour).
+    pub command: Vec<String>,
+    /// Environment.
+    pub envs: BTreeMap<String, String>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// linux.resources fields (cpuset_cpus, cpu_quota, memory_limit_in_bytes...).
+    pub resources: serde_json::Map<String, Value>,
+    /// Devices: (container_path, host_path, permissions).
+    pub devices: Vec<(String, String, String)>,
+}
+
+impl ContainerSpec {
+    /// A container named `name` that sleeps.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            ..Default::default()
+        }
+    }
+
+    /// Command to run instead of the default sleep.
+    pub fn command(mut self, cmd: &[&str]) -> Self {
+        self.command = cmd.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// Adds an environment variable.
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.envs.insert(k.into(), v.into());
+        self
+    }
+
+    /// Adds an annotation.
+    pub fn annotation(mut self, k: &str, v: &str) -> Self {
+        self.annotations.insert(k.into(), v.into());
+        self
+    }
+
+    /// Sets one linux.resources field (proto name, e.g. "cpuset_cpus", "cpu_quota").
+    pub fn resource(mut self, field: &str, value: Value) -> Self {
+        self.resources.insert(field.into(), value);
+        self
+    }
+
+    /// Explicit cpuset.
+    pub fn cpuset(self, cpus: &str) -> Self {
+        self.resource("cpuset_cpus", json!(cpus))
+    }
+
+    /// Kubelet-style CPU request/limit in millicores: shares, and a CFS quota over 100 ms.
+    pub fn cpu_millis(self, request: i64, limit: Option<i64>) -> Self {
+        let s = self.resource("cpu_shares", json!((request * 1024 / 1000).max(2)));
+        match limit {
+            Some(l) => s
+                .resource("cpu_period", json!(100_000))
+                .resource("cpu_quota", json!(l * 100)),
+            None => s,
+        }
+    }
+
+    /// Memory limit in bytes.
+    pub fn memory(self, bytes: i64) -> Self {
+        self.resource("memory_limit_in_bytes", json!(bytes))
+    }
+
+    /// Adds a device.
+    pub fn device(mut self, container_path: &str, host_path: &str, perms: &str) -> Self {
+        self.devices
+            .push((container_path.into(), host_path.into(), perms.into()));
+        self
+    }
+
+    /// crictl's JSON for this container (`default_image` when none was set).
+    pub fn to_json(&self, default_image: &str) -> Value {
+        let command: Vec<String> = if self.command.is_empty() {
+            vec!["/bin/sleep".into(), "3600".into()]
+        } else {
+            self.command.clone()
+        };
+        let envs: Vec<Value> = self
+            .envs
+            .iter()
+            .map(|(k, v)| json!({"key": k, "value": v}))
+            .collect();
+        let devices: Vec<Value> = self
+            .devices
+            .iter()
+            .map(|(c, h, p)| json!({"container_path": c, "host_path": h, "permissions": p}))
+            .collect();
+        json!({
+            "metadata": {"name": self.name, "attempt": 0},
+            "image": {"image": self.image.clone().unwrap_or_else(|| default_image.to_string())},
+            "command": command,
+            "envs": envs,
+            "devices": devices,
+            "annotations": self.annotations,
+            "labels": self.labels,
+            "log_path": format!("{}.log", self.name),
+            "linux": {"resources": Value::Object(self.resources.clone())}
+        })
+    }
+}

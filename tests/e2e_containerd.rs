@@ -1,0 +1,215 @@
+//! End-to-end checks of the containerd harness itself, on both containerd builds: containerd
+//! comes up with NRI on a private socket, pods and containers run through the CRI client, exec
+//! sees the container's real cpuset and environment, and stop / remove / restart all work. The
+//! plugin-driven e2e tests build on exactly these helpers.
+
+mod common;
+
+use std::process::Command;
+use std::time::Instant;
+
+use common::{
+    host_cpus, repo_root, skip_unless_root, status_field, wait_until, ContainerSpec, Containerd,
+    Flavor, PodSpec,
+};
+
+/// Highest CPU this process may use: a cpuset that differs from the default on any multi-CPU
+/// host.
+fn last_cpu() -> String {
+    let list = host_cpus();
+    let last = list.split(',').next_back().unwrap_or("0");
+    last.rsplit('-').next().unwrap_or("0").to_string()
+}
+
+fn harness_round_trip(flavor: Flavor) {
+    let test = format!("harness_round_trip({})", flavor.name());
+    if skip_unless_root(&test) {
+        return;
+    }
+    let t0 = Instant::now();
+    let mut ctrd = Containerd::fresh(flavor, "e2e-harness").expect("containerd comes up");
+    eprintln!(
+        "{test}: containerd {} up in {:?}",
+        ctrd.version(),
+        t0.elapsed()
+    );
+
+    // The right build, with NRI listening on the instance's private socket.
+    let want = match flavor {
+        Flavor::Trixie => "1.7.",
+        Flavor::Sid => "2.1.",
+    };
+    assert!(
+        ctrd.version().starts_with(want),
+        "containerd version {} for {}",
+        ctrd.version(),
+        flavor.name()
+    );
+    let nri = ctrd.nri_socket();
+    assert!(
+        nri.starts_with(repo_root()) || nri.starts_with("/tmp"),
+        "NRI socket {} is not private",
+        nri.display()
+    );
+    let meta = std::fs::metadata(&nri).expect("NRI socket exists");
+    assert!(
+        std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()),
+        "{} is not a socket",
+        nri.display()
+    );
+    let cri = ctrd.cri();
+    let version = cri.ok(&["version"]).expect("CRI version");
+    assert!(version.contains("RuntimeName:  containerd"), "{version}");
+
+    // A second containerd-up reuses the running daemon.
+    let pid = ctrd.pid().expect("pid");
+    let again = Command::new(repo_root().join("hack/containerd-up"))
+        .args([flavor.name(), "e2e-harness"])
+        .env("CRICTL", common::crictl_bin().expect("crictl"))
+        .output()
+        .expect("run containerd-up");
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(
+        ctrd.pid().expect("pid"),
+        pid,
+        "containerd-up restarted a healthy daemon"
+    );
+
+    // Pod + container, environment and default cpuset.
+    let pod = ctrd
+        .run_pod(&PodSpec::new("harness").annotation("harness.nri-align.io/marker", "pod-1"))
+        .expect("run pod");
+    let t1 = Instant::now();
+    let plain = ctrd
+        .create(
+            &pod,
+            &ContainerSpec::new("plain").env("HARNESS_VAR", "hello"),
+        )
+        .expect("create container");
+    eprintln!("{test}: CRI create took {:?}", t1.elapsed());
+    cri.ok(&["start", &plain]).expect("start");
+
+    let status = cri.proc_status(&plain).expect("exec cat /proc/self/status");
+    assert_eq!(
+        status_field(&status, "Cpus_allowed_list").as_deref(),
+        Some(host_cpus().as_str())
+    );
+    assert!(status_field(&status, "Mems_allowed_list").is_some_and(|m| !m.is_empty()));
+    let env = cri.env(&plain).expect("exec env");
+    assert_eq!(
+        env.get("HARNESS_VAR").map(String::as_str),
+        Some("hello"),
+        "{env:?}"
+    );
+
+    let inspect = cri.inspect(&plain).expect("inspect");
+    assert_eq!(inspect["status"]["state"], "CONTAINER_RUNNING");
+    let spec_env = inspect["info"]["runtimeSpec"]["process"]["env"]
+        .as_array()
+        .expect("runtimeSpec env");
+    assert!(
+        spec_env.iter().any(|e| e == "HARNESS_VAR=hello"),
+        "{spec_env:?}"
+    );
+    let podinfo = cri.inspectp(&pod.id).expect("inspectp");
+    assert_eq!(
+        podinfo["status"]["annotations"]["harness.nri-align.io/marker"],
+        "pod-1"
+    );
+
+    // Exit codes come back from exec; logs are readable.
+    let r = cri
+        .exec(&plain, &["sh", "-c", "echo out; echo err >&2; exit 7"])
+        .expect("exec");
+    assert_eq!(
+        (r.code, r.stdout.as_str(), r.stderr.as_str()),
+        (7, "out\n", "err\n")
+    );
+    let talker = ctrd
+        .run_container(
+            &pod,
+            &ContainerSpec::new("talker").command(&[
+                "sh",
+                "-c",
+                "echo harness-log-line; sleep 3600",
+            ]),
+        )
+        .expect("run talker");
+    assert!(
+        wait_until(std::time::Duration::from_secs(10), || cri
+            .ok(&["logs", &talker])
+            .is_ok_and(|l| l.contains("harness-log-line"))),
+        "log line never showed up"
+    );
+
+    // An explicit cpuset is what the container runs on, and what the runtime spec says.
+    let cpu = last_cpu();
+    let pinned = ctrd
+        .run_container(&pod, &ContainerSpec::new("pinned").cpuset(&cpu))
+        .expect("run pinned");
+    let status = cri.proc_status(&pinned).expect("status of pinned");
+    assert_eq!(
+        status_field(&status, "Cpus_allowed_list"),
+        Some(cpu.clone())
+    );
+    let inspect = cri.inspect(&pinned).expect("inspect pinned");
+    assert_eq!(
+        inspect["info"]["runtimeSpec"]["linux"]["resources"]["cpu"]["cpus"],
+        cpu.as_str()
+    );
+
+    // A CRI error comes back with the runtime's message.
+    let bad = ctrd.create(
+        &pod,
+        &ContainerSpec {
+            image: Some("localhost/does-not-exist:0".into()),
+            ..ContainerSpec::new("bad")
+        },
+    );
+    let msg = bad
+        .expect_err("create with a missing image must fail")
+        .to_string();
+    assert!(msg.contains("does-not-exist"), "{msg}");
+
+    // containerd killed and started again: running containers survive and answer exec.
+    ctrd.kill(nix::sys::signal::Signal::SIGKILL)
+        .expect("kill containerd");
+    ctrd.start().expect("containerd comes back");
+    assert_ne!(ctrd.pid().expect("pid"), pid);
+    let status = cri
+        .proc_status(&pinned)
+        .expect("exec after containerd restart");
+    assert_eq!(status_field(&status, "Cpus_allowed_list"), Some(cpu));
+    assert!(nri.exists(), "NRI socket gone after restart");
+
+    // Stop and remove.
+    cri.ok(&["stop", &plain]).expect("stop");
+    let inspect = cri.inspect(&plain).expect("inspect stopped");
+    assert_eq!(inspect["status"]["state"], "CONTAINER_EXITED");
+    cri.ok(&["rm", &plain]).expect("rm");
+    assert!(
+        !cri.containers().expect("ps").contains(&plain),
+        "removed container still listed"
+    );
+    cri.remove_pod(&pod).expect("stopp + rmp");
+    assert!(cri.pods().expect("pods").is_empty(), "pod still listed");
+    assert!(
+        cri.containers().expect("ps").is_empty(),
+        "containers of the removed pod still listed"
+    );
+    eprintln!("{test}: total {:?}", t0.elapsed());
+}
+
+#[test]
+fn containerd_1_7_trixie_harness() {
+    harness_round_trip(Flavor::Trixie);
+}
+
+#[test]
+fn containerd_2_1_sid_harness() {
+    harness_round_trip(Flavor::Sid);
+}
