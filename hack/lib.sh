@@ -115,6 +115,7 @@ crictl_bin() {
 }
 
 # instance_vars FLAVOR NAME sets the paths of one private containerd instance.
+# shellcheck disable=SC2034 # the variables are for the scripts that source this file
 instance_vars() {
     FLAVOR="$1"
     NAME="${2:-default}"
