@@ -91,10 +91,14 @@ fetch_deb() {
         deb="$(find "$debdir" -maxdepth 1 -name "${pkg}_*.deb" | head -1)"
         [[ -n "$deb" ]] || die "download of $pkg from $suite produced no .deb"
     fi
-    rm -rf "$dest"
-    mkdir -p "$dest"
-    dpkg -x "$deb" "$dest"
-    echo "$pkg=$version" >"$dest/.done"
+    # Unpack beside and swap in, so a reader never sees a half-unpacked tree.
+    rm -rf "$dest.new" "$dest.old"
+    mkdir -p "$dest.new"
+    dpkg -x "$deb" "$dest.new"
+    echo "$pkg=$version" >"$dest.new/.done"
+    [[ -e "$dest" ]] && mv "$dest" "$dest.old"
+    mv "$dest.new" "$dest"
+    rm -rf "$dest.old"
 }
 
 # crictl_bin prints the CRI client to use: $CRICTL if set, else the project's own build.
@@ -111,6 +115,7 @@ crictl_bin() {
 }
 
 # instance_vars FLAVOR NAME sets the paths of one private containerd instance.
+# shellcheck disable=SC2034 # the variables are for the scripts that source this file
 instance_vars() {
     FLAVOR="$1"
     NAME="${2:-default}"

@@ -213,3 +213,97 @@ fn containerd_1_7_trixie_harness() {
 fn containerd_2_1_sid_harness() {
     harness_round_trip(Flavor::Sid);
 }
+
+/// The pre-launched-plugin hook: containerd starts what the harness drops into the instance's
+/// private plugin_path, with the NRI launch environment.
+fn prelaunched_hook(flavor: Flavor) {
+    let test = format!("prelaunched_hook({})", flavor.name());
+    if skip_unless_root(&test) {
+        return;
+    }
+    let opts = common::UpOptions {
+        registration_timeout: Some("1s".into()),
+        ..Default::default()
+    };
+    let mut ctrd =
+        Containerd::fresh_with(flavor, "e2e-prelaunch", opts).expect("containerd comes up");
+    let probe_out = ctrd.dir().join("probe.env");
+    let script = ctrd.dir().join("probe.sh");
+    // The runtime replaces the environment, so the script carries its output path inline.
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\nenv > '{}'\n", probe_out.display()),
+    )
+    .expect("write probe");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod probe");
+    ctrd.install_prelaunched_plugin("07", "harness-probe", &script, Some("probe: config\n"))
+        .expect("install plugin");
+    assert!(ctrd
+        .plugin_config_path()
+        .join("07-harness-probe.conf")
+        .is_file());
+
+    // Plugins in plugin_path are launched when containerd starts.
+    ctrd.kill(nix::sys::signal::Signal::SIGTERM)
+        .expect("stop containerd");
+    let restarted = ctrd.start();
+    assert!(
+        wait_until(std::time::Duration::from_secs(10), || probe_out.is_file()),
+        "containerd never launched the plugin; log:\n{}",
+        ctrd.log_tail(30)
+    );
+    let env = common::parse_env_file(&std::fs::read_to_string(&probe_out).expect("read probe env"));
+    assert_eq!(
+        env.get("NRI_PLUGIN_NAME").map(String::as_str),
+        Some("harness-probe"),
+        "{env:?}"
+    );
+    assert_eq!(
+        env.get("NRI_PLUGIN_IDX").map(String::as_str),
+        Some("07"),
+        "{env:?}"
+    );
+    assert_eq!(
+        env.get("NRI_PLUGIN_SOCKET").map(String::as_str),
+        Some("3"),
+        "{env:?}"
+    );
+
+    match flavor {
+        // NRI v0.6.1 treats a pre-launched plugin that does not register as fatal: containerd
+        // 1.7 exits at start-up ("failed to start NRI interface: failed to register plugin").
+        Flavor::Trixie => {
+            let e =
+                restarted.expect_err("containerd 1.7 must refuse to start with a broken plugin");
+            assert!(e.to_string().contains("failed to register plugin"), "{e}");
+        }
+        // NRI v0.8 drops the plugin and carries on.
+        Flavor::Sid => {
+            restarted.expect("containerd 2.1 starts despite the broken plugin");
+            assert!(ctrd.cri().ok(&["version"]).is_ok());
+        }
+    }
+
+    // Without the plugin, the instance starts again on its state.
+    std::fs::remove_file(ctrd.plugin_path().join("07-harness-probe")).expect("remove plugin");
+    if ctrd
+        .pid()
+        .is_ok_and(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+    {
+        ctrd.kill(nix::sys::signal::Signal::SIGTERM)
+            .expect("stop containerd");
+    }
+    ctrd.start().expect("containerd starts without the plugin");
+    assert!(ctrd.cri().ok(&["version"]).is_ok());
+}
+
+#[test]
+fn containerd_1_7_trixie_prelaunched_hook() {
+    prelaunched_hook(Flavor::Trixie);
+}
+
+#[test]
+fn containerd_2_1_sid_prelaunched_hook() {
+    prelaunched_hook(Flavor::Sid);
+}

@@ -89,21 +89,45 @@ pub fn nri_align_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_nri-align"))
 }
 
-/// The CRI client: `$CRICTL` if set, else `nri-align-crictl` built next to `nri-align`.
+/// The CRI client: `$CRICTL` if set, else `nri-align-crictl` next to `nri-align` in the target
+/// directory. `cargo test` of the root package does not build other packages' binaries, so a
+/// missing client is built once per test process with `cargo build -p cri-client` (cargo does
+/// not hold its build lock while tests run).
 pub fn crictl_bin() -> HResult<PathBuf> {
     if let Some(c) = std::env::var_os("CRICTL").filter(|c| !c.is_empty()) {
         return Ok(PathBuf::from(c));
     }
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(build_crictl)
+        .clone()
+        .map_err(HarnessError)
+}
+
+fn build_crictl() -> Result<PathBuf, String> {
     let bin = nri_align_bin();
     let dir = bin.parent().map(Path::to_path_buf).unwrap_or_default();
     let candidate = dir.join("nri-align-crictl");
     if candidate.is_file() {
         return Ok(candidate);
     }
-    err(format!(
-        "no CRI client: {} is missing; run `cargo build -p cri-client` first or set CRICTL",
-        candidate.display()
-    ))
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "-p", "cri-client", "--bin", "nri-align-crictl"])
+        .current_dir(repo_root());
+    if dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cargo build -p cri-client: {e}"))?;
+    if !out.status.success() || !candidate.is_file() {
+        return Err(format!(
+            "no CRI client at {} and `cargo build -p cri-client` did not make one (set CRICTL?): {}",
+            candidate.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(candidate)
 }
 
 fn run_cmd(cmd: &mut Command, what: &str) -> HResult<Output> {
