@@ -36,7 +36,8 @@ pub struct View {
 /// error, never a reason to skip.
 pub fn lstopo_xml(root: &Path) -> String {
     let mut cmd = Command::new("lstopo-no-graphics");
-    cmd.args(["--of", "xml", "-"]);
+    // --disallowed: the reader sees every online CPU and node, whatever cgroup the test runs in.
+    cmd.args(["--disallowed", "--of", "xml", "-"]);
     // The x86 backend would run CPUID on *this* machine and graft its caches onto the tree.
     cmd.env("HWLOC_COMPONENTS", "-x86");
     // hwloc hides NUMA nodes made of NVIDIA GPU memory (`numa_status`) unless told otherwise;
