@@ -1,1 +1,8 @@
 //! Enforcement: NRI event handling, container adjustments, the shared pool, persisted state.
+
+pub mod adjust;
+pub mod privileges;
+pub mod reconcile;
+pub mod request;
+pub mod state;
+pub mod view;
