@@ -6,7 +6,7 @@ use crate::placement::Assignment;
 use crate::topology::{CpuSet, NodeSet, Topology};
 
 use super::request::{build_request, RequestError};
-use super::state::{Record, StateDoc};
+use super::state::{Record, ResourceSummary, StateDoc};
 use super::view::{ContainerView, PodView};
 
 /// What to do after a restart.
@@ -70,8 +70,10 @@ pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> R
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| numa_nodes.clone());
+    let mut resources = ResourceSummary::default();
     let (gpus, nics, request_note, exclusive) = match build_request(topo, pod, c) {
         Ok(r) => {
+            resources = ResourceSummary::of(&r);
             let integer_guaranteed = r.cpu_limit_milli.is_some_and(|l| {
                 l > 0 && l % 1000 == 0 && l == r.cpu_request_milli && cpus.len() as u64 == l / 1000
             });
@@ -114,6 +116,7 @@ pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> R
         namespace: pod.namespace.clone(),
         cgroups_path: c.cgroups_path.clone(),
         applied_cpus: cpus,
+        resources,
     }
 }
 
@@ -150,6 +153,7 @@ mod tests {
             namespace: "ns".into(),
             cgroups_path: String::new(),
             applied_cpus: CpuSet::new(),
+            resources: Default::default(),
         }
     }
 

@@ -64,6 +64,31 @@ pub struct Record {
     /// The cpus last sent to the runtime (differs from `assignment.cpus` for shared containers
     /// once the pool moved).
     pub applied_cpus: CpuSet,
+    /// The resources the decision was made for, so a CRI update re-places only on a change.
+    #[serde(default)]
+    pub resources: ResourceSummary,
+}
+
+/// The resource numbers of a request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceSummary {
+    /// CPU request (millicores).
+    pub cpu_request_milli: u64,
+    /// CPU limit (millicores).
+    pub cpu_limit_milli: Option<u64>,
+    /// Memory limit (bytes).
+    pub memory_limit_bytes: Option<u64>,
+}
+
+impl ResourceSummary {
+    /// The numbers of `r`.
+    pub fn of(r: &crate::placement::Request) -> Self {
+        Self {
+            cpu_request_milli: r.cpu_request_milli,
+            cpu_limit_milli: r.cpu_limit_milli,
+            memory_limit_bytes: r.memory_limit_bytes,
+        }
+    }
 }
 
 /// The whole document.
@@ -195,6 +220,7 @@ mod tests {
             namespace: "ns".into(),
             cgroups_path: format!("/k8s.io/{id}"),
             applied_cpus: cpus,
+            resources: ResourceSummary::default(),
         }
     }
 
