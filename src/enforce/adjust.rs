@@ -89,6 +89,8 @@ pub struct Adjustment {
     pub device_rules: Vec<DeviceRule>,
     /// Container paths of device nodes to remove (sent as `-PATH`).
     pub remove_devices: Vec<String>,
+    /// GPU and RDMA device nodes the container will see (for the record `verify` checks).
+    pub visible_devices: Vec<String>,
     /// Environment to set.
     pub env: BTreeMap<String, String>,
     /// Annotations to set.
@@ -176,6 +178,7 @@ pub fn build_adjustment(
         optional.push(RDMA_CM);
     }
 
+    adj.visible_devices = wanted.clone();
     let present = |p: &str| c.devices.iter().any(|d| d.path == p);
     for path in &wanted {
         let node = devs

@@ -256,6 +256,7 @@ impl<P: Placer> Engine<P> {
             namespace: pod.namespace.clone(),
             cgroups_path: c.cgroups_path.clone(),
             applied_cpus: a.cpus.clone(),
+            devices: adjustment.visible_devices.clone(),
             resources: ResourceSummary::of(&req),
         };
         self.doc.containers.insert(c.id.clone(), rec);

@@ -2,8 +2,13 @@
 
 pub mod adjust;
 pub mod engine;
+#[cfg(any())] // MERGE: enable with nri-protocol (helper A).
+pub mod nri_view;
+#[cfg(any())] // MERGE: enable with nri-protocol (helper A).
+pub mod plugin;
 pub mod privileges;
 pub mod reconcile;
 pub mod request;
 pub mod state;
+pub mod verify;
 pub mod view;

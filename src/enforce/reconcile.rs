@@ -5,7 +5,7 @@
 use crate::placement::Assignment;
 use crate::topology::{CpuSet, NodeSet, Topology};
 
-use super::request::{build_request, RequestError};
+use super::request::{build_request, nvidia_minor, uverbs_name, RequestError};
 use super::state::{Record, ResourceSummary, StateDoc};
 use super::view::{ContainerView, PodView};
 
@@ -116,6 +116,12 @@ pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> R
         namespace: pod.namespace.clone(),
         cgroups_path: c.cgroups_path.clone(),
         applied_cpus: cpus,
+        devices: c
+            .devices
+            .iter()
+            .filter(|d| nvidia_minor(&d.path).is_some() || uverbs_name(&d.path).is_some())
+            .map(|d| d.path.clone())
+            .collect(),
         resources,
     }
 }
@@ -153,6 +159,7 @@ mod tests {
             namespace: "ns".into(),
             cgroups_path: String::new(),
             applied_cpus: CpuSet::new(),
+            devices: Vec::new(),
             resources: Default::default(),
         }
     }

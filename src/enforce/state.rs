@@ -64,6 +64,9 @@ pub struct Record {
     /// The cpus last sent to the runtime (differs from `assignment.cpus` for shared containers
     /// once the pool moved).
     pub applied_cpus: CpuSet,
+    /// Device nodes (GPU, RDMA) the container should see, for `verify`.
+    #[serde(default)]
+    pub devices: Vec<String>,
     /// The resources the decision was made for, so a CRI update re-places only on a change.
     #[serde(default)]
     pub resources: ResourceSummary,
@@ -220,6 +223,7 @@ mod tests {
             namespace: "ns".into(),
             cgroups_path: format!("/k8s.io/{id}"),
             applied_cpus: cpus,
+            devices: vec!["/dev/nvidia0".into()],
             resources: ResourceSummary::default(),
         }
     }
