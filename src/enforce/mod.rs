@@ -10,5 +10,7 @@ pub mod privileges;
 pub mod reconcile;
 pub mod request;
 pub mod state;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod verify;
 pub mod view;

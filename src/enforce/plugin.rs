@@ -271,3 +271,172 @@ mod allocator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::enforce::adjust::Adjustment;
+    use crate::enforce::testing::{AllDevices, FakePlacer};
+
+    fn plugin() -> AlignPlugin<FakePlacer> {
+        let engine = Engine::new(
+            FakePlacer::new(),
+            Config::default(),
+            None,
+            None,
+            Box::new(AllDevices),
+        );
+        AlignPlugin::new(Arc::new(Mutex::new(engine)), false, None)
+    }
+
+    fn pod() -> PodSandbox {
+        PodSandbox {
+            id: "sb".into(),
+            uid: "u".into(),
+            name: "p".into(),
+            namespace: "ns".into(),
+            ..Default::default()
+        }
+    }
+
+    fn container(id: &str, cores: i64, gpu: Option<i64>) -> Container {
+        let cpu = api::LinuxCPU {
+            shares: MessageField::some(api::OptionalUInt64 {
+                value: (cores.max(0) as u64 * 1024).max(2),
+                ..Default::default()
+            }),
+            quota: MessageField::some(api::OptionalInt64 {
+                value: if cores > 0 { cores * 100_000 } else { -1 },
+                ..Default::default()
+            }),
+            period: MessageField::some(api::OptionalUInt64 {
+                value: 100_000,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let devices = gpu
+            .map(|m| {
+                vec![api::LinuxDevice {
+                    path: format!("/dev/nvidia{m}"),
+                    type_: "c".into(),
+                    major: 195,
+                    minor: m,
+                    ..Default::default()
+                }]
+            })
+            .unwrap_or_default();
+        Container {
+            id: id.into(),
+            pod_sandbox_id: "sb".into(),
+            name: id.into(),
+            linux: MessageField::some(api::LinuxContainer {
+                devices,
+                resources: MessageField::some(LinuxResources {
+                    cpu: MessageField::some(cpu),
+                    ..Default::default()
+                }),
+                cgroups_path: format!("/k8s.io/{id}"),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn create_returns_cpuset_devices_env_and_pool_updates() {
+        let p = plugin();
+        let shared = p
+            .create_container(pod(), container("s1", 0, None))
+            .await
+            .expect("shared");
+        let cpus = |r: &CreateContainerResponse| r.adjust.linux.resources.cpu.cpus.clone();
+        assert_eq!(cpus(&shared), "0-7");
+        let gpu = p
+            .create_container(pod(), container("g1", 2, Some(0)))
+            .await
+            .expect("gpu");
+        assert_eq!(cpus(&gpu), "0-1");
+        assert_eq!(gpu.adjust.linux.resources.cpu.mems, "0");
+        let env: Vec<(String, String)> = gpu
+            .adjust
+            .env
+            .iter()
+            .map(|kv| (kv.key.clone(), kv.value.clone()))
+            .collect();
+        assert!(
+            env.contains(&("CUDA_VISIBLE_DEVICES".into(), "0".into())),
+            "{env:?}"
+        );
+        assert!(
+            env.contains(&("NVIDIA_VISIBLE_DEVICES".into(), "GPU-0aaa".into())),
+            "{env:?}"
+        );
+        assert!(gpu
+            .adjust
+            .annotations
+            .contains_key(crate::enforce::adjust::DECISION_KEY));
+        let rules = &gpu.adjust.linux.resources.devices;
+        assert!(rules
+            .iter()
+            .any(|r| r.allow && r.major.value == 195 && r.minor.value == 0 && r.access == "rwm"));
+        // The shared container follows the shrunken pool with a cpuset-only update.
+        assert_eq!(gpu.update.len(), 1);
+        let u = &gpu.update[0];
+        assert_eq!(
+            (u.container_id.as_str(), u.linux.resources.cpu.cpus.as_str()),
+            ("s1", "2-7")
+        );
+        assert!(u.linux.resources.devices.is_empty() && u.linux.resources.memory.is_none());
+        assert!(u.linux.resources.cpu.mems.is_empty() && u.ignore_failure);
+    }
+
+    #[tokio::test]
+    async fn rejection_fails_create_and_stop_grows_the_pool() {
+        let p = plugin();
+        let err = p
+            .create_container(pod(), container("big", 6, None))
+            .await
+            .expect_err("too big");
+        assert_eq!(
+            err,
+            HandlerError::Failed("nri-align: 6 CPUs do not fit on one NUMA node".into())
+        );
+        p.create_container(pod(), container("s1", 0, None))
+            .await
+            .expect("shared");
+        p.create_container(pod(), container("x1", 4, None))
+            .await
+            .expect("x1");
+        let stop = p
+            .stop_container(pod(), container("x1", 4, None))
+            .await
+            .expect("stop");
+        assert_eq!(stop.update.len(), 1);
+        assert_eq!(stop.update[0].linux.resources.cpu.cpus, "0-7");
+    }
+
+    #[test]
+    fn removed_devices_use_the_dash_prefix() {
+        let adj = Adjustment {
+            remove_devices: vec!["/dev/nvidia3".into()],
+            ..Default::default()
+        };
+        let out = container_adjustment(&adj);
+        assert_eq!(out.linux.devices[0].path, "-/dev/nvidia3");
+    }
+
+    #[test]
+    fn only_events_every_nri_release_knows_are_requested() {
+        let mask = wanted_events();
+        assert!(
+            mask.contains(api::Event::CREATE_CONTAINER)
+                && mask.contains(api::Event::STOP_CONTAINER)
+        );
+        assert!(!mask.contains(api::Event::UPDATE_POD_SANDBOX));
+        assert_eq!(
+            mask.intersection(EventMask::up_to(api::Event::REMOVE_CONTAINER)),
+            mask
+        );
+    }
+}
