@@ -213,6 +213,9 @@ impl Config {
         if self.log_format != new.log_format {
             v.push("log_format");
         }
+        if self.log_level != new.log_level {
+            v.push("log_level");
+        }
         if self.plugin_idx != new.plugin_idx {
             v.push("plugin_idx");
         }

@@ -175,7 +175,11 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         container: Container,
         resources: Option<LinuxResources>,
     ) -> HandlerResult<UpdateContainerResponse> {
-        let new = resources_view(resources.as_ref());
+        // No new resources: nothing to re-evaluate (an empty view would read as "no request").
+        let Some(resources) = resources else {
+            return Ok(UpdateContainerResponse::default());
+        };
+        let new = resources_view(Some(&resources));
         let ups = self
             .engine()
             .update_container(&pod_view(&pod), &container_view(&container), &new)
@@ -414,6 +418,37 @@ mod tests {
             .expect("stop");
         assert_eq!(stop.update.len(), 1);
         assert_eq!(stop.update[0].linux.resources.cpu.cpus, "0-7");
+    }
+
+    #[tokio::test]
+    async fn cri_update_moves_the_container_and_the_pool() {
+        let p = plugin();
+        p.create_container(pod(), container("s1", 0, None))
+            .await
+            .expect("shared");
+        p.create_container(pod(), container("x1", 2, None))
+            .await
+            .expect("x1");
+        let res = |c: &Container| c.linux.resources.clone().into_option();
+        let none = p
+            .update_container(pod(), container("x1", 2, None), None)
+            .await
+            .expect("ok");
+        assert!(none.update.is_empty());
+        let bigger = container("x1", 3, None);
+        let out = p
+            .update_container(pod(), container("x1", 2, None), res(&bigger))
+            .await
+            .expect("ok");
+        let got: Vec<(String, String)> = out
+            .update
+            .iter()
+            .map(|u| (u.container_id.clone(), u.linux.resources.cpu.cpus.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("x1".into(), "0-2".into()), ("s1".into(), "3-7".into())]
+        );
     }
 
     #[test]
