@@ -174,6 +174,12 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         }
         StartState::Corrupt(why) => tracing::warn!("previous state unusable: {why}"),
     }
+    // Runtimes that launch plugins on NRI v0.6.1 send no Synchronize: drop the records of
+    // containers that ended while nri-align was away (Synchronize, when it comes, reconciles
+    // the rest).
+    let ids: Vec<String> = engine.records().containers.keys().cloned().collect();
+    let live = crate::enforce::verify::live_containers(&host_root, ids.iter().map(String::as_str));
+    engine.prune_gone(live.as_ref());
 
     let opts = StubOptions::new(PLUGIN_NAME, idx)
         .socket(&args.socket)

@@ -165,6 +165,38 @@ impl<P: Placer> Engine<P> {
         }
     }
 
+    /// Releases recorded containers that no longer run, judged by `live` (the ids that do),
+    /// for runtimes that send no Synchronize (pre-launched plugins on NRI v0.6.1). `None`
+    /// means liveness is unknown and nothing is released. Returns the released ids.
+    pub fn prune_gone(&mut self, live: Option<&std::collections::HashSet<String>>) -> Vec<String> {
+        let Some(live) = live else {
+            if !self.doc.containers.is_empty() {
+                tracing::warn!(
+                    "cannot see any recorded container's processes; keeping all records"
+                );
+            }
+            return Vec::new();
+        };
+        let gone: Vec<String> = self
+            .doc
+            .containers
+            .keys()
+            .filter(|id| !live.contains(*id))
+            .cloned()
+            .collect();
+        for id in &gone {
+            self.placer.release(id);
+            self.doc.containers.remove(id);
+            tracing::info!(container = %id, "released: no process left");
+        }
+        if !gone.is_empty() {
+            // Shared containers pick the new pool up with their next event or Synchronize.
+            self.persist();
+            self.refresh_free();
+        }
+        gone
+    }
+
     /// Reconciles with the runtime's pods and containers (once, after the last chunk).
     pub fn synchronize(
         &mut self,

@@ -230,6 +230,26 @@ fn prelaunched_without_synchronize_relies_on_the_state_file() {
 }
 
 #[test]
+fn prune_releases_only_when_liveness_is_known() {
+    let mut e = engine(None, Config::default());
+    e.create_container(&pod("a"), &ctr("x1", "a", 4, &[]))
+        .expect("ok");
+    e.create_container(&pod("a"), &ctr("x2", "a", 4, &[]))
+        .expect("ok");
+    assert!(e.prune_gone(None).is_empty());
+    let live = std::collections::HashSet::from(["x2".to_string()]);
+    assert_eq!(e.prune_gone(Some(&live)), vec!["x1".to_string()]);
+    let again = e
+        .create_container(&pod("a"), &ctr("x3", "a", 4, &[]))
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(
+        again.adjustment.cpuset_cpus, "0-3",
+        "x1's CPUs are free again"
+    );
+}
+
+#[test]
 fn corrupt_state_is_rebuilt_from_running_containers() {
     let dir = tempfile::tempdir().expect("tmp");
     let store = StateStore::open(dir.path()).expect("s");

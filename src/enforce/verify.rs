@@ -157,6 +157,22 @@ fn check_one(
     check
 }
 
+/// Which of `ids` have a process in their cgroup on the host under `root`. `None` when none
+/// has: then either all are gone or this process cannot see the host's processes (no host PID
+/// namespace), and the caller must not conclude anything.
+pub fn live_containers<'a>(
+    root: &Path,
+    ids: impl IntoIterator<Item = &'a str>,
+) -> Option<std::collections::HashSet<String>> {
+    let procs = cgroup_lines_by_pid(root);
+    let live: std::collections::HashSet<String> = ids
+        .into_iter()
+        .filter(|id| procs.iter().any(|(_, cg)| cg.contains(id)))
+        .map(str::to_string)
+        .collect();
+    (!live.is_empty()).then_some(live)
+}
+
 fn compare(
     problems: &mut Vec<String>,
     what: &str,
@@ -392,6 +408,15 @@ mod tests {
             all.contains("visible devices [/dev/nvidia0 /dev/nvidia1], decided [/dev/nvidia1]"),
             "{all}"
         );
+    }
+
+    #[test]
+    fn live_containers_needs_at_least_one_visible() {
+        let t = tempfile::tempdir().expect("tmp");
+        host(t.path(), "abc", "2-3", "2", &[]);
+        let live = live_containers(t.path(), ["abc", "gone"]).expect("abc is visible");
+        assert!(live.contains("abc") && !live.contains("gone"));
+        assert_eq!(live_containers(t.path(), ["gone"]), None);
     }
 
     #[test]
