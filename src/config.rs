@@ -351,6 +351,33 @@ mod tests {
         assert_eq!(Config::from_dropin("", false).expect("ok"), None);
     }
 
+    #[tokio::test]
+    async fn sighup_applies_a_valid_file_and_keeps_the_old_one_otherwise() {
+        let t = tempfile::tempdir().expect("tmp");
+        let path = t.path().join("c.yaml");
+        std::fs::write(&path, "policy: restricted\n").expect("write");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        spawn_reload_on_sighup(path.clone(), move |c| {
+            let _ = tx.send(c.placement.policy);
+            Ok(())
+        })
+        .expect("watch");
+        let within = std::time::Duration::from_millis(500);
+        nix::sys::signal::raise(nix::sys::signal::Signal::SIGHUP).expect("raise");
+        assert_eq!(
+            tokio::time::timeout(within, rx.recv())
+                .await
+                .expect("applied"),
+            Some(Policy::Restricted)
+        );
+        std::fs::write(&path, "policy: sometimes\n").expect("write");
+        nix::sys::signal::raise(nix::sys::signal::Signal::SIGHUP).expect("raise");
+        assert!(
+            tokio::time::timeout(within, rx.recv()).await.is_err(),
+            "a bad file is not applied"
+        );
+    }
+
     #[test]
     fn restart_only_keys_are_reported() {
         let a = Config::default();
