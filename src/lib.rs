@@ -2,6 +2,8 @@
 //! part of the machine.
 
 pub mod cli;
+pub mod config;
 pub mod enforce;
+pub mod metrics;
 pub mod placement;
 pub mod topology;

@@ -3,7 +3,15 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    let cli = nri_align::cli::Cli::parse();
+    // A runtime launching a pre-installed plugin runs it without arguments, with the connected
+    // socket in NRI_PLUGIN_SOCKET: that means `run`.
+    let launched =
+        std::env::var_os("NRI_PLUGIN_SOCKET").is_some() && std::env::args_os().len() == 1;
+    let cli = if launched {
+        nri_align::cli::Cli::parse_from(["nri-align", "run"])
+    } else {
+        nri_align::cli::Cli::parse()
+    };
     match cli.run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {

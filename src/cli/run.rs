@@ -1,31 +1,280 @@
-//! `nri-align run`: the plugin daemon.
+//! `nri-align run`: the plugin daemon. Reads the configuration, sets up logging, state and
+//! metrics, drops capabilities, then serves NRI until the runtime or a signal ends it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use crate::config::{validate_idx, Config, LogFormat};
+use crate::enforce::state::StateStore;
+
+/// Default state directory.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/nri-align";
+/// Default plugin index.
+pub const DEFAULT_IDX: &str = "50";
+/// Name nri-align registers under.
+pub const PLUGIN_NAME: &str = "nri-align";
 
 /// Arguments of `nri-align run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Configuration file (YAML).
+    /// Configuration file (YAML); reloaded on SIGHUP.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Runtime NRI socket to dial (ignored when launched by the runtime with NRI_PLUGIN_SOCKET).
     #[arg(long, default_value = "/var/run/nri/nri.sock")]
     pub socket: PathBuf,
-    /// Plugin index (two digits) to register with.
-    #[arg(long, default_value = "50")]
-    pub idx: String,
-    /// Read sysfs and procfs under this directory instead of `/`.
+    /// Plugin index (two digits) to register with [default: config `plugin_idx`, else 50].
+    #[arg(long)]
+    pub idx: Option<String>,
+    /// Read sysfs, procfs and /dev under this directory instead of `/`.
     #[arg(long)]
     pub host_root: Option<PathBuf>,
     /// NVML library to load instead of the system libnvidia-ml.so.1.
     #[arg(long)]
     pub nvml_lib: Option<PathBuf>,
-    /// Where decisions are persisted.
-    #[arg(long, default_value = "/var/lib/nri-align")]
-    pub state_dir: PathBuf,
+    /// Where decisions are persisted [default: config `state_dir`, else /var/lib/nri-align].
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Log filter (tracing EnvFilter syntax) [default: RUST_LOG, else config `log_level`, else
+    /// info].
+    #[arg(long)]
+    pub log_level: Option<String>,
+}
+
+/// What `run` settled before connecting.
+#[derive(Debug)]
+pub struct Prepared {
+    /// Effective configuration.
+    pub config: Config,
+    /// Opened state store.
+    pub store: StateStore,
+    /// Plugin index.
+    pub idx: String,
+    /// Host root.
+    pub host_root: PathBuf,
 }
 
 /// Runs the plugin until shut down.
-pub fn run(_args: RunArgs) -> anyhow::Result<()> {
-    anyhow::bail!("`run` is not wired yet")
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    let prepared = prepare(&args)?;
+    serve(args, prepared)
+}
+
+/// Loads and checks everything that does not need the runtime: configuration, logging,
+/// plugin index, state dir.
+pub fn prepare(args: &RunArgs) -> anyhow::Result<Prepared> {
+    let config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    init_logging(args.log_level.as_deref(), &config);
+    let idx = args
+        .idx
+        .clone()
+        .or_else(|| config.plugin_idx.clone())
+        .unwrap_or_else(|| DEFAULT_IDX.to_string());
+    validate_idx(&idx).map_err(anyhow::Error::msg)?;
+    let state_dir = args
+        .state_dir
+        .clone()
+        .or_else(|| config.state_dir.clone())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    let store = StateStore::open(&state_dir)
+        .with_context(|| format!("state dir {}", state_dir.display()))?;
+    let host_root = args.host_root.clone().unwrap_or_else(|| PathBuf::from("/"));
+    Ok(Prepared {
+        config,
+        store,
+        idx,
+        host_root,
+    })
+}
+
+/// Sets up tracing: `--log-level`, then RUST_LOG, then the config's `log_level`, then info.
+/// A second call (tests) keeps the first subscriber.
+pub fn init_logging(cli_level: Option<&str>, config: &Config) {
+    use tracing_subscriber::EnvFilter;
+    let filter = cli_level
+        .map(EnvFilter::new)
+        .or_else(|| EnvFilter::try_from_default_env().ok())
+        .or_else(|| config.log_level.as_deref().map(EnvFilter::new))
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match config.log_format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+fn log_start(config_path: Option<&Path>, p: &Prepared) {
+    tracing::info!(
+        config = %config_path.map(|p| p.display().to_string()).unwrap_or_else(|| "(defaults)".into()),
+        state = %p.store.path().display(),
+        idx = %p.idx,
+        policy = %p.config.placement.policy,
+        scope = %p.config.placement.scope,
+        reserved_cpus = %p.config.placement.reserved_cpus,
+        gpu_mode = %p.config.placement.gpu_mode,
+        "nri-align starting"
+    );
+}
+
+#[cfg(not(any()))]
+fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
+    log_start(args.config.as_deref(), &prepared);
+    anyhow::bail!("the NRI connection is not wired into this build yet (src/enforce/plugin.rs)")
+}
+
+// MERGE: replace the stub above with this once nri-protocol's stub (helper A), topology
+// discovery and placement::Allocator (helper D) are in the tree.
+#[cfg(any())]
+fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
+    use std::sync::{Arc, Mutex};
+
+    use crate::enforce::adjust::HostDevices;
+    use crate::enforce::engine::{Engine, StartState};
+    use crate::enforce::plugin::{send_updates, AlignPlugin};
+    use crate::enforce::privileges::drop_capabilities;
+    use crate::metrics::Metrics;
+    use crate::placement::Allocator;
+    use nri_protocol::stub::{Stub, StubOptions};
+
+    log_start(args.config.as_deref(), &prepared);
+    let Prepared {
+        config,
+        store,
+        idx,
+        host_root,
+    } = prepared;
+    // MERGE: the topology reader's entry point (sysfs under host_root, NVML from nvml_lib).
+    let topology = crate::topology::discover(&host_root, args.nvml_lib.as_deref())
+        .context("reading the host topology")?;
+    config.validate_for(&topology)?;
+    let metrics = Arc::new(Metrics::new());
+    let allocator = Allocator::new(Arc::new(topology), config.placement.clone());
+    let metrics_address = config.metrics_address;
+    let mut engine = Engine::new(
+        allocator,
+        config,
+        Some(store),
+        Some(metrics.clone()),
+        Box::new(HostDevices::new(&host_root)),
+    );
+    match engine.start() {
+        StartState::Fresh => tracing::info!("no previous state"),
+        StartState::Restored { restored, dropped } => {
+            tracing::info!(
+                restored,
+                dropped = dropped.len(),
+                "previous decisions restored"
+            )
+        }
+        StartState::Corrupt(why) => tracing::warn!("previous state unusable: {why}"),
+    }
+    // Runtimes that launch plugins on NRI v0.6.1 send no Synchronize: drop the records of
+    // containers that ended while nri-align was away (Synchronize, when it comes, reconciles
+    // the rest).
+    let ids: Vec<String> = engine.records().containers.keys().cloned().collect();
+    let live = crate::enforce::verify::live_containers(&host_root, ids.iter().map(String::as_str));
+    engine.prune_gone(live.as_ref());
+
+    let opts = StubOptions::new(PLUGIN_NAME, idx)
+        .socket(&args.socket)
+        .from_env()?;
+    // Capabilities are per thread: drop them before the async runtime starts its workers, so
+    // every thread inherits the reduced sets. Nothing after this point needs one (see
+    // enforce/privileges.rs); the inherited socket fd or the root-owned socket path is enough.
+    let caps = drop_capabilities(&[]).context("dropping capabilities")?;
+    tracing::info!(kept = ?caps.kept, dropped = caps.dropped.len(), bounding = caps.bounding_dropped, "capabilities dropped");
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        if let Some(addr) = metrics_address {
+            let (bound, _task) = crate::metrics::serve(addr, metrics)
+                .await
+                .with_context(|| format!("metrics on {addr}"))?;
+            tracing::info!(address = %bound, "serving /metrics");
+        }
+        let stub = Stub::new(opts)?;
+        let handle = stub.handle();
+        let engine = Arc::new(Mutex::new(engine));
+        if let Some(path) = args.config.clone() {
+            let (engine, handle) = (engine.clone(), handle.clone());
+            crate::config::spawn_reload_on_sighup(path, move |cfg| {
+                let ups = engine
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .reload(cfg)
+                    .map_err(|e| e.to_string())?;
+                send_updates(Some(handle.clone()), ups);
+                Ok(())
+            })?;
+        }
+        let plugin = Arc::new(AlignPlugin::new(
+            engine,
+            args.config.is_some(),
+            Some(handle),
+        ));
+        let stop = async {
+            use tokio::signal::unix::{signal, SignalKind};
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
+                }
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        };
+        stub.run_until(plugin, stop).await?;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn args(config: Option<PathBuf>, state: PathBuf) -> RunArgs {
+        RunArgs {
+            config,
+            socket: PathBuf::from("/nonexistent.sock"),
+            idx: None,
+            host_root: None,
+            nvml_lib: None,
+            state_dir: Some(state),
+            log_level: Some("warn".into()),
+        }
+    }
+
+    #[test]
+    fn prepare_reads_config_and_state_dir() {
+        let t = tempfile::tempdir().expect("tmp");
+        let cfg = t.path().join("c.yaml");
+        std::fs::write(&cfg, "plugin_idx: \"07\"\npolicy: restricted\n").expect("write");
+        let p = prepare(&args(Some(cfg), t.path().join("state"))).expect("prepared");
+        assert_eq!(p.idx, "07");
+        assert!(t.path().join("state").is_dir());
+        assert_eq!(p.host_root, PathBuf::from("/"));
+    }
+
+    #[test]
+    fn prepare_refuses_world_writable_config_and_bad_idx() {
+        let t = tempfile::tempdir().expect("tmp");
+        let cfg = t.path().join("c.yaml");
+        std::fs::write(&cfg, "").expect("write");
+        std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        let err = prepare(&args(Some(cfg), t.path().join("s"))).expect_err("refused");
+        assert!(format!("{err:#}").contains("world-writable"), "{err:#}");
+        let mut a = args(None, t.path().join("s"));
+        a.idx = Some("100".into());
+        assert!(format!("{:#}", prepare(&a).expect_err("idx")).contains("two digits"));
+    }
 }

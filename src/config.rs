@@ -1,0 +1,387 @@
+//! The configuration file of `nri-align run` (YAML): what it may contain, its defaults, how it is
+//! validated, and how it is reloaded on SIGHUP without restarting.
+//!
+//! Every key is optional; an empty file (or none) means the defaults below. Unknown keys are an
+//! error naming the key, so a typo never silently falls back to a default.
+//!
+//! ```yaml
+//! policy: best-effort          # none | best-effort | restricted | single-numa-node
+//! scope: container             # container | pod
+//! reserved_cpus: ""            # Linux list ("0-1"); default: no CPU reserved
+//! gpu_mode: remap              # remap (nri-align picks the GPUs, same count) | keep
+//! allow_device_annotations: false  # may annotations ask for GPUs/NICs not allocated?
+//! full_pcpus_only: false       # exclusive CPUs only as whole cores
+//! exempt_namespaces: []        # namespaces left untouched (e.g. [kube-system]); default none
+//! state_dir: /var/lib/nri-align   # default: --state-dir
+//! metrics_address: null        # e.g. "127.0.0.1:9464"; default: no metrics endpoint
+//! log_format: text             # text | json
+//! log_level: null              # e.g. "info", "nri_align=debug"; default: RUST_LOG or info
+//! plugin_idx: null             # two digits; default: --idx (50)
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::placement::{GpuMode, PlacementConfig, Policy, Scope};
+use crate::topology::{CpuSet, Topology};
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The YAML is malformed, has an unknown key or a bad value.
+    #[error("invalid config {origin}: {message}")]
+    Parse {
+        /// File path or `drop-in config`.
+        origin: String,
+        /// serde's message (names the key and position).
+        message: String,
+    },
+    /// A value parsed but makes no sense.
+    #[error("invalid config {origin}: {message}")]
+    Invalid {
+        /// File path or `drop-in config`.
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The file as written: flat keys, all optional. Kept separate from [`Config`] because serde
+/// cannot combine `flatten` with `deny_unknown_fields`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct RawConfig {
+    policy: Option<Policy>,
+    scope: Option<Scope>,
+    reserved_cpus: Option<CpuSet>,
+    gpu_mode: Option<GpuMode>,
+    allow_device_annotations: Option<bool>,
+    full_pcpus_only: Option<bool>,
+    exempt_namespaces: Vec<String>,
+    state_dir: Option<PathBuf>,
+    metrics_address: Option<String>,
+    log_format: Option<LogFormat>,
+    log_level: Option<String>,
+    plugin_idx: Option<String>,
+}
+
+/// The effective configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config {
+    /// Placement settings (policy, scope, reserved CPUs, GPU mode, annotations, full cores).
+    pub placement: PlacementConfig,
+    /// Namespaces whose containers get no adjustment at all (not even the shared pool).
+    pub exempt_namespaces: Vec<String>,
+    /// State directory; `None` means the command-line default.
+    pub state_dir: Option<PathBuf>,
+    /// Where to serve `/metrics`; `None` serves nothing.
+    pub metrics_address: Option<SocketAddr>,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Log filter (tracing `EnvFilter` syntax).
+    pub log_level: Option<String>,
+    /// Plugin index (two digits).
+    pub plugin_idx: Option<String>,
+}
+
+impl Config {
+    /// Parses YAML text; `origin` names it in error messages.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        // An empty document is `null` to YAML: treat it as "all defaults".
+        let raw: RawConfig = if text.trim().is_empty() {
+            RawConfig::default()
+        } else {
+            serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse {
+                origin: origin.to_string(),
+                message: e.to_string(),
+            })?
+        };
+        let invalid = |message: String| ConfigError::Invalid {
+            origin: origin.to_string(),
+            message,
+        };
+        let defaults = PlacementConfig::default();
+        let placement = PlacementConfig {
+            policy: raw.policy.unwrap_or(defaults.policy),
+            scope: raw.scope.unwrap_or(defaults.scope),
+            reserved_cpus: raw.reserved_cpus.unwrap_or(defaults.reserved_cpus),
+            gpu_mode: raw.gpu_mode.unwrap_or(defaults.gpu_mode),
+            allow_device_annotations: raw
+                .allow_device_annotations
+                .unwrap_or(defaults.allow_device_annotations),
+            full_pcpus_only: raw.full_pcpus_only.unwrap_or(defaults.full_pcpus_only),
+        };
+        let metrics_address =
+            match raw.metrics_address.as_deref().map(str::trim) {
+                None | Some("") => None,
+                Some(a) => Some(a.parse::<SocketAddr>().map_err(|e| {
+                    invalid(format!("metrics_address {a:?} is not HOST:PORT ({e})"))
+                })?),
+            };
+        if let Some(idx) = &raw.plugin_idx {
+            validate_idx(idx).map_err(invalid)?;
+        }
+        if let Some(ns) = raw.exempt_namespaces.iter().find(|n| n.trim().is_empty()) {
+            return Err(invalid(format!(
+                "exempt_namespaces has an empty entry {ns:?}"
+            )));
+        }
+        Ok(Config {
+            placement,
+            exempt_namespaces: raw.exempt_namespaces,
+            state_dir: raw.state_dir,
+            metrics_address,
+            log_format: raw.log_format.unwrap_or_default(),
+            log_level: raw.log_level,
+            plugin_idx: raw.plugin_idx,
+        })
+    }
+
+    /// Reads and parses `path`, refusing a world-writable file (anyone could change policy).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        crate::enforce::state::refuse_world_writable(path).map_err(|e| ConfigError::Invalid {
+            origin: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    /// The configuration a runtime passes in `ConfigureRequest.config` (pre-launched plugins get
+    /// their drop-in file's content there). A config file named on the command line wins over
+    /// it: the runtime's copy is then only checked, and `None` is returned.
+    pub fn from_dropin(text: &str, have_file: bool) -> Result<Option<Config>, ConfigError> {
+        let cfg = Config::parse(text, "drop-in config")?;
+        Ok((!have_file && !text.trim().is_empty()).then_some(cfg))
+    }
+
+    /// Checks what needs the host: reserved CPUs must exist and leave at least one CPU.
+    pub fn validate_for(&self, topo: &Topology) -> Result<(), ConfigError> {
+        let online = topo.online_cpus();
+        let reserved = &self.placement.reserved_cpus;
+        let invalid = |message| ConfigError::Invalid {
+            origin: "configuration".into(),
+            message,
+        };
+        if !reserved.is_subset(&online) {
+            return Err(invalid(format!(
+                "reserved_cpus {reserved} includes CPUs that are not online ({})",
+                reserved.difference(&online)
+            )));
+        }
+        if !online.is_empty() && online.difference(reserved).is_empty() {
+            return Err(invalid(format!(
+                "reserved_cpus {reserved} leaves no CPU for containers"
+            )));
+        }
+        Ok(())
+    }
+
+    /// What a reload cannot change without a restart, as one message per differing key.
+    pub fn restart_only_changes(&self, new: &Config) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.state_dir != new.state_dir {
+            v.push("state_dir");
+        }
+        if self.metrics_address != new.metrics_address {
+            v.push("metrics_address");
+        }
+        if self.log_format != new.log_format {
+            v.push("log_format");
+        }
+        if self.log_level != new.log_level {
+            v.push("log_level");
+        }
+        if self.plugin_idx != new.plugin_idx {
+            v.push("plugin_idx");
+        }
+        v
+    }
+
+    /// Whether containers of `namespace` are left alone.
+    pub fn is_exempt(&self, namespace: &str) -> bool {
+        self.exempt_namespaces.iter().any(|n| n == namespace)
+    }
+}
+
+/// A plugin index must be exactly two digits (the runtime sorts plugins by it).
+pub fn validate_idx(idx: &str) -> Result<(), String> {
+    if idx.len() == 2 && idx.bytes().all(|b| b.is_ascii_digit()) {
+        Ok(())
+    } else {
+        Err(format!("plugin_idx {idx:?} must be exactly two digits"))
+    }
+}
+
+/// Reloads the configuration on every SIGHUP until the process ends. `apply` gets each new
+/// configuration that parsed and validated; when it (or parsing) fails the old configuration
+/// stays and the reason is logged.
+pub fn spawn_reload_on_sighup<F>(path: PathBuf, mut apply: F) -> std::io::Result<()>
+where
+    F: FnMut(Config) -> Result<(), String> + Send + 'static,
+{
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            let outcome = Config::load(&path)
+                .map_err(|e| e.to_string())
+                .and_then(&mut apply);
+            match outcome {
+                Ok(()) => tracing::info!(config = %path.display(), "configuration reloaded"),
+                Err(why) => tracing::warn!(
+                    config = %path.display(),
+                    "configuration not reloaded, keeping the previous one: {why}"
+                ),
+            }
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_all_defaults_with_nothing_reserved() {
+        let c = Config::parse("", "t").expect("empty ok");
+        assert_eq!(c, Config::default());
+        assert!(c.placement.reserved_cpus.is_empty());
+        assert_eq!(c.placement.policy, Policy::BestEffort);
+        assert_eq!(c.metrics_address, None);
+    }
+
+    #[test]
+    fn every_key_is_read() {
+        let text = "policy: single-numa-node\nscope: pod\nreserved_cpus: \"0-1\"\ngpu_mode: keep\n\
+            allow_device_annotations: true\nfull_pcpus_only: true\nexempt_namespaces: [kube-system]\n\
+            state_dir: /tmp/s\nmetrics_address: \"127.0.0.1:9464\"\nlog_format: json\n\
+            log_level: debug\nplugin_idx: \"07\"\n";
+        let c = Config::parse(text, "t").expect("valid");
+        assert_eq!(c.placement.policy, Policy::SingleNumaNode);
+        assert_eq!(c.placement.scope, Scope::Pod);
+        assert_eq!(c.placement.reserved_cpus.to_string(), "0-1");
+        assert_eq!(c.placement.gpu_mode, GpuMode::Keep);
+        assert!(c.placement.allow_device_annotations && c.placement.full_pcpus_only);
+        assert!(c.is_exempt("kube-system") && !c.is_exempt("default"));
+        assert_eq!(c.state_dir, Some(PathBuf::from("/tmp/s")));
+        assert_eq!(c.metrics_address.map(|a| a.port()), Some(9464));
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(c.plugin_idx.as_deref(), Some("07"));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_named() {
+        let err = Config::parse("polcy: none\n", "f.yaml").expect_err("typo");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("f.yaml") && msg.contains("unknown field `polcy`"),
+            "{msg}"
+        );
+        let err = Config::parse("policy: single-numa\n", "f.yaml").expect_err("bad value");
+        assert!(err.to_string().contains("single-numa"), "{err}");
+        let err = Config::parse("plugin_idx: \"7\"\n", "f").expect_err("idx");
+        assert!(err.to_string().contains("two digits"), "{err}");
+        let err = Config::parse("metrics_address: localhost\n", "f").expect_err("addr");
+        assert!(err.to_string().contains("HOST:PORT"), "{err}");
+    }
+
+    #[test]
+    fn reserved_cpus_must_exist_and_leave_some() {
+        let topo = Topology {
+            cpus: (0..4)
+                .map(|id| crate::topology::Cpu {
+                    id,
+                    package: 0,
+                    die: 0,
+                    core: id,
+                    numa_node: 0,
+                    l3_group: None,
+                    thread_siblings: [id].into_iter().collect(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let ok = Config::parse("reserved_cpus: \"0\"", "t").expect("p");
+        assert!(ok.validate_for(&topo).is_ok());
+        let all = Config::parse("reserved_cpus: \"0-3\"", "t").expect("p");
+        assert!(all.validate_for(&topo).is_err());
+        let missing = Config::parse("reserved_cpus: \"6\"", "t").expect("p");
+        let msg = missing
+            .validate_for(&topo)
+            .expect_err("offline")
+            .to_string();
+        assert!(msg.contains("not online (6)"), "{msg}");
+    }
+
+    #[test]
+    fn dropin_applies_only_without_a_file_and_is_still_checked() {
+        let c = Config::from_dropin("policy: restricted", false).expect("ok");
+        assert_eq!(c.map(|c| c.placement.policy), Some(Policy::Restricted));
+        assert_eq!(
+            Config::from_dropin("policy: restricted", true).expect("ok"),
+            None
+        );
+        assert!(Config::from_dropin("bogus: 1", true).is_err());
+        assert_eq!(Config::from_dropin("", false).expect("ok"), None);
+    }
+
+    #[tokio::test]
+    async fn sighup_applies_a_valid_file_and_keeps_the_old_one_otherwise() {
+        let t = tempfile::tempdir().expect("tmp");
+        let path = t.path().join("c.yaml");
+        std::fs::write(&path, "policy: restricted\n").expect("write");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        spawn_reload_on_sighup(path.clone(), move |c| {
+            let _ = tx.send(c.placement.policy);
+            Ok(())
+        })
+        .expect("watch");
+        let within = std::time::Duration::from_millis(500);
+        nix::sys::signal::raise(nix::sys::signal::Signal::SIGHUP).expect("raise");
+        assert_eq!(
+            tokio::time::timeout(within, rx.recv())
+                .await
+                .expect("applied"),
+            Some(Policy::Restricted)
+        );
+        std::fs::write(&path, "policy: sometimes\n").expect("write");
+        nix::sys::signal::raise(nix::sys::signal::Signal::SIGHUP).expect("raise");
+        assert!(
+            tokio::time::timeout(within, rx.recv()).await.is_err(),
+            "a bad file is not applied"
+        );
+    }
+
+    #[test]
+    fn restart_only_keys_are_reported() {
+        let a = Config::default();
+        let b = Config::parse("policy: none\nmetrics_address: \"127.0.0.1:1\"", "t").expect("p");
+        assert_eq!(a.restart_only_changes(&b), vec!["metrics_address"]);
+    }
+}

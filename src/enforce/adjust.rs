@@ -1,0 +1,417 @@
+//! From a placement decision to what the runtime must change: the adjustment of the container
+//! being created (cpuset, device nodes with their cgroup rules, env, decision record) and the
+//! cpuset-only updates that move shared-pool containers when the pool changes.
+//!
+//! Why a shared-pool update carries only cpuset fields: NRI turns a `ContainerUpdate` into a
+//! resource update of the existing spec (containerd converts it to CRI resources, which have no
+//! device field, patches those fields into a copy of the spec and hands the whole
+//! `linux.resources`, device rules included, to the shim). An update that sets only
+//! `cpu.cpus` therefore leaves the device rules as they are. Sending device rules in an update
+//! would be the risky choice: they are "NRI v1 emulation" fields that runtimes ignore or could
+//! apply as a replacement list.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::placement::Assignment;
+use crate::topology::{CpuSet, Topology};
+
+use super::request::{nvidia_minor, uverbs_name};
+use super::view::{ContainerView, DeviceNode, DeviceRule};
+
+/// Annotation and env entry that record the decision.
+pub const DECISION_KEY: &str = "nri-align.io/decision";
+/// Env var carrying the decision inside the container.
+pub const DECISION_ENV: &str = "NRI_ALIGN_DECISION";
+/// NVIDIA control nodes added with any GPU, when the host has them.
+pub const NVIDIA_CONTROL_NODES: [&str; 3] =
+    ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"];
+/// RDMA connection manager node added with any RDMA NIC, when the host has it.
+pub const RDMA_CM: &str = "/dev/infiniband/rdma_cm";
+
+/// Finds a device node on the host.
+pub trait DeviceLookup {
+    /// The node at `path` (a host path like `/dev/nvidia0`), or `None` when absent.
+    fn lookup(&self, path: &str) -> Option<DeviceNode>;
+}
+
+/// Reads device nodes under a host root (`/` normally).
+#[derive(Debug, Clone)]
+pub struct HostDevices {
+    root: PathBuf,
+}
+
+impl HostDevices {
+    /// Device nodes under `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+}
+
+impl DeviceLookup for HostDevices {
+    fn lookup(&self, path: &str) -> Option<DeviceNode> {
+        let full = self.root.join(path.trim_start_matches('/'));
+        let md = std::fs::metadata(&full).ok()?;
+        let ft = md.file_type();
+        let kind = if ft.is_char_device() {
+            "c"
+        } else if ft.is_block_device() {
+            "b"
+        } else {
+            return None;
+        };
+        let rdev = md.rdev();
+        Some(DeviceNode {
+            path: path.to_string(),
+            kind: kind.into(),
+            major: i64::from(nix::sys::stat::major(rdev) as u32),
+            minor: i64::from(nix::sys::stat::minor(rdev) as u32),
+            file_mode: Some(md.mode() & 0o7777),
+            uid: Some(md.uid()),
+            gid: Some(md.gid()),
+        })
+    }
+}
+
+/// The adjustment for one container, in runtime-neutral form.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Adjustment {
+    /// cpuset.cpus (Linux list).
+    pub cpuset_cpus: String,
+    /// cpuset.mems (Linux list).
+    pub cpuset_mems: String,
+    /// Device nodes to add.
+    pub add_devices: Vec<DeviceNode>,
+    /// Device-cgroup rules to append (allow for added nodes, deny for removed ones).
+    pub device_rules: Vec<DeviceRule>,
+    /// Container paths of device nodes to remove (sent as `-PATH`).
+    pub remove_devices: Vec<String>,
+    /// GPU and RDMA device nodes the container will see (for the record `verify` checks).
+    pub visible_devices: Vec<String>,
+    /// Environment to set.
+    pub env: BTreeMap<String, String>,
+    /// Annotations to set.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// A cpuset-only update of another container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpusetUpdate {
+    /// Container id.
+    pub container_id: String,
+    /// New cpuset.cpus.
+    pub cpus: CpuSet,
+}
+
+/// A decision that cannot be turned into devices.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdjustError {
+    /// A chosen GPU is not in the topology, or has no minor number.
+    #[error("chosen GPU {0} has no /dev/nvidiaN node in the topology")]
+    GpuWithoutNode(String),
+    /// A chosen GPU's device node is missing on the host.
+    #[error("device node {0} of a chosen device is missing on the host")]
+    MissingNode(String),
+}
+
+/// One-line decision record (env and annotation).
+pub fn decision_record(a: &Assignment) -> String {
+    format!(
+        "policy={} cpus={} exclusive={} mems={} nodes={} gpus={} nics={} aligned={}",
+        a.policy,
+        a.cpus,
+        a.exclusive,
+        a.mems,
+        a.numa_nodes,
+        a.gpus.join(","),
+        a.nics.join(","),
+        a.aligned
+    )
+}
+
+/// Builds the adjustment of container `c` for decision `a`.
+pub fn build_adjustment(
+    a: &Assignment,
+    topo: &Topology,
+    c: &ContainerView,
+    devs: &dyn DeviceLookup,
+) -> Result<Adjustment, AdjustError> {
+    let mut adj = Adjustment {
+        cpuset_cpus: a.cpus.to_string(),
+        cpuset_mems: a.mems.to_string(),
+        ..Default::default()
+    };
+
+    // GPUs: chosen ones in topology (index) order, which is the order CUDA enumerates them in.
+    let mut chosen: Vec<_> = topo
+        .gpus
+        .iter()
+        .filter(|g| a.gpus.contains(&g.pci_bus_id))
+        .collect();
+    chosen.sort_by_key(|g| g.index);
+    if let Some(missing) = a
+        .gpus
+        .iter()
+        .find(|b| !chosen.iter().any(|g| &&g.pci_bus_id == b))
+    {
+        return Err(AdjustError::GpuWithoutNode(missing.clone()));
+    }
+    let mut wanted: Vec<String> = Vec::new();
+    for g in &chosen {
+        let minor = g
+            .minor
+            .ok_or_else(|| AdjustError::GpuWithoutNode(g.pci_bus_id.clone()))?;
+        wanted.push(format!("/dev/nvidia{minor}"));
+    }
+    let mut optional: Vec<&str> = Vec::new();
+    if !chosen.is_empty() {
+        optional.extend(NVIDIA_CONTROL_NODES);
+    }
+    // RDMA: every uverbs node of the chosen NICs, plus rdma_cm.
+    for nic in topo.nics.iter().filter(|n| a.nics.contains(&n.name)) {
+        wanted.extend(nic.uverbs.iter().map(|u| format!("/dev/infiniband/{u}")));
+    }
+    if wanted.iter().any(|p| uverbs_name(p).is_some()) {
+        optional.push(RDMA_CM);
+    }
+
+    adj.visible_devices = wanted.clone();
+    let present = |p: &str| c.devices.iter().any(|d| d.path == p);
+    for path in &wanted {
+        let node = devs
+            .lookup(path)
+            .ok_or_else(|| AdjustError::MissingNode(path.clone()))?;
+        add_node(&mut adj, node, present(path));
+    }
+    for path in optional {
+        if let Some(node) = devs.lookup(path) {
+            add_node(&mut adj, node, present(path));
+        }
+    }
+
+    // Allocated but not chosen (remap mode): remove the node and deny its cgroup access, so a
+    // container with CAP_MKNOD cannot recreate it.
+    for d in &c.devices {
+        let unchosen = nvidia_minor(&d.path).is_some() || uverbs_name(&d.path).is_some();
+        if unchosen && !wanted.contains(&d.path) {
+            adj.remove_devices.push(d.path.clone());
+            adj.device_rules.push(DeviceRule {
+                allow: false,
+                kind: d.kind.clone(),
+                major: Some(d.major),
+                minor: Some(d.minor),
+                access: "rwm".into(),
+            });
+        }
+    }
+
+    if !chosen.is_empty() || c.env_var("NVIDIA_VISIBLE_DEVICES").is_some() {
+        // Inside the container only the chosen nodes exist, so CUDA numbers them 0..n-1.
+        let cuda: Vec<String> = (0..chosen.len()).map(|i| i.to_string()).collect();
+        let nvidia: Vec<String> = chosen
+            .iter()
+            .map(|g| g.uuid.clone().unwrap_or_else(|| g.index.to_string()))
+            .collect();
+        let or_none = |v: Vec<String>| {
+            if v.is_empty() {
+                "none".to_string()
+            } else {
+                v.join(",")
+            }
+        };
+        adj.env.insert("CUDA_VISIBLE_DEVICES".into(), or_none(cuda));
+        adj.env
+            .insert("NVIDIA_VISIBLE_DEVICES".into(), or_none(nvidia));
+    }
+    let record = decision_record(a);
+    adj.env.insert(DECISION_ENV.into(), record.clone());
+    adj.annotations.insert(DECISION_KEY.into(), record);
+    Ok(adj)
+}
+
+fn add_node(adj: &mut Adjustment, node: DeviceNode, already_in_spec: bool) {
+    adj.device_rules.push(DeviceRule {
+        allow: true,
+        kind: node.kind.clone(),
+        major: Some(node.major),
+        minor: Some(node.minor),
+        access: "rwm".into(),
+    });
+    // Re-adding a node the spec already has would be a conflicting edit; its rule is enough.
+    if !already_in_spec {
+        adj.add_devices.push(node);
+    }
+}
+
+/// Cpuset updates for every shared container whose cpus differ from the new `pool`.
+/// `shared` yields (container id, cpus it currently has).
+pub fn pool_updates<'a>(
+    pool: &CpuSet,
+    shared: impl IntoIterator<Item = (&'a str, &'a CpuSet)>,
+) -> Vec<CpusetUpdate> {
+    shared
+        .into_iter()
+        .filter(|(_, cpus)| *cpus != pool)
+        .map(|(id, _)| CpusetUpdate {
+            container_id: id.to_string(),
+            cpus: pool.clone(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::enforce::request::tests::{gpu_topology, node};
+    use std::collections::HashMap;
+
+    struct FakeDevs(HashMap<&'static str, DeviceNode>);
+    impl DeviceLookup for FakeDevs {
+        fn lookup(&self, path: &str) -> Option<DeviceNode> {
+            self.0.get(path).cloned()
+        }
+    }
+
+    fn host() -> FakeDevs {
+        FakeDevs(HashMap::from([
+            ("/dev/nvidia0", node("/dev/nvidia0", 195, 0)),
+            ("/dev/nvidia1", node("/dev/nvidia1", 195, 1)),
+            ("/dev/nvidiactl", node("/dev/nvidiactl", 195, 255)),
+            ("/dev/nvidia-uvm", node("/dev/nvidia-uvm", 510, 0)),
+            (
+                "/dev/infiniband/uverbs0",
+                node("/dev/infiniband/uverbs0", 231, 192),
+            ),
+            (
+                "/dev/infiniband/rdma_cm",
+                node("/dev/infiniband/rdma_cm", 10, 58),
+            ),
+        ]))
+    }
+
+    fn decision(gpus: &[&str], nics: &[&str]) -> Assignment {
+        Assignment {
+            container_id: "c".into(),
+            cpus: "2-3".parse().expect("set"),
+            exclusive: true,
+            mems: "0".parse().expect("set"),
+            numa_nodes: "0".parse().expect("set"),
+            gpus: gpus.iter().map(|s| s.to_string()).collect(),
+            nics: nics.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn remapped_gpu_is_swapped_with_control_nodes_rules_and_env() {
+        // The device plugin gave GPU 0; placement chose GPU 1 (same count).
+        let c = ContainerView {
+            devices: vec![
+                node("/dev/nvidia0", 195, 0),
+                node("/dev/nvidiactl", 195, 255),
+            ],
+            ..Default::default()
+        };
+        let adj = build_adjustment(
+            &decision(&["0000:3b:00.0"], &[]),
+            &gpu_topology(),
+            &c,
+            &host(),
+        )
+        .expect("ok");
+        assert_eq!(
+            (adj.cpuset_cpus.as_str(), adj.cpuset_mems.as_str()),
+            ("2-3", "0")
+        );
+        let added: Vec<_> = adj.add_devices.iter().map(|d| d.path.as_str()).collect();
+        // nvidiactl is already in the spec; nvidia-uvm-tools is absent on the host.
+        assert_eq!(added, vec!["/dev/nvidia1", "/dev/nvidia-uvm"]);
+        assert_eq!(adj.remove_devices, vec!["/dev/nvidia0"]);
+        let allowed: Vec<_> = adj
+            .device_rules
+            .iter()
+            .filter(|r| r.allow)
+            .map(|r| (r.major, r.minor))
+            .collect();
+        assert_eq!(
+            allowed,
+            vec![
+                (Some(195), Some(1)),
+                (Some(195), Some(255)),
+                (Some(510), Some(0))
+            ]
+        );
+        assert!(adj
+            .device_rules
+            .iter()
+            .any(|r| !r.allow && r.major == Some(195) && r.minor == Some(0)));
+        assert_eq!(adj.env["CUDA_VISIBLE_DEVICES"], "0");
+        assert_eq!(adj.env["NVIDIA_VISIBLE_DEVICES"], "GPU-1aaa");
+        assert!(adj.annotations[DECISION_KEY].contains("gpus=0000:3b:00.0"));
+        assert_eq!(adj.env[DECISION_ENV], adj.annotations[DECISION_KEY]);
+    }
+
+    #[test]
+    fn two_gpus_and_a_nic_are_numbered_from_zero_inside() {
+        let a = decision(&["0000:3b:00.0", "0000:1b:00.0"], &["ib0"]);
+        let adj =
+            build_adjustment(&a, &gpu_topology(), &ContainerView::default(), &host()).expect("ok");
+        assert_eq!(adj.env["CUDA_VISIBLE_DEVICES"], "0,1");
+        assert_eq!(adj.env["NVIDIA_VISIBLE_DEVICES"], "GPU-0aaa,GPU-1aaa");
+        let added: Vec<_> = adj.add_devices.iter().map(|d| d.path.as_str()).collect();
+        assert!(added.contains(&"/dev/infiniband/uverbs0") && added.contains(&RDMA_CM));
+        assert!(adj.remove_devices.is_empty());
+    }
+
+    #[test]
+    fn cpu_only_decision_touches_no_devices_and_missing_nodes_fail() {
+        let adj = build_adjustment(
+            &decision(&[], &[]),
+            &gpu_topology(),
+            &ContainerView::default(),
+            &host(),
+        )
+        .expect("ok");
+        assert!(adj.add_devices.is_empty() && adj.device_rules.is_empty());
+        assert!(!adj.env.contains_key("CUDA_VISIBLE_DEVICES"));
+        let empty = FakeDevs(HashMap::new());
+        let err = build_adjustment(
+            &decision(&["0000:1b:00.0"], &[]),
+            &gpu_topology(),
+            &ContainerView::default(),
+            &empty,
+        )
+        .expect_err("missing");
+        assert_eq!(err, AdjustError::MissingNode("/dev/nvidia0".into()));
+    }
+
+    #[test]
+    fn pool_updates_only_for_containers_off_the_pool() {
+        let pool: CpuSet = "0-1,4-7".parse().expect("set");
+        let old: CpuSet = "0-7".parse().expect("set");
+        let ups = pool_updates(&pool, [("a", &old), ("b", &pool)]);
+        assert_eq!(
+            ups,
+            vec![CpusetUpdate {
+                container_id: "a".into(),
+                cpus: pool.clone()
+            }]
+        );
+    }
+
+    #[test]
+    fn host_devices_reads_real_char_nodes() {
+        // /dev/null exists on every Linux host: char 1:3.
+        let d = HostDevices::new("/")
+            .lookup("/dev/null")
+            .expect("/dev/null");
+        assert_eq!((d.kind.as_str(), d.major, d.minor), ("c", 1, 3));
+        assert!(HostDevices::new("/").lookup("/etc/hostname").is_none());
+        assert!(HostDevices::new("/nonexistent-root")
+            .lookup("/dev/null")
+            .is_none());
+    }
+}

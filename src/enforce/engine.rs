@@ -1,0 +1,511 @@
+//! The enforcement engine: what happens on each NRI event, independent of the wire. It turns a
+//! container into a request, asks the placer, builds the adjustment and the shared-pool updates,
+//! persists the decision, counts it and logs one line. `plugin.rs` only converts NRI messages to
+//! and from these calls.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::config::Config;
+use crate::metrics::{Metrics, NodeFreeSample};
+use crate::placement::{Assignment, GpuMode, PlacementConfig, Request};
+use crate::topology::{CpuSet, Topology};
+
+use super::adjust::{
+    build_adjustment, pool_updates, AdjustError, Adjustment, CpusetUpdate, DeviceLookup,
+};
+use super::reconcile::reconcile;
+use super::request::{build_request, RequestError};
+use super::state::{Loaded, Record, ResourceSummary, StateDoc, StateStore};
+use super::view::{ContainerView, PodView, ResourcesView};
+
+/// A placement refusal, as the engine needs it: a short label for metrics and the message the
+/// CRI create fails with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// Short reason label (`no-single-node`, `bad-annotation`, `conflict`...).
+    pub reason: String,
+    /// Full message.
+    pub message: String,
+}
+
+/// What the engine needs from the placement engine; `placement::Allocator` implements it in
+/// `plugin.rs` (the only place that knows its error type).
+pub trait Placer: Send {
+    /// Decides and records.
+    fn place(&mut self, req: &Request) -> Result<Assignment, Rejection>;
+    /// Forgets a container; returns what it had.
+    fn release(&mut self, container_id: &str) -> Option<Assignment>;
+    /// Records an existing decision; refuses one that conflicts with what is recorded.
+    fn restore(&mut self, a: Assignment) -> Result<(), Rejection>;
+    /// CPUs of the shared pool now.
+    fn shared_pool(&self) -> CpuSet;
+    /// Replaces the placement settings.
+    fn set_config(&mut self, c: PlacementConfig);
+    /// The host.
+    fn topology(&self) -> &Topology;
+    /// Free resources per NUMA node.
+    fn free_by_node(&self) -> Vec<NodeFreeSample>;
+}
+
+/// Why a container was not admitted (the message reaches the CRI caller).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Its resources or devices could not be read.
+    #[error("nri-align: {0}")]
+    Request(#[from] RequestError),
+    /// Placement refused it.
+    #[error("nri-align: {}", .0.message)]
+    Rejected(Rejection),
+    /// The decision could not be turned into devices.
+    #[error("nri-align: {0}")]
+    Adjust(#[from] AdjustError),
+    /// A new configuration does not fit this host.
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
+}
+
+/// The answer to CreateContainer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateOutcome {
+    /// Adjustment of the new container.
+    pub adjustment: Adjustment,
+    /// Cpuset updates of shared-pool containers.
+    pub updates: Vec<CpusetUpdate>,
+}
+
+/// How start-up found the state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartState {
+    /// No state file.
+    Fresh,
+    /// Restored this many records; dropped those listed (conflicts).
+    Restored {
+        /// Records restored.
+        restored: usize,
+        /// Records that conflicted, with why.
+        dropped: Vec<String>,
+    },
+    /// The file was unusable; waiting for Synchronize to rebuild.
+    Corrupt(String),
+}
+
+/// Enforcement state for one runtime connection (and across reconnections).
+pub struct Engine<P: Placer> {
+    placer: P,
+    config: Config,
+    store: Option<StateStore>,
+    doc: StateDoc,
+    metrics: Option<Arc<Metrics>>,
+    devices: Box<dyn DeviceLookup + Send>,
+    pods: HashMap<String, PodView>,
+}
+
+impl<P: Placer> Engine<P> {
+    /// An engine over `placer` with `config`; `store` persists decisions when given.
+    pub fn new(
+        placer: P,
+        config: Config,
+        store: Option<StateStore>,
+        metrics: Option<Arc<Metrics>>,
+        devices: Box<dyn DeviceLookup + Send>,
+    ) -> Self {
+        Self {
+            placer,
+            config,
+            store,
+            doc: StateDoc::default(),
+            metrics,
+            devices,
+            pods: HashMap::new(),
+        }
+    }
+
+    /// The placer (for reports).
+    pub fn placer(&self) -> &P {
+        &self.placer
+    }
+
+    /// The recorded containers.
+    pub fn records(&self) -> &StateDoc {
+        &self.doc
+    }
+
+    /// Loads the state file and restores its decisions. Without a Synchronize (pre-launched
+    /// plugins on NRI v0.6.1) this is all the engine will know.
+    pub fn start(&mut self) -> StartState {
+        let Some(store) = &self.store else {
+            return StartState::Fresh;
+        };
+        let doc = match store.load() {
+            Loaded::Fresh => return StartState::Fresh,
+            Loaded::Corrupt(why) => {
+                tracing::warn!("state unusable, rebuilding from Synchronize: {why}");
+                return StartState::Corrupt(why);
+            }
+            Loaded::Doc(doc) => doc,
+        };
+        let mut dropped = Vec::new();
+        for (id, rec) in doc.containers {
+            match self.placer.restore(rec.assignment.clone()) {
+                Ok(()) => {
+                    self.doc.containers.insert(id, rec);
+                }
+                Err(r) => dropped.push(format!("{id}: {}", r.message)),
+            }
+        }
+        for d in &dropped {
+            tracing::warn!("recorded decision not restored: {d}");
+        }
+        self.refresh_free();
+        StartState::Restored {
+            restored: self.doc.containers.len(),
+            dropped,
+        }
+    }
+
+    /// Releases recorded containers that no longer run, judged by `live` (the ids that do),
+    /// for runtimes that send no Synchronize (pre-launched plugins on NRI v0.6.1). `None`
+    /// means liveness is unknown and nothing is released. Returns the released ids.
+    pub fn prune_gone(&mut self, live: Option<&std::collections::HashSet<String>>) -> Vec<String> {
+        let Some(live) = live else {
+            if !self.doc.containers.is_empty() {
+                tracing::warn!(
+                    "cannot see any recorded container's processes; keeping all records"
+                );
+            }
+            return Vec::new();
+        };
+        let gone: Vec<String> = self
+            .doc
+            .containers
+            .keys()
+            .filter(|id| !live.contains(*id))
+            .cloned()
+            .collect();
+        for id in &gone {
+            self.placer.release(id);
+            self.doc.containers.remove(id);
+            tracing::info!(container = %id, "released: no process left");
+        }
+        if !gone.is_empty() {
+            // Shared containers pick the new pool up with their next event or Synchronize.
+            self.persist();
+            self.refresh_free();
+        }
+        gone
+    }
+
+    /// Reconciles with the runtime's pods and containers (once, after the last chunk).
+    pub fn synchronize(
+        &mut self,
+        pods: &[PodView],
+        containers: &[ContainerView],
+    ) -> Vec<CpusetUpdate> {
+        for p in pods {
+            self.pods.insert(p.id.clone(), p.clone());
+        }
+        let managed: Vec<ContainerView> = containers
+            .iter()
+            .filter(|c| !self.config.is_exempt(&self.namespace_of(&c.pod_sandbox_id)))
+            .cloned()
+            .collect();
+        let plan = reconcile(&self.doc, pods, &managed, self.placer.topology());
+        for id in &plan.release {
+            self.placer.release(id);
+            self.doc.containers.remove(id);
+            tracing::info!(container = %id, "released: gone while nri-align was away");
+        }
+        for mut rec in plan.rebuild {
+            let id = rec.assignment.container_id.clone();
+            if let Err(r) = self.placer.restore(rec.assignment.clone()) {
+                // Two running containers claim the same exclusive CPUs: keep it running but
+                // count it as shared, so nothing is allocated twice.
+                tracing::warn!(container = %id, "recorded as shared: {}", r.message);
+                rec.assignment.exclusive = false;
+                rec.assignment.gpus.clear();
+                rec.assignment.nics.clear();
+                if let Err(r) = self.placer.restore(rec.assignment.clone()) {
+                    tracing::warn!(container = %id, "not tracked: {}", r.message);
+                    continue;
+                }
+            }
+            tracing::info!(container = %id, cpus = %rec.assignment.cpus, "recorded as running");
+            self.doc.containers.insert(id, rec);
+        }
+        let updates = self.follow_pool(None);
+        self.persist();
+        self.refresh_free();
+        updates
+    }
+
+    /// Remembers a pod (RunPodSandbox), for namespaces of later containers.
+    pub fn pod_started(&mut self, pod: &PodView) {
+        self.pods.insert(pod.id.clone(), pod.clone());
+    }
+
+    /// Decides a new container. `Ok(None)`: the container is exempt and left alone.
+    pub fn create_container(
+        &mut self,
+        pod: &PodView,
+        c: &ContainerView,
+    ) -> Result<Option<CreateOutcome>, EngineError> {
+        self.pods.insert(pod.id.clone(), pod.clone());
+        if self.config.is_exempt(&pod.namespace) {
+            tracing::info!(pod = %pod_name(pod), container = %c.name, "exempt namespace, not aligned");
+            return Ok(None);
+        }
+        if self.doc.containers.remove(&c.id).is_some() {
+            // A create for an id we hold (a retried create): start over.
+            self.placer.release(&c.id);
+        }
+        let started = Instant::now();
+        let req = build_request(self.placer.topology(), pod, c).inspect_err(|e| {
+            self.count_rejection("bad-request", started);
+            tracing::warn!(pod = %pod_name(pod), container = %c.name, "rejected: {e}");
+        })?;
+        let a = match self.placer.place(&req) {
+            Ok(a) => a,
+            Err(r) => {
+                self.count_rejection(&r.reason, started);
+                tracing::warn!(pod = %pod_name(pod), container = %c.name, reason = %r.reason, "rejected: {}", r.message);
+                return Err(EngineError::Rejected(r));
+            }
+        };
+        let adjustment =
+            match build_adjustment(&a, self.placer.topology(), c, self.devices.as_ref()) {
+                Ok(adj) => adj,
+                Err(e) => {
+                    self.placer.release(&c.id);
+                    self.count_rejection("device", started);
+                    return Err(e.into());
+                }
+            };
+        let rec = Record {
+            assignment: a.clone(),
+            pod_sandbox_id: pod.id.clone(),
+            namespace: pod.namespace.clone(),
+            cgroups_path: c.cgroups_path.clone(),
+            applied_cpus: a.cpus.clone(),
+            devices: adjustment.visible_devices.clone(),
+            resources: ResourceSummary::of(&req),
+        };
+        self.doc.containers.insert(c.id.clone(), rec);
+        let updates = self.follow_pool(Some(&c.id));
+        self.persist();
+        let took = started.elapsed();
+        if let Some(m) = &self.metrics {
+            m.admitted(&a.policy.to_string(), a.aligned, took);
+        }
+        self.refresh_free();
+        log_decision(pod, c, &a, took, updates.len());
+        Ok(Some(CreateOutcome {
+            adjustment,
+            updates,
+        }))
+    }
+
+    /// Re-evaluates a container after a CRI resource update. Returns the updates to send (the
+    /// container itself when its CPUs move, and shared-pool members). GPUs and NICs never
+    /// change on a running container: the decision is re-made in `keep` mode.
+    pub fn update_container(
+        &mut self,
+        pod: &PodView,
+        c: &ContainerView,
+        new: &ResourcesView,
+    ) -> Result<Vec<CpusetUpdate>, EngineError> {
+        let Some(old) = self.doc.containers.get(&c.id).cloned() else {
+            return Ok(Vec::new());
+        };
+        let mut updated = c.clone();
+        updated.resources = new.clone();
+        let req = build_request(self.placer.topology(), pod, &updated)?;
+        if ResourceSummary::of(&req) == old.resources {
+            return Ok(Vec::new());
+        }
+        let started = Instant::now();
+        let mut req = req;
+        req.allocated_gpus = old.assignment.gpus.clone();
+        req.allocated_nics = old.assignment.nics.clone();
+        self.placer.release(&c.id);
+        let saved = self.placer_config();
+        self.placer.set_config(PlacementConfig {
+            gpu_mode: GpuMode::Keep,
+            ..saved.clone()
+        });
+        let placed = self.placer.place(&req);
+        self.placer.set_config(saved);
+        let a = match placed {
+            Ok(a) => a,
+            Err(r) => {
+                if let Err(e) = self.placer.restore(old.assignment.clone()) {
+                    tracing::error!(container = %c.id, "previous decision lost: {}", e.message);
+                    self.doc.containers.remove(&c.id);
+                }
+                self.count_rejection(&r.reason, started);
+                return Err(EngineError::Rejected(r));
+            }
+        };
+        let mut updates = Vec::new();
+        if a.cpus != old.applied_cpus {
+            updates.push(CpusetUpdate {
+                container_id: c.id.clone(),
+                cpus: a.cpus.clone(),
+            });
+        }
+        let rec = Record {
+            applied_cpus: a.cpus.clone(),
+            assignment: a.clone(),
+            resources: ResourceSummary::of(&req),
+            ..old
+        };
+        self.doc.containers.insert(c.id.clone(), rec);
+        updates.extend(self.follow_pool(Some(&c.id)));
+        self.persist();
+        if let Some(m) = &self.metrics {
+            m.admitted(&a.policy.to_string(), a.aligned, started.elapsed());
+        }
+        self.refresh_free();
+        log_decision(pod, c, &a, started.elapsed(), updates.len());
+        Ok(updates)
+    }
+
+    /// Releases a container (StopContainer, RemoveContainer); idempotent.
+    pub fn release_container(&mut self, id: &str) -> Vec<CpusetUpdate> {
+        if self.doc.containers.remove(id).is_none() {
+            return Vec::new();
+        }
+        self.placer.release(id);
+        tracing::info!(container = %id, "released");
+        let updates = self.follow_pool(None);
+        self.persist();
+        self.refresh_free();
+        updates
+    }
+
+    /// Releases every container of a pod (StopPodSandbox, RemovePodSandbox).
+    pub fn release_pod(&mut self, sandbox_id: &str) -> Vec<CpusetUpdate> {
+        let ids: Vec<String> = self
+            .doc
+            .containers
+            .iter()
+            .filter(|(_, r)| r.pod_sandbox_id == sandbox_id)
+            .map(|(id, _)| id.clone())
+            .collect();
+        self.pods.remove(sandbox_id);
+        let mut updates: Vec<CpusetUpdate> = Vec::new();
+        for id in ids {
+            for u in self.release_container(&id) {
+                // A later release may move the same container again: the last one counts.
+                updates.retain(|old| old.container_id != u.container_id);
+                updates.push(u);
+            }
+        }
+        updates
+    }
+
+    /// Applies a new configuration (SIGHUP, drop-in). Returns pool updates to send outside any
+    /// handler (UpdateContainers), since reserved CPUs may have changed.
+    pub fn reload(&mut self, config: Config) -> Result<Vec<CpusetUpdate>, EngineError> {
+        config.validate_for(self.placer.topology())?;
+        for key in self.config.restart_only_changes(&config) {
+            tracing::warn!("{key} changed: takes effect after a restart");
+        }
+        self.placer.set_config(config.placement.clone());
+        self.config = config;
+        let updates = self.follow_pool(None);
+        self.persist();
+        self.refresh_free();
+        Ok(updates)
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn placer_config(&self) -> PlacementConfig {
+        self.config.placement.clone()
+    }
+
+    fn namespace_of(&self, sandbox_id: &str) -> String {
+        self.pods
+            .get(sandbox_id)
+            .map(|p| p.namespace.clone())
+            .unwrap_or_default()
+    }
+
+    /// Moves every shared container (but `except`, which gets the pool in its own adjustment)
+    /// onto the current pool and records what was sent.
+    fn follow_pool(&mut self, except: Option<&str>) -> Vec<CpusetUpdate> {
+        let pool = self.placer.shared_pool();
+        let updates = pool_updates(
+            &pool,
+            self.doc
+                .containers
+                .iter()
+                .filter(|(id, r)| !r.assignment.exclusive && Some(id.as_str()) != except)
+                .map(|(id, r)| (id.as_str(), &r.applied_cpus)),
+        );
+        for u in &updates {
+            if let Some(r) = self.doc.containers.get_mut(&u.container_id) {
+                r.applied_cpus = u.cpus.clone();
+            }
+        }
+        updates
+    }
+
+    fn persist(&self) {
+        if let Some(store) = &self.store {
+            // Not fatal: Synchronize rebuilds from the running containers after a restart.
+            if let Err(e) = store.save(&self.doc) {
+                tracing::error!("decision not persisted: {e}");
+            }
+        }
+    }
+
+    fn refresh_free(&self) {
+        if let Some(m) = &self.metrics {
+            m.set_free(&self.placer.free_by_node());
+        }
+    }
+
+    fn count_rejection(&self, reason: &str, started: Instant) {
+        if let Some(m) = &self.metrics {
+            m.rejected(reason, started.elapsed());
+        }
+    }
+}
+
+fn pod_name(pod: &PodView) -> String {
+    format!("{}/{}", pod.namespace, pod.name)
+}
+
+fn log_decision(
+    pod: &PodView,
+    c: &ContainerView,
+    a: &Assignment,
+    took: std::time::Duration,
+    updates: usize,
+) {
+    tracing::info!(
+        pod = %pod_name(pod),
+        container = %c.name,
+        policy = %a.policy,
+        cpus = %a.cpus,
+        exclusive = a.exclusive,
+        mems = %a.mems,
+        gpus = %a.gpus.join(","),
+        nics = %a.nics.join(","),
+        aligned = a.aligned,
+        latency_us = took.as_micros() as u64,
+        pool_updates = updates,
+        reason = %a.reason,
+        "decision"
+    );
+}
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

@@ -1,0 +1,365 @@
+//! Engine tests over an in-memory placer: events in, adjustments, pool updates and state out.
+use super::*;
+use crate::enforce::request::tests::node;
+use crate::enforce::testing::{AllDevices, FakePlacer};
+use crate::enforce::view::ContainerState;
+use crate::placement::Policy;
+
+fn engine(store: Option<StateStore>, config: Config) -> Engine<FakePlacer> {
+    let mut p = FakePlacer::new();
+    p.set_config(config.placement.clone());
+    Engine::new(
+        p,
+        config,
+        store,
+        Some(Arc::new(Metrics::new())),
+        Box::new(AllDevices),
+    )
+}
+
+fn pod(ns: &str) -> PodView {
+    PodView {
+        id: format!("sb-{ns}"),
+        uid: format!("uid-{ns}"),
+        name: "p".into(),
+        namespace: ns.into(),
+        ..Default::default()
+    }
+}
+
+/// A container asking for `cores` Guaranteed CPUs (0: shared), with `gpu` nodes.
+fn ctr(id: &str, ns: &str, cores: i64, gpus: &[u32]) -> ContainerView {
+    ContainerView {
+        id: id.into(),
+        name: id.into(),
+        pod_sandbox_id: format!("sb-{ns}"),
+        state: ContainerState::Running,
+        resources: ResourcesView {
+            cpu_shares: Some(if cores > 0 { cores as u64 * 1024 } else { 102 }),
+            cpu_quota: (cores > 0).then_some(cores * 100_000),
+            cpu_period: Some(100_000),
+            ..Default::default()
+        },
+        devices: gpus
+            .iter()
+            .map(|m| node(&format!("/dev/nvidia{m}"), 195, i64::from(*m)))
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn running(e: &Engine<FakePlacer>, id: &str) -> ContainerView {
+    // What the runtime would report for a container the engine adjusted.
+    let r = &e.records().containers[id];
+    let mut c = ctr(id, &r.namespace, 0, &[]);
+    c.resources.cpuset_cpus = r.applied_cpus.to_string();
+    c
+}
+
+#[test]
+fn exclusive_create_shrinks_the_pool_and_stop_grows_it_back() {
+    let mut e = engine(None, Config::default());
+    let shared = e
+        .create_container(&pod("a"), &ctr("s1", "a", 0, &[]))
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(shared.adjustment.cpuset_cpus, "0-7");
+    assert!(shared.updates.is_empty());
+
+    let ex = e
+        .create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(ex.adjustment.cpuset_cpus, "0-1");
+    assert_eq!(
+        ex.updates,
+        vec![CpusetUpdate {
+            container_id: "s1".into(),
+            cpus: "2-7".parse().expect("set")
+        }]
+    );
+
+    // A later shared container starts on the shrunken pool; nobody else moves.
+    let s2 = e
+        .create_container(&pod("a"), &ctr("s2", "a", 0, &[]))
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(
+        (s2.adjustment.cpuset_cpus.as_str(), s2.updates.len()),
+        ("2-7", 0)
+    );
+
+    let grown = e.release_container("x1");
+    let ids: Vec<_> = grown.iter().map(|u| u.container_id.as_str()).collect();
+    assert_eq!(ids, vec!["s1", "s2"]);
+    assert!(grown.iter().all(|u| u.cpus.to_string() == "0-7"));
+    assert!(
+        e.release_container("x1").is_empty(),
+        "release is idempotent"
+    );
+}
+
+#[test]
+fn gpu_container_is_aligned_to_its_gpu_with_env_and_nodes() {
+    let mut e = engine(None, Config::default());
+    let out = e
+        .create_container(&pod("g"), &ctr("g1", "g", 2, &[1]))
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(out.adjustment.cpuset_cpus, "4-5", "GPU 1 sits on node 1");
+    assert_eq!(out.adjustment.cpuset_mems, "1");
+    assert_eq!(out.adjustment.env["CUDA_VISIBLE_DEVICES"], "0");
+    assert_eq!(out.adjustment.env["NVIDIA_VISIBLE_DEVICES"], "GPU-1aaa");
+    assert!(out
+        .adjustment
+        .device_rules
+        .iter()
+        .any(|r| r.allow && r.minor == Some(1)));
+}
+
+#[test]
+fn rejection_fails_the_create_with_the_message_and_is_counted() {
+    let mut e = engine(None, Config::default());
+    let err = e
+        .create_container(&pod("a"), &ctr("big", "a", 6, &[]))
+        .expect_err("too big");
+    assert_eq!(
+        err.to_string(),
+        "nri-align: 6 CPUs do not fit on one NUMA node"
+    );
+    assert!(e.records().containers.is_empty());
+    let text = e.metrics.as_ref().expect("metrics").encode();
+    assert!(
+        text.contains("nri_align_rejections_total{reason=\"no-single-node\"} 1"),
+        "{text}"
+    );
+    let bad = ctr("bad", "a", 0, &[7]);
+    let err = e
+        .create_container(&pod("a"), &bad)
+        .expect_err("unknown gpu");
+    assert!(err.to_string().contains("names GPU \"7\""), "{err}");
+}
+
+#[test]
+fn exempt_namespaces_are_left_alone() {
+    let cfg = Config::parse("exempt_namespaces: [kube-system]", "t").expect("cfg");
+    let mut e = engine(None, cfg);
+    assert_eq!(
+        e.create_container(&pod("kube-system"), &ctr("k", "kube-system", 2, &[]))
+            .expect("ok"),
+        None
+    );
+    assert!(e.records().containers.is_empty());
+}
+
+#[test]
+fn restart_restores_state_releases_the_gone_and_never_double_allocates() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = || Some(StateStore::open(dir.path()).expect("store"));
+    let mut first = engine(store(), Config::default());
+    first
+        .create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
+        .expect("ok");
+    first
+        .create_container(&pod("a"), &ctr("x2", "a", 2, &[]))
+        .expect("ok");
+    first
+        .create_container(&pod("a"), &ctr("s1", "a", 0, &[]))
+        .expect("ok");
+    let live = vec![running(&first, "x1"), running(&first, "s1")];
+    drop(first); // kill -9: nothing but the state file survives
+
+    let mut second = engine(store(), Config::default());
+    assert_eq!(
+        second.start(),
+        StartState::Restored {
+            restored: 3,
+            dropped: vec![]
+        }
+    );
+    let updates = second.synchronize(&[pod("a")], &live);
+    assert!(
+        !second.records().containers.contains_key("x2"),
+        "x2 is gone"
+    );
+    // x2's CPUs went back to the pool, so s1 follows it.
+    assert_eq!(
+        updates,
+        vec![CpusetUpdate {
+            container_id: "s1".into(),
+            cpus: "2-7".parse().expect("set")
+        }]
+    );
+    let x3 = second
+        .create_container(&pod("a"), &ctr("x3", "a", 2, &[]))
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(
+        x3.adjustment.cpuset_cpus, "2-3",
+        "x1 keeps 0-1; x3 gets what x2 had"
+    );
+}
+
+#[test]
+fn prelaunched_without_synchronize_relies_on_the_state_file() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut first = engine(
+        Some(StateStore::open(dir.path()).expect("s")),
+        Config::default(),
+    );
+    first
+        .create_container(&pod("a"), &ctr("x1", "a", 4, &[]))
+        .expect("ok");
+    drop(first);
+    let mut second = engine(
+        Some(StateStore::open(dir.path()).expect("s")),
+        Config::default(),
+    );
+    second.start();
+    let x2 = second
+        .create_container(&pod("a"), &ctr("x2", "a", 4, &[]))
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(x2.adjustment.cpuset_cpus, "4-7");
+    assert!(
+        second
+            .create_container(&pod("a"), &ctr("x3", "a", 1, &[]))
+            .is_err(),
+        "no CPU left"
+    );
+}
+
+#[test]
+fn prune_releases_only_when_liveness_is_known() {
+    let mut e = engine(None, Config::default());
+    e.create_container(&pod("a"), &ctr("x1", "a", 4, &[]))
+        .expect("ok");
+    e.create_container(&pod("a"), &ctr("x2", "a", 4, &[]))
+        .expect("ok");
+    assert!(e.prune_gone(None).is_empty());
+    let live = std::collections::HashSet::from(["x2".to_string()]);
+    assert_eq!(e.prune_gone(Some(&live)), vec!["x1".to_string()]);
+    let again = e
+        .create_container(&pod("a"), &ctr("x3", "a", 4, &[]))
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(
+        again.adjustment.cpuset_cpus, "0-3",
+        "x1's CPUs are free again"
+    );
+}
+
+#[test]
+fn corrupt_state_is_rebuilt_from_running_containers() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = StateStore::open(dir.path()).expect("s");
+    std::fs::write(store.path(), "not json").expect("write");
+    let mut e = engine(Some(store), Config::default());
+    assert!(matches!(e.start(), StartState::Corrupt(_)));
+    let mut pinned = ctr("x1", "a", 2, &[]);
+    pinned.resources.cpuset_cpus = "6-7".into();
+    let mut clash = ctr("x2", "a", 2, &[]);
+    clash.resources.cpuset_cpus = "6-7".into();
+    e.synchronize(&[pod("a")], &[pinned, clash]);
+    let recs = &e.records().containers;
+    assert!(recs["x1"].assignment.exclusive);
+    assert!(
+        !recs["x2"].assignment.exclusive,
+        "a clash is kept running but not exclusive"
+    );
+    let next = e
+        .create_container(&pod("a"), &ctr("x3", "a", 2, &[]))
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(next.adjustment.cpuset_cpus, "0-1");
+    assert!(
+        matches!(StateStore::open(dir.path()).expect("s").load(), Loaded::Doc(d) if d.containers.len() == 3)
+    );
+}
+
+#[test]
+fn cri_update_replaces_only_on_a_resource_change() {
+    let mut e = engine(None, Config::default());
+    e.create_container(&pod("a"), &ctr("s1", "a", 0, &[]))
+        .expect("ok");
+    e.create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
+        .expect("ok");
+    let same = ctr("x1", "a", 2, &[]).resources;
+    assert!(e
+        .update_container(&pod("a"), &ctr("x1", "a", 2, &[]), &same)
+        .expect("ok")
+        .is_empty());
+    let bigger = ctr("x1", "a", 3, &[]).resources;
+    let ups = e
+        .update_container(&pod("a"), &ctr("x1", "a", 2, &[]), &bigger)
+        .expect("ok");
+    assert_eq!(
+        ups[0],
+        CpusetUpdate {
+            container_id: "x1".into(),
+            cpus: "0-2".parse().expect("set")
+        }
+    );
+    assert_eq!(
+        ups[1],
+        CpusetUpdate {
+            container_id: "s1".into(),
+            cpus: "3-7".parse().expect("set")
+        }
+    );
+    let huge = ctr("x1", "a", 5, &[]).resources;
+    assert!(e
+        .update_container(&pod("a"), &ctr("x1", "a", 3, &[]), &huge)
+        .is_err());
+    assert_eq!(
+        e.records().containers["x1"].assignment.cpus.to_string(),
+        "0-2",
+        "old decision kept"
+    );
+}
+
+#[test]
+fn reload_applies_reserved_cpus_or_keeps_the_old_config() {
+    let mut e = engine(None, Config::default());
+    e.create_container(&pod("a"), &ctr("s1", "a", 0, &[]))
+        .expect("ok");
+    let ups = e
+        .reload(Config::parse("reserved_cpus: \"0\"\npolicy: restricted", "t").expect("cfg"))
+        .expect("ok");
+    assert_eq!(
+        ups,
+        vec![CpusetUpdate {
+            container_id: "s1".into(),
+            cpus: "1-7".parse().expect("set")
+        }]
+    );
+    assert_eq!(e.config().placement.policy, Policy::Restricted);
+    assert!(e
+        .reload(Config::parse("reserved_cpus: \"0-9\"", "t").expect("cfg"))
+        .is_err());
+    assert_eq!(
+        e.config().placement.policy,
+        Policy::Restricted,
+        "old config kept"
+    );
+}
+
+#[test]
+fn pod_removal_releases_all_its_containers() {
+    let mut e = engine(None, Config::default());
+    e.create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
+        .expect("ok");
+    e.create_container(&pod("a"), &ctr("x2", "a", 2, &[]))
+        .expect("ok");
+    e.create_container(&pod("b"), &ctr("s1", "b", 0, &[]))
+        .expect("ok");
+    let ups = e.release_pod("sb-a");
+    assert_eq!(
+        ups,
+        vec![CpusetUpdate {
+            container_id: "s1".into(),
+            cpus: "0-7".parse().expect("set")
+        }]
+    );
+    assert_eq!(e.records().containers.len(), 1);
+}

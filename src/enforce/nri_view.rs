@@ -1,0 +1,211 @@
+//! Conversions between the generated NRI messages (`nri_protocol::api`, field names from
+//! containerd/nri `pkg/api/api.proto`) and enforcement's own structs: the only file of `enforce`
+//! that sees generated types.
+
+use std::collections::HashMap;
+
+use nri_protocol::api::{self, MessageField};
+
+use super::adjust::{Adjustment, CpusetUpdate};
+use super::view::{ContainerState, ContainerView, DeviceNode, DeviceRule, PodView, ResourcesView};
+
+fn sorted(m: &HashMap<String, String>) -> std::collections::BTreeMap<String, String> {
+    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// `PodSandbox` -> [`PodView`].
+pub fn pod_view(p: &api::PodSandbox) -> PodView {
+    PodView {
+        id: p.id.clone(),
+        uid: p.uid.clone(),
+        name: p.name.clone(),
+        namespace: p.namespace.clone(),
+        annotations: sorted(&p.annotations),
+    }
+}
+
+/// `LinuxResources` -> [`ResourcesView`].
+pub fn resources_view(r: Option<&api::LinuxResources>) -> ResourcesView {
+    let Some(r) = r else {
+        return ResourcesView::default();
+    };
+    let cpu = r.cpu.as_ref();
+    ResourcesView {
+        cpu_shares: cpu.and_then(|c| c.shares.as_ref()).map(|v| v.value),
+        cpu_quota: cpu.and_then(|c| c.quota.as_ref()).map(|v| v.value),
+        cpu_period: cpu.and_then(|c| c.period.as_ref()).map(|v| v.value),
+        cpuset_cpus: cpu.map(|c| c.cpus.clone()).unwrap_or_default(),
+        cpuset_mems: cpu.map(|c| c.mems.clone()).unwrap_or_default(),
+        memory_limit: r
+            .memory
+            .as_ref()
+            .and_then(|m| m.limit.as_ref())
+            .map(|v| v.value),
+        device_rules: r
+            .devices
+            .iter()
+            .map(|d| DeviceRule {
+                allow: d.allow,
+                kind: d.type_.clone(),
+                major: d.major.as_ref().map(|v| v.value),
+                minor: d.minor.as_ref().map(|v| v.value),
+                access: d.access.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// `Container` -> [`ContainerView`].
+pub fn container_view(c: &api::Container) -> ContainerView {
+    let linux = c.linux.as_ref();
+    let state = match c.state.enum_value() {
+        Ok(api::ContainerState::CONTAINER_CREATED) => ContainerState::Created,
+        Ok(api::ContainerState::CONTAINER_PAUSED) => ContainerState::Paused,
+        Ok(api::ContainerState::CONTAINER_RUNNING) => ContainerState::Running,
+        Ok(api::ContainerState::CONTAINER_STOPPED) => ContainerState::Stopped,
+        _ => ContainerState::Unknown,
+    };
+    ContainerView {
+        id: c.id.clone(),
+        pod_sandbox_id: c.pod_sandbox_id.clone(),
+        name: c.name.clone(),
+        state,
+        annotations: sorted(&c.annotations),
+        env: c.env.clone(),
+        devices: linux
+            .map(|l| {
+                l.devices
+                    .iter()
+                    .map(|d| DeviceNode {
+                        path: d.path.clone(),
+                        kind: d.type_.clone(),
+                        major: d.major,
+                        minor: d.minor,
+                        file_mode: d.file_mode.as_ref().map(|v| v.value),
+                        uid: d.uid.as_ref().map(|v| v.value),
+                        gid: d.gid.as_ref().map(|v| v.value),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        cdi_devices: c.CDI_devices.iter().map(|d| d.name.clone()).collect(),
+        resources: resources_view(linux.and_then(|l| l.resources.as_ref())),
+        cgroups_path: linux.map(|l| l.cgroups_path.clone()).unwrap_or_default(),
+        pid: c.pid,
+    }
+}
+
+fn cpuset_resources(cpus: String, mems: Option<String>) -> api::LinuxResources {
+    let cpu = api::LinuxCPU {
+        cpus,
+        mems: mems.unwrap_or_default(),
+        ..Default::default()
+    };
+    api::LinuxResources {
+        cpu: MessageField::some(cpu),
+        ..Default::default()
+    }
+}
+
+/// [`Adjustment`] -> `ContainerAdjustment`.
+pub fn container_adjustment(a: &Adjustment) -> api::ContainerAdjustment {
+    let mut resources = cpuset_resources(a.cpuset_cpus.clone(), Some(a.cpuset_mems.clone()));
+    resources.devices = a
+        .device_rules
+        .iter()
+        .map(|r| api::LinuxDeviceCgroup {
+            allow: r.allow,
+            type_: r.kind.clone(),
+            major: r
+                .major
+                .map(|value| api::OptionalInt64 {
+                    value,
+                    ..Default::default()
+                })
+                .into(),
+            minor: r
+                .minor
+                .map(|value| api::OptionalInt64 {
+                    value,
+                    ..Default::default()
+                })
+                .into(),
+            access: r.access.clone(),
+            ..Default::default()
+        })
+        .collect();
+    let mut devices: Vec<api::LinuxDevice> = a
+        .add_devices
+        .iter()
+        .map(|d| api::LinuxDevice {
+            path: d.path.clone(),
+            type_: d.kind.clone(),
+            major: d.major,
+            minor: d.minor,
+            file_mode: d
+                .file_mode
+                .map(|value| api::OptionalFileMode {
+                    value,
+                    ..Default::default()
+                })
+                .into(),
+            uid: d
+                .uid
+                .map(|value| api::OptionalUInt32 {
+                    value,
+                    ..Default::default()
+                })
+                .into(),
+            gid: d
+                .gid
+                .map(|value| api::OptionalUInt32 {
+                    value,
+                    ..Default::default()
+                })
+                .into(),
+            ..Default::default()
+        })
+        .collect();
+    // NRI's removal convention: the key (here the path) prefixed with '-'.
+    devices.extend(a.remove_devices.iter().map(|p| api::LinuxDevice {
+        path: format!("-{p}"),
+        ..Default::default()
+    }));
+    api::ContainerAdjustment {
+        annotations: a
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        env: a
+            .env
+            .iter()
+            .map(|(k, v)| api::KeyValue {
+                key: k.clone(),
+                value: v.clone(),
+                ..Default::default()
+            })
+            .collect(),
+        linux: MessageField::some(api::LinuxContainerAdjustment {
+            devices,
+            resources: MessageField::some(resources),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// [`CpusetUpdate`] -> `ContainerUpdate` touching `cpu.cpus` only (see `adjust.rs` on why this
+/// keeps device rules).
+pub fn container_update(u: &CpusetUpdate) -> api::ContainerUpdate {
+    api::ContainerUpdate {
+        container_id: u.container_id.clone(),
+        linux: MessageField::some(api::LinuxContainerUpdate {
+            resources: MessageField::some(cpuset_resources(u.cpus.to_string(), None)),
+            ..Default::default()
+        }),
+        // A shared container that exits meanwhile must not fail the whole response.
+        ignore_failure: true,
+        ..Default::default()
+    }
+}

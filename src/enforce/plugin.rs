@@ -1,0 +1,477 @@
+//! The NRI plugin: `nri_protocol::stub::Plugin` implemented by handing every event to the
+//! [`Engine`], plus the `Placer` implementation of `placement::Allocator`.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use nri_protocol::api::{
+    self, Container, ContainerUpdate, CreateContainerResponse, EventMask, LinuxResources,
+    MessageField, PodSandbox, StopContainerResponse, UpdateContainerResponse,
+};
+use nri_protocol::stub::{HandlerError, HandlerResult, Plugin, RuntimeHandle};
+use nri_protocol::version::RuntimeInfo;
+
+use super::adjust::CpusetUpdate;
+use super::engine::{Engine, Placer};
+use super::nri_view::{
+    container_adjustment, container_update, container_view, pod_view, resources_view,
+};
+use crate::config::Config;
+
+/// The events nri-align handles (all known to NRI v0.6.1, so no version gating is needed).
+pub fn wanted_events() -> EventMask {
+    use api::Event::*;
+    EventMask::of(&[
+        RUN_POD_SANDBOX,
+        STOP_POD_SANDBOX,
+        REMOVE_POD_SANDBOX,
+        CREATE_CONTAINER,
+        UPDATE_CONTAINER,
+        STOP_CONTAINER,
+        REMOVE_CONTAINER,
+    ])
+}
+
+/// The plugin: an engine behind a mutex (the runtime sends one request at a time, and the
+/// SIGHUP reload shares it).
+pub struct AlignPlugin<P: Placer> {
+    engine: Arc<Mutex<Engine<P>>>,
+    /// Whether a config file was given (it then wins over the runtime's drop-in config).
+    have_config_file: bool,
+    /// For updates that cannot ride on a response (pod events, RemoveContainer, reloads).
+    runtime: Option<RuntimeHandle>,
+    /// Updates decided in Configure, sent with the Synchronize answer.
+    pending: Mutex<Vec<CpusetUpdate>>,
+}
+
+impl<P: Placer> AlignPlugin<P> {
+    /// Wraps `engine`.
+    pub fn new(
+        engine: Arc<Mutex<Engine<P>>>,
+        have_config_file: bool,
+        runtime: Option<RuntimeHandle>,
+    ) -> Self {
+        Self {
+            engine,
+            have_config_file,
+            runtime,
+            pending: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn pending_lock(&self) -> MutexGuard<'_, Vec<CpusetUpdate>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends updates through UpdateContainers from a separate task: the runtime holds its NRI
+    /// lock until the current handler returns, so the task's request waits for that instead
+    /// of deadlocking the handler.
+    fn send_later(&self, ups: Vec<CpusetUpdate>) {
+        send_updates(self.runtime.clone(), ups);
+    }
+
+    fn engine(&self) -> MutexGuard<'_, Engine<P>> {
+        // A panic while holding the lock leaves the engine usable: its state is only
+        // replaced field by field.
+        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Sends `ups` to the runtime from a new task (never from inside a handler).
+pub fn send_updates(runtime: Option<RuntimeHandle>, ups: Vec<CpusetUpdate>) {
+    let Some(rt) = runtime.filter(|_| !ups.is_empty()) else {
+        return;
+    };
+    tokio::spawn(async move {
+        match rt.update_containers(updates(&ups), Vec::new()).await {
+            Ok(failed) if failed.is_empty() => {}
+            Ok(failed) => {
+                tracing::warn!(count = failed.len(), "runtime failed some cpuset updates")
+            }
+            Err(e) => tracing::warn!("cpuset updates not sent: {e}"),
+        }
+    });
+}
+
+fn updates(u: &[CpusetUpdate]) -> Vec<ContainerUpdate> {
+    u.iter().map(container_update).collect()
+}
+
+#[async_trait]
+impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
+    fn events(&self) -> EventMask {
+        wanted_events()
+    }
+
+    async fn configure(&self, config: &str, runtime: &RuntimeInfo) -> HandlerResult<()> {
+        tracing::info!(runtime = %runtime.name, version = %runtime.version, "configured by runtime");
+        let parsed = Config::from_dropin(config, self.have_config_file)
+            .map_err(|e| HandlerError::failed(e.to_string()))?;
+        if let Some(cfg) = parsed {
+            // Pool changes ride on the answer to the Synchronize that follows Configure.
+            let ups = self
+                .engine()
+                .reload(cfg)
+                .map_err(|e| HandlerError::failed(e.to_string()))?;
+            self.pending_lock().extend(ups);
+        }
+        Ok(())
+    }
+
+    async fn synchronize(
+        &self,
+        pods: Vec<PodSandbox>,
+        containers: Vec<Container>,
+    ) -> HandlerResult<Vec<ContainerUpdate>> {
+        let pods: Vec<_> = pods.iter().map(pod_view).collect();
+        let ctrs: Vec<_> = containers.iter().map(container_view).collect();
+        let mut all: Vec<CpusetUpdate> = std::mem::take(&mut *self.pending_lock());
+        for u in self.engine().synchronize(&pods, &ctrs) {
+            all.retain(|old| old.container_id != u.container_id);
+            all.push(u);
+        }
+        Ok(updates(&all))
+    }
+
+    async fn run_pod_sandbox(&self, pod: PodSandbox) -> HandlerResult<()> {
+        self.engine().pod_started(&pod_view(&pod));
+        Ok(())
+    }
+
+    async fn stop_pod_sandbox(&self, pod: PodSandbox) -> HandlerResult<()> {
+        let ups = self.engine().release_pod(&pod.id);
+        self.send_later(ups);
+        Ok(())
+    }
+
+    async fn remove_pod_sandbox(&self, pod: PodSandbox) -> HandlerResult<()> {
+        let ups = self.engine().release_pod(&pod.id);
+        self.send_later(ups);
+        Ok(())
+    }
+
+    async fn create_container(
+        &self,
+        pod: PodSandbox,
+        container: Container,
+    ) -> HandlerResult<CreateContainerResponse> {
+        let outcome = self
+            .engine()
+            .create_container(&pod_view(&pod), &container_view(&container))
+            .map_err(|e| HandlerError::failed(e.to_string()))?;
+        let Some(outcome) = outcome else {
+            return Ok(CreateContainerResponse::default());
+        };
+        Ok(CreateContainerResponse {
+            adjust: MessageField::some(container_adjustment(&outcome.adjustment)),
+            update: updates(&outcome.updates),
+            ..Default::default()
+        })
+    }
+
+    async fn update_container(
+        &self,
+        pod: PodSandbox,
+        container: Container,
+        resources: Option<LinuxResources>,
+    ) -> HandlerResult<UpdateContainerResponse> {
+        // No new resources: nothing to re-evaluate (an empty view would read as "no request").
+        let Some(resources) = resources else {
+            return Ok(UpdateContainerResponse::default());
+        };
+        let new = resources_view(Some(&resources));
+        let ups = self
+            .engine()
+            .update_container(&pod_view(&pod), &container_view(&container), &new)
+            .map_err(|e| HandlerError::failed(e.to_string()))?;
+        Ok(UpdateContainerResponse {
+            update: updates(&ups),
+            ..Default::default()
+        })
+    }
+
+    async fn stop_container(
+        &self,
+        _pod: PodSandbox,
+        container: Container,
+    ) -> HandlerResult<StopContainerResponse> {
+        let ups = self.engine().release_container(&container.id);
+        Ok(StopContainerResponse {
+            update: updates(&ups),
+            ..Default::default()
+        })
+    }
+
+    async fn remove_container(&self, _pod: PodSandbox, container: Container) -> HandlerResult<()> {
+        let ups = self.engine().release_container(&container.id);
+        self.send_later(ups);
+        Ok(())
+    }
+}
+
+/// `placement::Allocator` as the engine's [`Placer`].
+#[cfg(any())] // MERGE: enable once placement::Allocator (helper D) is in the tree.
+mod allocator {
+    use super::super::engine::{Placer, Rejection};
+    use crate::metrics::NodeFreeSample;
+    use crate::placement::{Allocator, Assignment, PlacementConfig, PlacementError, Request};
+    use crate::topology::{CpuSet, Topology};
+
+    /// The metrics label of a placement error: its variant name in kebab case
+    /// (`NoSingleNode` -> `no-single-node`), so labels follow the error enum.
+    pub fn reason_label(e: &PlacementError) -> String {
+        let debug = format!("{e:?}");
+        let variant = debug
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .next()
+            .unwrap_or("");
+        let mut out = String::new();
+        for (i, ch) in variant.chars().enumerate() {
+            if ch.is_ascii_uppercase() && i > 0 {
+                out.push('-');
+            }
+            out.push(ch.to_ascii_lowercase());
+        }
+        out
+    }
+
+    fn rejection(e: PlacementError) -> Rejection {
+        Rejection {
+            reason: reason_label(&e),
+            message: e.to_string(),
+        }
+    }
+
+    impl Placer for Allocator {
+        fn place(&mut self, req: &Request) -> Result<Assignment, Rejection> {
+            Allocator::place(self, req).map_err(rejection)
+        }
+        fn release(&mut self, id: &str) -> Option<Assignment> {
+            Allocator::release(self, id)
+        }
+        fn restore(&mut self, a: Assignment) -> Result<(), Rejection> {
+            Allocator::restore(self, a).map_err(rejection)
+        }
+        fn shared_pool(&self) -> CpuSet {
+            Allocator::shared_pool(self)
+        }
+        fn set_config(&mut self, c: PlacementConfig) {
+            Allocator::set_config(self, c)
+        }
+        fn topology(&self) -> &Topology {
+            Allocator::topology(self)
+        }
+        fn free_by_node(&self) -> Vec<NodeFreeSample> {
+            // MERGE: field names of placement::NodeFree as helper D wrote them.
+            Allocator::free_by_node(self)
+                .into_iter()
+                .map(|n| NodeFreeSample {
+                    node: n.node,
+                    cpus: n.cpus.len() as u64,
+                    memory_bytes: n.memory_bytes,
+                    gpus: n.gpus.len() as u64,
+                })
+                .collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::enforce::adjust::Adjustment;
+    use crate::enforce::testing::{AllDevices, FakePlacer};
+
+    fn plugin() -> AlignPlugin<FakePlacer> {
+        let engine = Engine::new(
+            FakePlacer::new(),
+            Config::default(),
+            None,
+            None,
+            Box::new(AllDevices),
+        );
+        AlignPlugin::new(Arc::new(Mutex::new(engine)), false, None)
+    }
+
+    fn pod() -> PodSandbox {
+        PodSandbox {
+            id: "sb".into(),
+            uid: "u".into(),
+            name: "p".into(),
+            namespace: "ns".into(),
+            ..Default::default()
+        }
+    }
+
+    fn container(id: &str, cores: i64, gpu: Option<i64>) -> Container {
+        let cpu = api::LinuxCPU {
+            shares: MessageField::some(api::OptionalUInt64 {
+                value: (cores.max(0) as u64 * 1024).max(2),
+                ..Default::default()
+            }),
+            quota: MessageField::some(api::OptionalInt64 {
+                value: if cores > 0 { cores * 100_000 } else { -1 },
+                ..Default::default()
+            }),
+            period: MessageField::some(api::OptionalUInt64 {
+                value: 100_000,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let devices = gpu
+            .map(|m| {
+                vec![api::LinuxDevice {
+                    path: format!("/dev/nvidia{m}"),
+                    type_: "c".into(),
+                    major: 195,
+                    minor: m,
+                    ..Default::default()
+                }]
+            })
+            .unwrap_or_default();
+        Container {
+            id: id.into(),
+            pod_sandbox_id: "sb".into(),
+            name: id.into(),
+            linux: MessageField::some(api::LinuxContainer {
+                devices,
+                resources: MessageField::some(LinuxResources {
+                    cpu: MessageField::some(cpu),
+                    ..Default::default()
+                }),
+                cgroups_path: format!("/k8s.io/{id}"),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn create_returns_cpuset_devices_env_and_pool_updates() {
+        let p = plugin();
+        let shared = p
+            .create_container(pod(), container("s1", 0, None))
+            .await
+            .expect("shared");
+        let cpus = |r: &CreateContainerResponse| r.adjust.linux.resources.cpu.cpus.clone();
+        assert_eq!(cpus(&shared), "0-7");
+        let gpu = p
+            .create_container(pod(), container("g1", 2, Some(0)))
+            .await
+            .expect("gpu");
+        assert_eq!(cpus(&gpu), "0-1");
+        assert_eq!(gpu.adjust.linux.resources.cpu.mems, "0");
+        let env: Vec<(String, String)> = gpu
+            .adjust
+            .env
+            .iter()
+            .map(|kv| (kv.key.clone(), kv.value.clone()))
+            .collect();
+        assert!(
+            env.contains(&("CUDA_VISIBLE_DEVICES".into(), "0".into())),
+            "{env:?}"
+        );
+        assert!(
+            env.contains(&("NVIDIA_VISIBLE_DEVICES".into(), "GPU-0aaa".into())),
+            "{env:?}"
+        );
+        assert!(gpu
+            .adjust
+            .annotations
+            .contains_key(crate::enforce::adjust::DECISION_KEY));
+        let rules = &gpu.adjust.linux.resources.devices;
+        assert!(rules
+            .iter()
+            .any(|r| r.allow && r.major.value == 195 && r.minor.value == 0 && r.access == "rwm"));
+        // The shared container follows the shrunken pool with a cpuset-only update.
+        assert_eq!(gpu.update.len(), 1);
+        let u = &gpu.update[0];
+        assert_eq!(
+            (u.container_id.as_str(), u.linux.resources.cpu.cpus.as_str()),
+            ("s1", "2-7")
+        );
+        assert!(u.linux.resources.devices.is_empty() && u.linux.resources.memory.is_none());
+        assert!(u.linux.resources.cpu.mems.is_empty() && u.ignore_failure);
+    }
+
+    #[tokio::test]
+    async fn rejection_fails_create_and_stop_grows_the_pool() {
+        let p = plugin();
+        let err = p
+            .create_container(pod(), container("big", 6, None))
+            .await
+            .expect_err("too big");
+        assert_eq!(
+            err,
+            HandlerError::Failed("nri-align: 6 CPUs do not fit on one NUMA node".into())
+        );
+        p.create_container(pod(), container("s1", 0, None))
+            .await
+            .expect("shared");
+        p.create_container(pod(), container("x1", 4, None))
+            .await
+            .expect("x1");
+        let stop = p
+            .stop_container(pod(), container("x1", 4, None))
+            .await
+            .expect("stop");
+        assert_eq!(stop.update.len(), 1);
+        assert_eq!(stop.update[0].linux.resources.cpu.cpus, "0-7");
+    }
+
+    #[tokio::test]
+    async fn cri_update_moves_the_container_and_the_pool() {
+        let p = plugin();
+        p.create_container(pod(), container("s1", 0, None))
+            .await
+            .expect("shared");
+        p.create_container(pod(), container("x1", 2, None))
+            .await
+            .expect("x1");
+        let res = |c: &Container| c.linux.resources.clone().into_option();
+        let none = p
+            .update_container(pod(), container("x1", 2, None), None)
+            .await
+            .expect("ok");
+        assert!(none.update.is_empty());
+        let bigger = container("x1", 3, None);
+        let out = p
+            .update_container(pod(), container("x1", 2, None), res(&bigger))
+            .await
+            .expect("ok");
+        let got: Vec<(String, String)> = out
+            .update
+            .iter()
+            .map(|u| (u.container_id.clone(), u.linux.resources.cpu.cpus.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("x1".into(), "0-2".into()), ("s1".into(), "3-7".into())]
+        );
+    }
+
+    #[test]
+    fn removed_devices_use_the_dash_prefix() {
+        let adj = Adjustment {
+            remove_devices: vec!["/dev/nvidia3".into()],
+            ..Default::default()
+        };
+        let out = container_adjustment(&adj);
+        assert_eq!(out.linux.devices[0].path, "-/dev/nvidia3");
+    }
+
+    #[test]
+    fn only_events_every_nri_release_knows_are_requested() {
+        let mask = wanted_events();
+        assert!(
+            mask.contains(api::Event::CREATE_CONTAINER)
+                && mask.contains(api::Event::STOP_CONTAINER)
+        );
+        assert!(!mask.contains(api::Event::UPDATE_POD_SANDBOX));
+        assert_eq!(
+            mask.intersection(EventMask::up_to(api::Event::REMOVE_CONTAINER)),
+            mask
+        );
+    }
+}

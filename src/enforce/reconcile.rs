@@ -1,0 +1,225 @@
+//! Restarts without double allocation: compare the persisted decisions with the containers the
+//! runtime reports (Synchronize) and decide what to keep, release and rebuild. A running
+//! container is never re-placed: one the state does not know is recorded as it runs.
+
+use crate::placement::Assignment;
+use crate::topology::{CpuSet, NodeSet, Topology};
+
+use super::request::{build_request, nvidia_minor, uverbs_name, RequestError};
+use super::state::{Record, ResourceSummary, StateDoc};
+use super::view::{ContainerView, PodView};
+
+/// What to do after a restart.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Reconciliation {
+    /// Recorded and still alive: restore as recorded.
+    pub keep: Vec<Record>,
+    /// Recorded but gone (or stopped): release.
+    pub release: Vec<String>,
+    /// Alive but unknown to the state: restore from what the container has now.
+    pub rebuild: Vec<Record>,
+}
+
+/// Reconciles `doc` with the live containers (`pods` for their namespaces).
+pub fn reconcile(
+    doc: &StateDoc,
+    pods: &[PodView],
+    live: &[ContainerView],
+    topo: &Topology,
+) -> Reconciliation {
+    let mut out = Reconciliation::default();
+    let alive = |id: &str| live.iter().any(|c| c.id == id && c.state.is_live());
+    for (id, rec) in &doc.containers {
+        if alive(id) {
+            out.keep.push(rec.clone());
+        } else {
+            out.release.push(id.clone());
+        }
+    }
+    for c in live.iter().filter(|c| c.state.is_live()) {
+        if doc.containers.contains_key(&c.id) {
+            continue;
+        }
+        let pod = pods
+            .iter()
+            .find(|p| p.id == c.pod_sandbox_id)
+            .cloned()
+            .unwrap_or_default();
+        out.rebuild.push(record_as_running(topo, &pod, c));
+    }
+    out
+}
+
+/// Records a running container with what it has now: its cpuset (all online CPUs when it has
+/// none), its mems, and the GPUs and NICs of its device nodes. It counts as exclusive only when
+/// it looks like a Guaranteed integer-CPU container whose cpuset has exactly that many CPUs;
+/// anything else is treated as a shared-pool member and follows the pool from now on.
+pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> Record {
+    let online = topo.online_cpus();
+    let cpus = CpuSet::parse_list(&c.resources.cpuset_cpus)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| online.clone());
+    let numa_nodes: NodeSet = topo
+        .cpus
+        .iter()
+        .filter(|cpu| cpus.contains(cpu.id))
+        .map(|cpu| cpu.numa_node)
+        .collect();
+    let mems = NodeSet::parse_list(&c.resources.cpuset_mems)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| numa_nodes.clone());
+    let mut resources = ResourceSummary::default();
+    let (gpus, nics, request_note, exclusive) = match build_request(topo, pod, c) {
+        Ok(r) => {
+            resources = ResourceSummary::of(&r);
+            let integer_guaranteed = r.cpu_limit_milli.is_some_and(|l| {
+                l > 0 && l % 1000 == 0 && l == r.cpu_request_milli && cpus.len() as u64 == l / 1000
+            });
+            (
+                r.allocated_gpus,
+                r.allocated_nics,
+                String::new(),
+                integer_guaranteed && cpus != online,
+            )
+        }
+        Err(RequestError::UnknownGpu { .. }) => (
+            Vec::new(),
+            Vec::new(),
+            " (its GPU references are unknown to this host)".to_string(),
+            false,
+        ),
+    };
+    Record {
+        assignment: Assignment {
+            container_id: c.id.clone(),
+            container_name: c.name.clone(),
+            pod_uid: pod.uid.clone(),
+            pod_name: format!("{}/{}", pod.namespace, pod.name),
+            cpus: cpus.clone(),
+            exclusive,
+            mems,
+            numa_nodes,
+            memory_bytes: c
+                .resources
+                .memory_limit
+                .and_then(|m| u64::try_from(m).ok())
+                .unwrap_or(0),
+            gpus,
+            nics,
+            policy: crate::placement::Policy::None,
+            aligned: false,
+            reason: format!("recorded as running after a restart{request_note}"),
+        },
+        pod_sandbox_id: c.pod_sandbox_id.clone(),
+        namespace: pod.namespace.clone(),
+        cgroups_path: c.cgroups_path.clone(),
+        applied_cpus: cpus,
+        devices: c
+            .devices
+            .iter()
+            .filter(|d| nvidia_minor(&d.path).is_some() || uverbs_name(&d.path).is_some())
+            .map(|d| d.path.clone())
+            .collect(),
+        resources,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::enforce::request::tests::{gpu_topology, node};
+    use crate::enforce::view::{ContainerState, ResourcesView};
+    use crate::topology::Cpu;
+
+    fn topo() -> Topology {
+        let mut t = gpu_topology();
+        t.cpus = (0..8)
+            .map(|id| Cpu {
+                id,
+                package: 0,
+                die: 0,
+                core: id,
+                numa_node: id / 4,
+                l3_group: None,
+                thread_siblings: [id].into_iter().collect(),
+            })
+            .collect();
+        t
+    }
+
+    fn rec(id: &str) -> Record {
+        Record {
+            assignment: Assignment {
+                container_id: id.into(),
+                ..Default::default()
+            },
+            pod_sandbox_id: "p".into(),
+            namespace: "ns".into(),
+            cgroups_path: String::new(),
+            applied_cpus: CpuSet::new(),
+            devices: Vec::new(),
+            resources: Default::default(),
+        }
+    }
+
+    fn live(id: &str, state: ContainerState, cpus: &str, quota_cores: i64) -> ContainerView {
+        ContainerView {
+            id: id.into(),
+            pod_sandbox_id: "p".into(),
+            state,
+            resources: ResourcesView {
+                cpuset_cpus: cpus.into(),
+                cpu_shares: Some((quota_cores as u64) * 1024),
+                cpu_quota: Some(quota_cores * 100_000),
+                cpu_period: Some(100_000),
+                ..Default::default()
+            },
+            devices: vec![node("/dev/nvidia1", 195, 1)],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn kept_released_and_rebuilt() {
+        let mut doc = StateDoc::default();
+        doc.containers.insert("kept".into(), rec("kept"));
+        doc.containers.insert("gone".into(), rec("gone"));
+        doc.containers.insert("stopped".into(), rec("stopped"));
+        let pods = vec![PodView {
+            id: "p".into(),
+            namespace: "ns".into(),
+            ..Default::default()
+        }];
+        let containers = vec![
+            live("kept", ContainerState::Running, "", 0),
+            live("stopped", ContainerState::Stopped, "", 0),
+            live("new", ContainerState::Running, "4-5", 2),
+        ];
+        let r = reconcile(&doc, &pods, &containers, &topo());
+        assert_eq!(r.keep, vec![rec("kept")]);
+        assert_eq!(r.release, vec!["gone".to_string(), "stopped".to_string()]);
+        assert_eq!(r.rebuild.len(), 1);
+        let a = &r.rebuild[0].assignment;
+        assert_eq!(a.cpus.to_string(), "4-5");
+        assert!(a.exclusive, "2 guaranteed cores pinned to 2 CPUs");
+        assert_eq!(a.numa_nodes.to_string(), "1");
+        assert_eq!(a.gpus, vec!["0000:3b:00.0"]);
+        assert_eq!(r.rebuild[0].namespace, "ns");
+    }
+
+    #[test]
+    fn a_container_on_every_cpu_is_shared() {
+        let c = live("x", ContainerState::Running, "", 2);
+        let r = record_as_running(&topo(), &PodView::default(), &c);
+        assert!(!r.assignment.exclusive);
+        assert_eq!(r.assignment.cpus.to_string(), "0-7");
+        let burstable = live("y", ContainerState::Running, "4-6", 2);
+        assert!(
+            !record_as_running(&topo(), &PodView::default(), &burstable)
+                .assignment
+                .exclusive
+        );
+    }
+}

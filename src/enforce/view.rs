@@ -1,0 +1,154 @@
+//! What enforcement reads from NRI, as plain Rust structs: a container, its pod, its devices and
+//! linux resources. `nri_view.rs` converts the generated protobuf types into these, so the rest
+//! of `enforce` never touches generated code and is tested without a runtime.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A pod as NRI describes it (`PodSandbox`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodView {
+    /// Sandbox id (what `Container.pod_sandbox_id` refers to).
+    pub id: String,
+    /// Pod UID.
+    pub uid: String,
+    /// Pod name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Pod annotations.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// A device node in the container spec (`LinuxDevice`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceNode {
+    /// Path inside the container (`/dev/nvidia0`).
+    pub path: String,
+    /// Device type: `c` (char) or `b` (block).
+    pub kind: String,
+    /// Major number.
+    pub major: i64,
+    /// Minor number.
+    pub minor: i64,
+    /// File mode (permission bits), when set.
+    pub file_mode: Option<u32>,
+    /// Owner uid, when set.
+    pub uid: Option<u32>,
+    /// Owner gid, when set.
+    pub gid: Option<u32>,
+}
+
+/// A device-cgroup rule (`LinuxDeviceCgroup`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceRule {
+    /// Allow (true) or deny.
+    pub allow: bool,
+    /// `c`, `b` or `a`.
+    pub kind: String,
+    /// Major number, `None` for any.
+    pub major: Option<i64>,
+    /// Minor number, `None` for any.
+    pub minor: Option<i64>,
+    /// Access (`rwm`).
+    pub access: String,
+}
+
+/// The container's linux resources, the fields enforcement uses (`LinuxResources`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourcesView {
+    /// cpu.shares (`LinuxCPU.shares`).
+    pub cpu_shares: Option<u64>,
+    /// CFS quota in microseconds (`LinuxCPU.quota`); <= 0 means unlimited.
+    pub cpu_quota: Option<i64>,
+    /// CFS period in microseconds (`LinuxCPU.period`).
+    pub cpu_period: Option<u64>,
+    /// cpuset.cpus as set in the spec (Linux list form; empty when unset).
+    pub cpuset_cpus: String,
+    /// cpuset.mems as set in the spec.
+    pub cpuset_mems: String,
+    /// Memory limit in bytes (`LinuxMemory.limit`); <= 0 means unlimited.
+    pub memory_limit: Option<i64>,
+    /// Device-cgroup rules in the spec.
+    pub device_rules: Vec<DeviceRule>,
+}
+
+/// Container lifecycle state as NRI reports it (`ContainerState`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContainerState {
+    /// Unknown (a runtime that does not say).
+    #[default]
+    Unknown,
+    /// Created, not started.
+    Created,
+    /// Paused.
+    Paused,
+    /// Running.
+    Running,
+    /// Stopped (exited).
+    Stopped,
+}
+
+impl ContainerState {
+    /// Whether the container still holds its resources (anything but stopped).
+    pub fn is_live(self) -> bool {
+        self != ContainerState::Stopped
+    }
+}
+
+/// A container as NRI describes it (`Container`), reduced to what enforcement reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerView {
+    /// Container id.
+    pub id: String,
+    /// Sandbox id of its pod.
+    pub pod_sandbox_id: String,
+    /// Container name.
+    pub name: String,
+    /// Lifecycle state.
+    pub state: ContainerState,
+    /// Container annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// Environment, `KEY=VALUE` entries.
+    pub env: Vec<String>,
+    /// Device nodes in the spec.
+    pub devices: Vec<DeviceNode>,
+    /// CDI device names (`nvidia.com/gpu=0`).
+    pub cdi_devices: Vec<String>,
+    /// Linux resources.
+    pub resources: ResourcesView,
+    /// cgroups path as the runtime gives it (`linux.cgroups_path`), recorded for `verify`.
+    pub cgroups_path: String,
+    /// Init process id, when the runtime says (0 otherwise).
+    pub pid: u32,
+}
+
+impl ContainerView {
+    /// The value of environment variable `key`, if set (the last entry wins, as in exec).
+    pub fn env_var(&self, key: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .rev()
+            .find_map(|e| e.strip_prefix(key).and_then(|rest| rest.strip_prefix('=')))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_var_takes_the_last_exact_key() {
+        let c = ContainerView {
+            env: vec![
+                "NVIDIA_VISIBLE_DEVICES=all".into(),
+                "NVIDIA_VISIBLE_DEVICES_X=1".into(),
+                "NVIDIA_VISIBLE_DEVICES=GPU-1".into(),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(c.env_var("NVIDIA_VISIBLE_DEVICES"), Some("GPU-1"));
+        assert_eq!(c.env_var("NVIDIA"), None);
+    }
+}

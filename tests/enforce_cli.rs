@@ -1,0 +1,145 @@
+//! `nri-align verify` and `nri-align run` start-up checks, through the real binary, against
+//! a fixture host tree (no containerd needed).
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_nri-align"))
+}
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    fs::write(p, text).expect("write");
+}
+
+/// A host tree with one container process (pid 100) on cgroup v1 cpuset `cg_cpus`, and a
+/// state dir recording that container on CPUs 1-2 with GPU /dev/nvidia0.
+fn fixture(root: &Path, cg_cpus: &str) {
+    let id = "0123456789abcdef";
+    write(
+        root,
+        "host/proc/self/mountinfo",
+        "1 0 0:1 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n",
+    );
+    write(
+        root,
+        "host/proc/100/cgroup",
+        &format!("3:cpuset:/k8s.io/{id}\n"),
+    );
+    write(
+        root,
+        "host/proc/100/status",
+        &format!("Cpus_allowed_list:\t{cg_cpus}\nMems_allowed_list:\t0\n"),
+    );
+    write(
+        root,
+        &format!("host/sys/fs/cgroup/cpuset/k8s.io/{id}/cpuset.cpus"),
+        cg_cpus,
+    );
+    write(
+        root,
+        &format!("host/sys/fs/cgroup/cpuset/k8s.io/{id}/cpuset.mems"),
+        "0",
+    );
+    write(root, "host/proc/100/root/dev/nvidia0", "");
+    let state = serde_json::json!({
+        "version": 1,
+        "containers": { id: {
+            "assignment": {
+                "container_id": id, "container_name": "app", "pod_uid": "u", "pod_name": "ns/p",
+                "cpus": [1, 2], "exclusive": true, "mems": [0], "numa_nodes": [0],
+                "memory_bytes": 0, "gpus": ["0000:1b:00.0"], "nics": [], "policy": "best-effort",
+                "aligned": true, "reason": "test"
+            },
+            "applied_cpus": [1, 2],
+            "devices": ["/dev/nvidia0"]
+        }}
+    });
+    write(root, "state/state.json", &state.to_string());
+    let mut perms = fs::metadata(root.join("state"))
+        .expect("stat")
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o700);
+    fs::set_permissions(root.join("state"), perms).expect("chmod");
+}
+
+fn verify(root: &Path, json: bool) -> std::process::Output {
+    let mut cmd = bin();
+    cmd.arg("verify")
+        .arg("--state-dir")
+        .arg(root.join("state"))
+        .arg("--host-root")
+        .arg(root.join("host"));
+    if json {
+        cmd.arg("--json");
+    }
+    cmd.output().expect("run nri-align")
+}
+
+#[test]
+fn verify_passes_when_the_container_matches() {
+    let t = tempfile::tempdir().expect("tmp");
+    fixture(t.path(), "1-2");
+    let out = verify(t.path(), false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("ok "), "{stdout}");
+    assert!(stdout.contains("ns/p/app pids [100]"), "{stdout}");
+}
+
+#[test]
+fn verify_reports_drift_and_exits_non_zero() {
+    let t = tempfile::tempdir().expect("tmp");
+    fixture(t.path(), "0-3");
+    let out = verify(t.path(), true);
+    assert!(!out.status.success());
+    let checks: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(checks[0]["verdict"], "drift");
+    let problems = checks[0]["problems"].to_string();
+    assert!(
+        problems.contains("cgroup cpuset.cpus is 0-3, decided 1-2"),
+        "{problems}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("1 of 1 recorded containers drifted"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn verify_without_state_says_so() {
+    let t = tempfile::tempdir().expect("tmp");
+    let out = bin()
+        .arg("verify")
+        .arg("--state-dir")
+        .arg(t.path())
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no decisions recorded"));
+}
+
+#[test]
+fn run_rejects_a_config_with_an_unknown_key_by_name() {
+    let t = tempfile::tempdir().expect("tmp");
+    write(t.path(), "c.yaml", "policy: none\nreserved_cpu: \"0\"\n");
+    let out = bin()
+        .arg("run")
+        .arg("--config")
+        .arg(t.path().join("c.yaml"))
+        .arg("--state-dir")
+        .arg(t.path().join("s"))
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown field `reserved_cpu`"), "{stderr}");
+}
