@@ -256,3 +256,25 @@ fn a_pod_whose_second_container_is_refused_is_rolled_back() {
     );
     assert_eq!(r.summary.pods_rejected, 1);
 }
+
+#[test]
+fn best_fit_admits_what_lowest_index_first_strands() {
+    let wl = Workload::parse(
+        "pods:\n  - {name: a, containers: [{name: c, cpu: \"10\"}]}\n  - {name: b, containers: [{name: c, cpu: \"12\"}]}\n  - {name: c, containers: [{name: c, cpu: \"4\"}]}\n  - {name: d, containers: [{name: c, cpu: \"6\"}]}\n",
+    )
+    .expect("workload");
+    let cfg = PlacementConfig {
+        policy: nri_align::placement::Policy::SingleNumaNode,
+        ..PlacementConfig::default()
+    };
+    let topo = Arc::new(testing::two_node());
+    let ours = replay(Arc::clone(&topo), cfg.clone(), &wl, Strategy::NriAlign).expect("replay");
+    assert_eq!(ours.summary.pods_admitted, 4, "{:#?}", ours.decisions);
+    let theirs = replay(topo, cfg, &wl, Strategy::Kubelet).expect("replay");
+    assert_eq!(theirs.summary.pods_admitted, 3);
+    assert!(
+        theirs.decisions[3].reason.contains("TopologyAffinityError"),
+        "{}",
+        theirs.decisions[3].reason
+    );
+}
