@@ -278,3 +278,42 @@ fn best_fit_admits_what_lowest_index_first_strands() {
         theirs.decisions[3].reason
     );
 }
+
+#[test]
+fn command_line_reads_topology_json_and_reports_missing_sources() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = dir.path().join("host.json");
+    std::fs::write(
+        &host,
+        serde_json::to_string(&testing::epyc_nps4()).expect("json"),
+    )
+    .expect("write");
+    let wl = dir.path().join("w.yaml");
+    std::fs::write(
+        &wl,
+        "pods: [{name: a, containers: [{name: c, cpu: \"40\", memory: 8Gi}]}]",
+    )
+    .expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_nri-align"))
+        .args(["simulate", "--json", "--host"])
+        .arg(&host)
+        .arg("--workload")
+        .arg(&wl)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["decisions"][0]["mems"], "0-1", "{v}");
+    let out = Command::new(env!("CARGO_BIN_EXE_nri-align"))
+        .args(["simulate", "--hwloc-xml", "/nonexistent.xml", "--workload"])
+        .arg(&wl)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    // Names the file whether or not this build has the hwloc importer.
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nonexistent.xml"));
+}
