@@ -56,6 +56,7 @@ fn node_of(topo: &Topology, cpus: &CpuSet) -> Vec<u32> {
         .iter()
         .map(|c| topo.cpus[c as usize].numa_node)
         .collect();
+    v.sort_unstable();
     v.dedup();
     v
 }
@@ -546,4 +547,20 @@ fn gpu_reporting_its_memory_node_belongs_with_the_closest_cpu_node() {
         .expect("aligned");
     assert!(x.aligned);
     assert_eq!(x.mems.to_string(), "0");
+}
+
+#[test]
+fn wide_requests_stay_in_one_socket_while_they_can() {
+    let topo = testing::epyc_nps4();
+    let mut a = alloc(topo.clone(), Policy::BestEffort);
+    let x = a.place(&req("a", "p", 80, 1, &[])).expect("80 cpus");
+    let ids: Vec<u32> = x.numa_nodes.iter().collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    for p in &ids {
+        for q in &ids {
+            assert!(topo.distance(*p, *q) <= 12, "{ids:?} crosses sockets");
+        }
+    }
+    assert_eq!(x.cpus.len(), 80);
+    assert_eq!(node_of(&topo, &x.cpus).len(), 3);
 }

@@ -256,3 +256,64 @@ fn a_pod_whose_second_container_is_refused_is_rolled_back() {
     );
     assert_eq!(r.summary.pods_rejected, 1);
 }
+
+#[test]
+fn best_fit_admits_what_lowest_index_first_strands() {
+    let wl = Workload::parse(
+        "pods:\n  - {name: a, containers: [{name: c, cpu: \"10\"}]}\n  - {name: b, containers: [{name: c, cpu: \"12\"}]}\n  - {name: c, containers: [{name: c, cpu: \"4\"}]}\n  - {name: d, containers: [{name: c, cpu: \"6\"}]}\n",
+    )
+    .expect("workload");
+    let cfg = PlacementConfig {
+        policy: nri_align::placement::Policy::SingleNumaNode,
+        ..PlacementConfig::default()
+    };
+    let topo = Arc::new(testing::two_node());
+    let ours = replay(Arc::clone(&topo), cfg.clone(), &wl, Strategy::NriAlign).expect("replay");
+    assert_eq!(ours.summary.pods_admitted, 4, "{:#?}", ours.decisions);
+    let theirs = replay(topo, cfg, &wl, Strategy::Kubelet).expect("replay");
+    assert_eq!(theirs.summary.pods_admitted, 3);
+    assert!(
+        theirs.decisions[3].reason.contains("TopologyAffinityError"),
+        "{}",
+        theirs.decisions[3].reason
+    );
+}
+
+#[test]
+fn command_line_reads_topology_json_and_reports_missing_sources() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = dir.path().join("host.json");
+    std::fs::write(
+        &host,
+        serde_json::to_string(&testing::epyc_nps4()).expect("json"),
+    )
+    .expect("write");
+    let wl = dir.path().join("w.yaml");
+    std::fs::write(
+        &wl,
+        "pods: [{name: a, containers: [{name: c, cpu: \"40\", memory: 8Gi}]}]",
+    )
+    .expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_nri-align"))
+        .args(["simulate", "--json", "--host"])
+        .arg(&host)
+        .arg("--workload")
+        .arg(&wl)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["decisions"][0]["mems"], "0-1", "{v}");
+    let out = Command::new(env!("CARGO_BIN_EXE_nri-align"))
+        .args(["simulate", "--hwloc-xml", "/nonexistent.xml", "--workload"])
+        .arg(&wl)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    // Names the file whether or not this build has the hwloc importer.
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nonexistent.xml"));
+}

@@ -234,7 +234,14 @@ impl Allocator {
     /// Policy `none`: devices as allocated, exclusive CPUs packed, memory not bound.
     fn unaligned(&self, r: &Resolved, mut a: Assignment) -> Result<Choice, PlacementError> {
         let topo = self.ledger.topo();
-        let mut g = r.alloc_gpus.clone();
+        // Devices as allocated; in remap mode a GPU the plugin handed out may already be
+        // another container's (remapped earlier), so such a GPU is swapped for a free one.
+        let mut g: Vec<usize> = r
+            .alloc_gpus
+            .iter()
+            .copied()
+            .filter(|x| self.config.gpu_mode == GpuMode::Keep || self.ledger.gpu_free(*x))
+            .collect();
         let extra: Vec<usize> = self
             .ledger
             .free_gpus()
@@ -451,7 +458,7 @@ impl Allocator {
         a.mems = a.numa_nodes.clone();
         if r.eff.mems == MemNodes::WithMemoryOnly {
             a.mems
-                .extend_from(&attached_memory_nodes(topo, &a.numa_nodes));
+                .extend_from(&numa::attached_memory_nodes(topo, &a.numa_nodes));
         }
         a.memory_bytes = r.memory;
         a.gpus = g.iter().map(|x| topo.gpus[*x].pci_bus_id.clone()).collect();
@@ -578,20 +585,4 @@ impl Allocator {
             suggestion,
         }
     }
-}
-
-/// Memory-only nodes whose closest CPU node is in `nodes` (HBM, CXL, GPU memory).
-pub fn attached_memory_nodes(topo: &Topology, nodes: &NodeSet) -> NodeSet {
-    let cpu_nodes = topo.cpu_nodes();
-    topo.numa_nodes
-        .iter()
-        .filter(|m| m.is_memory_only())
-        .filter(|m| {
-            cpu_nodes
-                .iter()
-                .min_by_key(|c| (topo.distance(m.id, *c), *c))
-                .is_some_and(|c| nodes.contains(c))
-        })
-        .map(|m| m.id)
-        .collect()
 }

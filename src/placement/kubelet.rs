@@ -21,6 +21,17 @@ pub const MAX_NUMA_NODES: usize = 8;
 /// preferred (as narrow as the resource could ever be).
 type Hint = (u32, bool);
 
+/// The host has more NUMA nodes than the kubelet accepts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the kubelet Topology Manager refuses hosts with more than {MAX_NUMA_NODES} NUMA nodes \
+     (max-allowable-numa-nodes); this host has {nodes}"
+)]
+pub struct TooManyNodes {
+    /// NUMA nodes with CPUs on the host.
+    pub nodes: usize,
+}
+
 /// The kubelet-like decider.
 #[derive(Debug, Clone)]
 pub struct Kubelet {
@@ -32,17 +43,12 @@ pub struct Kubelet {
 
 impl Kubelet {
     /// A decider over `topology`. Refuses more CPU nodes than the kubelet accepts by default.
-    pub fn new(topology: Arc<Topology>, config: PlacementConfig) -> Result<Self, PlacementError> {
+    pub fn new(topology: Arc<Topology>, config: PlacementConfig) -> Result<Self, TooManyNodes> {
         let nodes: Vec<usize> = (0..topology.numa_nodes.len())
             .filter(|i| !topology.numa_nodes[*i].is_memory_only())
             .collect();
         if nodes.len() > MAX_NUMA_NODES {
-            return Err(PlacementError::Insufficient {
-                container: "the kubelet Topology Manager".into(),
-                resource: "NUMA node support".into(),
-                asked: format!("{} NUMA nodes", nodes.len()),
-                free: format!("at most {MAX_NUMA_NODES} (max-allowable-numa-nodes); the kubelet refuses to start on this host, and"),
-            });
+            return Err(TooManyNodes { nodes: nodes.len() });
         }
         Ok(Self {
             ledger: Ledger::new(topology, config.reserved_cpus.clone()),

@@ -6,7 +6,7 @@ use super::cpus;
 use super::error::NodeOffer;
 use super::ledger::Ledger;
 use super::nics;
-use crate::topology::{CpuSet, Topology};
+use crate::topology::{CpuSet, NodeSet, Topology};
 
 /// What a request needs from a node set.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -238,4 +238,20 @@ pub fn best_offer(caps: &[Cap], allowed: &[bool], need: &Need) -> NodeOffer {
         }
     })
     .unwrap_or_default()
+}
+
+/// Memory-only nodes whose closest CPU node is in `nodes` (HBM, CXL, GPU memory).
+pub fn attached_memory_nodes(topo: &Topology, nodes: &NodeSet) -> NodeSet {
+    let cpu_nodes = topo.cpu_nodes();
+    topo.numa_nodes
+        .iter()
+        .filter(|m| m.is_memory_only())
+        .filter(|m| {
+            cpu_nodes
+                .iter()
+                .min_by_key(|c| (topo.distance(m.id, *c), *c))
+                .is_some_and(|c| nodes.contains(c))
+        })
+        .map(|m| m.id)
+        .collect()
 }

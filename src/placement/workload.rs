@@ -52,9 +52,9 @@ pub enum ReplayError {
     /// The workload itself.
     #[error(transparent)]
     Workload(#[from] WorkloadError),
-    /// The decider could not be built (e.g. the kubelet's NUMA node limit).
+    /// The kubelet-like decider cannot run on this host.
     #[error(transparent)]
-    Placement(PlacementError),
+    Kubelet(#[from] super::kubelet::TooManyNodes),
 }
 
 /// A number or a string in the file (`cpu: 2` and `cpu: "500m"` both work).
@@ -394,7 +394,7 @@ pub fn replay(
     let mut d = match strategy {
         Strategy::NriAlign => Decider::Engine(Box::new(Allocator::new(Arc::clone(&topo), config))),
         Strategy::Kubelet => Decider::Kubelet(Box::new(
-            Kubelet::new(Arc::clone(&topo), config).map_err(ReplayError::Placement)?,
+            Kubelet::new(Arc::clone(&topo), config).map_err(ReplayError::Kubelet)?,
         )),
     };
     let events: Vec<Event> = if workload.events.is_empty() {
