@@ -122,15 +122,6 @@ fn log_start(config_path: Option<&Path>, p: &Prepared) {
     );
 }
 
-#[cfg(not(any()))]
-fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
-    log_start(args.config.as_deref(), &prepared);
-    anyhow::bail!("the NRI connection is not wired into this build yet (src/enforce/plugin.rs)")
-}
-
-// MERGE: replace the stub above with this once nri-protocol's stub (helper A), topology
-// discovery and placement::Allocator (helper D) are in the tree.
-#[cfg(any())]
 fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     use std::sync::{Arc, Mutex};
 
@@ -149,7 +140,6 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         idx,
         host_root,
     } = prepared;
-    // MERGE: the topology reader's entry point (sysfs under host_root, NVML from nvml_lib).
     let topology = crate::topology::discover(&host_root, args.nvml_lib.as_deref())
         .context("reading the host topology")?;
     config.validate_for(&topology)?;

@@ -3,7 +3,7 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 
 use crate::topology;
 
@@ -26,28 +26,23 @@ pub struct TopologyArgs {
 
 /// Prints the topology.
 pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
-    let mut topo = match &args.hwloc_xml {
-        Some(xml) => topology::hwloc::import_file(xml)
-            .with_context(|| format!("importing hwloc XML {}", xml.display()))?,
+    let topo = match &args.hwloc_xml {
+        Some(xml) => {
+            let mut topo = topology::hwloc::import_file(xml)
+                .with_context(|| format!("importing hwloc XML {}", xml.display()))?;
+            // A capture describes another machine: only an explicit NVML library applies.
+            if let Some(lib) = &args.nvml_lib {
+                topology::nvml::enrich(&mut topo, Some(lib))
+                    .map_err(|err| anyhow::anyhow!("NVML from {}: {err}", lib.display()))?;
+            }
+            topo
+        }
         None => {
             let root = args.host_root.clone().unwrap_or_else(|| PathBuf::from("/"));
-            topology::read_host(&root)
+            topology::discover(&root, args.nvml_lib.as_deref())
                 .with_context(|| format!("reading the topology under {}", root.display()))?
         }
     };
-    // The system's NVML describes this machine only: ask it when reading the live host, never
-    // for another machine's tree or capture (an explicit --nvml-lib, such as the fake NVML of an
-    // emulated tree, is always used). Without an explicit library a missing driver only means
-    // "no link data"; an explicit --nvml-lib that fails is an error the user asked to see.
-    let live_host = args.host_root.is_none() && args.hwloc_xml.is_none();
-    if args.nvml_lib.is_some() || live_host {
-        if let Err(err) = topology::nvml::enrich(&mut topo, args.nvml_lib.as_deref()) {
-            match &args.nvml_lib {
-                Some(lib) => bail!("NVML from {}: {err}", lib.display()),
-                None => tracing::debug!("NVML not used: {err}"),
-            }
-        }
-    }
     let text = if args.json {
         topology::report::to_json(&topo)?
     } else {

@@ -2,9 +2,7 @@
 
 pub mod adjust;
 pub mod engine;
-#[cfg(any())] // MERGE: enable with nri-protocol (helper A).
 pub mod nri_view;
-#[cfg(any())] // MERGE: enable with nri-protocol (helper A).
 pub mod plugin;
 pub mod privileges;
 pub mod reconcile;

@@ -210,7 +210,6 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
 }
 
 /// `placement::Allocator` as the engine's [`Placer`].
-#[cfg(any())] // MERGE: enable once placement::Allocator (helper D) is in the tree.
 mod allocator {
     use super::super::engine::{Placer, Rejection};
     use crate::metrics::NodeFreeSample;
