@@ -4,6 +4,7 @@
 pub mod desc;
 pub mod emulate;
 pub mod idset;
+pub mod nvml;
 pub mod model;
 
 pub use idset::{CpuSet, IdSet, NodeSet};
