@@ -96,6 +96,14 @@ pub(super) fn write_proc(t: &Tree, desc: &HostDesc, l: &Layout) -> Result<(), Em
             &format!("driver/nvidia/gpus/{bus}/information"),
             info.as_bytes(),
         )?;
+        if let Some(node) = desc.gpus[g].memory_node {
+            // Coherent GPU memory onlined as a NUMA node (Grace Hopper); hwloc reads this.
+            let status = format!("Node: {node}\nStatus: online\n");
+            t.bytes(
+                &format!("driver/nvidia/gpus/{bus}/numa_status"),
+                status.as_bytes(),
+            )?;
+        }
     }
     Ok(())
 }
