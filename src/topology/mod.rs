@@ -4,8 +4,8 @@
 pub mod desc;
 pub mod emulate;
 pub mod idset;
-pub mod nvml;
 pub mod model;
+pub mod nvml;
 
 pub use idset::{CpuSet, IdSet, NodeSet};
 pub use model::*;

@@ -109,7 +109,13 @@ pub fn enrich(topo: &mut Topology, lib: Option<&Path>) -> Result<NvmlStatus, Nvm
             }
         },
     };
-    let q = |what: &'static str, index: u32| move |source| NvmlError::Query { what, index, source };
+    let q = |what: &'static str, index: u32| {
+        move |source| NvmlError::Query {
+            what,
+            index,
+            source,
+        }
+    };
     let driver_version = nvml.sys_driver_version().unwrap_or_default();
     let count = nvml.device_count().map_err(q("device count", 0))?;
     let mut devices = Vec::with_capacity(count as usize);
@@ -117,7 +123,8 @@ pub fn enrich(topo: &mut Topology, lib: Option<&Path>) -> Result<NvmlStatus, Nvm
     for index in 0..count {
         let dev = nvml.device_by_index(index).map_err(q("handle", index))?;
         let pci = dev.pci_info().map_err(q("PCI info", index))?;
-        let bus_id = sysfs_bus_id(&pci.bus_id).ok_or_else(|| NvmlError::BusId(pci.bus_id.clone()))?;
+        let bus_id =
+            sysfs_bus_id(&pci.bus_id).ok_or_else(|| NvmlError::BusId(pci.bus_id.clone()))?;
         let mut gpu = topo
             .gpus
             .iter()
@@ -227,8 +234,14 @@ mod tests {
 
     #[test]
     fn bus_ids_normalise_to_sysfs_form() {
-        assert_eq!(sysfs_bus_id("00000000:1B:00.0").as_deref(), Some("0000:1b:00.0"));
-        assert_eq!(sysfs_bus_id("0000:c3:00.1").as_deref(), Some("0000:c3:00.1"));
+        assert_eq!(
+            sysfs_bus_id("00000000:1B:00.0").as_deref(),
+            Some("0000:1b:00.0")
+        );
+        assert_eq!(
+            sysfs_bus_id("0000:c3:00.1").as_deref(),
+            Some("0000:c3:00.1")
+        );
         assert_eq!(sysfs_bus_id("1B:00.0").as_deref(), Some("0000:1b:00.0"));
         assert_eq!(sysfs_bus_id("nonsense"), None);
     }
@@ -241,7 +254,10 @@ mod tests {
         }
         let mut topo = Topology::default();
         let status = enrich(&mut topo, None);
-        assert!(matches!(status, Ok(NvmlStatus::Absent { .. })), "{status:?}");
+        assert!(
+            matches!(status, Ok(NvmlStatus::Absent { .. })),
+            "{status:?}"
+        );
         assert_eq!(topo, Topology::default());
     }
 

@@ -28,7 +28,11 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(device: Handle, pci: *mut PciIn
 /// # Safety
 /// `uuid` must be valid for `length` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetUUID(device: Handle, uuid: *mut c_char, length: c_uint) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetUUID(
+    device: Handle,
+    uuid: *mut c_char,
+    length: c_uint,
+) -> u32 {
     // SAFETY: forwarded caller guarantee on `uuid`/`length`.
     on_gpu(device, |g| unsafe { put_str(&g.uuid, uuid, length) })
 }
@@ -38,7 +42,11 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(device: Handle, uuid: *mut c_char, le
 /// # Safety
 /// `name` must be valid for `length` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetName(device: Handle, name: *mut c_char, length: c_uint) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetName(
+    device: Handle,
+    name: *mut c_char,
+    length: c_uint,
+) -> u32 {
     // SAFETY: forwarded caller guarantee on `name`/`length`.
     on_gpu(device, |g| unsafe { put_str(&g.name, name, length) })
 }
@@ -101,7 +109,11 @@ unsafe fn put_mask(list: &str, size: c_uint, set: *mut c_ulong) -> u32 {
 /// # Safety
 /// `set` must be valid for `size` words.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetCpuAffinity(device: Handle, size: c_uint, set: *mut c_ulong) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetCpuAffinity(
+    device: Handle,
+    size: c_uint,
+    set: *mut c_ulong,
+) -> u32 {
     // SAFETY: forwarded caller guarantee on `set`/`size`.
     on_gpu(device, |g| unsafe { put_mask(&g.cpu_affinity, size, set) })
 }
@@ -133,7 +145,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryAffinity(
     _scope: c_uint,
 ) -> u32 {
     // SAFETY: forwarded caller guarantee on `set`/`size`.
-    on_gpu(device, |g| unsafe { put_mask(&g.memory_affinity, size, set) })
+    on_gpu(device, |g| unsafe {
+        put_mask(&g.memory_affinity, size, set)
+    })
 }
 
 /// `nvmlDeviceGetNvLinkState`: links past the active ones are inactive, past the slots invalid.
@@ -141,7 +155,11 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryAffinity(
 /// # Safety
 /// `active` must be null or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetNvLinkState(device: Handle, link: c_uint, active: *mut c_uint) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetNvLinkState(
+    device: Handle,
+    link: c_uint,
+    active: *mut c_uint,
+) -> u32 {
     on_gpu(device, |g| {
         if link >= g.nvlink_slots {
             return ret::INVALID_ARGUMENT;
@@ -156,7 +174,11 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkState(device: Handle, link: c_uint, 
 /// # Safety
 /// `pci` must be null or valid for a write of `nvmlPciInfo_t`.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo_v2(device: Handle, link: c_uint, pci: *mut PciInfo) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo_v2(
+    device: Handle,
+    link: c_uint,
+    pci: *mut PciInfo,
+) -> u32 {
     on_gpu(device, |g| {
         if link >= g.nvlink_slots {
             return ret::INVALID_ARGUMENT;
@@ -177,7 +199,11 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo_v2(device: Handle, lin
 /// # Safety
 /// `level` must be null or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetTopologyCommonAncestor(a: Handle, b: Handle, level: *mut c_uint) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetTopologyCommonAncestor(
+    a: Handle,
+    b: Handle,
+    level: *mut c_uint,
+) -> u32 {
     with_fixture(|fx| {
         let (Some(ga), Some(gb)) = (gpu(fx, a), gpu(fx, b)) else {
             return ret::INVALID_ARGUMENT;
@@ -236,12 +262,21 @@ pub unsafe extern "C" fn nvmlDeviceGetTopologyNearestGpus(
 /// # Safety
 /// `status` must be null or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetP2PStatus(a: Handle, b: Handle, index: c_uint, status: *mut c_uint) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetP2PStatus(
+    a: Handle,
+    b: Handle,
+    index: c_uint,
+    status: *mut c_uint,
+) -> u32 {
     with_fixture(|fx| {
         let (Some(ga), Some(gb)) = (gpu(fx, a), gpu(fx, b)) else {
             return ret::INVALID_ARGUMENT;
         };
-        let table = if index == 2 { &ga.p2p_nvlink } else { &ga.p2p_pci };
+        let table = if index == 2 {
+            &ga.p2p_nvlink
+        } else {
+            &ga.p2p_pci
+        };
         match table.get(gb.index as usize) {
             // SAFETY: forwarded caller guarantee on `status`.
             Some(&s) => unsafe { put(status, s) },
@@ -255,7 +290,11 @@ pub unsafe extern "C" fn nvmlDeviceGetP2PStatus(a: Handle, b: Handle, index: c_u
 /// # Safety
 /// `current` and `pending` must be null or valid for writes.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMigMode(device: Handle, current: *mut c_uint, pending: *mut c_uint) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(
+    device: Handle,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+) -> u32 {
     on_gpu(device, |g| {
         let m = c_uint::from(g.mig_enabled);
         // SAFETY: forwarded caller guarantee on both pointers.

@@ -141,8 +141,14 @@ fn pci_info(bus_id: &str, device_id: u32, subsys: u32) -> PciInfo {
         pci_sub_system_id: subsys,
         bus_id: [0; 32],
     };
-    fill_array(&format!("{domain:08X}:{bus:02X}:{dev:02X}.{func:X}"), &mut info.bus_id);
-    fill_array(&format!("{domain:04X}:{bus:02X}:{dev:02X}.{func:X}"), &mut info.bus_id_legacy);
+    fill_array(
+        &format!("{domain:08X}:{bus:02X}:{dev:02X}.{func:X}"),
+        &mut info.bus_id,
+    );
+    fill_array(
+        &format!("{domain:04X}:{bus:02X}:{dev:02X}.{func:X}"),
+        &mut info.bus_id_legacy,
+    );
     info
 }
 
@@ -215,7 +221,9 @@ pub extern "C" fn nvmlErrorString(result: u32) -> *const c_char {
         ret::NOT_SUPPORTED => c"Not Supported",
         ret::NOT_FOUND => c"Not Found",
         ret::INSUFFICIENT_SIZE => c"Insufficient Size",
-        ret::LIBRARY_NOT_FOUND => c"NVML Shared Library Not Found (FAKE_NVML_FIXTURE unset or unreadable)",
+        ret::LIBRARY_NOT_FOUND => {
+            c"NVML Shared Library Not Found (FAKE_NVML_FIXTURE unset or unreadable)"
+        }
         _ => c"Unknown Error",
     };
     s.as_ptr()

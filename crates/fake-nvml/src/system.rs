@@ -109,7 +109,10 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
 /// # Safety
 /// `uuid` must be a NUL-terminated string; `device` null or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut Handle) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
+    uuid: *const c_char,
+    device: *mut Handle,
+) -> u32 {
     with_fixture(|fx| {
         // SAFETY: forwarded caller guarantee on `uuid`.
         let Some(u) = (unsafe { arg_str(uuid) }) else {

@@ -41,7 +41,9 @@ impl HostDesc {
             * u64::from(self.cores_per_numa)
             * u64::from(self.threads_per_core);
         if total > u64::from(MAX_CPUS) {
-            return Err(format!("{total} CPUs is more than the {MAX_CPUS} supported"));
+            return Err(format!(
+                "{total} CPUs is more than the {MAX_CPUS} supported"
+            ));
         }
         if self.cores_per_numa % self.l3_per_numa != 0 {
             return Err(format!(
@@ -73,7 +75,10 @@ impl HostDesc {
         let isolated = IdSet::parse_list(&self.isolated_cpus).map_err(|e| e.to_string())?;
         for (what, set) in [("offline_cpus", &offline), ("isolated_cpus", &isolated)] {
             if let Some(bad) = set.iter().find(|&c| c >= all_cpus) {
-                return Err(format!("{what}: CPU {bad} does not exist (0-{})", all_cpus - 1));
+                return Err(format!(
+                    "{what}: CPU {bad} does not exist (0-{})",
+                    all_cpus - 1
+                ));
             }
         }
         if offline.len() as u32 >= all_cpus {
@@ -92,12 +97,12 @@ impl HostDesc {
         if d.len() != n || d.iter().any(|row| row.len() != n) {
             return Err(format!("distances must be a {n}x{n} matrix"));
         }
-        for i in 0..n {
-            if d[i][i] != 10 {
-                return Err(format!("distances[{i}][{i}] must be 10"));
-            }
-            for j in 0..n {
-                if i != j && d[i][j] <= 10 {
+        for (i, row) in d.iter().enumerate() {
+            for (j, &v) in row.iter().enumerate() {
+                if i == j && v != 10 {
+                    return Err(format!("distances[{i}][{i}] must be 10"));
+                }
+                if i != j && v <= 10 {
                     return Err(format!("distances[{i}][{j}] must be above 10"));
                 }
             }
@@ -110,7 +115,10 @@ impl HostDesc {
         let mut switch_ids = HashSet::new();
         for (i, sw) in self.pcie_switches.iter().enumerate() {
             if sw.numa_node >= cpu_nodes {
-                return Err(format!("pcie_switches[{i}]: numa_node {} has no CPUs", sw.numa_node));
+                return Err(format!(
+                    "pcie_switches[{i}]: numa_node {} has no CPUs",
+                    sw.numa_node
+                ));
             }
             if let Some(parent) = &sw.parent {
                 // Parents must come first: that also rules out cycles.
@@ -134,7 +142,8 @@ impl HostDesc {
         let gpus = self.gpus.iter().map(|g| (&g.at, "gpus"));
         let nics = self.nics.iter().map(|n| (&n.at, "nics"));
         for (i, (at, what)) in gpus.chain(nics).enumerate() {
-            self.check_attachment(at).map_err(|e| format!("{what} (device {i}): {e}"))?;
+            self.check_attachment(at)
+                .map_err(|e| format!("{what} (device {i}): {e}"))?;
             if let Some(b) = &at.pci_bus_id {
                 if !buses.insert(b.clone()) {
                     return Err(format!("{what}: bus id {b} used twice"));
@@ -145,7 +154,10 @@ impl HostDesc {
         let mut rdma = HashSet::new();
         for nic in &self.nics {
             if nic.name.is_empty() || nic.name.contains('/') || !names.insert(&nic.name) {
-                return Err(format!("nics: bad or duplicate interface name {:?}", nic.name));
+                return Err(format!(
+                    "nics: bad or duplicate interface name {:?}",
+                    nic.name
+                ));
             }
             if let Some(r) = &nic.rdma {
                 if r.is_empty() || r.contains('/') || !rdma.insert(r) {
@@ -156,7 +168,9 @@ impl HostDesc {
         for (i, g) in self.gpus.iter().enumerate() {
             if let Some(m) = g.memory_node {
                 if m < cpu_nodes || m >= self.node_count() {
-                    return Err(format!("gpus[{i}].memory_node {m} is not a memory-only node"));
+                    return Err(format!(
+                        "gpus[{i}].memory_node {m} is not a memory-only node"
+                    ));
                 }
             }
             if g.nvlink_slots.is_some_and(|s| s == 0 || s > MAX_NVLINKS) {
@@ -164,7 +178,9 @@ impl HostDesc {
             }
             if let Some(u) = &g.uuid {
                 if !u.starts_with("GPU-") || u.len() > 80 {
-                    return Err(format!("gpus[{i}].uuid {u:?} must look like GPU-xxxxxxxx-..."));
+                    return Err(format!(
+                        "gpus[{i}].uuid {u:?} must look like GPU-xxxxxxxx-..."
+                    ));
                 }
             }
         }
@@ -194,7 +210,9 @@ impl HostDesc {
             let (domain, ..) = parse_bus_id(b)
                 .ok_or_else(|| format!("pci_bus_id {b:?}: expected 0000:1b:00.0"))?;
             if domain != 0 {
-                return Err(format!("pci_bus_id {b:?}: only PCI domain 0000 is emulated"));
+                return Err(format!(
+                    "pci_bus_id {b:?}: only PCI domain 0000 is emulated"
+                ));
             }
         }
         Ok(())
@@ -220,16 +238,16 @@ impl HostDesc {
                 if links.len() != n || links.iter().any(|r| r.len() != n) {
                     return Err(format!("nvlink.links must be a {n}x{n} matrix"));
                 }
-                for i in 0..n {
-                    if links[i][i] != 0 {
+                for (i, row) in links.iter().enumerate() {
+                    if row[i] != 0 {
                         return Err(format!("nvlink.links[{i}][{i}] must be 0"));
                     }
-                    for j in 0..n {
-                        if links[i][j] != links[j][i] {
+                    for (j, &v) in row.iter().enumerate() {
+                        if v != links[j][i] {
                             return Err(format!("nvlink.links is not symmetric at [{i}][{j}]"));
                         }
                     }
-                    let total: u32 = links[i].iter().sum();
+                    let total: u32 = row.iter().sum();
                     if total > MAX_NVLINKS {
                         return Err(format!("GPU {i} has {total} NVLinks (max {MAX_NVLINKS})"));
                     }

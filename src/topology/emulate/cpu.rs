@@ -13,10 +13,16 @@ pub(super) fn write_cpus(t: &Tree, desc: &HostDesc, l: &Layout) -> Result<(), Em
     let online: CpuSet = l.cpus.iter().filter(|c| c.online).map(|c| c.id).collect();
     let all: CpuSet = (0..n).collect();
     t.line(&format!("{CPU}/online"), online.to_list_string())?;
-    t.line(&format!("{CPU}/offline"), desc.offline_set().to_list_string())?;
+    t.line(
+        &format!("{CPU}/offline"),
+        desc.offline_set().to_list_string(),
+    )?;
     t.line(&format!("{CPU}/present"), all.to_list_string())?;
     t.line(&format!("{CPU}/possible"), all.to_list_string())?;
-    t.line(&format!("{CPU}/isolated"), desc.isolated_set().to_list_string())?;
+    t.line(
+        &format!("{CPU}/isolated"),
+        desc.isolated_set().to_list_string(),
+    )?;
     t.line(&format!("{CPU}/kernel_max"), 8191)?;
     for c in &l.cpus {
         let dir = format!("{CPU}/cpu{}", c.id);
@@ -119,7 +125,10 @@ pub(super) fn write_nodes(t: &Tree, l: &Layout) -> Result<(), EmulateError> {
     t.line(&format!("{NODE}/possible"), all.to_list_string())?;
     t.line(&format!("{NODE}/has_cpu"), with_cpu.to_list_string())?;
     t.line(&format!("{NODE}/has_memory"), with_mem.to_list_string())?;
-    t.line(&format!("{NODE}/has_normal_memory"), with_mem.to_list_string())?;
+    t.line(
+        &format!("{NODE}/has_normal_memory"),
+        with_mem.to_list_string(),
+    )?;
     for node in &l.nodes {
         let dir = format!("{NODE}/node{}", node.id);
         t.line(&format!("{dir}/cpumap"), mask_string(&node.cpus, ncpus))?;

@@ -135,7 +135,10 @@ pub fn fixture(desc: &HostDesc, l: &Layout) -> Fixture {
                 cpu_affinity: l.node_cpus(f.numa_node).to_list_string(),
                 memory_affinity: f.numa_node.to_string(),
                 mig_enabled: g.mig,
-                nvlink_slots: g.nvlink_slots.unwrap_or(DEFAULT_LINK_SLOTS).max(nvlinks.len() as u32),
+                nvlink_slots: g
+                    .nvlink_slots
+                    .unwrap_or(DEFAULT_LINK_SLOTS)
+                    .max(nvlinks.len() as u32),
                 nvlinks,
                 common_ancestor: levels.iter().map(|&x| nvml_level(x)).collect(),
                 // PCIe peer-to-peer works within a NUMA node; across sockets the chipset refuses.

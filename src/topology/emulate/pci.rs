@@ -113,10 +113,20 @@ fn write_function(
     t.line(&format!("{path}/vendor"), format!("0x{:04x}", f.vendor))?;
     t.line(&format!("{path}/device"), format!("0x{:04x}", f.device))?;
     t.line(&format!("{path}/class"), format!("0x{:06x}", f.class))?;
-    t.line(&format!("{path}/subsystem_vendor"), format!("0x{:04x}", f.vendor))?;
-    t.line(&format!("{path}/subsystem_device"), format!("0x{:04x}", 0x1000 + u32::from(f.bus)))?;
+    t.line(
+        &format!("{path}/subsystem_vendor"),
+        format!("0x{:04x}", f.vendor),
+    )?;
+    t.line(
+        &format!("{path}/subsystem_device"),
+        format!("0x{:04x}", 0x1000 + u32::from(f.bus)),
+    )?;
     t.line(&format!("{path}/revision"), "0x01")?;
-    let numa: i64 = if f.hide_numa_node { -1 } else { i64::from(f.numa_node) };
+    let numa: i64 = if f.hide_numa_node {
+        -1
+    } else {
+        i64::from(f.numa_node)
+    };
     t.line(&format!("{path}/numa_node"), numa)?;
     t.line(&format!("{path}/local_cpus"), mask_string(cpus, ncpus))?;
     t.line(&format!("{path}/local_cpulist"), cpus.to_list_string())?;
@@ -134,7 +144,14 @@ fn write_function(
     )?;
     t.line(
         &format!("{path}/modalias"),
-        format!("pci:v{:08X}d{:08X}sv*sd*bc{:02X}sc{:02X}i{:02X}", f.vendor, f.device, f.class >> 16, (f.class >> 8) & 0xff, f.class & 0xff),
+        format!(
+            "pci:v{:08X}d{:08X}sv*sd*bc{:02X}sc{:02X}i{:02X}",
+            f.vendor,
+            f.device,
+            f.class >> 16,
+            (f.class >> 8) & 0xff,
+            f.class & 0xff
+        ),
     )?;
     t.bytes(&format!("{path}/config"), &config_space(f))
 }
@@ -177,5 +194,9 @@ fn guid(n: usize) -> String {
 }
 
 fn gid(n: usize) -> String {
-    format!("fe80:0000:0000:0000:b83f:d203:00{:02x}:{:04x}", (n >> 16) & 0xff, n & 0xffff)
+    format!(
+        "fe80:0000:0000:0000:b83f:d203:00{:02x}:{:04x}",
+        (n >> 16) & 0xff,
+        n & 0xffff
+    )
 }

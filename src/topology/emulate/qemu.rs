@@ -34,7 +34,11 @@ pub fn qemu_args(desc: &HostDesc) -> Vec<String> {
     for n in &l.nodes {
         push(
             "-object",
-            format!("memory-backend-ram,id=mem{},size={}M", n.id, n.memory_bytes >> 20),
+            format!(
+                "memory-backend-ram,id=mem{},size={}M",
+                n.id,
+                n.memory_bytes >> 20
+            ),
         );
         push("-numa", format!("node,nodeid={},memdev=mem{}", n.id, n.id));
     }
