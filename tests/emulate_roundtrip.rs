@@ -233,6 +233,11 @@ fn nvml_wrapper_reads_the_fixture_fields() {
             .is_empty());
         assert!(!dev.link_wrapper_for(0).is_active().expect("link 0"));
         assert!(dev.link_wrapper_for(18).is_active().is_err());
+        // What the fixture does not know is "not supported", as on a real driver.
+        assert!(matches!(
+            dev.is_multi_gpu_board(),
+            Err(nvml_wrapper::error::NvmlError::NotSupported)
+        ));
     });
     let desc = HostDesc::load("dgx1-v100").expect("dgx1-v100");
     let dir = tempfile::tempdir().expect("tempdir");

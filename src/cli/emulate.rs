@@ -11,8 +11,8 @@ use crate::topology::emulate::{emulate, nvml_fixture, qemu};
 #[derive(Debug, clap::Args)]
 pub struct EmulateArgs {
     /// Host description (YAML/JSON file, or the name of a shipped one such as `dgx-h100`).
-    #[arg(long)]
-    pub host: String,
+    #[arg(long, required_unless_present = "list")]
+    pub host: Option<String>,
     /// Output directory (gets `sys/`, `proc/`, `nvml.json` and `dev-nodes.json`).
     #[arg(long, required_unless_present_any = ["qemu_args", "list"])]
     pub out: Option<PathBuf>,
@@ -23,7 +23,7 @@ pub struct EmulateArgs {
     /// controllers of a real sysfs tree (a QEMU guest's `/sys`), in bus order.
     #[arg(long, hide = true, value_name = "ROOT")]
     pub nvml_from_sysfs: Option<PathBuf>,
-    /// List the shipped descriptions and exit (`--host` is ignored).
+    /// List the shipped descriptions and exit.
     #[arg(long)]
     pub list: bool,
 }
@@ -36,7 +36,8 @@ pub fn run(args: EmulateArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let desc = HostDesc::load(&args.host)?;
+    let host = args.host.context("--host is required")?;
+    let desc = HostDesc::load(&host)?;
     if args.qemu_args {
         for a in qemu::qemu_args(&desc) {
             println!("{a}");

@@ -231,3 +231,39 @@ pub extern "C" fn nvmlErrorString(result: u32) -> *const c_char {
 
 mod device;
 mod system;
+
+/// Exports NVML functions the fixture has no data for: each answers `NOT_SUPPORTED`, as a real
+/// driver does for a feature the GPU lacks, so callers take their "not available" path instead
+/// of failing on a missing symbol.
+macro_rules! not_supported {
+    ($($name:ident($($ty:ty),*);)*) => {
+        $(
+            #[doc = concat!("`", stringify!($name), "`: not in the fixture.")]
+            #[no_mangle]
+            pub extern "C" fn $name($(_: $ty),*) -> u32 {
+                ret::NOT_SUPPORTED
+            }
+        )*
+    };
+}
+
+not_supported! {
+    nvmlDeviceGetMemoryInfo(Handle, *mut libc::c_void);
+    nvmlDeviceGetBrand(Handle, *mut c_uint);
+    nvmlDeviceGetSerial(Handle, *mut c_char, c_uint);
+    nvmlDeviceGetBoardId(Handle, *mut c_uint);
+    nvmlDeviceGetMultiGpuBoard(Handle, *mut c_uint);
+    nvmlDeviceGetNvLinkVersion(Handle, c_uint, *mut c_uint);
+    nvmlDeviceGetNvLinkCapability(Handle, c_uint, c_uint, *mut c_uint);
+    nvmlDeviceGetPersistenceMode(Handle, *mut c_uint);
+    nvmlDeviceGetComputeMode(Handle, *mut c_uint);
+    nvmlDeviceGetMaxMigDeviceCount(Handle, *mut c_uint);
+    nvmlDeviceGetArchitecture(Handle, *mut c_uint);
+    nvmlDeviceGetCudaComputeCapability(Handle, *mut libc::c_int, *mut libc::c_int);
+}
+
+/// `nvmlInit` (v1): same as `nvmlInit_v2`.
+#[no_mangle]
+pub extern "C" fn nvmlInit() -> u32 {
+    init()
+}
