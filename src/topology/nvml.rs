@@ -220,7 +220,8 @@ pub fn enrich(topo: &mut Topology, lib: Option<&Path>) -> Result<NvmlStatus, Nvm
         })
         .collect();
     topo.gpus = gpus;
-    topo.gpu_links = Some(GpuLinks { nvlink, nvswitch });
+    // No GPUs, no interconnect to speak of (the same as a host without NVML).
+    topo.gpu_links = (n > 0).then_some(GpuLinks { nvlink, nvswitch });
     Ok(NvmlStatus::Present {
         driver_version,
         gpu_count: count,
