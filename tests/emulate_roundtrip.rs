@@ -117,7 +117,7 @@ fn shipped_descriptions_have_the_advertised_shapes() {
     assert!(m.iter().all(|row| row.iter().sum::<u32>() == 6));
     assert_eq!(
         v100.pcie_level(&v100.gpus[0].pci_bus_id, &v100.gpus[2].pci_bus_id),
-        PcieLevel::MultipleSwitches
+        PcieLevel::HostBridge
     );
 
     let pcie = by_name("pcie-4gpu");
@@ -283,8 +283,8 @@ fn emulated_trees_match_lstopo() {
 /// A host with what real trees throw at readers.
 const AWKWARD: &str = "name: awkward\nsockets: 2\ncores_per_numa: 4\nthreads_per_core: 2\n\
     memory_per_numa: 8Gi\noffline_cpus: \"6,14\"\nisolated_cpus: \"3,11\"\n\
-    pcie_switches: [{id: s, numa_node: 1}]\n\
-    gpus: [{switch: s, hide_numa_node: true}, {numa_node: 1}]\n\
+    pcie_switches: [{id: s, numa_node: 1}, {id: t, numa_node: 1, parent: s}]\n\
+    gpus: [{switch: s, hide_numa_node: true}, {switch: t}, {numa_node: 1}]\n\
     nics: [{name: eth9, numa_node: 0, hide_numa_node: true}]\n";
 
 fn assert_lstopo_agrees(desc: &HostDesc, dir: &Path) {

@@ -131,6 +131,10 @@ pub struct PcieSwitchDesc {
     /// Parent switch, when switches are nested (then `numa_node` must match the parent's).
     #[serde(default)]
     pub parent: Option<String>,
+    /// Top-level switches and devices naming the same host bridge share one root complex (each
+    /// on its own root port: `PHB` apart); without a name each gets its own (`NODE` apart).
+    #[serde(default)]
+    pub host_bridge: Option<String>,
 }
 
 /// Where a PCI device is attached.
@@ -148,6 +152,9 @@ pub struct Attachment {
     /// Report `numa_node` as -1 in sysfs (as some BIOSes do), so readers must resolve it.
     #[serde(default)]
     pub hide_numa_node: bool,
+    /// Host bridge group, for devices attached directly to a node (see `PcieSwitchDesc`).
+    #[serde(default)]
+    pub host_bridge: Option<String>,
 }
 
 /// One GPU.

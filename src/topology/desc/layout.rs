@@ -153,16 +153,34 @@ impl Layout {
         for node in 0..desc.cpu_node_count() {
             let mut tops = b.children(None, node);
             tops.sort_by_key(|s| b.key(*s));
-            for slot in tops {
-                b.place_root(node, slot)?;
+            // Slots sharing a host bridge name go together, where the first of them sorts.
+            let mut done = vec![false; tops.len()];
+            for i in 0..tops.len() {
+                if done[i] {
+                    continue;
+                }
+                let group: Vec<Slot> = match b.host_bridge_of(tops[i]) {
+                    None => vec![tops[i]],
+                    Some(name) => (i..tops.len())
+                        .filter(|&j| !done[j] && b.host_bridge_of(tops[j]) == Some(name))
+                        .map(|j| tops[j])
+                        .collect(),
+                };
+                for (j, t) in tops.iter().enumerate() {
+                    if group.contains(t) {
+                        done[j] = true;
+                    }
+                }
+                b.place_host_bridge(node, &group)?;
             }
         }
         let chips = match desc.nvlink {
             NvlinkDesc::Nvswitch { chips, .. } => chips as usize,
             _ => 0,
         };
-        for chip in 0..chips {
-            b.place_root(0, Slot::NvSwitch(chip))?;
+        if chips > 0 {
+            let all: Vec<Slot> = (0..chips).map(Slot::NvSwitch).collect();
+            b.place_host_bridge(0, &all)?;
         }
         let find = |want: FuncRole| b.funcs.iter().position(|f| f.role == want);
         let gpu_funcs: Vec<usize> = (0..desc.gpus.len())

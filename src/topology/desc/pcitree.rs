@@ -135,14 +135,32 @@ impl<'a> Builder<'a> {
         self.funcs.len() - 1
     }
 
-    pub(super) fn place_root(&mut self, node: u32, slot: Slot) -> Result<(), String> {
+    /// One host bridge with a root port per slot (ports 01.0, 02.0, ...).
+    pub(super) fn place_host_bridge(&mut self, node: u32, slots: &[Slot]) -> Result<(), String> {
+        if slots.len() > 31 {
+            return Err("a host bridge can have at most 31 root ports".into());
+        }
         let root_bus = self.take_bus(None)?;
         self.host_bridges.push(HostBridge {
             bus: root_bus,
             numa_node: node,
         });
-        let port = self.bridge(root_bus, 1, FuncRole::RootPort, node, None);
-        self.place_below(port, node, slot)
+        for (k, &slot) in slots.iter().enumerate() {
+            let port = self.bridge(root_bus, k as u8 + 1, FuncRole::RootPort, node, None);
+            self.place_below(port, node, slot)?;
+        }
+        Ok(())
+    }
+
+    /// The host bridge group of a top-level slot: slots naming the same `host_bridge` share one.
+    pub(super) fn host_bridge_of(&self, slot: Slot) -> Option<&str> {
+        let d = self.desc;
+        match slot {
+            Slot::Switch(i) => d.pcie_switches[i].host_bridge.as_deref(),
+            Slot::Gpu(i) => d.gpus[i].at.host_bridge.as_deref(),
+            Slot::Nic(i) => d.nics[i].at.host_bridge.as_deref(),
+            Slot::NvSwitch(_) => Some("nvswitch"),
+        }
     }
 
     /// Places `slot` on the secondary bus of bridge `port` and closes the port's bus range.

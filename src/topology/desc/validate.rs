@@ -134,6 +134,11 @@ impl HostDesc {
                     ));
                 }
             }
+            if sw.parent.is_some() && sw.host_bridge.is_some() {
+                return Err(format!(
+                    "pcie_switches[{i}]: host_bridge is for top-level switches, not nested ones"
+                ));
+            }
             if !switch_ids.insert(sw.id.as_str()) {
                 return Err(format!("pcie_switches: duplicate id {:?}", sw.id));
             }
@@ -205,6 +210,9 @@ impl HostDesc {
         };
         if node >= self.cpu_node_count() {
             return Err(format!("numa_node {node} has no CPUs"));
+        }
+        if at.switch.is_some() && at.host_bridge.is_some() {
+            return Err("host_bridge is for devices on a node, not below a switch".into());
         }
         if let Some(b) = &at.pci_bus_id {
             let (domain, ..) = parse_bus_id(b)
