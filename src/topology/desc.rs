@@ -4,7 +4,20 @@
 //!
 //! Shipped descriptions live in `packaging/hosts/*.yaml`.
 
+use std::path::{Path, PathBuf};
+
 use serde::{Deserialize, Serialize};
+
+use super::idset::{CpuSet, IdSet};
+
+mod layout;
+mod pcitree;
+mod validate;
+
+pub use layout::{
+    gpu_uuid, FuncRole, HostBridge, Layout, LayoutCpu, LayoutFunc, LayoutNode, LinkPeer,
+};
+pub use validate::parse_bus_id;
 
 /// A whole machine.
 ///
@@ -67,10 +80,21 @@ pub struct HostDesc {
     /// NICs (with or without RDMA).
     #[serde(default)]
     pub nics: Vec<NicDesc>,
+    /// CPU model name for `/proc/cpuinfo`.
+    #[serde(default = "default_cpu_model")]
+    pub cpu_model: String,
+}
+
+fn default_cpu_model() -> String {
+    "Emulated CPU".to_string()
 }
 
 fn one() -> u32 {
     1
+}
+
+fn four() -> u32 {
+    4
 }
 
 /// CPU numbering scheme.
@@ -107,6 +131,10 @@ pub struct PcieSwitchDesc {
     /// Parent switch, when switches are nested (then `numa_node` must match the parent's).
     #[serde(default)]
     pub parent: Option<String>,
+    /// Top-level switches and devices naming the same host bridge share one root complex (each
+    /// on its own root port: `PHB` apart); without a name each gets its own (`NODE` apart).
+    #[serde(default)]
+    pub host_bridge: Option<String>,
 }
 
 /// Where a PCI device is attached.
@@ -124,6 +152,9 @@ pub struct Attachment {
     /// Report `numa_node` as -1 in sysfs (as some BIOSes do), so readers must resolve it.
     #[serde(default)]
     pub hide_numa_node: bool,
+    /// Host bridge group, for devices attached directly to a node (see `PcieSwitchDesc`).
+    #[serde(default)]
+    pub host_bridge: Option<String>,
 }
 
 /// One GPU.
@@ -138,6 +169,23 @@ pub struct GpuDesc {
     /// MIG mode enabled.
     #[serde(default)]
     pub mig: bool,
+    /// UUID (`GPU-xxxxxxxx-...`); derived from the host name and index when absent.
+    #[serde(default)]
+    pub uuid: Option<String>,
+    /// NVLink link slots of the GPU (V100: 6, A100: 12, H100: 18); default 18.
+    #[serde(default)]
+    pub nvlink_slots: Option<u32>,
+    /// The CPU-less NUMA node holding this GPU's memory (Grace Hopper), which NVML reports as
+    /// the GPU's NUMA node id; on other hosts NVML has no NUMA node id for GPUs.
+    #[serde(default)]
+    pub memory_node: Option<u32>,
+    /// PCI device id (`0x2330` H100 SXM5 80GB).
+    #[serde(default = "default_gpu_device_id")]
+    pub device_id: u16,
+}
+
+fn default_gpu_device_id() -> u16 {
+    0x2330
 }
 
 fn default_gpu_name() -> String {
@@ -155,6 +203,10 @@ pub enum NvlinkDesc {
     Nvswitch {
         /// Links per GPU into the switch fabric.
         links: u32,
+        /// NVSwitch chips (4 on DGX H100); each is a PCI function (class 0x0680) on its own
+        /// host bridge of node 0, and every GPU spreads its links evenly over them.
+        #[serde(default = "four")]
+        chips: u32,
     },
     /// Point-to-point links: symmetric matrix of link counts in GPU order.
     Matrix {
@@ -174,4 +226,360 @@ pub struct NicDesc {
     /// RDMA device name (`mlx5_0`) when the NIC does RDMA.
     #[serde(default)]
     pub rdma: Option<String>,
+    /// Link layer: an InfiniBand port gets PCI class 0x0207, Ethernet 0x0200.
+    #[serde(default)]
+    pub link_layer: LinkLayer,
+}
+
+/// Link layer of a NIC port.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkLayer {
+    /// Ethernet (RoCE when `rdma` is set).
+    #[default]
+    Ethernet,
+    /// InfiniBand.
+    Infiniband,
+}
+
+/// Why a host description cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DescError {
+    /// The file could not be read.
+    #[error("reading host description {path}: {source}")]
+    Read {
+        /// File that failed.
+        path: PathBuf,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+    /// Neither a file nor a shipped description of that name exists.
+    #[error(
+        "no host description file or shipped description named {name:?} (looked in {searched})"
+    )]
+    NotFound {
+        /// What was asked for.
+        name: String,
+        /// Directories searched for shipped descriptions.
+        searched: String,
+    },
+    /// The YAML/JSON does not match the schema.
+    #[error("parsing host description {path}: {source}")]
+    Parse {
+        /// File that failed.
+        path: PathBuf,
+        /// Underlying error.
+        source: serde_yaml_ng::Error,
+    },
+    /// The description parsed but is inconsistent.
+    #[error("host description {name:?}: {reason}")]
+    Invalid {
+        /// Description name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Parses a size such as `512Gi`, `2Ti`, `96GiB`, `480G` or `1048576` (bytes). `Ki/Mi/Gi/Ti`
+/// (optionally followed by `B`) are binary; `K/M/G/T` are decimal, as in Kubernetes quantities.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t.strip_suffix('B').unwrap_or(t);
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("size {s:?}: expected a number followed by a unit"))?;
+    let mult: u64 = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "K" | "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        _ => return Err(format!("size {s:?}: unknown unit {unit:?}")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} does not fit in 64 bits"))
+}
+
+/// Directories searched for shipped descriptions, in order: `$NRI_ALIGN_HOSTS_DIR`, the
+/// install's `share/nri-align/hosts` next to the executable's `bin/`, `/usr/share/nri-align/hosts`,
+/// and the source tree's `packaging/hosts`.
+pub fn shipped_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os("NRI_ALIGN_HOSTS_DIR") {
+        dirs.push(PathBuf::from(d));
+    }
+    if let Some(prefix) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().and_then(Path::parent).map(Path::to_path_buf))
+    {
+        dirs.push(prefix.join("share/nri-align/hosts"));
+    }
+    dirs.push(PathBuf::from("/usr/share/nri-align/hosts"));
+    dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/hosts"));
+    dirs
+}
+
+impl HostDesc {
+    /// Loads and validates a description: `what` is a file path, or the name of a shipped one
+    /// (`dgx-h100` finds `dgx-h100.yaml` in [`shipped_dirs`]).
+    pub fn load(what: &str) -> Result<HostDesc, DescError> {
+        let direct = Path::new(what);
+        let path = if direct.is_file() {
+            direct.to_path_buf()
+        } else {
+            let dirs = shipped_dirs();
+            let is_name = !what.contains('/') && !what.is_empty();
+            let found = dirs
+                .iter()
+                .filter(|_| is_name)
+                .flat_map(|d| ["yaml", "yml", "json"].map(|ext| d.join(format!("{what}.{ext}"))))
+                .find(|p| p.is_file());
+            found.ok_or_else(|| DescError::NotFound {
+                name: what.to_string(),
+                searched: dirs
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })?
+        };
+        let text = std::fs::read_to_string(&path).map_err(|source| DescError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let desc: HostDesc =
+            serde_yaml_ng::from_str(&text).map_err(|source| DescError::Parse { path, source })?;
+        desc.validate()?;
+        Ok(desc)
+    }
+
+    /// Parses and validates a description from YAML or JSON text.
+    pub fn from_yaml(text: &str) -> Result<HostDesc, DescError> {
+        let desc: HostDesc = serde_yaml_ng::from_str(text).map_err(|source| DescError::Parse {
+            path: PathBuf::from("<text>"),
+            source,
+        })?;
+        desc.validate()?;
+        Ok(desc)
+    }
+
+    /// Names of the descriptions shipped in the first directory of [`shipped_dirs`] that has any.
+    pub fn shipped_names() -> Vec<String> {
+        for dir in shipped_dirs() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            let mut names: Vec<String> = entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let p = e.path();
+                    (p.extension()? == "yaml")
+                        .then(|| p.file_stem().map(|s| s.to_string_lossy().into_owned()))?
+                })
+                .collect();
+            if !names.is_empty() {
+                names.sort();
+                return names;
+            }
+        }
+        Vec::new()
+    }
+
+    /// NUMA nodes with CPUs.
+    pub fn cpu_node_count(&self) -> u32 {
+        self.sockets * self.numa_per_socket
+    }
+
+    /// All NUMA nodes, memory-only ones included.
+    pub fn node_count(&self) -> u32 {
+        self.cpu_node_count() + self.memory_only_nodes.len() as u32
+    }
+
+    /// Physical cores in the machine.
+    pub fn total_cores(&self) -> u32 {
+        self.cpu_node_count() * self.cores_per_numa
+    }
+
+    /// Logical CPUs present (online and offline).
+    pub fn total_cpus(&self) -> u32 {
+        self.total_cores() * self.threads_per_core
+    }
+
+    /// Offline CPUs (validated list).
+    pub fn offline_set(&self) -> CpuSet {
+        IdSet::parse_list(&self.offline_cpus).unwrap_or_default()
+    }
+
+    /// Isolated CPUs (validated list).
+    pub fn isolated_set(&self) -> CpuSet {
+        IdSet::parse_list(&self.isolated_cpus).unwrap_or_default()
+    }
+
+    /// Memory per CPU node in bytes (validated).
+    pub fn memory_per_numa_bytes(&self) -> u64 {
+        parse_size(&self.memory_per_numa).unwrap_or(0)
+    }
+
+    /// The full distance matrix: the given one, or the defaults described on `distances`.
+    pub fn distance_matrix(&self) -> Vec<Vec<u32>> {
+        if let Some(d) = &self.distances {
+            return d.clone();
+        }
+        let cpu_nodes = self.cpu_node_count();
+        let n = self.node_count();
+        // Memory-only nodes stand in for the CPU node they attach to when computing distances.
+        let anchor = |i: u32| -> u32 {
+            if i < cpu_nodes {
+                i
+            } else {
+                self.memory_only_nodes[(i - cpu_nodes) as usize].attached_to
+            }
+        };
+        let cpu_dist = |a: u32, b: u32| -> u32 {
+            if a == b {
+                10
+            } else if a / self.numa_per_socket == b / self.numa_per_socket {
+                12
+            } else {
+                21
+            }
+        };
+        (0..n)
+            .map(|i| {
+                (0..n)
+                    .map(|j| {
+                        if i == j {
+                            10
+                        } else {
+                            let extra = u32::from(i >= cpu_nodes) + u32::from(j >= cpu_nodes);
+                            let base = cpu_dist(anchor(i), anchor(j));
+                            // One memory-only side costs 10 more than its anchor (20 when the
+                            // anchor itself is the other side).
+                            if anchor(i) == anchor(j) {
+                                10 + 10 * extra
+                            } else {
+                                base + 10 * extra
+                            }
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The in-memory topology this description stands for: what the sysfs reader must return
+    /// for the emulated tree (before NVML enrichment adds UUIDs and links, which this already has).
+    ///
+    /// Descriptions from [`HostDesc::load`] are validated; one whose PCI tree cannot be laid out
+    /// gives a topology with only its name.
+    pub fn to_topology(&self) -> super::model::Topology {
+        match Layout::new(self) {
+            Ok(layout) => layout.to_topology(self),
+            Err(_) => super::model::Topology {
+                source: format!("emulated:{}", self.name),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc(extra: &str) -> Result<HostDesc, DescError> {
+        let memory = if extra.contains("memory_per_numa") {
+            ""
+        } else {
+            "memory_per_numa: 1Gi\n"
+        };
+        HostDesc::from_yaml(&format!(
+            "name: t\nsockets: 2\nnuma_per_socket: 2\ncores_per_numa: 2\nthreads_per_core: 2\n\
+             {memory}{extra}"
+        ))
+    }
+
+    fn invalid(extra: &str) -> String {
+        match desc(extra) {
+            Err(DescError::Invalid { reason, .. }) => reason,
+            other => panic!("expected invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sizes_parse_with_binary_and_decimal_units() {
+        assert_eq!(parse_size("512Gi"), Ok(512 << 30));
+        assert_eq!(parse_size("2Ti"), Ok(2 << 40));
+        assert_eq!(parse_size("96GiB"), Ok(96 << 30));
+        assert_eq!(parse_size("480G"), Ok(480_000_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("12Xi").is_err());
+        assert!(parse_size("Gi").is_err());
+        assert!(parse_size("99999999999Ti").is_err());
+    }
+
+    #[test]
+    fn default_distances_follow_sockets_and_attachment() {
+        let d =
+            desc("memory_only_nodes: [{memory: 1Gi, kind: cxl, attached_to: 1}]\n").expect("valid");
+        let m = d.distance_matrix();
+        assert_eq!(m[0], vec![10, 12, 21, 21, 22]);
+        assert_eq!(m[4], vec![22, 20, 31, 31, 10]);
+    }
+
+    #[test]
+    fn interleaved_numbering_puts_second_threads_after_all_cores() {
+        let t = desc("").expect("valid").to_topology();
+        assert_eq!(t.cpus.len(), 16);
+        let cpu0 = &t.cpus[0];
+        assert_eq!(cpu0.thread_siblings.to_list_string(), "0,8");
+        assert_eq!(
+            t.node(1).map(|n| n.cpus.to_list_string()),
+            Some("2-3,10-11".into())
+        );
+        assert_eq!(t.cpus[4].package, 1);
+        assert_eq!(t.cpus[4].core, 0);
+    }
+
+    #[test]
+    fn inconsistent_descriptions_are_rejected_with_a_reason() {
+        assert!(invalid("l3_per_numa: 3\n").contains("multiple of l3_per_numa"));
+        assert!(invalid("memory_per_numa: 1000\n").contains("1 KiB"));
+        assert!(invalid("distances: [[10]]\n").contains("4x4"));
+        assert!(invalid("gpus: [{switch: nope}]\n").contains("unknown switch"));
+        assert!(invalid("gpus: [{numa_node: 9}]\n").contains("no CPUs"));
+        assert!(invalid("offline_cpus: \"0-15\"\n").contains("no CPU online"));
+        assert!(invalid("isolated_cpus: \"99\"\n").contains("does not exist"));
+        let matrix = "gpus: [{numa_node: 0}, {numa_node: 0}]\n\
+                      nvlink: {kind: matrix, links: [[0, 1], [2, 0]]}\n";
+        assert!(invalid(matrix).contains("symmetric"));
+        let order = "gpus: [{numa_node: 0, pci_bus_id: \"0000:40:00.0\"}, \
+                     {numa_node: 0, pci_bus_id: \"0000:20:00.0\"}]\n";
+        assert!(invalid(order).contains("increase"));
+        let upper = "gpus: [{numa_node: 0, pci_bus_id: \"0000:1B:00.0\"}]\n";
+        assert!(invalid(upper).contains("expected 0000:1b:00.0"));
+        assert!(matches!(
+            HostDesc::from_yaml("name: t\nsockets: 1\n"),
+            Err(DescError::Parse { .. })
+        ));
+    }
+
+    #[test]
+    fn shipped_names_and_paths_both_load() {
+        let by_name = HostDesc::load("pcie-4gpu").expect("shipped name");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/hosts/pcie-4gpu.yaml");
+        let by_path = HostDesc::load(&path.to_string_lossy()).expect("path");
+        assert_eq!(by_name, by_path);
+        assert!(matches!(
+            HostDesc::load("no-such-host"),
+            Err(DescError::NotFound { .. })
+        ));
+    }
 }

@@ -2,6 +2,7 @@
 //! host descriptions, and the human/JSON report.
 
 pub mod desc;
+pub mod emulate;
 pub mod hwloc;
 pub mod idset;
 pub mod model;

@@ -1,20 +1,271 @@
-//! NVML enrichment of a [`Topology`] (placeholder until the real NVML module lands: helper C2
-//! owns it). Keeps the signature the CLI calls so the branches merge without edits.
+//! GPU details from NVML (through nvml-wrapper): UUID, minor number, NVML index order, MIG
+//! mode, NVLink peers and link counts, NVSwitch, and the PCIe common ancestor of each GPU pair.
+//! GPUs are matched to the PCI tree by bus id (normalised to the sysfs form); without NVML the
+//! topology keeps the GPUs found in the PCI tree and has no link data.
 
 use std::path::Path;
 
-use super::model::Topology;
+use nvml_wrapper::enum_wrappers::device::TopologyLevel;
+use nvml_wrapper::error::NvmlError as WrapperError;
+use nvml_wrapper::Nvml;
 
-/// Why NVML could not enrich the topology.
-#[derive(Debug, thiserror::Error)]
-pub enum NvmlError {
-    /// NVML support is not built into this branch yet.
-    #[error("NVML support is not available in this build")]
-    Unavailable,
+use super::model::{Gpu, GpuLinks, PcieLevel, Topology};
+
+/// `NVML_NVLINK_MAX_LINKS`: link numbers are probed up to this.
+const MAX_LINKS: u32 = 18;
+
+/// `NVML_AFFINITY_SCOPE_NODE`.
+const SCOPE_NODE: u32 = 0;
+
+/// What NVML contributed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NvmlStatus {
+    /// No NVML library on this host (or it would not initialise): GPUs come from PCI only.
+    Absent {
+        /// Why, as NVML said it.
+        reason: String,
+    },
+    /// NVML answered.
+    Present {
+        /// Driver version.
+        driver_version: String,
+        /// GPUs NVML reported.
+        gpu_count: u32,
+        /// `nvmlDeviceGetTopologyCommonAncestor` per pair of the first `gpu_count` GPUs of
+        /// `Topology::gpus` (NVML order; `None` where NVML had no answer).
+        common_ancestor: Vec<Vec<Option<PcieLevel>>>,
+    },
 }
 
-/// Adds what NVML knows (UUIDs, minors, NVLink, MIG) to the GPUs found in the PCI tree.
-/// Placeholder: leaves the topology unchanged.
-pub fn enrich(_topo: &mut Topology, _lib: Option<&Path>) -> Result<(), NvmlError> {
-    Ok(())
+/// Why NVML data could not be merged.
+#[derive(Debug, thiserror::Error)]
+pub enum NvmlError {
+    /// An NVML library given explicitly (`--nvml-lib`) could not be loaded or initialised.
+    #[error("loading NVML from {path}: {source}")]
+    Load {
+        /// Library path.
+        path: String,
+        /// What nvml-wrapper said.
+        source: WrapperError,
+    },
+    /// A query every NVIDIA driver answers failed.
+    #[error("NVML {what} of GPU {index}: {source}")]
+    Query {
+        /// Which query.
+        what: &'static str,
+        /// NVML index.
+        index: u32,
+        /// What nvml-wrapper said.
+        source: WrapperError,
+    },
+    /// NVML returned a bus id that is not `domain:bus:device.function`.
+    #[error("NVML returned an unparsable PCI bus id {0:?}")]
+    BusId(String),
+}
+
+/// `00000000:1B:00.0` (NVML) -> `0000:1b:00.0` (sysfs); any case, domain of any width.
+pub fn sysfs_bus_id(nvml: &str) -> Option<String> {
+    let mut parts = nvml.trim().rsplitn(3, ':');
+    let devfn = parts.next()?;
+    let bus = parts.next()?;
+    let domain = parts.next().unwrap_or("0");
+    let (dev, func) = devfn.split_once('.')?;
+    let domain = u32::from_str_radix(domain, 16).ok()?;
+    let bus = u8::from_str_radix(bus, 16).ok()?;
+    let dev = u8::from_str_radix(dev, 16).ok()?;
+    let func = u8::from_str_radix(func, 16).ok()?;
+    Some(format!("{domain:04x}:{bus:02x}:{dev:02x}.{func:x}"))
+}
+
+fn level(l: TopologyLevel) -> PcieLevel {
+    match l {
+        // Two GPUs on one board sit behind the board's own switch.
+        TopologyLevel::Internal | TopologyLevel::Single => PcieLevel::SingleSwitch,
+        TopologyLevel::Multiple => PcieLevel::MultipleSwitches,
+        TopologyLevel::HostBridge => PcieLevel::HostBridge,
+        TopologyLevel::Node => PcieLevel::SameNuma,
+        TopologyLevel::System => PcieLevel::CrossSocket,
+    }
+}
+
+/// Loads NVML (`lib`, or the system's `libnvidia-ml.so.1`) and merges what it knows about the
+/// GPUs into `topo`: GPUs are re-ordered by NVML index, matched to the PCI tree by bus id, and
+/// `gpu_links` is filled. A missing system NVML is a status, not an error.
+pub fn enrich(topo: &mut Topology, lib: Option<&Path>) -> Result<NvmlStatus, NvmlError> {
+    let nvml = match lib {
+        Some(path) => Nvml::builder()
+            .lib_path(path.as_os_str())
+            .init()
+            .map_err(|source| NvmlError::Load {
+                path: path.display().to_string(),
+                source,
+            })?,
+        None => match Nvml::init() {
+            Ok(n) => n,
+            Err(e) => {
+                return Ok(NvmlStatus::Absent {
+                    reason: e.to_string(),
+                })
+            }
+        },
+    };
+    let q = |what: &'static str, index: u32| {
+        move |source| NvmlError::Query {
+            what,
+            index,
+            source,
+        }
+    };
+    let driver_version = nvml.sys_driver_version().unwrap_or_default();
+    let count = nvml.device_count().map_err(q("device count", 0))?;
+    let mut devices = Vec::with_capacity(count as usize);
+    let mut gpus = Vec::with_capacity(count as usize);
+    for index in 0..count {
+        let dev = nvml.device_by_index(index).map_err(q("handle", index))?;
+        let pci = dev.pci_info().map_err(q("PCI info", index))?;
+        let bus_id =
+            sysfs_bus_id(&pci.bus_id).ok_or_else(|| NvmlError::BusId(pci.bus_id.clone()))?;
+        let mut gpu = topo
+            .gpus
+            .iter()
+            .find(|g| g.pci_bus_id == bus_id)
+            .cloned()
+            .unwrap_or_else(|| Gpu {
+                index,
+                pci_bus_id: bus_id.clone(),
+                numa_node: topo.pci(&bus_id).and_then(|d| d.numa_node),
+                uuid: None,
+                minor: None,
+                name: None,
+                mig_enabled: None,
+            });
+        gpu.index = index;
+        gpu.uuid = Some(dev.uuid().map_err(q("UUID", index))?);
+        gpu.minor = dev.minor_number().ok().or(gpu.minor);
+        gpu.name = dev.name().ok().or(gpu.name);
+        gpu.mig_enabled = dev.mig_mode().ok().map(|m| m.current != 0);
+        if gpu.numa_node.is_none() {
+            // No PCI locality: fall back on the node NVML says the GPU's memory traffic uses.
+            gpu.numa_node = dev
+                .memory_affinity(1, SCOPE_NODE)
+                .ok()
+                .and_then(|w| w.first().copied())
+                .filter(|&w| w != 0)
+                .map(|w| w.trailing_zeros());
+        }
+        gpus.push(gpu);
+        devices.push(dev);
+    }
+    // GPUs the PCI tree had but NVML did not report (excluded, fallen off the bus) go last.
+    let rest: Vec<Gpu> = topo
+        .gpus
+        .iter()
+        .filter(|g| !gpus.iter().any(|n| n.pci_bus_id == g.pci_bus_id))
+        .cloned()
+        .collect();
+    for (k, mut g) in rest.into_iter().enumerate() {
+        g.index = count + k as u32;
+        gpus.push(g);
+    }
+    let n = gpus.len();
+    let mut nvlink = vec![vec![0u32; n]; n];
+    let mut fabric = vec![0u32; n];
+    for (i, dev) in devices.iter().enumerate() {
+        for link in 0..MAX_LINKS {
+            let l = dev.link_wrapper_for(link);
+            match l.is_active() {
+                Ok(true) => {}
+                Ok(false) => continue,
+                // Past the GPU's last link, or no NVLink at all.
+                Err(_) => break,
+            }
+            let Ok(remote) = l.remote_pci_info() else {
+                continue;
+            };
+            let Some(remote_id) = sysfs_bus_id(&remote.bus_id) else {
+                continue;
+            };
+            match gpus.iter().position(|g| g.pci_bus_id == remote_id) {
+                Some(j) if j != i => nvlink[i][j] += 1,
+                Some(_) => {}
+                // The far end is not a GPU: an NVSwitch port.
+                None => fabric[i] += 1,
+            }
+        }
+    }
+    let nvswitch = fabric.iter().any(|&f| f > 0);
+    // Direct links counted from both ends must agree; take the larger if one end under-reports.
+    // A pair on NVSwitch gets the smaller of the two GPUs' fabric links (NV18 on DGX H100).
+    let direct = nvlink.clone();
+    for i in 0..n {
+        for j in 0..n {
+            if i != j {
+                nvlink[i][j] = direct[i][j].max(direct[j][i]) + fabric[i].min(fabric[j]);
+            }
+        }
+    }
+    let common_ancestor = devices
+        .iter()
+        .map(|a| {
+            devices
+                .iter()
+                .map(|b| {
+                    if std::ptr::eq(a, b) {
+                        Some(PcieLevel::Same)
+                    } else {
+                        nvml.topology_common_ancestor(a, b).ok().map(level)
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    topo.gpus = gpus;
+    // No GPUs, no interconnect to speak of (the same as a host without NVML).
+    topo.gpu_links = (n > 0).then_some(GpuLinks { nvlink, nvswitch });
+    Ok(NvmlStatus::Present {
+        driver_version,
+        gpu_count: count,
+        common_ancestor,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_ids_normalise_to_sysfs_form() {
+        assert_eq!(
+            sysfs_bus_id("00000000:1B:00.0").as_deref(),
+            Some("0000:1b:00.0")
+        );
+        assert_eq!(
+            sysfs_bus_id("0000:c3:00.1").as_deref(),
+            Some("0000:c3:00.1")
+        );
+        assert_eq!(sysfs_bus_id("1B:00.0").as_deref(), Some("0000:1b:00.0"));
+        assert_eq!(sysfs_bus_id("nonsense"), None);
+    }
+
+    #[test]
+    fn absent_system_nvml_is_a_status() {
+        // This machine has no NVIDIA driver; a topology without GPUs stays as it was.
+        if Path::new("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").exists() {
+            return;
+        }
+        let mut topo = Topology::default();
+        let status = enrich(&mut topo, None);
+        assert!(
+            matches!(status, Ok(NvmlStatus::Absent { .. })),
+            "{status:?}"
+        );
+        assert_eq!(topo, Topology::default());
+    }
+
+    #[test]
+    fn missing_explicit_library_is_an_error() {
+        let mut topo = Topology::default();
+        let err = enrich(&mut topo, Some(Path::new("/nonexistent/libnvidia-ml.so.1")));
+        assert!(matches!(err, Err(NvmlError::Load { .. })), "{err:?}");
+    }
 }

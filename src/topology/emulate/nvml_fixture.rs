@@ -1,0 +1,240 @@
+//! The NVML fixture (`nvml.json`) that `crates/fake-nvml` serves through the NVML C ABI. The
+//! format is shared with that crate (`fake_nvml::fixture`), which parses the same field names;
+//! `tests/emulate_roundtrip.rs` checks both ends agree through nvml-wrapper.
+
+use serde::{Deserialize, Serialize};
+
+use crate::topology::desc::{gpu_uuid, HostDesc, Layout, LinkPeer};
+use crate::topology::PcieLevel;
+
+/// NVLink link slots of one GPU whose description does not say (H100: 18).
+const DEFAULT_LINK_SLOTS: u32 = 18;
+
+/// The whole fixture.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fixture {
+    /// Description the fixture was made from.
+    pub host: String,
+    /// `nvmlSystemGetDriverVersion`.
+    pub driver_version: String,
+    /// `nvmlSystemGetNVMLVersion`.
+    pub nvml_version: String,
+    /// `nvmlSystemGetCudaDriverVersion(_v2)` (12040 = 12.4).
+    pub cuda_driver_version: i32,
+    /// GPUs in NVML index order.
+    pub gpus: Vec<FixtureGpu>,
+}
+
+/// One GPU as NVML reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FixtureGpu {
+    /// NVML index.
+    pub index: u32,
+    /// Product name.
+    pub name: String,
+    /// UUID.
+    pub uuid: String,
+    /// Bus id in NVML form (`00000000:1B:00.0`).
+    pub pci_bus_id: String,
+    /// `(device << 16) | vendor`, as `nvmlPciInfo_t.pciDeviceId`.
+    pub pci_device_id: u32,
+    /// `nvmlPciInfo_t.pciSubSystemId`.
+    pub pci_subsystem_id: u32,
+    /// `/dev/nvidia<minor>`.
+    pub minor: u32,
+    /// `nvmlDeviceGetNumaNodeId`: only on hosts where GPU memory is a NUMA node; else
+    /// `NOT_SUPPORTED`.
+    pub numa_node_id: Option<u32>,
+    /// CPUs near the GPU, list form.
+    pub cpu_affinity: String,
+    /// NUMA nodes near the GPU, list form.
+    pub memory_affinity: String,
+    /// MIG mode (current and pending).
+    pub mig_enabled: bool,
+    /// Link slots: links `0..nvlink_slots` are valid arguments, others `INVALID_ARGUMENT`.
+    pub nvlink_slots: u32,
+    /// Active links in link order; slots after them are inactive.
+    pub nvlinks: Vec<FixtureLink>,
+    /// `nvmlDeviceGetTopologyCommonAncestor` level towards each GPU (0/10/20/30/40/50).
+    pub common_ancestor: Vec<u32>,
+    /// `nvmlDeviceGetP2PStatus` for the PCI-based indexes (read, write, atomics, prop) per GPU.
+    pub p2p_pci: Vec<u32>,
+    /// `nvmlDeviceGetP2PStatus` for `NVML_P2P_CAPS_INDEX_NVLINK` per GPU.
+    pub p2p_nvlink: Vec<u32>,
+}
+
+/// One active NVLink link.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FixtureLink {
+    /// The far end's bus id in NVML form (a GPU or an NVSwitch).
+    pub remote_pci_bus_id: String,
+    /// The far end's `(device << 16) | vendor`.
+    pub remote_pci_device_id: u32,
+}
+
+/// `0000:1b:00.0` -> `00000000:1B:00.0`.
+pub fn nvml_bus_id(sysfs: &str) -> String {
+    let upper = sysfs.to_ascii_uppercase();
+    match upper.split_once(':') {
+        Some((dom, rest)) => format!("{:0>8}:{rest}", dom),
+        None => upper,
+    }
+}
+
+/// NVML's `nvmlGpuTopologyLevel_t` value of a PCIe level.
+pub fn nvml_level(l: PcieLevel) -> u32 {
+    match l {
+        PcieLevel::Same => 0,
+        PcieLevel::SingleSwitch => 10,
+        PcieLevel::MultipleSwitches => 20,
+        PcieLevel::HostBridge => 30,
+        PcieLevel::SameNuma => 40,
+        PcieLevel::CrossSocket => 50,
+    }
+}
+
+/// Builds the fixture of a laid-out description.
+pub fn fixture(desc: &HostDesc, l: &Layout) -> Fixture {
+    let topo = l.to_topology(desc);
+    let nvlink = l.nvlink_matrix();
+    let gpus = l
+        .gpu_funcs
+        .iter()
+        .enumerate()
+        .map(|(i, &fi)| {
+            let f = &l.funcs[fi];
+            let g = &desc.gpus[i];
+            let nvlinks = l.gpu_link_peers[i]
+                .iter()
+                .map(|p| {
+                    let rf = match *p {
+                        LinkPeer::Gpu(j) => l.gpu_funcs[j],
+                        LinkPeer::NvSwitch(c) => l.nvswitch_funcs[c],
+                    };
+                    let r = &l.funcs[rf];
+                    FixtureLink {
+                        remote_pci_bus_id: nvml_bus_id(&r.bus_id),
+                        remote_pci_device_id: (u32::from(r.device) << 16) | u32::from(r.vendor),
+                    }
+                })
+                .collect::<Vec<_>>();
+            let levels: Vec<PcieLevel> = l
+                .gpu_funcs
+                .iter()
+                .map(|&fj| topo.pcie_level(&f.bus_id, &l.funcs[fj].bus_id))
+                .collect();
+            FixtureGpu {
+                index: i as u32,
+                name: g.name.clone(),
+                uuid: gpu_uuid(desc, i),
+                pci_bus_id: nvml_bus_id(&f.bus_id),
+                pci_device_id: (u32::from(f.device) << 16) | u32::from(f.vendor),
+                pci_subsystem_id: (0x1000 + u32::from(f.bus)) << 16 | u32::from(f.vendor),
+                minor: i as u32,
+                numa_node_id: g.memory_node,
+                cpu_affinity: l.node_cpus(f.numa_node).to_list_string(),
+                memory_affinity: f.numa_node.to_string(),
+                mig_enabled: g.mig,
+                nvlink_slots: g
+                    .nvlink_slots
+                    .unwrap_or(DEFAULT_LINK_SLOTS)
+                    .max(nvlinks.len() as u32),
+                nvlinks,
+                common_ancestor: levels.iter().map(|&x| nvml_level(x)).collect(),
+                // PCIe peer-to-peer works within a NUMA node; across sockets the chipset refuses.
+                p2p_pci: levels
+                    .iter()
+                    .map(|&x| if x <= PcieLevel::SameNuma { 0 } else { 1 })
+                    .collect(),
+                p2p_nvlink: nvlink[i]
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &n)| if n > 0 || i == j { 0 } else { 5 })
+                    .collect(),
+            }
+        })
+        .collect();
+    Fixture {
+        host: desc.name.clone(),
+        driver_version: "550.90.07".into(),
+        nvml_version: "12.550.90.07".into(),
+        cuda_driver_version: 12040,
+        gpus,
+    }
+}
+
+/// The fixture of `desc` with the GPUs moved to the guest's real PCI functions: the GPU
+/// stand-ins found under `root/bus/pci/devices` (NVIDIA vendor, a display class, or QEMU's
+/// `edu` device 1234:11e8), in bus order, take the GPUs' places in index order; their CPU and
+/// memory affinity come from the guest's `local_cpulist` and `numa_node`.
+pub fn fixture_from_sysfs(
+    desc: &HostDesc,
+    root: &std::path::Path,
+) -> Result<Fixture, super::EmulateError> {
+    let layout = Layout::new(desc).map_err(|reason| crate::topology::desc::DescError::Invalid {
+        name: desc.name.clone(),
+        reason,
+    })?;
+    let mut fx = fixture(desc, &layout);
+    let dir = root.join("bus/pci/devices");
+    let read = |p: std::path::PathBuf| -> Result<String, super::EmulateError> {
+        std::fs::read_to_string(&p)
+            .map(|s| s.trim().to_string())
+            .map_err(|source| super::EmulateError::Io { path: p, source })
+    };
+    let entries = std::fs::read_dir(&dir).map_err(|source| super::EmulateError::Io {
+        path: dir.clone(),
+        source,
+    })?;
+    let mut found = Vec::new();
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let d = dir.join(&name);
+        let vendor = read(d.join("vendor"))?;
+        let device = read(d.join("device"))?;
+        let class = read(d.join("class"))?;
+        let stand_in = vendor == "0x10de" && class.starts_with("0x03")
+            || class.starts_with("0x0300")
+            || class.starts_with("0x0302")
+            || (vendor == "0x1234" && device == "0x11e8");
+        if stand_in {
+            let cpus = read(d.join("local_cpulist")).unwrap_or_default();
+            let node = read(d.join("numa_node")).unwrap_or_default();
+            let id = |s: &str| u32::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or(0);
+            found.push((name, cpus, node, (id(&device) << 16) | id(&vendor)));
+        }
+    }
+    found.sort();
+    if found.len() < fx.gpus.len() {
+        return Err(super::EmulateError::MissingGpus {
+            want: fx.gpus.len(),
+            found: found.len(),
+        });
+    }
+    let renames: Vec<(String, String)> = fx
+        .gpus
+        .iter()
+        .zip(&found)
+        .map(|(g, f)| (g.pci_bus_id.clone(), nvml_bus_id(&f.0)))
+        .collect();
+    for (g, (_, cpus, node, devid)) in fx.gpus.iter_mut().zip(found) {
+        g.cpu_affinity = cpus;
+        if node.parse::<u32>().is_ok() {
+            g.memory_affinity = node;
+        }
+        g.pci_device_id = devid;
+    }
+    // One lookup per id, so a new id equal to another GPU's old one is not renamed twice.
+    let rename = |id: &mut String| {
+        if let Some((_, new)) = renames.iter().find(|(old, _)| old == id) {
+            *id = new.clone();
+        }
+    };
+    for g in &mut fx.gpus {
+        rename(&mut g.pci_bus_id);
+        for link in &mut g.nvlinks {
+            rename(&mut link.remote_pci_bus_id);
+        }
+    }
+    Ok(fx)
+}

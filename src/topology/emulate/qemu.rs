@@ -1,0 +1,120 @@
+//! QEMU arguments for a guest shaped like a description, for the VM end-to-end tests (`hack/vm`,
+//! DEVELOPERS.md): `-smp` and `-numa` (memory backends, CPU placement, distances) give the CPU
+//! and memory shape; one `pxb-pcie` expander per host bridge of the layout, each with its NUMA
+//! node, carries a `pcie-root-port`, then `x3130-upstream` + `xio3130-downstream` switches as
+//! described; QEMU's `edu` device stands in for each GPU and `e1000e` for each NIC. NVSwitch
+//! chips are not emulated. The guest firmware renumbers buses, so the guest's NVML fixture is
+//! made afterwards from its own sysfs (`nri-align emulate --nvml-from-sysfs`).
+
+use crate::topology::desc::{FuncRole, HostDesc, Layout};
+
+/// The arguments (without the `qemu-system-x86_64` itself, the disk, kernel or console).
+pub fn qemu_args(desc: &HostDesc) -> Vec<String> {
+    let Ok(l) = Layout::new(desc) else {
+        return Vec::new();
+    };
+    let mut a: Vec<String> = Vec::new();
+    let mut push = |k: &str, v: String| {
+        a.push(k.to_string());
+        a.push(v);
+    };
+    let total_mib: u64 = l.nodes.iter().map(|n| n.memory_bytes >> 20).sum();
+    push("-machine", "q35".into());
+    push("-m", format!("{total_mib}M"));
+    push(
+        "-smp",
+        format!(
+            "{},sockets={},cores={},threads={}",
+            desc.total_cpus(),
+            desc.sockets,
+            desc.cores_per_numa * desc.numa_per_socket,
+            desc.threads_per_core
+        ),
+    );
+    for n in &l.nodes {
+        push(
+            "-object",
+            format!(
+                "memory-backend-ram,id=mem{},size={}M",
+                n.id,
+                n.memory_bytes >> 20
+            ),
+        );
+        push("-numa", format!("node,nodeid={},memdev=mem{}", n.id, n.id));
+    }
+    let cores_per_pkg = desc.cores_per_numa * desc.numa_per_socket;
+    let mut seen = std::collections::HashSet::new();
+    for c in &l.cpus {
+        // Thread number within the core: QEMU places by (socket, core, thread), not by id.
+        let thread = l
+            .cpus
+            .iter()
+            .filter(|o| o.core_index == c.core_index && o.id < c.id)
+            .count();
+        if seen.insert((c.core_index, thread)) {
+            push(
+                "-numa",
+                format!(
+                    "cpu,node-id={},socket-id={},core-id={},thread-id={thread}",
+                    c.node,
+                    c.package,
+                    c.core_index % cores_per_pkg.max(1)
+                ),
+            );
+        }
+    }
+    for (i, n) in l.nodes.iter().enumerate() {
+        for (j, d) in n.distances.iter().enumerate() {
+            if i != j {
+                push("-numa", format!("dist,src={i},dst={j},val={d}"));
+            }
+        }
+    }
+    let mut chassis = 0;
+    let mut nic = 0;
+    for (h, hb) in l.host_bridges.iter().enumerate() {
+        let funcs: Vec<usize> = (0..l.funcs.len())
+            .filter(|&i| l.funcs[i].host_bridge == h)
+            .collect();
+        if funcs
+            .iter()
+            .any(|&i| matches!(l.funcs[i].role, FuncRole::NvSwitch(_)))
+        {
+            continue;
+        }
+        // Expanders take root bus numbers 0x10 apart so each has room for its subtree.
+        push(
+            "-device",
+            format!(
+                "pxb-pcie,id=pxb{h},bus_nr={},numa_node={},bus=pcie.0",
+                0x10 * (h + 1),
+                hb.numa_node
+            ),
+        );
+        for &i in &funcs {
+            let f = &l.funcs[i];
+            let parent = f.parent.map(|p| format!("f{p}"));
+            let bus = parent.unwrap_or_else(|| format!("pxb{h}"));
+            let dev = match f.role {
+                FuncRole::RootPort => {
+                    chassis += 1;
+                    format!("pcie-root-port,id=f{i},bus={bus},chassis={chassis},slot=0")
+                }
+                FuncRole::SwitchUpstream => format!("x3130-upstream,id=f{i},bus={bus}"),
+                FuncRole::SwitchDownstream => {
+                    chassis += 1;
+                    format!("xio3130-downstream,id=f{i},bus={bus},chassis={chassis},slot=0")
+                }
+                FuncRole::Gpu(_) => format!("edu,id=f{i},bus={bus},addr=0"),
+                FuncRole::Nic(_) => {
+                    nic += 1;
+                    push("-netdev", format!("user,id=net{nic}"));
+                    format!("e1000e,id=f{i},bus={bus},addr=0,netdev=net{nic}")
+                }
+                FuncRole::NvSwitch(_) => continue,
+            };
+            push("-device", dev);
+        }
+    }
+    a
+}
