@@ -151,13 +151,7 @@ fn command_line_json_has_the_contract_fields() {
     let cfg = dir.path().join("c.yaml");
     std::fs::write(&cfg, "policy: restricted\nreserved_cpus: \"0-1\"\n").expect("write");
     let out = Command::new(env!("CARGO_BIN_EXE_nri-align"))
-        .args([
-            "simulate",
-            "--host",
-            "builtin:dgx1-v100",
-            "--json",
-            "--workload",
-        ])
+        .args(["simulate", "--host", "dgx1-v100", "--json", "--workload"])
         .arg(&wl)
         .arg("--config")
         .arg(&cfg)
@@ -195,7 +189,7 @@ fn command_line_json_has_the_contract_fields() {
         .args([
             "simulate",
             "--host",
-            "builtin:dgx1-v100",
+            "dgx1-v100",
             "--strategy",
             "kubelet",
             "--workload",
@@ -212,7 +206,7 @@ fn command_line_json_has_the_contract_fields() {
         .args([
             "simulate",
             "--host",
-            "builtin:dgx1-v100",
+            "dgx1-v100",
             "--strategy",
             "fast",
             "--workload",

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 
-use crate::placement::testing;
 use crate::placement::workload::{self, Report, Strategy, Workload};
 use crate::placement::PlacementConfig;
 use crate::topology::Topology;
@@ -78,43 +77,32 @@ pub fn load_config(path: &Path) -> anyhow::Result<PlacementConfig> {
 /// in-memory test shapes as `--host builtin:NAME`.
 fn load_topology(args: &SimulateArgs) -> anyhow::Result<Topology> {
     if let Some(host) = &args.host {
-        if let Some(name) = host.strip_prefix("builtin:") {
-            return builtin(name);
+        // A topology captured with `nri-align topology --json` replays as it is; anything else
+        // is a host description (a file or a shipped name such as `dgx-h100`).
+        if host.ends_with(".json") {
+            let text = std::fs::read_to_string(host).with_context(|| format!("reading {host}"))?;
+            if let Ok(topo) = serde_json::from_str::<Topology>(&text) {
+                return Ok(topo);
+            }
         }
-        let text = std::fs::read_to_string(host)
-            .with_context(|| format!("host descriptions are not available in this build; reading {host} as topology JSON"))?;
-        return serde_json::from_str(&text)
-            .with_context(|| format!("{host} is not topology JSON (`nri-align topology --json`)"));
+        let desc = crate::topology::desc::HostDesc::load(host)
+            .with_context(|| format!("loading host description {host}"))?;
+        return Ok(desc.to_topology());
     }
     if let Some(p) = &args.hwloc_xml {
-        bail!(
-            "hwloc XML import is not available in this build ({})",
-            p.display()
-        );
+        let mut topo = crate::topology::hwloc::import_file(p)
+            .with_context(|| format!("importing hwloc XML {}", p.display()))?;
+        if let Some(lib) = &args.nvml_lib {
+            crate::topology::nvml::enrich(&mut topo, Some(lib))
+                .map_err(|err| anyhow::anyhow!("NVML from {}: {err}", lib.display()))?;
+        }
+        return Ok(topo);
     }
     if let Some(p) = &args.host_root {
-        bail!(
-            "reading a host root is not available in this build ({})",
-            p.display()
-        );
+        return crate::topology::discover(p, args.nvml_lib.as_deref())
+            .with_context(|| format!("reading the topology under {}", p.display()));
     }
     bail!("give the host: --host DESC, --hwloc-xml FILE or --host-root DIR")
-}
-
-fn builtin(name: &str) -> anyhow::Result<Topology> {
-    Ok(match name {
-        "dgx1-v100" => testing::dgx1_v100(),
-        "dgx-h100" => testing::dgx_h100(),
-        "pcie-4gpu" => testing::pcie_4gpu(),
-        "epyc-nps4" => testing::epyc_nps4(),
-        "grace-hopper" => testing::grace_hopper(),
-        "numa16-1024" => testing::numa16_1024(),
-        "two-node" => testing::two_node(),
-        other => bail!(
-            "unknown builtin host {other:?}; expected one of: dgx1-v100 dgx-h100 pcie-4gpu \
-             epyc-nps4 grace-hopper numa16-1024 two-node"
-        ),
-    })
 }
 
 /// The human-readable report.
