@@ -3,7 +3,7 @@
 //! through hwloc's `lstopo`, and - once merged - through the sysfs reader) must be the
 //! description's own topology (`HostDesc::to_topology`).
 //!
-//! Needs `lstopo` (Debian package `hwloc`): `hack/setup-emulate-tests.sh` installs it.
+//! Needs `lstopo` (Debian package `hwloc`): `hack/setup` installs it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -268,7 +268,7 @@ fn emulated_trees_match_lstopo() {
     let lstopo = Command::new("lstopo-no-graphics").arg("--version").output();
     assert!(
         lstopo.is_ok_and(|o| o.status.success()),
-        "lstopo-no-graphics missing: run hack/setup-emulate-tests.sh"
+        "lstopo-no-graphics missing: run hack/setup"
     );
     for (desc, dir) in trees() {
         assert_lstopo_agrees(desc, dir.path());

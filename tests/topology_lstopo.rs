@@ -1,5 +1,5 @@
 //! nri-align's sysfs reader against hwloc's `lstopo` (Debian package `hwloc`, installed by
-//! hack/install-packages.sh): on this machine's own /sys and on the fixture trees, both must see
+//! hack/setup): on this machine's own /sys and on the fixture trees, both must see
 //! the same PUs, cores, packages, NUMA nodes, memory and L3 groups. The hwloc XML importer is
 //! checked against the same lstopo captures.
 

@@ -32,7 +32,7 @@ pub struct View {
 }
 
 /// Runs lstopo on `root` (`/` means this host) and returns its XML. Panics with a hint when
-/// hwloc is not installed: CI installs it from hack/packages.txt, so a missing lstopo is a setup
+/// hwloc is not installed: CI installs it from hack/setup, so a missing lstopo is a setup
 /// error, never a reason to skip.
 pub fn lstopo_xml(root: &Path) -> String {
     let mut cmd = Command::new("lstopo-no-graphics");
@@ -47,7 +47,7 @@ pub fn lstopo_xml(root: &Path) -> String {
         cmd.env("HWLOC_FSROOT", root);
     }
     let out = cmd.output().unwrap_or_else(|e| {
-        panic!("cannot run lstopo-no-graphics ({e}); run hack/install-packages.sh to install hwloc")
+        panic!("cannot run lstopo-no-graphics ({e}); run hack/setup to install hwloc")
     });
     assert!(
         out.status.success(),
