@@ -16,7 +16,7 @@ use super::adjust::{
     build_adjustment, pool_updates, AdjustError, Adjustment, CpusetUpdate, DeviceLookup,
 };
 use super::reconcile::reconcile;
-use super::request::{build_request, RequestError};
+use super::request::{build_request, nvidia_minor, uverbs_name, RequestError};
 use super::state::{Loaded, Record, ResourceSummary, StateDoc, StateStore};
 use super::view::{ContainerView, PodView, ResourcesView};
 
@@ -265,7 +265,20 @@ impl<P: Placer> Engine<P> {
             self.count_rejection("bad-request", started);
             tracing::warn!(pod = %pod_name(pod), container = %c.name, "rejected: {e}");
         })?;
-        let a = match self.placer.place(&req) {
+        // GPUs and RDMA NICs that arrive as device nodes in the spec cannot be taken away:
+        // runtimes drop an adjustment's removal of a device that was in the original spec
+        // and ignore its device-cgroup rules (containerd/nri#216, NRI v0.6.1 to v0.12), so a
+        // remapped container would keep its allocated node, still reachable through the
+        // allow rule CRI wrote, while the ledger gives that GPU to someone else. Such
+        // containers keep their devices, as in `keep` mode; GPUs named only through
+        // NVIDIA_VISIBLE_DEVICES (the device plugin's default) are still remapped.
+        let placed = if self.config.placement.gpu_mode == GpuMode::Remap && has_device_nodes(c) {
+            tracing::debug!(container = %c.name, "devices arrived as nodes: keeping them");
+            self.place_with_mode(&req, GpuMode::Keep)
+        } else {
+            self.placer.place(&req)
+        };
+        let a = match placed {
             Ok(a) => a,
             Err(r) => {
                 self.count_rejection(&r.reason, started);
@@ -329,13 +342,7 @@ impl<P: Placer> Engine<P> {
         req.allocated_gpus = old.assignment.gpus.clone();
         req.allocated_nics = old.assignment.nics.clone();
         self.placer.release(&c.id);
-        let saved = self.placer_config();
-        self.placer.set_config(PlacementConfig {
-            gpu_mode: GpuMode::Keep,
-            ..saved.clone()
-        });
-        let placed = self.placer.place(&req);
-        self.placer.set_config(saved);
+        let placed = self.place_with_mode(&req, GpuMode::Keep);
         let a = match placed {
             Ok(a) => a,
             Err(r) => {
@@ -429,6 +436,18 @@ impl<P: Placer> Engine<P> {
         self.config.placement.clone()
     }
 
+    /// Places `req` with the GPU mode `mode` for this one decision.
+    fn place_with_mode(&mut self, req: &Request, mode: GpuMode) -> Result<Assignment, Rejection> {
+        let saved = self.placer_config();
+        self.placer.set_config(PlacementConfig {
+            gpu_mode: mode,
+            ..saved.clone()
+        });
+        let placed = self.placer.place(req);
+        self.placer.set_config(saved);
+        placed
+    }
+
     fn namespace_of(&self, sandbox_id: &str) -> String {
         self.pods
             .get(sandbox_id)
@@ -440,6 +459,13 @@ impl<P: Placer> Engine<P> {
     /// onto the current pool and records what was sent.
     fn follow_pool(&mut self, except: Option<&str>) -> Vec<CpusetUpdate> {
         let pool = self.placer.shared_pool();
+        if pool.is_empty() {
+            // Runtimes ignore a cpuset update without CPUs; sending one would only make the
+            // record claim a move that never happened. Placement keeps the pool non-empty,
+            // so this needs a reload that reserved the last shared CPUs.
+            tracing::warn!("shared pool is empty: shared containers stay where they are");
+            return Vec::new();
+        }
         let updates = pool_updates(
             &pool,
             self.doc
@@ -476,6 +502,13 @@ impl<P: Placer> Engine<P> {
             m.rejected(reason, started.elapsed());
         }
     }
+}
+
+/// Whether the spec already carries GPU (`/dev/nvidiaN`) or RDMA (`uverbsN`) device nodes.
+fn has_device_nodes(c: &ContainerView) -> bool {
+    c.devices
+        .iter()
+        .any(|d| nvidia_minor(&d.path).is_some() || uverbs_name(&d.path).is_some())
 }
 
 fn pod_name(pod: &PodView) -> String {

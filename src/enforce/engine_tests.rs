@@ -363,3 +363,21 @@ fn pod_removal_releases_all_its_containers() {
     );
     assert_eq!(e.records().containers.len(), 1);
 }
+
+#[test]
+fn gpus_that_arrive_as_device_nodes_are_kept_in_remap_mode() {
+    use crate::placement::GpuMode;
+    let mut e = engine(None, Config::default());
+    // A device node in the spec: the runtime could not remove it, so no remapping.
+    e.create_container(&pod("g"), &ctr("n1", "g", 1, &[0]))
+        .expect("ok")
+        .expect("adj");
+    // Named only through NVIDIA_VISIBLE_DEVICES: remappable.
+    let mut by_env = ctr("e1", "g", 1, &[]);
+    by_env.env = vec!["NVIDIA_VISIBLE_DEVICES=1".into()];
+    e.create_container(&pod("g"), &by_env)
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(e.placer().modes, vec![GpuMode::Keep, GpuMode::Remap]);
+    assert_eq!(e.config().placement.gpu_mode, GpuMode::Remap);
+}
