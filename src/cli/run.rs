@@ -100,8 +100,12 @@ pub fn init_logging(cli_level: Option<&str>, config: &Config) {
         .or_else(|| EnvFilter::try_from_default_env().ok())
         .or_else(|| config.log_level.as_deref().map(EnvFilter::new))
         .unwrap_or_else(|| EnvFilter::new("info"));
+    // Colour codes only for a terminal: in a log file, journald or a runtime's log they are
+    // noise that breaks grep.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = match config.log_format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
