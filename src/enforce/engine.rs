@@ -234,10 +234,55 @@ impl<P: Placer> Engine<P> {
             tracing::info!(container = %id, cpus = %rec.assignment.cpus, "recorded as running");
             self.doc.containers.insert(id, rec);
         }
-        let updates = self.follow_pool(None);
+        let mut updates = self.follow_pool(None);
+        // A recorded container that does not run with the recorded cpuset lost its adjustment
+        // or an update: nri-align died after deciding and before the runtime applied the
+        // answer (the runtime then creates the container without the plugin). The record is
+        // what the ledger accounts for, so it is re-asserted.
+        let online = self.placer.topology().online_cpus();
+        for c in managed.iter().filter(|c| c.state.is_live()) {
+            let Some(rec) = self.doc.containers.get(&c.id) else {
+                continue;
+            };
+            if updates.iter().any(|u| u.container_id == c.id) {
+                continue;
+            }
+            let has = CpuSet::parse_list(&c.resources.cpuset_cpus)
+                .ok()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| online.clone());
+            if has != rec.applied_cpus {
+                tracing::warn!(container = %c.id, has = %has, recorded = %rec.applied_cpus, "cpuset differs from the record; re-applying");
+                updates.push(CpusetUpdate {
+                    container_id: c.id.clone(),
+                    cpus: rec.applied_cpus.clone(),
+                });
+            }
+        }
         self.persist();
         self.refresh_free();
         updates
+    }
+
+    /// A container has started (PostStartContainer). Returns its cpuset again when an update
+    /// moved it after it was created: the runtime applies an update of a container that is not
+    /// running yet to its spec only, and one that lands while the runtime is creating the task
+    /// from the old spec is lost (seen with containerd 1.7 and 2.1 when nri-align reconnects
+    /// while containers start). Sending it once more to the running task closes that window.
+    pub fn container_started(&mut self, id: &str) -> Option<CpusetUpdate> {
+        let rec = self.doc.containers.get(id)?;
+        (rec.applied_cpus != rec.assignment.cpus).then(|| CpusetUpdate {
+            container_id: id.to_string(),
+            cpus: rec.applied_cpus.clone(),
+        })
+    }
+
+    /// The cpuset recorded for container `id`, as an update (for updates that had to wait).
+    pub fn current_cpuset(&self, id: &str) -> Option<CpusetUpdate> {
+        self.doc.containers.get(id).map(|r| CpusetUpdate {
+            container_id: id.to_string(),
+            cpus: r.applied_cpus.clone(),
+        })
     }
 
     /// Remembers a pod (RunPodSandbox), for namespaces of later containers.
@@ -412,8 +457,8 @@ impl<P: Placer> Engine<P> {
         updates
     }
 
-    /// Applies a new configuration (SIGHUP, drop-in). Returns pool updates to send outside any
-    /// handler (UpdateContainers), since reserved CPUs may have changed.
+    /// Applies a new configuration (SIGHUP, drop-in). Returns the pool updates it causes, since
+    /// reserved CPUs may have changed (the plugin sends them with the next response).
     pub fn reload(&mut self, config: Config) -> Result<Vec<CpusetUpdate>, EngineError> {
         config.validate_for(self.placer.topology())?;
         for key in self.config.restart_only_changes(&config) {
