@@ -208,6 +208,13 @@ fn parse_fields(text: &str) -> BTreeMap<String, String> {
 }
 
 impl PluginProcess {
+    /// Sends `signal` to the plugin (SIGHUP: reload; SIGKILL: crash).
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        if let Ok(pid) = i32::try_from(self.pid()) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+        }
+    }
+
     /// How many times the plugin registered so far.
     pub fn registrations(&self) -> usize {
         log_events(&self.output(), "registered").len()
@@ -318,25 +325,7 @@ impl Containerd {
         let status = fs::read_to_string(format!("/proc/{pid}/status"))
             .map_err(|e| HarnessError(format!("status of {id} (pid {pid}): {e}")))?;
         let field = |k: &str| super::status_field(&status, k).unwrap_or_default();
-        let dev = PathBuf::from(format!("/proc/{pid}/root/dev"));
-        let mut devices: Vec<String> = Vec::new();
-        for (dir, prefix) in [
-            (dev.clone(), "/dev/"),
-            (dev.join("infiniband"), "/dev/infiniband/"),
-        ] {
-            if let Ok(rd) = fs::read_dir(&dir) {
-                for e in rd.flatten() {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    let gpu = name
-                        .strip_prefix("nvidia")
-                        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-                    if gpu || name.starts_with("uverbs") {
-                        devices.push(format!("{prefix}{name}"));
-                    }
-                }
-            }
-        }
-        devices.sort();
+        let devices = container_devices(Path::new(&format!("/proc/{pid}/root/dev")));
         let env = info["info"]["runtimeSpec"]["process"]["env"]
             .as_array()
             .map(|a| {
@@ -357,4 +346,84 @@ impl Containerd {
             env,
         }))
     }
+}
+
+/// A container seen from the host's /proc alone (no CRI call): cheap enough to sample often.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// CPUs allowed to its processes (union).
+    pub cpus: Vec<u32>,
+    /// `/dev/nvidiaN` and `/dev/infiniband/uverbsN` in its /dev.
+    pub devices: Vec<String>,
+    /// Whether its processes carry NRI_ALIGN_DECISION (nri-align adjusted it at creation;
+    /// containers the runtime created while nri-align was down do not).
+    pub decision: bool,
+}
+
+/// Every process whose cgroup lies under `cgroup_parent`, grouped by the cgroup's last path
+/// element (the container or sandbox id).
+pub fn scan_cgroup(cgroup_parent: &str) -> BTreeMap<String, Seen> {
+    let mut out: BTreeMap<String, Seen> = BTreeMap::new();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return out;
+    };
+    let needle = format!("{}/", cgroup_parent.trim_end_matches('/'));
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cg) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+            continue;
+        };
+        let Some(id) = cg.lines().find_map(|l| {
+            let at = l.find(&needle)?;
+            l[at + needle.len()..].split('/').next().map(str::to_string)
+        }) else {
+            continue;
+        };
+        let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let cpus = super::host::parse_list(
+            &super::status_field(&status, "Cpus_allowed_list").unwrap_or_default(),
+        );
+        let devices = container_devices(Path::new(&format!("/proc/{pid}/root/dev")));
+        let environ = fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let decision = environ
+            .split(|b| *b == 0)
+            .any(|kv| kv.starts_with(b"NRI_ALIGN_DECISION="));
+        let entry = out.entry(id).or_insert_with(|| Seen {
+            cpus: Vec::new(),
+            devices: devices.clone(),
+            decision,
+        });
+        entry.decision |= decision;
+        entry.cpus.extend(cpus);
+        entry.cpus.sort_unstable();
+        entry.cpus.dedup();
+    }
+    out
+}
+
+/// GPU and RDMA verbs nodes under a container's /dev, sorted.
+pub fn container_devices(dev: &Path) -> Vec<String> {
+    let mut devices: Vec<String> = Vec::new();
+    for (dir, prefix) in [
+        (dev.to_path_buf(), "/dev/"),
+        (dev.join("infiniband"), "/dev/infiniband/"),
+    ] {
+        if let Ok(rd) = fs::read_dir(&dir) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let gpu = name
+                    .strip_prefix("nvidia")
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+                if gpu || name.starts_with("uverbs") {
+                    devices.push(format!("{prefix}{name}"));
+                }
+            }
+        }
+    }
+    devices.sort();
+    devices
 }

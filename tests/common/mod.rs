@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-pub use align::{log_events, metric, scrape, write_private, AlignRun, Live};
+pub use align::{
+    container_devices, log_events, metric, scan_cgroup, scrape, write_private, AlignRun, Live, Seen,
+};
 pub use cri::{Cri, ExecResult, Pod};
 pub use host::{format_list, parse_list, EmulatedHost, FakeGpu, RealMachine};
 pub use plugin::PluginProcess;
