@@ -269,12 +269,17 @@ impl<P: Placer> Engine<P> {
     /// running yet to its spec only, and one that lands while the runtime is creating the task
     /// from the old spec is lost (seen with containerd 1.7 and 2.1 when nri-align reconnects
     /// while containers start). Sending it once more to the running task closes that window.
-    pub fn container_started(&mut self, id: &str) -> Option<CpusetUpdate> {
+    pub fn container_started(&self, id: &str) -> Option<CpusetUpdate> {
         let rec = self.doc.containers.get(id)?;
         (rec.applied_cpus != rec.assignment.cpus).then(|| CpusetUpdate {
             container_id: id.to_string(),
             cpus: rec.applied_cpus.clone(),
         })
+    }
+
+    /// The OCI cgroups path recorded for container `id`.
+    pub fn cgroups_path(&self, id: &str) -> Option<&str> {
+        self.doc.containers.get(id).map(|r| r.cgroups_path.as_str())
     }
 
     /// The cpuset recorded for container `id`, as an update (for updates that had to wait).

@@ -187,9 +187,29 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         _pod: PodSandbox,
         container: Container,
     ) -> HandlerResult<()> {
-        if let Some(u) = self.engine().container_started(&container.id) {
-            self.queue(vec![u]);
+        let engine = self.engine();
+        let Some(u) = engine.container_started(&container.id) else {
+            return Ok(());
+        };
+        // The runtime may have lost this update while it created the task (its spec has the
+        // new cpuset, the cgroup the old one). Nothing else may carry it soon (no response
+        // here, and UpdateContainers can deadlock containerd), so the cgroup is put in line
+        // with the spec now. This runs inside the runtime's NRI call, so no update of ours is
+        // being applied at the same time; the engine lock keeps the record still.
+        let path = engine.cgroups_path(&container.id).unwrap_or_default();
+        match crate::enforce::verify::repair_cpuset(path, &u.cpus) {
+            Ok(Some(had)) => tracing::warn!(
+                container = %container.id,
+                had = %had,
+                cpus = %u.cpus,
+                "runtime lost a cpuset update while starting the container; cgroup repaired"
+            ),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(container = %container.id, "cpuset not repaired: {e}"),
         }
+        drop(engine);
+        // Also through the runtime, with the next response, so its own state agrees.
+        self.queue(vec![u]);
         Ok(())
     }
 
