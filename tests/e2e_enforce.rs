@@ -417,6 +417,22 @@ fn enforce(flavor: Flavor) {
         Some(admitted + rejected),
         "{body}"
     );
+    // The latency histogram: every decision in the +Inf bucket, and it has finer buckets.
+    assert_eq!(
+        metric(
+            &body,
+            "nri_align_decision_duration_seconds_bucket{le=\"+Inf\"}"
+        ),
+        Some(admitted + rejected),
+        "{body}"
+    );
+    assert!(
+        body.lines()
+            .filter(|l| l.starts_with("nri_align_decision_duration_seconds_bucket{"))
+            .count()
+            > 3,
+        "{body}"
+    );
     let node0 = m.nodes.keys().next().copied().unwrap_or(0);
     let free_cpus = metric(&body, &format!("nri_align_free_cpus{{node=\"{node0}\"}}"));
     assert_eq!(
