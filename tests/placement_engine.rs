@@ -139,10 +139,13 @@ fn best_fit_keeps_a_whole_node_for_a_large_request() {
         node_of(&topo, &small.cpus),
         "4 goes where it fits exactly"
     );
+    // The other node is still whole: 15 of its 16 CPUs fit on it (the 16th stays in the
+    // shared pool, which never goes empty).
     let whole = a
-        .place(&req("c", "p", 16, 1, &[]))
-        .expect("16 still fits one node");
+        .place(&req("c", "p", 15, 1, &[]))
+        .expect("15 still fits one node");
     assert_eq!(whole.numa_nodes.len(), 1);
+    assert_ne!(node_of(&topo, &whole.cpus), node_of(&topo, &big.cpus));
 }
 
 #[test]
@@ -563,4 +566,33 @@ fn wide_requests_stay_in_one_socket_while_they_can() {
     }
     assert_eq!(x.cpus.len(), 80);
     assert_eq!(node_of(&topo, &x.cpus).len(), 3);
+}
+
+#[test]
+fn exclusive_cpus_never_take_the_last_shared_cpu() {
+    let topo = testing::two_node();
+    let online = topo.online_cpus().len() as u64;
+    let mut a = alloc(topo, Policy::BestEffort);
+    // Everything but one CPU can go exclusive...
+    let x = a
+        .place(&req("x", "p", online - 1, 0, &[]))
+        .expect("all but one CPU");
+    assert_eq!(x.cpus.len() as u64, online - 1);
+    let pool = a.shared_pool();
+    assert_eq!(pool.len(), 1, "{pool}");
+    // ...but not the last one: shared containers would have nowhere to run.
+    let err = a
+        .place(&req("y", "p", 1, 0, &[]))
+        .expect_err("last shared CPU");
+    assert!(
+        matches!(err, PlacementError::SharedPoolExhausted { asked: 1, .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains(&format!("({pool})")), "{err}");
+    assert_eq!(a.shared_pool(), pool, "a refusal changes nothing");
+    // Shared containers still get the pool, and a release makes room again.
+    let s = a.place(&req("s", "p", 0, 0, &[])).expect("shared");
+    assert_eq!(s.cpus, pool);
+    a.release("x");
+    a.place(&req("y", "p", 1, 0, &[])).expect("room again");
 }

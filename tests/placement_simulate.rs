@@ -253,8 +253,9 @@ fn a_pod_whose_second_container_is_refused_is_rolled_back() {
 
 #[test]
 fn best_fit_admits_what_lowest_index_first_strands() {
+    // 31 of the 32 CPUs: one always stays in the shared pool.
     let wl = Workload::parse(
-        "pods:\n  - {name: a, containers: [{name: c, cpu: \"10\"}]}\n  - {name: b, containers: [{name: c, cpu: \"12\"}]}\n  - {name: c, containers: [{name: c, cpu: \"4\"}]}\n  - {name: d, containers: [{name: c, cpu: \"6\"}]}\n",
+        "pods:\n  - {name: a, containers: [{name: c, cpu: \"10\"}]}\n  - {name: b, containers: [{name: c, cpu: \"12\"}]}\n  - {name: c, containers: [{name: c, cpu: \"4\"}]}\n  - {name: d, containers: [{name: c, cpu: \"5\"}]}\n",
     )
     .expect("workload");
     let cfg = PlacementConfig {

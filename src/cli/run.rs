@@ -100,10 +100,12 @@ pub fn init_logging(cli_level: Option<&str>, config: &Config) {
         .or_else(|| EnvFilter::try_from_default_env().ok())
         .or_else(|| config.log_level.as_deref().map(EnvFilter::new))
         .unwrap_or_else(|| EnvFilter::new("info"));
+    // Colour codes only for a terminal: in a log file, journald or a runtime's log they are
+    // noise that breaks grep.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        // Colour codes only for a person at a terminal, never into log files or journald.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = match config.log_format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
@@ -129,7 +131,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
 
     use crate::enforce::adjust::HostDevices;
     use crate::enforce::engine::{Engine, StartState};
-    use crate::enforce::plugin::{send_updates, AlignPlugin};
+    use crate::enforce::plugin::AlignPlugin;
     use crate::enforce::privileges::drop_capabilities;
     use crate::metrics::Metrics;
     use crate::placement::Allocator;
@@ -194,25 +196,21 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
             tracing::info!(address = %bound, "serving /metrics");
         }
         let stub = Stub::new(opts)?;
-        let handle = stub.handle();
         let engine = Arc::new(Mutex::new(engine));
+        let plugin = Arc::new(AlignPlugin::new(engine, args.config.is_some()));
         if let Some(path) = args.config.clone() {
-            let (engine, handle) = (engine.clone(), handle.clone());
+            let plugin = plugin.clone();
             crate::config::spawn_reload_on_sighup(path, move |cfg| {
-                let ups = engine
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .reload(cfg)
-                    .map_err(|e| e.to_string())?;
-                send_updates(Some(handle.clone()), ups);
+                let moving = plugin.reload(cfg).map_err(|e| e.to_string())?;
+                if moving > 0 {
+                    tracing::info!(
+                        containers = moving,
+                        "shared containers follow the new pool with the next container event"
+                    );
+                }
                 Ok(())
             })?;
         }
-        let plugin = Arc::new(AlignPlugin::new(
-            engine,
-            args.config.is_some(),
-            Some(handle),
-        ));
         let stop = async {
             use tokio::signal::unix::{signal, SignalKind};
             match signal(SignalKind::terminate()) {

@@ -192,8 +192,11 @@ pub fn build_adjustment(
         }
     }
 
-    // Allocated but not chosen (remap mode): remove the node and deny its cgroup access, so a
-    // container with CAP_MKNOD cannot recreate it.
+    // Allocated but not chosen (remap mode): remove the node and deny its cgroup access.
+    // Runtimes up to NRI v0.12 apply neither to a device of the original spec (removals of
+    // such devices are dropped, adjustment device rules ignored: containerd/nri#216), so the
+    // engine never remaps GPUs that arrive as device nodes; this only matters for runtimes
+    // that honour both.
     for d in &c.devices {
         let unchosen = nvidia_minor(&d.path).is_some() || uverbs_name(&d.path).is_some();
         if unchosen && !wanted.contains(&d.path) {

@@ -16,7 +16,7 @@ use super::adjust::{
     build_adjustment, pool_updates, AdjustError, Adjustment, CpusetUpdate, DeviceLookup,
 };
 use super::reconcile::reconcile;
-use super::request::{build_request, RequestError};
+use super::request::{build_request, nvidia_minor, uverbs_name, RequestError};
 use super::state::{Loaded, Record, ResourceSummary, StateDoc, StateStore};
 use super::view::{ContainerView, PodView, ResourcesView};
 
@@ -234,10 +234,60 @@ impl<P: Placer> Engine<P> {
             tracing::info!(container = %id, cpus = %rec.assignment.cpus, "recorded as running");
             self.doc.containers.insert(id, rec);
         }
-        let updates = self.follow_pool(None);
+        let mut updates = self.follow_pool(None);
+        // A recorded container that does not run with the recorded cpuset lost its adjustment
+        // or an update: nri-align died after deciding and before the runtime applied the
+        // answer (the runtime then creates the container without the plugin). The record is
+        // what the ledger accounts for, so it is re-asserted.
+        let online = self.placer.topology().online_cpus();
+        for c in managed.iter().filter(|c| c.state.is_live()) {
+            let Some(rec) = self.doc.containers.get(&c.id) else {
+                continue;
+            };
+            if updates.iter().any(|u| u.container_id == c.id) {
+                continue;
+            }
+            let has = CpuSet::parse_list(&c.resources.cpuset_cpus)
+                .ok()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| online.clone());
+            if has != rec.applied_cpus {
+                tracing::warn!(container = %c.id, has = %has, recorded = %rec.applied_cpus, "cpuset differs from the record; re-applying");
+                updates.push(CpusetUpdate {
+                    container_id: c.id.clone(),
+                    cpus: rec.applied_cpus.clone(),
+                });
+            }
+        }
         self.persist();
         self.refresh_free();
         updates
+    }
+
+    /// A container has started (PostStartContainer). Returns its cpuset again when an update
+    /// moved it after it was created: the runtime applies an update of a container that is not
+    /// running yet to its spec only, and one that lands while the runtime is creating the task
+    /// from the old spec is lost (seen with containerd 1.7 and 2.1 when nri-align reconnects
+    /// while containers start). Sending it once more to the running task closes that window.
+    pub fn container_started(&self, id: &str) -> Option<CpusetUpdate> {
+        let rec = self.doc.containers.get(id)?;
+        (rec.applied_cpus != rec.assignment.cpus).then(|| CpusetUpdate {
+            container_id: id.to_string(),
+            cpus: rec.applied_cpus.clone(),
+        })
+    }
+
+    /// The OCI cgroups path recorded for container `id`.
+    pub fn cgroups_path(&self, id: &str) -> Option<&str> {
+        self.doc.containers.get(id).map(|r| r.cgroups_path.as_str())
+    }
+
+    /// The cpuset recorded for container `id`, as an update (for updates that had to wait).
+    pub fn current_cpuset(&self, id: &str) -> Option<CpusetUpdate> {
+        self.doc.containers.get(id).map(|r| CpusetUpdate {
+            container_id: id.to_string(),
+            cpus: r.applied_cpus.clone(),
+        })
     }
 
     /// Remembers a pod (RunPodSandbox), for namespaces of later containers.
@@ -265,7 +315,20 @@ impl<P: Placer> Engine<P> {
             self.count_rejection("bad-request", started);
             tracing::warn!(pod = %pod_name(pod), container = %c.name, "rejected: {e}");
         })?;
-        let a = match self.placer.place(&req) {
+        // GPUs and RDMA NICs that arrive as device nodes in the spec cannot be taken away:
+        // runtimes drop an adjustment's removal of a device that was in the original spec
+        // and ignore its device-cgroup rules (containerd/nri#216, NRI v0.6.1 to v0.12), so a
+        // remapped container would keep its allocated node, still reachable through the
+        // allow rule CRI wrote, while the ledger gives that GPU to someone else. Such
+        // containers keep their devices, as in `keep` mode; GPUs named only through
+        // NVIDIA_VISIBLE_DEVICES (the device plugin's default) are still remapped.
+        let placed = if self.config.placement.gpu_mode == GpuMode::Remap && has_device_nodes(c) {
+            tracing::debug!(container = %c.name, "devices arrived as nodes: keeping them");
+            self.place_with_mode(&req, GpuMode::Keep)
+        } else {
+            self.placer.place(&req)
+        };
+        let a = match placed {
             Ok(a) => a,
             Err(r) => {
                 self.count_rejection(&r.reason, started);
@@ -329,13 +392,7 @@ impl<P: Placer> Engine<P> {
         req.allocated_gpus = old.assignment.gpus.clone();
         req.allocated_nics = old.assignment.nics.clone();
         self.placer.release(&c.id);
-        let saved = self.placer_config();
-        self.placer.set_config(PlacementConfig {
-            gpu_mode: GpuMode::Keep,
-            ..saved.clone()
-        });
-        let placed = self.placer.place(&req);
-        self.placer.set_config(saved);
+        let placed = self.place_with_mode(&req, GpuMode::Keep);
         let a = match placed {
             Ok(a) => a,
             Err(r) => {
@@ -405,8 +462,8 @@ impl<P: Placer> Engine<P> {
         updates
     }
 
-    /// Applies a new configuration (SIGHUP, drop-in). Returns pool updates to send outside any
-    /// handler (UpdateContainers), since reserved CPUs may have changed.
+    /// Applies a new configuration (SIGHUP, drop-in). Returns the pool updates it causes, since
+    /// reserved CPUs may have changed (the plugin sends them with the next response).
     pub fn reload(&mut self, config: Config) -> Result<Vec<CpusetUpdate>, EngineError> {
         config.validate_for(self.placer.topology())?;
         for key in self.config.restart_only_changes(&config) {
@@ -429,6 +486,18 @@ impl<P: Placer> Engine<P> {
         self.config.placement.clone()
     }
 
+    /// Places `req` with the GPU mode `mode` for this one decision.
+    fn place_with_mode(&mut self, req: &Request, mode: GpuMode) -> Result<Assignment, Rejection> {
+        let saved = self.placer_config();
+        self.placer.set_config(PlacementConfig {
+            gpu_mode: mode,
+            ..saved.clone()
+        });
+        let placed = self.placer.place(req);
+        self.placer.set_config(saved);
+        placed
+    }
+
     fn namespace_of(&self, sandbox_id: &str) -> String {
         self.pods
             .get(sandbox_id)
@@ -440,6 +509,13 @@ impl<P: Placer> Engine<P> {
     /// onto the current pool and records what was sent.
     fn follow_pool(&mut self, except: Option<&str>) -> Vec<CpusetUpdate> {
         let pool = self.placer.shared_pool();
+        if pool.is_empty() {
+            // Runtimes ignore a cpuset update without CPUs; sending one would only make the
+            // record claim a move that never happened. Placement keeps the pool non-empty,
+            // so this needs a reload that reserved the last shared CPUs.
+            tracing::warn!("shared pool is empty: shared containers stay where they are");
+            return Vec::new();
+        }
         let updates = pool_updates(
             &pool,
             self.doc
@@ -476,6 +552,13 @@ impl<P: Placer> Engine<P> {
             m.rejected(reason, started.elapsed());
         }
     }
+}
+
+/// Whether the spec already carries GPU (`/dev/nvidiaN`) or RDMA (`uverbsN`) device nodes.
+fn has_device_nodes(c: &ContainerView) -> bool {
+    c.devices
+        .iter()
+        .any(|d| nvidia_minor(&d.path).is_some() || uverbs_name(&d.path).is_some())
 }
 
 fn pod_name(pod: &PodView) -> String {

@@ -363,3 +363,72 @@ fn pod_removal_releases_all_its_containers() {
     );
     assert_eq!(e.records().containers.len(), 1);
 }
+
+#[test]
+fn gpus_that_arrive_as_device_nodes_are_kept_in_remap_mode() {
+    use crate::placement::GpuMode;
+    let mut e = engine(None, Config::default());
+    // A device node in the spec: the runtime could not remove it, so no remapping.
+    e.create_container(&pod("g"), &ctr("n1", "g", 1, &[0]))
+        .expect("ok")
+        .expect("adj");
+    // Named only through NVIDIA_VISIBLE_DEVICES: remappable.
+    let mut by_env = ctr("e1", "g", 1, &[]);
+    by_env.env = vec!["NVIDIA_VISIBLE_DEVICES=1".into()];
+    e.create_container(&pod("g"), &by_env)
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(e.placer().modes, vec![GpuMode::Keep, GpuMode::Remap]);
+    assert_eq!(e.config().placement.gpu_mode, GpuMode::Remap);
+}
+
+#[test]
+fn a_lost_adjustment_is_reapplied_at_synchronize() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = || Some(StateStore::open(dir.path()).expect("store"));
+    let mut first = engine(store(), Config::default());
+    first
+        .create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
+        .expect("ok");
+    // nri-align died before the runtime got the answer: x1 runs without a cpuset.
+    let lost = ctr("x1", "a", 2, &[]);
+    drop(first);
+    let mut second = engine(store(), Config::default());
+    second.start();
+    let updates = second.synchronize(&[pod("a")], &[lost]);
+    assert_eq!(
+        updates,
+        vec![CpusetUpdate {
+            container_id: "x1".into(),
+            cpus: "0-1".parse().expect("set")
+        }]
+    );
+    // Once it runs as recorded, nothing more is sent.
+    let mut applied = ctr("x1", "a", 2, &[]);
+    applied.resources.cpuset_cpus = "0-1".into();
+    assert!(second.synchronize(&[pod("a")], &[applied]).is_empty());
+}
+
+#[test]
+fn containers_moved_before_they_started_get_their_cpuset_again() {
+    let mut e = engine(None, Config::default());
+    e.create_container(&pod("a"), &ctr("s1", "a", 0, &[]))
+        .expect("ok");
+    assert_eq!(
+        e.container_started("s1"),
+        None,
+        "still where it was created"
+    );
+    e.create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
+        .expect("ok");
+    // s1 was moved to 2-7 while (as far as the runtime goes) it may not have been running.
+    assert_eq!(
+        e.container_started("s1"),
+        Some(CpusetUpdate {
+            container_id: "s1".into(),
+            cpus: "2-7".parse().expect("set")
+        })
+    );
+    assert_eq!(e.container_started("x1"), None);
+    assert_eq!(e.container_started("unknown"), None);
+}

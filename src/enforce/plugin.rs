@@ -1,6 +1,7 @@
 //! The NRI plugin: `nri_protocol::stub::Plugin` implemented by handing every event to the
 //! [`Engine`], plus the `Placer` implementation of `placement::Allocator`.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -8,11 +9,11 @@ use nri_protocol::api::{
     self, Container, ContainerUpdate, CreateContainerResponse, EventMask, LinuxResources,
     MessageField, PodSandbox, StopContainerResponse, UpdateContainerResponse,
 };
-use nri_protocol::stub::{HandlerError, HandlerResult, Plugin, RuntimeHandle};
+use nri_protocol::stub::{HandlerError, HandlerResult, Plugin};
 use nri_protocol::version::RuntimeInfo;
 
 use super::adjust::CpusetUpdate;
-use super::engine::{Engine, Placer};
+use super::engine::{Engine, EngineError, Placer};
 use super::nri_view::{
     container_adjustment, container_update, container_view, pod_view, resources_view,
 };
@@ -26,6 +27,7 @@ pub fn wanted_events() -> EventMask {
         STOP_POD_SANDBOX,
         REMOVE_POD_SANDBOX,
         CREATE_CONTAINER,
+        POST_START_CONTAINER,
         UPDATE_CONTAINER,
         STOP_CONTAINER,
         REMOVE_CONTAINER,
@@ -34,40 +36,70 @@ pub fn wanted_events() -> EventMask {
 
 /// The plugin: an engine behind a mutex (the runtime sends one request at a time, and the
 /// SIGHUP reload shares it).
+///
+/// Updates of other containers only ever travel in the responses that can carry them
+/// (Synchronize, CreateContainer, UpdateContainer, StopContainer). Updates decided where no
+/// such response exists (RemoveContainer, pod removal, a reload, a container that started
+/// after an update of its spec) wait for the next one. nri-align never calls the runtime's
+/// UpdateContainers: containerd up to 2.1 (NRI up to v0.11) takes the NRI adaptation lock and
+/// then its own NRI lock for it, the reverse of every lifecycle event, and the two deadlock
+/// for good when a container is created or started at the same moment (containerd#13733,
+/// reproduced here with 50 concurrent creations on 1.7.24 and 2.1.9).
 pub struct AlignPlugin<P: Placer> {
     engine: Arc<Mutex<Engine<P>>>,
     /// Whether a config file was given (it then wins over the runtime's drop-in config).
     have_config_file: bool,
-    /// For updates that cannot ride on a response (pod events, RemoveContainer, reloads).
-    runtime: Option<RuntimeHandle>,
-    /// Updates decided in Configure, sent with the Synchronize answer.
-    pending: Mutex<Vec<CpusetUpdate>>,
+    /// Containers whose cpuset goes out with the next response that can carry updates.
+    pending: Mutex<BTreeSet<String>>,
 }
 
 impl<P: Placer> AlignPlugin<P> {
     /// Wraps `engine`.
-    pub fn new(
-        engine: Arc<Mutex<Engine<P>>>,
-        have_config_file: bool,
-        runtime: Option<RuntimeHandle>,
-    ) -> Self {
+    pub fn new(engine: Arc<Mutex<Engine<P>>>, have_config_file: bool) -> Self {
         Self {
             engine,
             have_config_file,
-            runtime,
-            pending: Mutex::new(Vec::new()),
+            pending: Mutex::new(BTreeSet::new()),
         }
     }
 
-    fn pending_lock(&self) -> MutexGuard<'_, Vec<CpusetUpdate>> {
+    fn pending_lock(&self) -> MutexGuard<'_, BTreeSet<String>> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Sends updates through UpdateContainers from a separate task: the runtime holds its NRI
-    /// lock until the current handler returns, so the task's request waits for that instead
-    /// of deadlocking the handler.
-    fn send_later(&self, ups: Vec<CpusetUpdate>) {
-        send_updates(self.runtime.clone(), ups);
+    /// Queues `ups` for the next response that can carry updates.
+    fn queue(&self, ups: Vec<CpusetUpdate>) {
+        if ups.is_empty() {
+            return;
+        }
+        tracing::debug!(
+            count = ups.len(),
+            "cpuset updates wait for the next container event"
+        );
+        self.pending_lock()
+            .extend(ups.into_iter().map(|u| u.container_id));
+    }
+
+    /// `ups` plus the queued containers' current cpusets (the engine's record, so a queued
+    /// container that moved again meanwhile gets where it is now), as NRI updates.
+    fn with_pending(&self, engine: &Engine<P>, mut ups: Vec<CpusetUpdate>) -> Vec<ContainerUpdate> {
+        let queued = std::mem::take(&mut *self.pending_lock());
+        for id in queued {
+            if ups.iter().any(|u| u.container_id == id) {
+                continue;
+            }
+            ups.extend(engine.current_cpuset(&id));
+        }
+        updates(&ups)
+    }
+
+    /// Applies a new configuration (SIGHUP): the engine changes at once, running containers
+    /// follow a changed pool with the next container event. Returns how many will move.
+    pub fn reload(&self, config: Config) -> Result<usize, EngineError> {
+        let ups = self.engine().reload(config)?;
+        let n = ups.len();
+        self.queue(ups);
+        Ok(n)
     }
 
     fn engine(&self) -> MutexGuard<'_, Engine<P>> {
@@ -75,22 +107,6 @@ impl<P: Placer> AlignPlugin<P> {
         // replaced field by field.
         self.engine.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
-
-/// Sends `ups` to the runtime from a new task (never from inside a handler).
-pub fn send_updates(runtime: Option<RuntimeHandle>, ups: Vec<CpusetUpdate>) {
-    let Some(rt) = runtime.filter(|_| !ups.is_empty()) else {
-        return;
-    };
-    tokio::spawn(async move {
-        match rt.update_containers(updates(&ups), Vec::new()).await {
-            Ok(failed) if failed.is_empty() => {}
-            Ok(failed) => {
-                tracing::warn!(count = failed.len(), "runtime failed some cpuset updates")
-            }
-            Err(e) => tracing::warn!("cpuset updates not sent: {e}"),
-        }
-    });
 }
 
 fn updates(u: &[CpusetUpdate]) -> Vec<ContainerUpdate> {
@@ -109,11 +125,8 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
             .map_err(|e| HandlerError::failed(e.to_string()))?;
         if let Some(cfg) = parsed {
             // Pool changes ride on the answer to the Synchronize that follows Configure.
-            let ups = self
-                .engine()
-                .reload(cfg)
+            self.reload(cfg)
                 .map_err(|e| HandlerError::failed(e.to_string()))?;
-            self.pending_lock().extend(ups);
         }
         Ok(())
     }
@@ -125,12 +138,9 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
     ) -> HandlerResult<Vec<ContainerUpdate>> {
         let pods: Vec<_> = pods.iter().map(pod_view).collect();
         let ctrs: Vec<_> = containers.iter().map(container_view).collect();
-        let mut all: Vec<CpusetUpdate> = std::mem::take(&mut *self.pending_lock());
-        for u in self.engine().synchronize(&pods, &ctrs) {
-            all.retain(|old| old.container_id != u.container_id);
-            all.push(u);
-        }
-        Ok(updates(&all))
+        let mut engine = self.engine();
+        let ups = engine.synchronize(&pods, &ctrs);
+        Ok(self.with_pending(&engine, ups))
     }
 
     async fn run_pod_sandbox(&self, pod: PodSandbox) -> HandlerResult<()> {
@@ -140,13 +150,13 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
 
     async fn stop_pod_sandbox(&self, pod: PodSandbox) -> HandlerResult<()> {
         let ups = self.engine().release_pod(&pod.id);
-        self.send_later(ups);
+        self.queue(ups);
         Ok(())
     }
 
     async fn remove_pod_sandbox(&self, pod: PodSandbox) -> HandlerResult<()> {
         let ups = self.engine().release_pod(&pod.id);
-        self.send_later(ups);
+        self.queue(ups);
         Ok(())
     }
 
@@ -155,18 +165,52 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         pod: PodSandbox,
         container: Container,
     ) -> HandlerResult<CreateContainerResponse> {
-        let outcome = self
-            .engine()
+        let mut engine = self.engine();
+        let outcome = engine
             .create_container(&pod_view(&pod), &container_view(&container))
             .map_err(|e| HandlerError::failed(e.to_string()))?;
         let Some(outcome) = outcome else {
-            return Ok(CreateContainerResponse::default());
+            return Ok(CreateContainerResponse {
+                update: self.with_pending(&engine, Vec::new()),
+                ..Default::default()
+            });
         };
         Ok(CreateContainerResponse {
             adjust: MessageField::some(container_adjustment(&outcome.adjustment)),
-            update: updates(&outcome.updates),
+            update: self.with_pending(&engine, outcome.updates),
             ..Default::default()
         })
+    }
+
+    async fn post_start_container(
+        &self,
+        _pod: PodSandbox,
+        container: Container,
+    ) -> HandlerResult<()> {
+        let engine = self.engine();
+        let Some(u) = engine.container_started(&container.id) else {
+            return Ok(());
+        };
+        // The runtime may have lost this update while it created the task (its spec has the
+        // new cpuset, the cgroup the old one). Nothing else may carry it soon (no response
+        // here, and UpdateContainers can deadlock containerd), so the cgroup is put in line
+        // with the spec now. This runs inside the runtime's NRI call, so no update of ours is
+        // being applied at the same time; the engine lock keeps the record still.
+        let path = engine.cgroups_path(&container.id).unwrap_or_default();
+        match crate::enforce::verify::repair_cpuset(path, &u.cpus) {
+            Ok(Some(had)) => tracing::warn!(
+                container = %container.id,
+                had = %had,
+                cpus = %u.cpus,
+                "runtime lost a cpuset update while starting the container; cgroup repaired"
+            ),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(container = %container.id, "cpuset not repaired: {e}"),
+        }
+        drop(engine);
+        // Also through the runtime, with the next response, so its own state agrees.
+        self.queue(vec![u]);
+        Ok(())
     }
 
     async fn update_container(
@@ -175,17 +219,20 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         container: Container,
         resources: Option<LinuxResources>,
     ) -> HandlerResult<UpdateContainerResponse> {
+        let mut engine = self.engine();
         // No new resources: nothing to re-evaluate (an empty view would read as "no request").
-        let Some(resources) = resources else {
-            return Ok(UpdateContainerResponse::default());
+        let ups = match resources {
+            None => Vec::new(),
+            Some(resources) => engine
+                .update_container(
+                    &pod_view(&pod),
+                    &container_view(&container),
+                    &resources_view(Some(&resources)),
+                )
+                .map_err(|e| HandlerError::failed(e.to_string()))?,
         };
-        let new = resources_view(Some(&resources));
-        let ups = self
-            .engine()
-            .update_container(&pod_view(&pod), &container_view(&container), &new)
-            .map_err(|e| HandlerError::failed(e.to_string()))?;
         Ok(UpdateContainerResponse {
-            update: updates(&ups),
+            update: self.with_pending(&engine, ups),
             ..Default::default()
         })
     }
@@ -195,16 +242,17 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         _pod: PodSandbox,
         container: Container,
     ) -> HandlerResult<StopContainerResponse> {
-        let ups = self.engine().release_container(&container.id);
+        let mut engine = self.engine();
+        let ups = engine.release_container(&container.id);
         Ok(StopContainerResponse {
-            update: updates(&ups),
+            update: self.with_pending(&engine, ups),
             ..Default::default()
         })
     }
 
     async fn remove_container(&self, _pod: PodSandbox, container: Container) -> HandlerResult<()> {
         let ups = self.engine().release_container(&container.id);
-        self.send_later(ups);
+        self.queue(ups);
         Ok(())
     }
 }
@@ -289,7 +337,7 @@ mod tests {
             None,
             Box::new(AllDevices),
         );
-        AlignPlugin::new(Arc::new(Mutex::new(engine)), false, None)
+        AlignPlugin::new(Arc::new(Mutex::new(engine)), false)
     }
 
     fn pod() -> PodSandbox {
@@ -448,6 +496,38 @@ mod tests {
             got,
             vec![("x1".into(), "0-2".into()), ("s1".into(), "3-7".into())]
         );
+    }
+
+    #[tokio::test]
+    async fn updates_without_a_response_wait_for_the_next_one() {
+        let p = plugin();
+        p.create_container(pod(), container("s1", 0, None))
+            .await
+            .expect("shared");
+        p.create_container(pod(), container("x1", 2, None))
+            .await
+            .expect("x1");
+        // Released at RemoveContainer (no StopContainer seen): s1 must grow back, but a
+        // notification has no response, and UpdateContainers could deadlock containerd.
+        p.remove_container(pod(), container("x1", 2, None))
+            .await
+            .expect("remove");
+        let next = p
+            .create_container(pod(), container("s2", 0, None))
+            .await
+            .expect("s2");
+        let got: Vec<(String, String)> = next
+            .update
+            .iter()
+            .map(|u| (u.container_id.clone(), u.linux.resources.cpu.cpus.clone()))
+            .collect();
+        assert_eq!(got, vec![("s1".into(), "0-7".into())]);
+        // Sent once.
+        let again = p
+            .create_container(pod(), container("s3", 0, None))
+            .await
+            .expect("s3");
+        assert!(again.update.is_empty());
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub(crate) struct FakePlacer {
     topo: Topology,
     cfg: PlacementConfig,
     held: BTreeMap<String, Assignment>,
+    /// The GPU mode in force at each `place` call, in order.
+    pub(crate) modes: Vec<crate::placement::GpuMode>,
 }
 
 impl FakePlacer {
@@ -38,6 +40,7 @@ impl FakePlacer {
             topo,
             cfg: PlacementConfig::default(),
             held: BTreeMap::new(),
+            modes: Vec::new(),
         }
     }
     fn exclusive_cpus(&self) -> CpuSet {
@@ -52,6 +55,7 @@ impl FakePlacer {
 
 impl Placer for FakePlacer {
     fn place(&mut self, req: &Request) -> Result<Assignment, Rejection> {
+        self.modes.push(self.cfg.gpu_mode);
         let gpu_node = req
             .allocated_gpus
             .first()

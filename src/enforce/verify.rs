@@ -173,6 +173,42 @@ pub fn live_containers<'a>(
     (!live.is_empty()).then_some(live)
 }
 
+/// Makes the cpuset cgroup of a container (OCI `linux.cgroupsPath`, cgroupfs driver form
+/// `/parent/id`, under this process's cgroup mounts) hold `want` when it holds something else.
+/// Returns what it found when it changed it, `Ok(None)` when it already matched or the cgroup is
+/// not one this can find (systemd driver form `slice:prefix:name`, no such directory).
+///
+/// Only for repairing what the runtime lost: the runtime already recorded `want` in the
+/// container's spec (see `Engine::container_started`), the kernel just never got it.
+pub fn repair_cpuset(cgroups_path: &str, want: &IdSet) -> std::io::Result<Option<IdSet>> {
+    repair_cpuset_under(Path::new("/"), cgroups_path, want)
+}
+
+fn repair_cpuset_under(
+    root: &Path,
+    cgroups_path: &str,
+    want: &IdSet,
+) -> std::io::Result<Option<IdSet>> {
+    if cgroups_path.is_empty() || cgroups_path.contains(':') {
+        return Ok(None);
+    }
+    let mounts = CgroupMounts::read(root);
+    // The same path in the v1 cpuset hierarchy or the v2 unified one, as /proc/PID/cgroup
+    // would list it.
+    let lines = format!("1:cpuset:{cgroups_path}\n0::{cgroups_path}\n");
+    let Some(dir) = mounts.cpuset_dir(root, &lines) else {
+        return Ok(None);
+    };
+    let file = dir.join("cpuset.cpus");
+    let text = std::fs::read_to_string(&file)?;
+    let has = IdSet::parse_list(text.trim()).unwrap_or_default();
+    if has == *want {
+        return Ok(None);
+    }
+    std::fs::write(&file, want.to_string())?;
+    Ok(Some(has))
+}
+
 fn compare(
     problems: &mut Vec<String>,
     what: &str,
@@ -407,6 +443,30 @@ mod tests {
         assert!(
             all.contains("visible devices [/dev/nvidia0 /dev/nvidia1], decided [/dev/nvidia1]"),
             "{all}"
+        );
+    }
+
+    #[test]
+    fn a_lost_cpuset_is_repaired_in_the_cgroup_and_a_matching_one_left_alone() {
+        let t = tempfile::tempdir().expect("tmp");
+        host(t.path(), "abc", "0-3", "0-3", &[]);
+        let file = t.path().join("sys/fs/cgroup/cpuset/k8s.io/abc/cpuset.cpus");
+        let want: IdSet = "2-3".parse().expect("set");
+        let had = repair_cpuset_under(t.path(), "/k8s.io/abc", &want).expect("io");
+        assert_eq!(had.map(|h| h.to_string()), Some("0-3".to_string()));
+        assert_eq!(fs::read_to_string(&file).expect("read"), "2-3");
+        assert_eq!(
+            repair_cpuset_under(t.path(), "/k8s.io/abc", &want).expect("io"),
+            None
+        );
+        // Not a cgroupfs path, or not there: nothing to do.
+        assert_eq!(
+            repair_cpuset_under(t.path(), "kubepods.slice:cri:abc", &want).expect("io"),
+            None
+        );
+        assert_eq!(
+            repair_cpuset_under(t.path(), "/k8s.io/gone", &want).expect("io"),
+            None
         );
     }
 

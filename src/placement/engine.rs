@@ -282,13 +282,26 @@ impl Allocator {
         r: &Resolved,
     ) -> Result<CpuSet, PlacementError> {
         let avail: Vec<CpuSet> = nodes.iter().map(|i| caps[*i].avail.clone()).collect();
-        cpus::pick(
+        let picked = cpus::pick(
             self.ledger.topo(),
             &avail,
             r.cpus,
             self.config.full_pcpus_only,
         )
-        .ok_or_else(|| self.insufficient(r, caps))
+        .ok_or_else(|| self.insufficient(r, caps))?;
+        // The shared pool never goes empty (the kubelet gets the same from its mandatory
+        // reserved CPUs): containers without exclusive CPUs must run somewhere, and runtimes
+        // ignore a cpuset update with no CPUs, so shared containers would silently stay on
+        // the CPUs just handed out "exclusively".
+        let pool = self.ledger.shared_pool();
+        if !pool.is_empty() && pool.is_subset(&picked) {
+            return Err(PlacementError::SharedPoolExhausted {
+                container: r.who.clone(),
+                asked: r.cpus,
+                pool: pool.to_string(),
+            });
+        }
+        Ok(picked)
     }
 
     fn insufficient(&self, r: &Resolved, caps: &[Cap]) -> PlacementError {

@@ -80,6 +80,20 @@ pub enum PlacementError {
         /// Amount free (human units).
         free: String,
     },
+    /// Exclusive CPUs would take the last CPU of the shared pool.
+    #[error(
+        "not enough free cpu for {container}: asked {asked} exclusive, and the shared pool \
+         ({pool}) must keep at least one CPU for containers without exclusive CPUs; ask for \
+         fewer CPUs or free some"
+    )]
+    SharedPoolExhausted {
+        /// `namespace/pod/container`.
+        container: String,
+        /// Exclusive CPUs asked.
+        asked: u32,
+        /// The shared pool before this request.
+        pool: String,
+    },
     /// A resource is already held by another live container.
     #[error("{resource} {id} is already held by container {holder}")]
     Conflict {

@@ -7,7 +7,9 @@
 //! also when the test panics. Set `NRI_ALIGN_KEEP=1` to keep instances for post-mortems.
 #![allow(dead_code, unused_imports)] // Each test file uses a different part of the harness.
 
+pub mod align;
 mod cri;
+pub mod host;
 mod plugin;
 mod spec;
 
@@ -21,7 +23,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub use align::{
+    container_devices, log_events, metric, scan_cgroup, scrape, write_private, AlignRun, Live, Seen,
+};
 pub use cri::{Cri, ExecResult, Pod};
+pub use host::{format_list, parse_list, EmulatedHost, FakeGpu, RealMachine};
 pub use plugin::PluginProcess;
 pub use spec::{ContainerSpec, PodSpec};
 
@@ -396,6 +402,15 @@ impl Containerd {
     /// Starts `nri-align run --socket <this instance's NRI socket> ARGS...` (or another plugin
     /// binary) as an external plugin; its output goes to a log file in the instance directory.
     pub fn start_external_plugin(&self, bin: &Path, args: &[&str]) -> HResult<PluginProcess> {
+        self.spawn_plugin(bin, args, &[])
+    }
+
+    fn spawn_plugin(
+        &self,
+        bin: &Path,
+        args: &[&str],
+        envs: &[(String, String)],
+    ) -> HResult<PluginProcess> {
         let n = self.configs.fetch_add(1, Ordering::SeqCst);
         let log = self.dir().join(format!("plugin-{n}.log"));
         let file = fs::File::create(&log)
@@ -406,6 +421,7 @@ impl Containerd {
             .arg("--socket")
             .arg(self.nri_socket())
             .args(args)
+            .envs(envs.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(file)
             .stderr(file2)

@@ -108,6 +108,12 @@ impl RuntimeHandle {
     /// method's answer while holding the lock UpdateContainers needs, so the call would
     /// hang until the runtime's timeout and the plugin would be dropped. Such calls fail
     /// with [`StubError::CalledFromHandler`]. Call it from a separate task.
+    ///
+    /// Even from a separate task it is unsafe on containerd up to 2.1 (NRI up to v0.11): the
+    /// runtime takes its locks for UpdateContainers in the reverse order of lifecycle events,
+    /// and a container created or started at the same moment deadlocks containerd's NRI for
+    /// good (containerd#13733). Prefer returning updates in the next response that can carry
+    /// them.
     pub async fn update_containers(
         &self,
         update: Vec<ContainerUpdate>,

@@ -1,0 +1,429 @@
+//! nri-align itself as the plugin under test: started as an external plugin on an instance's
+//! private NRI socket (optionally on an emulated host with the fake NVML), or installed as a
+//! pre-launched plugin; plus what tests read back from it (log lines, metrics, `verify`, the
+//! state file).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::host::EmulatedHost;
+use super::{err, nri_align_bin, run_cmd, wait_until, Containerd, HResult, HarnessError};
+use super::{parse_env_file, PluginProcess};
+
+/// How to run `nri-align run` for a test.
+#[derive(Debug, Clone)]
+pub struct AlignRun {
+    /// `--state-dir`.
+    pub state_dir: PathBuf,
+    /// `--config` (written by [`AlignRun::write_config`]).
+    pub config: Option<PathBuf>,
+    /// `--host-root`, `--nvml-lib` and `FAKE_NVML_FIXTURE` of an emulated host.
+    pub host: Option<EmulatedHost>,
+    /// `--idx`.
+    pub idx: Option<String>,
+}
+
+impl AlignRun {
+    /// nri-align on the real host root, state under `state_dir`.
+    pub fn new(state_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            state_dir: state_dir.into(),
+            config: None,
+            host: None,
+            idx: None,
+        }
+    }
+
+    /// On an emulated host.
+    pub fn on(mut self, host: &EmulatedHost) -> Self {
+        self.host = Some(host.clone());
+        self
+    }
+
+    /// Writes `yaml` as the configuration file (mode 0644: nri-align refuses world-writable
+    /// ones) and uses it.
+    pub fn write_config(&mut self, path: &Path, yaml: &str) -> HResult<()> {
+        write_private(path, yaml)?;
+        self.config = Some(path.to_path_buf());
+        Ok(())
+    }
+
+    /// The arguments after `run --socket S`.
+    pub fn args(&self) -> HResult<Vec<String>> {
+        let mut a = vec![
+            "--state-dir".to_string(),
+            self.state_dir.display().to_string(),
+        ];
+        if let Some(c) = &self.config {
+            a.extend(["--config".to_string(), c.display().to_string()]);
+        }
+        if let Some(h) = &self.host {
+            a.extend(["--host-root".to_string(), h.root.display().to_string()]);
+            a.extend([
+                "--nvml-lib".to_string(),
+                EmulatedHost::nvml_lib()?.display().to_string(),
+            ]);
+        }
+        if let Some(i) = &self.idx {
+            a.extend(["--idx".to_string(), i.clone()]);
+        }
+        Ok(a)
+    }
+
+    /// The environment the plugin needs besides the inherited one.
+    pub fn envs(&self) -> Vec<(String, String)> {
+        let mut e = vec![
+            // One line per decision at info; the tests read them.
+            ("RUST_LOG".to_string(), "info".to_string()),
+        ];
+        if let Some(h) = &self.host {
+            e.push((
+                "FAKE_NVML_FIXTURE".to_string(),
+                h.nvml_fixture.display().to_string(),
+            ));
+        }
+        e
+    }
+
+    /// Starts it as an external plugin of `ctrd` and waits until it registered.
+    pub fn start(&self, ctrd: &Containerd) -> HResult<PluginProcess> {
+        let args = self.args()?;
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let envs = self.envs();
+        let plugin = ctrd.start_external_plugin_with_env(&nri_align_bin(), &args, &envs)?;
+        plugin.wait_registrations(1, Duration::from_secs(20))?;
+        Ok(plugin)
+    }
+
+    /// A shell script that runs this configuration of nri-align in launched mode, for
+    /// [`Containerd::install_prelaunched_plugin`]: the runtime replaces the environment and
+    /// passes no arguments, so the script carries them and sends the log to `log`.
+    pub fn launcher_script(&self, script: &Path, log: &Path) -> HResult<()> {
+        let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+        let mut text = String::from("#!/bin/sh\n");
+        for (k, v) in self.envs() {
+            text.push_str(&format!("export {k}={}\n", quote(&v)));
+        }
+        text.push_str(&format!(
+            "exec {} run",
+            quote(&nri_align_bin().display().to_string())
+        ));
+        for a in self.args()? {
+            text.push(' ');
+            text.push_str(&quote(&a));
+        }
+        text.push_str(&format!(" 2>>{}\n", quote(&log.display().to_string())));
+        fs::write(script, text)
+            .map_err(|e| HarnessError(format!("write {}: {e}", script.display())))?;
+        fs::set_permissions(script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .map_err(|e| HarnessError(format!("chmod {}: {e}", script.display())))?;
+        Ok(())
+    }
+
+    /// The decisions nri-align persisted (`STATE_DIR/state.json`): container id -> record.
+    pub fn state(&self) -> HResult<BTreeMap<String, Value>> {
+        let path = self.state_dir.join("state.json");
+        let text = fs::read_to_string(&path)
+            .map_err(|e| HarnessError(format!("read {}: {e}", path.display())))?;
+        let doc: Value = serde_json::from_str(&text)
+            .map_err(|e| HarnessError(format!("bad {}: {e}", path.display())))?;
+        Ok(doc["containers"]
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default())
+    }
+
+    /// `nri-align verify --state-dir S [ARGS]` on the real host.
+    pub fn verify(&self, extra: &[&str]) -> HResult<Output> {
+        run_cmd(
+            Command::new(nri_align_bin())
+                .arg("verify")
+                .arg("--state-dir")
+                .arg(&self.state_dir)
+                .args(extra),
+            "nri-align verify",
+        )
+    }
+}
+
+/// Writes `text` to `path` with mode 0644.
+pub fn write_private(path: &Path, text: &str) -> HResult<()> {
+    if let Some(p) = path.parent() {
+        fs::create_dir_all(p).map_err(|e| HarnessError(format!("mkdir {}: {e}", p.display())))?;
+    }
+    fs::write(path, text).map_err(|e| HarnessError(format!("write {}: {e}", path.display())))?;
+    fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .map_err(|e| HarnessError(format!("chmod {}: {e}", path.display())))
+}
+
+/// Lines of an nri-align log that carry `message` (tracing's text format: `... LEVEL target:
+/// message key=value ...`), as key -> value maps (values end at the next ` key=`).
+pub fn log_events(log: &str, message: &str) -> Vec<BTreeMap<String, String>> {
+    let marker = format!(": {message}");
+    log.lines()
+        .filter_map(|l| {
+            let at = l.find(&marker)?;
+            let rest = &l[at + marker.len()..];
+            // The message must end here (not be a prefix of a longer one).
+            if !(rest.is_empty() || rest.starts_with(' ')) {
+                return None;
+            }
+            Some(parse_fields(rest))
+        })
+        .collect()
+}
+
+/// `key=value key2=value with spaces` -> map; a value runs until the next ` word=`.
+fn parse_fields(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let tokens: Vec<&str> = text.split(' ').filter(|t| !t.is_empty()).collect();
+    let mut key: Option<String> = None;
+    let mut val = String::new();
+    for t in tokens {
+        let is_key = t.split_once('=').is_some_and(|(k, _)| {
+            !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        });
+        if is_key {
+            if let Some(k) = key.take() {
+                out.insert(k, std::mem::take(&mut val));
+            }
+            let (k, v) = t.split_once('=').unwrap_or((t, ""));
+            key = Some(k.to_string());
+            val = v.to_string();
+        } else if key.is_some() {
+            val.push(' ');
+            val.push_str(t);
+        }
+    }
+    if let Some(k) = key {
+        out.insert(k, val);
+    }
+    out
+}
+
+impl PluginProcess {
+    /// Sends `signal` to the plugin (SIGHUP: reload; SIGKILL: crash).
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        if let Ok(pid) = i32::try_from(self.pid()) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+        }
+    }
+
+    /// How many times the plugin registered so far.
+    pub fn registrations(&self) -> usize {
+        log_events(&self.output(), "registered").len()
+    }
+
+    /// Waits until the plugin registered at least `n` times.
+    pub fn wait_registrations(&self, n: usize, timeout: Duration) -> HResult<()> {
+        if wait_until(timeout, || self.registrations() >= n) {
+            return Ok(());
+        }
+        err(format!(
+            "nri-align did not register {n} time(s) within {timeout:?}; log:\n{}",
+            self.output()
+        ))
+    }
+
+    /// `decision` lines of container `name` (pod, container, cpus, exclusive, gpus...).
+    pub fn decisions(&self, container: &str) -> Vec<BTreeMap<String, String>> {
+        log_events(&self.output(), "decision")
+            .into_iter()
+            .filter(|d| d.get("container").is_some_and(|c| c == container))
+            .collect()
+    }
+
+    /// The address the metrics endpoint bound (from the `serving /metrics` line).
+    pub fn metrics_address(&self) -> HResult<String> {
+        let mut addr = None;
+        wait_until(Duration::from_secs(10), || {
+            addr = log_events(&self.output(), "serving /metrics")
+                .into_iter()
+                .find_map(|e| e.get("address").cloned());
+            addr.is_some()
+        });
+        addr.ok_or_else(|| HarnessError(format!("no metrics address in:\n{}", self.output())))
+    }
+}
+
+/// `GET /metrics` from `addr`: the body.
+pub fn scrape(addr: &str) -> HResult<String> {
+    let mut conn = std::net::TcpStream::connect(addr)
+        .map_err(|e| HarnessError(format!("connect {addr}: {e}")))?;
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| HarnessError(e.to_string()))?;
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .map_err(|e| HarnessError(format!("send to {addr}: {e}")))?;
+    let mut text = String::new();
+    conn.read_to_string(&mut text)
+        .map_err(|e| HarnessError(format!("read from {addr}: {e}")))?;
+    match text.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_string()),
+        _ => err(format!("bad metrics answer from {addr}:\n{text}")),
+    }
+}
+
+/// The value of one sample line `name{labels} value` of a Prometheus text body.
+pub fn metric(body: &str, series: &str) -> Option<f64> {
+    body.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// What a live container looks like from the host: its init process's allowed CPUs and memory
+/// nodes, and the GPU / RDMA device nodes in its /dev.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Live {
+    /// Container id.
+    pub id: String,
+    /// Init pid on the host.
+    pub pid: u32,
+    /// `Cpus_allowed_list` of the init process.
+    pub cpus: Vec<u32>,
+    /// `Mems_allowed_list`.
+    pub mems: String,
+    /// `/dev/nvidiaN`, `/dev/infiniband/uverbsN` visible in the container, sorted.
+    pub devices: Vec<String>,
+    /// The container's environment from its runtime spec.
+    pub env: BTreeMap<String, String>,
+}
+
+impl Containerd {
+    /// Starts `bin run --socket <this instance's NRI socket> ARGS...` with extra environment.
+    pub fn start_external_plugin_with_env(
+        &self,
+        bin: &Path,
+        args: &[&str],
+        envs: &[(String, String)],
+    ) -> HResult<PluginProcess> {
+        self.spawn_plugin(bin, args, envs)
+    }
+
+    /// Reads container `id` from the host side: inspect for the pid and spec, /proc for the
+    /// rest. `Ok(None)` when it has no running process.
+    pub fn live(&self, id: &str) -> HResult<Option<Live>> {
+        let info = self.cri().inspect(id)?;
+        if info["status"]["state"] != "CONTAINER_RUNNING" {
+            return Ok(None);
+        }
+        let Some(pid) = info["info"]["pid"]
+            .as_u64()
+            .and_then(|p| u32::try_from(p).ok())
+        else {
+            return err(format!("inspect {id}: no pid"));
+        };
+        let status = fs::read_to_string(format!("/proc/{pid}/status"))
+            .map_err(|e| HarnessError(format!("status of {id} (pid {pid}): {e}")))?;
+        let field = |k: &str| super::status_field(&status, k).unwrap_or_default();
+        let devices = container_devices(Path::new(&format!("/proc/{pid}/root/dev")));
+        let env = info["info"]["runtimeSpec"]["process"]["env"]
+            .as_array()
+            .map(|a| {
+                parse_env_file(
+                    &a.iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                )
+            })
+            .unwrap_or_default();
+        Ok(Some(Live {
+            id: id.to_string(),
+            pid,
+            cpus: super::host::parse_list(&field("Cpus_allowed_list")),
+            mems: field("Mems_allowed_list"),
+            devices,
+            env,
+        }))
+    }
+}
+
+/// A container seen from the host's /proc alone (no CRI call): cheap enough to sample often.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// CPUs allowed to its processes (union).
+    pub cpus: Vec<u32>,
+    /// `/dev/nvidiaN` and `/dev/infiniband/uverbsN` in its /dev.
+    pub devices: Vec<String>,
+    /// Whether its processes carry NRI_ALIGN_DECISION (nri-align adjusted it at creation;
+    /// containers the runtime created while nri-align was down do not).
+    pub decision: bool,
+}
+
+/// Every process whose cgroup lies under `cgroup_parent`, grouped by the cgroup's last path
+/// element (the container or sandbox id).
+pub fn scan_cgroup(cgroup_parent: &str) -> BTreeMap<String, Seen> {
+    let mut out: BTreeMap<String, Seen> = BTreeMap::new();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return out;
+    };
+    let needle = format!("{}/", cgroup_parent.trim_end_matches('/'));
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cg) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+            continue;
+        };
+        let Some(id) = cg.lines().find_map(|l| {
+            let at = l.find(&needle)?;
+            l[at + needle.len()..].split('/').next().map(str::to_string)
+        }) else {
+            continue;
+        };
+        let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let cpus = super::host::parse_list(
+            &super::status_field(&status, "Cpus_allowed_list").unwrap_or_default(),
+        );
+        let devices = container_devices(Path::new(&format!("/proc/{pid}/root/dev")));
+        let environ = fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let decision = environ
+            .split(|b| *b == 0)
+            .any(|kv| kv.starts_with(b"NRI_ALIGN_DECISION="));
+        let entry = out.entry(id).or_insert_with(|| Seen {
+            cpus: Vec::new(),
+            devices: devices.clone(),
+            decision,
+        });
+        entry.decision |= decision;
+        entry.cpus.extend(cpus);
+        entry.cpus.sort_unstable();
+        entry.cpus.dedup();
+    }
+    out
+}
+
+/// GPU and RDMA verbs nodes under a container's /dev, sorted.
+pub fn container_devices(dev: &Path) -> Vec<String> {
+    let mut devices: Vec<String> = Vec::new();
+    for (dir, prefix) in [
+        (dev.to_path_buf(), "/dev/"),
+        (dev.join("infiniband"), "/dev/infiniband/"),
+    ] {
+        if let Ok(rd) = fs::read_dir(&dir) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let gpu = name
+                    .strip_prefix("nvidia")
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+                if gpu || name.starts_with("uverbs") {
+                    devices.push(format!("{prefix}{name}"));
+                }
+            }
+        }
+    }
+    devices.sort();
+    devices
+}
