@@ -69,7 +69,7 @@ fetch_deb() {
         fi
     fi
     # Refresh the private lists at most once a day; a stale list only means an older version.
-    if [[ -z "$(find "$base/lists" -maxdepth 1 -name '*_Packages*' -mtime -1 2>/dev/null | head -1)" ]]; then
+    if [[ -z "$(find "$base/lists" -maxdepth 1 -name '*_Packages*' -mtime -1 -print -quit 2>/dev/null)" ]]; then
         log "apt update ($suite)"
         apt_private apt-get "$suite" update >/dev/null
     fi
@@ -83,12 +83,12 @@ fetch_deb() {
     local debdir="$base/debs"
     mkdir -p "$debdir"
     local deb
-    deb="$(find "$debdir" -maxdepth 1 -name "${pkg}_*.deb" | head -1)"
+    deb="$(find "$debdir" -maxdepth 1 -name "${pkg}_*.deb" -print -quit)"
     if [[ -z "$deb" ]] || [[ "$(dpkg-deb -f "$deb" Version)" != "$version" ]]; then
         log "downloading $pkg=$version from $suite"
         rm -f "$debdir/${pkg}_"*.deb
         (cd "$debdir" && apt_private apt-get "$suite" download "$pkg=$version" >/dev/null)
-        deb="$(find "$debdir" -maxdepth 1 -name "${pkg}_*.deb" | head -1)"
+        deb="$(find "$debdir" -maxdepth 1 -name "${pkg}_*.deb" -print -quit)"
         [[ -n "$deb" ]] || die "download of $pkg from $suite produced no .deb"
     fi
     # Unpack beside and swap in, so a reader never sees a half-unpacked tree.
@@ -156,7 +156,7 @@ daemon_pid() {
     [[ "$pid" =~ ^[0-9]+$ ]] || return 1
     [[ -d "/proc/$pid" ]] || return 1
     # A recycled PID would not carry our config path on its command line.
-    tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$CTRD_CONFIG" || return 1
+    grep -qF -- "$CTRD_CONFIG" < <(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || return 1
     echo "$pid"
 }
 
@@ -165,7 +165,7 @@ daemon_pid() {
 shim_pids() {
     local p
     for p in /proc/[0-9]*; do
-        if tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -q -- "containerd-shim.* -address $CTRD_SOCK "; then
+        if grep -q -- "containerd-shim.* -address $CTRD_SOCK " < <(tr '\0' ' ' 2>/dev/null <"$p/cmdline"); then
             echo "${p#/proc/}"
         fi
     done
