@@ -251,7 +251,7 @@ mod tests {
             (
                 count("pxb-pcie"),
                 count("x3130-upstream"),
-                count("edu,"),
+                count("bochs-display,"),
                 count("e1000e,")
             ),
             (4, 4, 4, 4)
