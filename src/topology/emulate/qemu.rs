@@ -22,6 +22,10 @@ pub fn qemu_args(desc: &HostDesc) -> Vec<String> {
     };
     let total_mib: u64 = l.nodes.iter().map(|n| n.memory_bytes >> 20).sum();
     push("-machine", "q35".into());
+    // TCG's default CPU reports an AMD vendor without topoext, so the guest kernel sees no SMT
+    // siblings (every thread its own core); the same model with Intel's vendor makes it read
+    // the threads from CPUID leaf 0xB.
+    push("-cpu", "qemu64,vendor=GenuineIntel".into());
     push("-m", format!("{total_mib}M"));
     push(
         "-smp",
