@@ -13,13 +13,13 @@
 # Knobs (env): NRI_ALIGN_VM_HOST (description, default vm-2s4n), NRI_ALIGN_VM_FLAVOR (containerd
 # build, default sid), NRI_ALIGN_VM_BOOT_TIMEOUT (seconds until the guest says ready, 240),
 # NRI_ALIGN_VM_TRIES (boots tried when a guest hangs early, 3), NRI_ALIGN_VM_TIMEOUT (seconds
-# for the whole guest run, 1200).
+# for one guest run, 900).
 
 VM_HOST_DESC="${NRI_ALIGN_VM_HOST:-vm-2s4n}"
 VM_FLAVOR="${NRI_ALIGN_VM_FLAVOR:-sid}"
 VM_BOOT_TIMEOUT="${NRI_ALIGN_VM_BOOT_TIMEOUT:-240}"
 VM_TRIES="${NRI_ALIGN_VM_TRIES:-3}"
-VM_TIMEOUT="${NRI_ALIGN_VM_TIMEOUT:-1200}"
+VM_TIMEOUT="${NRI_ALIGN_VM_TIMEOUT:-900}"
 VM_DIR="$OUTPUT_DIR/vm"
 KERNEL_DIR="$CACHE_DIR/kernel-bookworm"
 # Modules the guest loads (their dependencies are added): virtio PCI transport and 9p for the
@@ -226,6 +226,17 @@ vm_boot() {
     [[ -n "${VM_CONSOLE_QUIET:-}" ]] && hide='^\[ *[0-9]+\.[0-9]+\] |^nri-align-guest: '
     tail -n +1 -f --pid="$VM_TIMEOUT_PID" "$run/console.log" | grep --line-buffered -Ev "$hide" &
     local tail_pid=$!
+    # A guest whose CPUs stay stuck in the kernel (the watchdog reports soft lockups of two
+    # minutes or more) will not recover: stop it now rather than at the timeout.
+    while kill -0 "$VM_TIMEOUT_PID" 2>/dev/null; do
+        if vm_stuck "$run/console.log"; then
+            log "the guest is stuck (kernel soft lockup); stopping it"
+            vm_down "$run"
+            wait "$tail_pid" 2>/dev/null || true
+            return 125
+        fi
+        sleep 2
+    done
     wait "$VM_TIMEOUT_PID" || true
     VM_TIMEOUT_PID=""
     wait "$tail_pid" 2>/dev/null || true
@@ -234,6 +245,12 @@ vm_boot() {
         return 124
     fi
     return "$(cat "$run/job.rc")"
+}
+
+# vm_stuck CONSOLE_LOG: whether the kernel reported a CPU stuck for 120 s or more.
+vm_stuck() {
+    grep -o 'soft lockup - CPU#[0-9]* stuck for [0-9]*s' "$1" 2>/dev/null \
+        | awk '{ s = $NF; sub(/s$/, "", s); if (s + 0 >= 120) found = 1 } END { exit !found }'
 }
 
 # vm_down RUN_DIR: stops the guest by the PID QEMU recorded (TERM, then KILL), and its timeout.
@@ -319,8 +336,14 @@ vm_run() {
     } >"$run/job"
     trap 'vm_down "$VM_RUN_DIR"' EXIT
     trap 'vm_down "$VM_RUN_DIR"; exit 130' INT TERM
-    local rc=0
-    vm_boot "$run" "${shares[@]}" || rc=$?
-    vm_down "$run"
+    # A guest stuck in the middle of its job (125) gets one more try.
+    local rc=0 try
+    for try in 1 2; do
+        rc=0
+        vm_boot "$run" "${shares[@]}" || rc=$?
+        vm_down "$run"
+        [[ $rc == 125 ]] || break
+        log "guest run $try of 2 got stuck"
+    done
     return "$rc"
 }
