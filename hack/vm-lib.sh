@@ -326,8 +326,7 @@ vm_run() {
     local -a env=(VM_RUN="$run" NRI_ALIGN_BIN="$NRI_ALIGN_BIN" CRICTL="$CRICTL_BIN"
         NRI_ALIGN_FAKE_NVML="$FAKE_NVML_LIB" HOST_CACHE="$CACHE_DIR"
         NRI_ALIGN_VM_HOST="$VM_HOST_DESC" NRI_ALIGN_VM_FLAVOR="$VM_FLAVOR"
-        VM_TEST_BIN="$VM_TEST_BIN" NRI_ALIGN_VM_GPU_MODE="${NRI_ALIGN_VM_GPU_MODE:-keep}"
-        HOME=/root RUST_BACKTRACE=0
+        VM_TEST_BIN="$VM_TEST_BIN" HOME=/root RUST_BACKTRACE=0
         PATH=/bin:/sbin:/usr/bin:/usr/sbin)
     {
         echo "# written by $(basename "$0") for hack/vm/init"

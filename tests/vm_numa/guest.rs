@@ -16,16 +16,10 @@ use crate::common::{
 /// Set (to 1) by hack/vm/guest-run: the tests only run inside the QEMU guest.
 pub const GUEST_ENV: &str = "NRI_ALIGN_VM_GUEST";
 
-/// Node configuration of nri-align in the guest: NIC counts come from pod annotations, and GPUs
-/// stay the ones the "device plugin" (the test) allocated unless NRI_ALIGN_VM_GPU_MODE says
-/// otherwise. `keep`, because `remap` cannot be enforced through NRI as containerd 1.7/2.1 run
-/// it: their NRI adaptation forwards neither device removals nor device-cgroup rules to the
-/// spec, so a remapped container keeps the allocated GPU usable next to the chosen one
-/// (`NRI_ALIGN_VM_GPU_MODE=remap hack/vm-e2e` shows it).
-fn plugin_config() -> String {
-    let mode = std::env::var("NRI_ALIGN_VM_GPU_MODE").unwrap_or_else(|_| "keep".into());
-    format!("allow_device_annotations: true\ngpu_mode: {mode}\n")
-}
+/// Node configuration of nri-align in the guest: NIC counts come from pod annotations. GPUs stay
+/// the ones the "device plugin" (the test) allocated: nri-align keeps GPUs that arrive as device
+/// nodes, since runtimes drop the removal of a spec's device (containerd/nri#216).
+const PLUGIN_CONFIG: &str = "allow_device_annotations: true\n";
 
 /// A set of CPU or node ids.
 pub type Ids = BTreeSet<u32>;
@@ -209,7 +203,7 @@ fn start() -> Result<Guest, String> {
     let ctrd = Containerd::fresh(flavor, "vm").map_err(|e| e.to_string())?;
     let state_dir = ctrd.dir().join("nri-align-state");
     let config = ctrd.dir().join("nri-align.yaml");
-    std::fs::write(&config, plugin_config()).map_err(|e| format!("write config: {e}"))?;
+    std::fs::write(&config, PLUGIN_CONFIG).map_err(|e| format!("write config: {e}"))?;
     let plugin = ctrd
         .start_external_plugin(
             &nri_align_bin(),

@@ -59,12 +59,9 @@ fn assert_cgroup_matches(what: &str, s: &Seen) {
 }
 
 /// The single GPU `s` can use (ls /dev, the device cgroup and the env agree), and its node
-/// from sysfs.
-///
-/// When nri-align moves a container to another GPU than the device plugin allocated, it asks
-/// the runtime to remove the allocated node and denies it in the device cgroup. The NRI
-/// adaptation of containerd 1.7/2.1 drops device removals (it forwards only additions to the
-/// spec), so the allocated node may still be listed; the cgroup must then refuse it.
+/// from sysfs. A GPU node listed but denied by the device cgroup would be tolerated (with a
+/// note): that is how a remapped GPU looks on a runtime that honours device rules but not
+/// removals.
 fn only_gpu(what: &str, s: &Seen, facts: &Facts) -> (u32, u32) {
     assert_eq!(
         s.gpu_usable.len(),
