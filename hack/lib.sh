@@ -56,6 +56,16 @@ apt_private() {
         "$@"
 }
 
+# apt_refresh SUITE: updates the private package lists of SUITE at most once a day; a stale list
+# only means an older version.
+apt_refresh() {
+    local suite="$1" base="$CACHE_DIR/apt-$1"
+    if [[ -z "$(find "$base/lists" -maxdepth 1 -name '*_Packages*' -mtime -1 -print -quit 2>/dev/null)" ]]; then
+        log "apt update ($suite)"
+        apt_private apt-get "$suite" update >/dev/null
+    fi
+}
+
 # fetch_deb SUITE PACKAGE DEST: downloads PACKAGE from SUITE and unpacks it into DEST (dpkg -x).
 # Skips everything when DEST/.done names the same package version.
 fetch_deb() {
@@ -68,11 +78,7 @@ fetch_deb() {
             return 0
         fi
     fi
-    # Refresh the private lists at most once a day; a stale list only means an older version.
-    if [[ -z "$(find "$base/lists" -maxdepth 1 -name '*_Packages*' -mtime -1 -print -quit 2>/dev/null)" ]]; then
-        log "apt update ($suite)"
-        apt_private apt-get "$suite" update >/dev/null
-    fi
+    apt_refresh "$suite"
     local version
     version="$(apt_private apt-cache "$suite" show "$pkg" 2>/dev/null | awk '/^Version:/ {print $2; exit}')"
     [[ -n "$version" ]] || die "package $pkg not found in $suite"

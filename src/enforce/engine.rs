@@ -10,7 +10,7 @@ use std::time::Instant;
 use crate::config::Config;
 use crate::metrics::{Metrics, NodeFreeSample};
 use crate::placement::{Assignment, GpuMode, PlacementConfig, Request};
-use crate::topology::{CpuSet, Topology};
+use crate::topology::{CpuSet, NodeSet, Topology};
 
 use super::adjust::{
     build_adjustment, pool_updates, AdjustError, Adjustment, CpusetUpdate, DeviceLookup,
@@ -506,7 +506,10 @@ impl<P: Placer> Engine<P> {
     }
 
     /// Moves every shared container (but `except`, which gets the pool in its own adjustment)
-    /// onto the current pool and records what was sent.
+    /// onto the current pool and records what was sent. A shared container bound to NUMA nodes
+    /// (pod scope, or its GPUs' node) follows the pool on those nodes only: moving it onto the
+    /// whole pool would take a pod-scoped sidecar off its pod's node at the next exclusive
+    /// allocation.
     fn follow_pool(&mut self, except: Option<&str>) -> Vec<CpusetUpdate> {
         let pool = self.placer.shared_pool();
         if pool.is_empty() {
@@ -516,14 +519,15 @@ impl<P: Placer> Engine<P> {
             tracing::warn!("shared pool is empty: shared containers stay where they are");
             return Vec::new();
         }
-        let updates = pool_updates(
-            &pool,
-            self.doc
-                .containers
-                .iter()
-                .filter(|(id, r)| !r.assignment.exclusive && Some(id.as_str()) != except)
-                .map(|(id, r)| (id.as_str(), &r.applied_cpus)),
-        );
+        let topo = self.placer.topology();
+        let mut updates = Vec::new();
+        for (id, r) in &self.doc.containers {
+            if r.assignment.exclusive || Some(id.as_str()) == except {
+                continue;
+            }
+            let target = shared_cpus_on(topo, &pool, &r.assignment.numa_nodes);
+            updates.extend(pool_updates(&target, [(id.as_str(), &r.applied_cpus)]));
+        }
         for u in &updates {
             if let Some(r) = self.doc.containers.get_mut(&u.container_id) {
                 r.applied_cpus = u.cpus.clone();
@@ -587,6 +591,24 @@ fn log_decision(
         reason = %a.reason,
         "decision"
     );
+}
+
+/// The shared CPUs of `pool` on `nodes`; the whole pool when `nodes` is empty (a container
+/// with nothing to align) or has no pool CPU left (better somewhere than nowhere).
+fn shared_cpus_on(topo: &Topology, pool: &CpuSet, nodes: &NodeSet) -> CpuSet {
+    let local: CpuSet = pool
+        .iter()
+        .filter(|c| {
+            topo.cpus
+                .iter()
+                .any(|cpu| cpu.id == *c && nodes.contains(cpu.numa_node))
+        })
+        .collect();
+    if local.is_empty() {
+        pool.clone()
+    } else {
+        local
+    }
 }
 
 #[cfg(test)]

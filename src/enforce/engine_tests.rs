@@ -100,6 +100,55 @@ fn exclusive_create_shrinks_the_pool_and_stop_grows_it_back() {
 }
 
 #[test]
+fn shared_container_bound_to_a_node_follows_the_pool_there_only() {
+    let mut e = engine(None, Config::default());
+    let cpus = |s: &str| -> CpuSet { s.parse().expect("set") };
+    let bound = e
+        .create_container(&pod("a"), &ctr("sg", "a", 0, &[1]))
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(
+        bound.adjustment.cpuset_cpus, "4-7",
+        "shared CPUs of GPU 1's node"
+    );
+    e.create_container(&pod("a"), &ctr("s1", "a", 0, &[]))
+        .expect("ok")
+        .expect("adj");
+
+    // Node 0 loses two CPUs: only the unbound container follows.
+    let x1 = e
+        .create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(
+        x1.updates,
+        vec![CpusetUpdate {
+            container_id: "s1".into(),
+            cpus: cpus("2-7")
+        }]
+    );
+
+    // Node 1 loses two: the bound container keeps to what is left there.
+    let x2 = e
+        .create_container(&pod("a"), &ctr("x2", "a", 2, &[1]))
+        .expect("ok")
+        .expect("adj");
+    let mut got: Vec<(String, String)> = x2
+        .updates
+        .iter()
+        .map(|u| (u.container_id.clone(), u.cpus.to_string()))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            ("s1".to_string(), "2-3,6-7".to_string()),
+            ("sg".to_string(), "6-7".to_string())
+        ]
+    );
+}
+
+#[test]
 fn gpu_container_is_aligned_to_its_gpu_with_env_and_nodes() {
     let mut e = engine(None, Config::default());
     let out = e

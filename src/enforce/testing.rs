@@ -12,7 +12,8 @@ use crate::placement::{Assignment, PlacementConfig, Request};
 use crate::topology::{Cpu, CpuSet, Topology};
 
 /// A deliberately simple placer: exclusive integer-CPU containers get the lowest free CPUs of
-/// one node (the node of their GPU when they have one), everything else the shared pool.
+/// one node (the node of their GPU when they have one), everything else the shared pool (on
+/// their GPU's node when they have one).
 pub(crate) struct FakePlacer {
     topo: Topology,
     cfg: PlacementConfig,
@@ -76,8 +77,14 @@ impl Placer for FakePlacer {
             _ => 0,
         };
         if want == 0 {
+            // Shared CPUs; with a GPU, those of the GPU's node (as the real allocator does).
             a.cpus = self.shared_pool();
             a.mems = "0-1".parse().expect("set");
+            if let Some(n) = gpu_node {
+                a.cpus = a.cpus.iter().filter(|c| c / 4 == n).collect();
+                a.mems = [n].into_iter().collect();
+                a.numa_nodes = [n].into_iter().collect();
+            }
         } else {
             let free = self.shared_pool();
             let nodes: Vec<u32> = match gpu_node {

@@ -239,6 +239,7 @@ mod tests {
                 .collect()
         };
         assert_eq!(values("-smp"), ["8,sockets=2,cores=2,threads=2"]);
+        assert_eq!(values("-cpu"), ["qemu64,vendor=GenuineIntel"]);
         assert_eq!(values("-m"), ["2304M"]);
         let numa = values("-numa");
         assert_eq!(numa.iter().filter(|a| a.starts_with("node,")).count(), 5);
@@ -251,7 +252,7 @@ mod tests {
             (
                 count("pxb-pcie"),
                 count("x3130-upstream"),
-                count("edu,"),
+                count("bochs-display,"),
                 count("e1000e,")
             ),
             (4, 4, 4, 4)

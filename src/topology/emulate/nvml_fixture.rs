@@ -164,9 +164,10 @@ pub fn fixture(desc: &HostDesc, l: &Layout) -> Fixture {
 }
 
 /// The fixture of `desc` with the GPUs moved to the guest's real PCI functions: the GPU
-/// stand-ins found under `root/bus/pci/devices` (NVIDIA vendor, a display class, or QEMU's
-/// `edu` device 1234:11e8), in bus order, take the GPUs' places in index order; their CPU and
-/// memory affinity come from the guest's `local_cpulist` and `numa_node`.
+/// stand-ins found under `root/bus/pci/devices` (NVIDIA vendor, a 3D or "other" display class
+/// such as QEMU's `bochs-display`, or QEMU's `edu` device 1234:11e8), in bus order, take the
+/// GPUs' places in index order; their CPU and memory affinity come from the guest's
+/// `local_cpulist` and `numa_node`.
 pub fn fixture_from_sysfs(
     desc: &HostDesc,
     root: &std::path::Path,
@@ -196,6 +197,7 @@ pub fn fixture_from_sysfs(
         let stand_in = vendor == "0x10de" && class.starts_with("0x03")
             || class.starts_with("0x0300")
             || class.starts_with("0x0302")
+            || class.starts_with("0x0380")
             || (vendor == "0x1234" && device == "0x11e8");
         if stand_in {
             let cpus = read(d.join("local_cpulist")).unwrap_or_default();

@@ -2,8 +2,10 @@
 //! DEVELOPERS.md): `-smp` and `-numa` (memory backends, CPU placement, distances) give the CPU
 //! and memory shape; one `pxb-pcie` expander per host bridge of the layout, each with its NUMA
 //! node, carries a `pcie-root-port`, then `x3130-upstream` + `xio3130-downstream` switches as
-//! described; QEMU's `edu` device stands in for each GPU and `e1000e` for each NIC. NVSwitch
-//! chips are not emulated. The guest firmware renumbers buses, so the guest's NVML fixture is
+//! described; QEMU's `bochs-display` stands in for each GPU and `e1000e` for each NIC. NVSwitch
+//! chips are not emulated. `bochs-display` because it is a display controller of class 0x0380,
+//! which the sysfs reader takes for an accelerator: the guest's own PCI tree then places each
+//! GPU stand-in (NUMA node, switch, root complex), not only the NVML fixture made from it. The guest firmware renumbers buses, so the guest's NVML fixture is
 //! made afterwards from its own sysfs (`nri-align emulate --nvml-from-sysfs`).
 
 use crate::topology::desc::{FuncRole, HostDesc, Layout};
@@ -20,6 +22,10 @@ pub fn qemu_args(desc: &HostDesc) -> Vec<String> {
     };
     let total_mib: u64 = l.nodes.iter().map(|n| n.memory_bytes >> 20).sum();
     push("-machine", "q35".into());
+    // TCG's default CPU reports an AMD vendor without topoext, so the guest kernel sees no SMT
+    // siblings (every thread its own core); the same model with Intel's vendor makes it read
+    // the threads from CPUID leaf 0xB.
+    push("-cpu", "qemu64,vendor=GenuineIntel".into());
     push("-m", format!("{total_mib}M"));
     push(
         "-smp",
@@ -105,7 +111,10 @@ pub fn qemu_args(desc: &HostDesc) -> Vec<String> {
                     chassis += 1;
                     format!("xio3130-downstream,id=f{i},bus={bus},chassis={chassis},slot=0")
                 }
-                FuncRole::Gpu(_) => format!("edu,id=f{i},bus={bus},addr=0"),
+                FuncRole::Gpu(_) => {
+                    // The smallest framebuffer keeps four stand-ins cheap for the host.
+                    format!("bochs-display,id=f{i},bus={bus},addr=0,vgamem=4M")
+                }
                 FuncRole::Nic(_) => {
                     nic += 1;
                     push("-netdev", format!("user,id=net{nic}"));
