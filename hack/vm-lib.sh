@@ -50,7 +50,7 @@ vm_fetch_kernel() {
     apt_refresh bookworm
     local pkg
     pkg="$(apt_private apt-cache bookworm show linux-image-amd64 2>/dev/null \
-        | sed -n 's/^Depends:.*\(linux-image-[0-9][^ ,]*-amd64\).*/\1/{p;q}')"
+        | sed -n 's/^Depends:.*\(linux-image-[0-9][^ ,]*-amd64\).*/\1/p' | sed -n 1p)"
     [[ -n "$pkg" ]] || die "cannot resolve linux-image-amd64 in bookworm"
     fetch_deb bookworm "$pkg" "$KERNEL_DIR"
 }
