@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use super::annotations::MemNodes;
 use super::cpus;
-use super::error::{fmt_bytes, fmt_nodes, Ask, PlacementError};
+use super::error::{fmt_bytes, fmt_nodes, PlacementError};
 use super::gpus::{self, LinkTable};
 use super::ledger::{Ledger, NodeFree};
 use super::nics;
 use super::numa::{self, Cap, Need};
 use super::policy::{GpuMode, PlacementConfig, Policy, Scope};
+use super::reject;
 use super::request::{Assignment, Request};
 pub use super::resolve::{resolve, Resolved};
 use crate::topology::{CpuSet, NodeSet, Topology};
@@ -259,7 +260,7 @@ impl Allocator {
                 ..Need::default()
             };
             let nodes = numa::choose(topo, &caps, &vec![true; caps.len()], &need)
-                .ok_or_else(|| self.insufficient(r, &caps))?;
+                .ok_or_else(|| reject::insufficient(&self.ledger, &self.config, r, &caps))?;
             a.cpus = self.pick_cpus(&caps, &nodes, r)?;
         } else {
             a.cpus = self.ledger.shared_pool();
@@ -288,40 +289,7 @@ impl Allocator {
             r.cpus,
             self.config.full_pcpus_only,
         )
-        .ok_or_else(|| self.insufficient(r, caps))
-    }
-
-    fn insufficient(&self, r: &Resolved, caps: &[Cap]) -> PlacementError {
-        let free_cpu: u32 = caps.iter().map(|c| c.cpu).sum();
-        let free_mem: u64 = caps.iter().filter(|c| c.has_cpus).map(|c| c.mem).sum();
-        let free_gpu = self.ledger.free_gpus().len();
-        let nics = nics::eligible(&self.ledger).len();
-        let (resource, asked, free) = if r.exclusive && free_cpu < r.cpus {
-            let what = if self.config.full_pcpus_only {
-                "whole-core cpu"
-            } else {
-                "cpu"
-            };
-            (what, r.cpus.to_string(), free_cpu.to_string())
-        } else if free_mem < r.memory {
-            ("memory", fmt_bytes(r.memory), fmt_bytes(free_mem))
-        } else if free_gpu < r.gpu_count {
-            ("gpu", r.gpu_count.to_string(), free_gpu.to_string())
-        } else if nics < r.nic_count {
-            ("nic", r.nic_count.to_string(), nics.to_string())
-        } else {
-            (
-                "shared-pool cpu",
-                "1".to_string(),
-                self.ledger.shared_pool().len().to_string(),
-            )
-        };
-        PlacementError::Insufficient {
-            container: r.who.clone(),
-            resource: resource.into(),
-            asked,
-            free,
-        }
+        .ok_or_else(|| reject::insufficient(&self.ledger, &self.config, r, caps))
     }
 
     /// The joint choice on the allowed nodes.
@@ -348,10 +316,9 @@ impl Allocator {
             gpus: r.gpu_count as u32,
             ..need.clone()
         };
-        let everywhere = vec![true; caps.len()];
         let cpu_nodes: Vec<usize> = (0..caps.len()).filter(|i| caps[*i].has_cpus).collect();
         if !numa::fits(&caps, &cpu_nodes, &full_need) && (r.gpu_count == 0 || !keep) {
-            return Err(self.insufficient(r, &caps));
+            return Err(reject::insufficient(&self.ledger, &self.config, r, &caps));
         }
         let limit = match r.eff.policy {
             Policy::SingleNumaNode => 1,
@@ -374,7 +341,7 @@ impl Allocator {
             let free = self.ledger.free_gpus();
             let sets = gpus::candidates(&self.links, &free, &must, r.gpu_count);
             if sets.is_empty() {
-                return Err(self.insufficient(r, &caps));
+                return Err(reject::insufficient(&self.ledger, &self.config, r, &caps));
             }
             let mut best_key = None;
             let lookahead = gpus::lookahead_affordable(sets.len(), free.len(), r.gpu_count);
@@ -435,7 +402,14 @@ impl Allocator {
             best = Some((nodes, Vec::new(), nic_idx, ok));
         }
         let Some((nodes, g, nic_idx, true)) = best else {
-            return Err(self.unalignable(r, &caps, allowed, pin, limit, &full_need, &everywhere));
+            return Err(reject::unalignable(
+                &self.ledger,
+                r,
+                &caps,
+                allowed,
+                &reject::Shape { pin, limit },
+                &full_need,
+            ));
         };
         a.cpus = if r.exclusive {
             self.pick_cpus(&caps, &nodes, r)?
@@ -453,7 +427,7 @@ impl Allocator {
         let split = self
             .ledger
             .split_memory(&nodes, r.memory)
-            .ok_or_else(|| self.insufficient(r, &caps))?;
+            .ok_or_else(|| reject::insufficient(&self.ledger, &self.config, r, &caps))?;
         a.numa_nodes = self.ledger.ids(&nodes);
         a.mems = a.numa_nodes.clone();
         if r.eff.mems == MemNodes::WithMemoryOnly {
@@ -493,96 +467,5 @@ impl Allocator {
         }
         a.reason = reason;
         Ok(Choice { a, split })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn unalignable(
-        &self,
-        r: &Resolved,
-        caps: &[Cap],
-        allowed: &[bool],
-        pin: Option<&NodeSet>,
-        limit: usize,
-        need: &Need,
-        everywhere: &[bool],
-    ) -> PlacementError {
-        let best = numa::best_offer(caps, allowed, need);
-        let asked = Ask {
-            cpus: need.cpus,
-            memory_bytes: need.memory,
-            gpus: need.gpus,
-            nics: need.nics,
-        };
-        let mut what = Vec::new();
-        let mut reduce = Vec::new();
-        if best.cpus < asked.cpus {
-            what.push("cpu");
-            reduce.push(format!("cpu to {}", best.cpus));
-        }
-        if best.memory_bytes < asked.memory_bytes {
-            what.push("memory");
-            reduce.push(format!("memory to {}", fmt_bytes(best.memory_bytes)));
-        }
-        if best.gpus < asked.gpus {
-            what.push("gpus");
-            reduce.push(format!("gpus to {}", best.gpus));
-        }
-        if best.nics < asked.nics {
-            what.push("nics");
-            reduce.push(format!("nics to {}", best.nics));
-        }
-        if what.is_empty() {
-            what.push("devices and cpus together");
-        }
-        let shape = match (pin, limit) {
-            (Some(p), _) => format!("the pod's NUMA {}", fmt_nodes(p)),
-            (None, 1) => "one NUMA node".to_string(),
-            (None, w) => format!("{w} NUMA nodes (the narrowest this request can be)"),
-        };
-        let mut alternatives = Vec::new();
-        if limit == 1 && limit < numa::min_width(&self.ledger, need) {
-            alternatives.push("use policy restricted or best-effort".to_string());
-        } else if numa::choose(
-            self.ledger.topo(),
-            caps,
-            everywhere,
-            &Need {
-                gpus: 0,
-                ..need.clone()
-            },
-        )
-        .is_some()
-        {
-            alternatives.push(format!(
-                "use policy best-effort ({}.nri-align.io/pod)",
-                "policy"
-            ));
-        }
-        if pin.is_some() {
-            alternatives.push("use scope container".to_string());
-        }
-        let mut suggestion = String::new();
-        if !reduce.is_empty() {
-            suggestion = format!("would fit: reduce {}", reduce.join(", "));
-        }
-        if !alternatives.is_empty() {
-            if suggestion.is_empty() {
-                suggestion = alternatives.join(" or ");
-            } else {
-                suggestion = format!("{suggestion}, or {}", alternatives.join(" or "));
-            }
-        }
-        if suggestion.is_empty() {
-            suggestion = "wait for capacity to free up".into();
-        }
-        PlacementError::Unalignable {
-            container: r.who.clone(),
-            policy: r.eff.policy,
-            what: what.join(", "),
-            shape,
-            asked: Box::new(asked),
-            best: Box::new(best),
-            suggestion,
-        }
     }
 }

@@ -14,6 +14,7 @@ pub mod ledger;
 pub mod nics;
 pub mod numa;
 pub mod policy;
+pub mod reject;
 pub mod request;
 pub mod resolve;
 pub mod testing;
