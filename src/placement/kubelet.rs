@@ -10,6 +10,7 @@ use super::engine::{resolve, Resolved};
 use super::error::{fmt_bytes, PlacementError};
 use super::ledger::{Ledger, NodeFree};
 use super::nics;
+use super::numa::{self, Need};
 use super::policy::{PlacementConfig, Policy, Scope};
 use super::request::{Assignment, Request};
 use crate::topology::{CpuSet, Topology};
@@ -184,18 +185,30 @@ impl Kubelet {
             None => merge(&providers, self.full()),
         };
         if matches!(policy, Policy::Restricted | Policy::SingleNumaNode) && !preferred {
+            // What the node closest to holding the request had, measured as the engine does,
+            // so the two strategies' messages compare.
+            let need = Need {
+                cpus: if r.exclusive { r.cpus } else { 0 },
+                whole: self.config.full_pcpus_only,
+                memory: r.memory,
+                gpus: r.gpu_count as u32,
+                nics: r.nic_count as u32,
+                shared: false,
+            };
+            let caps = numa::caps(&self.ledger, self.config.full_pcpus_only);
+            let best = numa::best_offer(&caps, &vec![true; caps.len()], &need);
             return Err(PlacementError::Unalignable {
                 container: r.who.clone(),
                 policy,
                 what: "resources".into(),
                 shape: "a preferred NUMA affinity (TopologyAffinityError)".into(),
                 asked: Box::new(super::error::Ask {
-                    cpus: r.cpus,
-                    memory_bytes: r.memory,
-                    gpus: r.gpu_count as u32,
-                    nics: r.nic_count as u32,
+                    cpus: need.cpus,
+                    memory_bytes: need.memory,
+                    gpus: need.gpus,
+                    nics: need.nics,
                 }),
-                best: Box::default(),
+                best: Box::new(best),
                 suggestion: "the kubelet rejects the pod; its replacement may loop on this node"
                     .into(),
             });
