@@ -29,6 +29,20 @@ pub struct Allocator {
 /// A candidate: node indices in order, GPU indices, NIC indices, admissible under the policy.
 type Pick = (Vec<usize>, Vec<usize>, Vec<usize>, bool);
 
+/// How a candidate GPU set ranks, best last: admissible under the policy; fewer pairs without
+/// NVLink; link score plus look-ahead; fewer, then closer nodes; better NIC paths; more link
+/// score left among the free GPUs; the tightest CPU fit.
+type Key = (
+    bool,
+    std::cmp::Reverse<usize>,
+    u32,
+    std::cmp::Reverse<usize>,
+    std::cmp::Reverse<u32>,
+    std::cmp::Reverse<u32>,
+    u32,
+    std::cmp::Reverse<u32>,
+);
+
 struct Choice {
     a: Assignment,
     split: Vec<(usize, u64)>,
@@ -344,8 +358,24 @@ impl Allocator {
                 return Err(reject::insufficient(&self.ledger, &self.config, r, &caps));
             }
             let mut best_key = None;
-            let lookahead = gpus::lookahead_affordable(sets.len(), free.len(), r.gpu_count);
+            let exact = gpus::lookahead_exact(sets.len(), free.len(), r.gpu_count);
             for s in sets {
+                // The GPU-only part of the key first: once an admissible set is known, a set
+                // whose links (with the look-ahead) rank lower cannot win, and skipping its node
+                // growth and NIC pairing keeps 8-of-16 searches in milliseconds.
+                let unlinked = std::cmp::Reverse(gpus::unlinked_pairs(&self.links, &s));
+                // Anti-fragmentation: this set plus the best sets of the same and of twice the
+                // size left after it (go-gpuallocator's partition idea, one step deep), never
+                // at the price of a pair without NVLink.
+                let rest: Vec<usize> = free.iter().copied().filter(|g| !s.contains(g)).collect();
+                let score = self.links.set_score(&s)
+                    + gpus::lookahead(&self.links, &rest, r.gpu_count, exact);
+                if let Some((k, _)) = &best_key {
+                    let k: &Key = k;
+                    if k.0 && (unlinked, score) < (k.1, k.2) {
+                        continue;
+                    }
+                }
                 let mut seed: Vec<usize> = Vec::new();
                 for g in &s {
                     if let Some(i) = self.ledger.gpu_node(*g) {
@@ -368,28 +398,23 @@ impl Allocator {
                 let admissible =
                     r.eff.policy == Policy::BestEffort || (inside && nodes.len() <= limit);
                 let leftover: u32 = nodes.iter().map(|i| caps[*i].cpu).sum();
-                // Anti-fragmentation: this set plus the best sets of the same and of twice the
-                // size left after it (go-gpuallocator's partition idea, one step deep), never
-                // at the price of a pair without NVLink.
-                let rest: Vec<usize> = free.iter().copied().filter(|g| !s.contains(g)).collect();
-                let ahead = if lookahead {
-                    gpus::lookahead(&self.links, &rest, r.gpu_count)
-                } else {
-                    0
-                };
-                let key = (
+                let key: Key = (
                     admissible,
-                    std::cmp::Reverse(gpus::unlinked_pairs(&self.links, &s)),
-                    self.links.set_score(&s) + ahead,
+                    unlinked,
+                    score,
                     std::cmp::Reverse(nodes.len()),
                     std::cmp::Reverse(numa::spread(topo, &nodes)),
                     std::cmp::Reverse(nic_cost),
                     self.links.remaining(&free, &s),
                     std::cmp::Reverse(leftover),
-                    std::cmp::Reverse(s.clone()),
                 );
-                if best_key.as_ref().map_or(true, |k| key > *k) {
-                    best_key = Some(key);
+                // Ties go to the lowest GPU indices, whatever order the candidates came in.
+                let better = match &best_key {
+                    None => true,
+                    Some((k, bs)) => key > *k || (key == *k && s < *bs),
+                };
+                if better {
+                    best_key = Some((key, s.clone()));
                     best = Some((nodes, s, nic_idx, admissible));
                 }
             }

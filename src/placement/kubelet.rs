@@ -303,7 +303,7 @@ impl Kubelet {
             });
         }
         let el = nics::eligible(&self.ledger);
-        let mut order: Vec<usize> = el.clone();
+        let mut order: Vec<usize> = el.to_vec();
         order.sort_by_key(|x| {
             (
                 self.ledger.nic_users(*x),
