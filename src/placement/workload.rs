@@ -186,7 +186,7 @@ fn requests(
             pod: pod.name.clone(),
             container: c.name.clone(),
             what,
-            value: format!("{value:?}"),
+            value: value.to_string(),
             hint,
         };
         let request = match &c.cpu {

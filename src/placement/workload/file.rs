@@ -53,6 +53,16 @@ pub enum Quantity {
     Text(String),
 }
 
+impl std::fmt::Display for Quantity {
+    /// As written in the file, for error messages.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Quantity::Number(n) => write!(f, "{n}"),
+            Quantity::Text(t) => f.write_str(t),
+        }
+    }
+}
+
 /// A workload file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -159,19 +169,21 @@ impl Workload {
     }
 }
 
+/// A non-negative finite amount that fits in 64 bits, rounded to the nearest unit; anything
+/// else is not a quantity (a saturated `1e30` would read as a real, huge request).
+fn whole(x: f64) -> Option<u64> {
+    let x = x.round();
+    (x.is_finite() && x >= 0.0 && x < u64::MAX as f64).then_some(x as u64)
+}
+
 pub(super) fn cpu_milli(q: &Quantity) -> Option<u64> {
     match q {
-        Quantity::Number(n) if *n >= 0.0 => Some((n * 1000.0).round() as u64),
-        Quantity::Number(_) => None,
+        Quantity::Number(n) => whole(n * 1000.0),
         Quantity::Text(t) => {
             let t = t.trim();
             match t.strip_suffix('m') {
                 Some(m) => m.parse().ok(),
-                None => t
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|n| *n >= 0.0)
-                    .map(|n| (n * 1000.0).round() as u64),
+                None => t.parse::<f64>().ok().and_then(|n| whole(n * 1000.0)),
             }
         }
     }
@@ -189,8 +201,7 @@ pub(super) fn bytes(q: &Quantity) -> Option<u64> {
         ("T", 1_000_000_000_000),
     ];
     match q {
-        Quantity::Number(n) if *n >= 0.0 => Some(*n as u64),
-        Quantity::Number(_) => None,
+        Quantity::Number(n) => whole(*n),
         Quantity::Text(t) => {
             let t = t.trim();
             for (s, mul) in SUFFIXES {
@@ -199,8 +210,7 @@ pub(super) fn bytes(q: &Quantity) -> Option<u64> {
                         .trim()
                         .parse::<f64>()
                         .ok()
-                        .filter(|n| *n >= 0.0)
-                        .map(|n| (n * mul as f64) as u64);
+                        .and_then(|n| whole(n * mul as f64));
                 }
             }
             t.parse().ok()
@@ -222,5 +232,11 @@ mod tests {
         assert_eq!(bytes(&Quantity::Text("1G".into())), Some(1_000_000_000));
         assert_eq!(bytes(&Quantity::Number(4096.0)), Some(4096));
         assert_eq!(bytes(&Quantity::Text("-1Gi".into())), None);
+        // Out of range or not a number: an error, never a saturated request.
+        assert_eq!(bytes(&Quantity::Text("99999999999Ti".into())), None);
+        assert_eq!(bytes(&Quantity::Number(1e30)), None);
+        assert_eq!(cpu_milli(&Quantity::Number(1e30)), None);
+        assert_eq!(cpu_milli(&Quantity::Text("inf".into())), None);
+        assert_eq!(cpu_milli(&Quantity::Text("NaN".into())), None);
     }
 }
