@@ -377,3 +377,75 @@ events:                    # optional; default: add every pod in order
         }
     }
 }
+
+/// Pod scope: when the pod's totals are known (simulate knows them; the plugin can read the
+/// pod's resources), the first container's node set is chosen to hold the whole pod, so a
+/// small first container does not pin the pod where its large second one cannot fit. Both
+/// strategies, as the kubelet's pod scope sums the requests too.
+#[test]
+fn pod_scope_sizes_the_first_container_for_the_whole_pod() {
+    let text = r#"
+pods:
+  - name: fill
+    containers:
+      - {name: a, cpu: 100, memory: 8Gi}
+  - name: pinned
+    annotations: {policy.nri-align.io/pod: restricted, scope.nri-align.io/pod: pod}
+    containers:
+      - {name: a, cpu: 4, memory: 8Gi}
+      - {name: b, cpu: 30, memory: 8Gi}
+"#;
+    let wl = Workload::parse(text).expect("workload");
+    for strategy in [Strategy::NriAlign, Strategy::Kubelet] {
+        let report = workload::replay(
+            Arc::new(host("dgx-h100")),
+            PlacementConfig::default(),
+            &wl,
+            strategy,
+        )
+        .expect("replay");
+        let pinned: Vec<_> = report
+            .decisions
+            .iter()
+            .filter(|d| d.pod == "default/pinned")
+            .collect();
+        assert!(
+            pinned.iter().all(|d| d.admitted),
+            "{strategy}: {:?}",
+            pinned.iter().map(|d| &d.reason).collect::<Vec<_>>()
+        );
+        assert_eq!(pinned[0].mems, pinned[1].mems, "{strategy}: one node set");
+    }
+
+    // The engine alone: without the totals, best fit pins the pod on the tight node 0 and the
+    // second container is refused, saying what to change; with them, both land on node 1.
+    let topo = host("dgx-h100");
+    let ann = [
+        ("policy.nri-align.io/pod", "restricted"),
+        ("scope.nri-align.io/pod", "pod"),
+    ];
+    let mut a = alloc(&topo, Policy::BestEffort, GpuMode::Remap);
+    a.place(&req("fill", 100, 8, &[])).expect("fill");
+    let mut first = req("a", 4, 8, &ann);
+    let mut second = req("b", 30, 8, &ann);
+    for r in [&mut first, &mut second] {
+        r.pod.uid = "uid-pod".into();
+        r.pod.name = "pod".into();
+    }
+    let mut blind = a.clone();
+    blind.place(&first).expect("first");
+    let msg = blind
+        .place(&second)
+        .expect_err("pinned to node 0")
+        .to_string();
+    assert!(msg.contains("the pod's NUMA node 0"), "{msg}");
+    assert!(msg.contains("use scope container"), "{msg}");
+    a.expect_pod(
+        "uid-pod",
+        nri_align::placement::PodTotals::of(&[first.clone(), second.clone()]),
+    );
+    let x = a.place(&first).expect("first");
+    let y = a.place(&second).expect("second");
+    assert_eq!(x.numa_nodes, y.numa_nodes);
+    assert_eq!(x.numa_nodes.to_string(), "1");
+}

@@ -24,6 +24,44 @@ pub struct Allocator {
     config: PlacementConfig,
     links: LinkTable,
     pod_nodes: HashMap<String, NodeSet>,
+    pod_totals: HashMap<String, PodTotals>,
+}
+
+/// What a whole pod asks for, when it is known before its first container is placed
+/// (`simulate` knows the workload; the plugin can read the pod's resources). In pod scope the
+/// first container pins the pod's node set, so that set is chosen to hold the whole pod when
+/// one within the policy's width can; otherwise the first container is sized alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodTotals {
+    /// Exclusive CPUs of all the pod's containers.
+    pub exclusive_cpus: u32,
+    /// Memory limits of the containers that are bound to nodes, summed.
+    pub memory_bytes: u64,
+    /// GPUs of all containers.
+    pub gpus: u32,
+    /// NICs of all containers.
+    pub nics: u32,
+}
+
+impl PodTotals {
+    /// Totals of `reqs` by the kubelet's Guaranteed rule (annotations aside: a sizing hint).
+    pub fn of(reqs: &[Request]) -> PodTotals {
+        let mut t = PodTotals::default();
+        for r in reqs {
+            let m = r.cpu_request_milli;
+            if r.cpu_limit_milli == Some(m) && m > 0 && m % 1000 == 0 {
+                t.exclusive_cpus = t
+                    .exclusive_cpus
+                    .saturating_add(u32::try_from(m / 1000).unwrap_or(u32::MAX));
+                t.memory_bytes = t
+                    .memory_bytes
+                    .saturating_add(r.memory_limit_bytes.unwrap_or(0));
+            }
+            t.gpus = t.gpus.saturating_add(r.allocated_gpus.len() as u32);
+            t.nics = t.nics.saturating_add(r.allocated_nics.len() as u32);
+        }
+        t
+    }
 }
 
 /// A candidate: node indices in order, GPU indices, NIC indices, admissible under the policy.
@@ -57,7 +95,19 @@ impl Allocator {
             config,
             links,
             pod_nodes: HashMap::new(),
+            pod_totals: HashMap::new(),
         }
+    }
+
+    /// Tells the allocator what pod `uid` will ask for in all, before its first container (see
+    /// [`PodTotals`]). Kept until [`Allocator::forget_pod`] or the pod's last release.
+    pub fn expect_pod(&mut self, uid: &str, totals: PodTotals) {
+        self.pod_totals.insert(uid.to_string(), totals);
+    }
+
+    /// Drops what [`Allocator::expect_pod`] said about pod `uid`.
+    pub fn forget_pod(&mut self, uid: &str) {
+        self.pod_totals.remove(uid);
     }
 
     /// Decides and records.
@@ -82,6 +132,7 @@ impl Allocator {
         let a = self.ledger.release(container_id)?;
         if !self.ledger.assignments().any(|x| x.pod_uid == a.pod_uid) {
             self.pod_nodes.remove(&a.pod_uid);
+            self.pod_totals.remove(&a.pod_uid);
         }
         Some(a)
     }
@@ -339,6 +390,28 @@ impl Allocator {
             Policy::Restricted => numa::min_width(&self.ledger, &full_need),
             _ => usize::MAX,
         };
+        // The first container of a pod in pod scope pins the pod: size its node set for the
+        // whole pod when the pod's totals are known (the kubelet's pod scope sums them too).
+        let pod_need = (r.eff.scope == Scope::Pod && pin.is_none())
+            .then(|| self.pod_totals.get(&a.pod_uid))
+            .flatten()
+            .map(|t| Need {
+                cpus: if r.exclusive {
+                    need.cpus.max(t.exclusive_cpus)
+                } else {
+                    need.cpus
+                },
+                memory: need.memory.max(t.memory_bytes),
+                gpus: need.gpus.max(t.gpus),
+                nics: need.nics.max(t.nics),
+                ..need.clone()
+            })
+            .filter(|p| *p != need);
+        // Nodes for the pod when they stay within the policy's width, else for the container.
+        let sized = |found: Option<Vec<usize>>, own: &dyn Fn() -> Option<Vec<usize>>| match found {
+            Some(n) if n.len() <= limit => Some(n),
+            _ => own(),
+        };
         let fixed_nics = if keep {
             r.alloc_nics.clone()
         } else {
@@ -384,7 +457,11 @@ impl Allocator {
                         }
                     }
                 }
-                let Some(nodes) = numa::grow(topo, &caps, allowed, seed, &need) else {
+                let pod_nodes = pod_need
+                    .as_ref()
+                    .and_then(|p| numa::grow(topo, &caps, allowed, seed.clone(), p));
+                let own = || numa::grow(topo, &caps, allowed, seed.clone(), &need);
+                let Some(nodes) = sized(pod_nodes, &own) else {
                     continue;
                 };
                 let (nic_idx, nic_cost) =
@@ -418,7 +495,12 @@ impl Allocator {
                     best = Some((nodes, s, nic_idx, admissible));
                 }
             }
-        } else if let Some(nodes) = numa::choose(topo, &caps, allowed, &need) {
+        } else if let Some(nodes) = sized(
+            pod_need
+                .as_ref()
+                .and_then(|p| numa::choose(topo, &caps, allowed, p)),
+            &|| numa::choose(topo, &caps, allowed, &need),
+        ) {
             let (nic_idx, _) = nics::choose(&self.ledger, &[], &nodes, r.nic_count, &fixed_nics);
             let inside = nic_idx
                 .iter()

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::engine::PodTotals;
 use super::engine::{resolve, Resolved};
 use super::error::{fmt_bytes, PlacementError};
 use super::ledger::{Ledger, NodeFree};
@@ -40,6 +41,7 @@ pub struct Kubelet {
     config: PlacementConfig,
     nodes: Vec<usize>,
     pod_masks: HashMap<String, u32>,
+    pod_totals: HashMap<String, PodTotals>,
 }
 
 impl Kubelet {
@@ -56,6 +58,7 @@ impl Kubelet {
             config,
             nodes,
             pod_masks: HashMap::new(),
+            pod_totals: HashMap::new(),
         })
     }
 
@@ -74,6 +77,7 @@ impl Kubelet {
         let a = self.ledger.release(id)?;
         if !self.ledger.assignments().any(|x| x.pod_uid == a.pod_uid) {
             self.pod_masks.remove(&a.pod_uid);
+            self.pod_totals.remove(&a.pod_uid);
         }
         Some(a)
     }
@@ -116,10 +120,36 @@ impl Kubelet {
         out
     }
 
+    /// What pod `uid` asks for in all: in pod scope the kubelet computes the pod's hints from
+    /// the summed requests of its containers.
+    pub fn expect_pod(&mut self, uid: &str, totals: PodTotals) {
+        self.pod_totals.insert(uid.to_string(), totals);
+    }
+
+    /// Drops what [`Kubelet::expect_pod`] said about pod `uid`.
+    pub fn forget_pod(&mut self, uid: &str) {
+        self.pod_totals.remove(uid);
+    }
+
     /// Decides and records.
     pub fn place(&mut self, req: &Request) -> Result<Assignment, PlacementError> {
-        let r = resolve(&self.ledger, &self.config, req)?;
+        let mut r = resolve(&self.ledger, &self.config, req)?;
         let topo = self.ledger.topo_arc();
+        // Pod scope: the first container's hints are the pod's (its summed requests); the mask
+        // then pins every container of the pod. The amounts allocated stay the container's.
+        let own = r.clone();
+        let pod_first = r.eff.scope == Scope::Pod && !self.pod_masks.contains_key(&req.pod.uid);
+        if let Some(t) = pod_first
+            .then(|| self.pod_totals.get(&req.pod.uid))
+            .flatten()
+        {
+            if r.exclusive {
+                r.cpus = r.cpus.max(t.exclusive_cpus);
+                r.memory = r.memory.max(t.memory_bytes);
+            }
+            r.gpu_count = r.gpu_count.max(t.gpus as usize);
+            r.nic_count = r.nic_count.max(t.nics as usize);
+        }
         let policy = r.eff.policy;
         let single = policy == Policy::SingleNumaNode;
         let mut providers: Vec<Vec<Hint>> = Vec::new();
@@ -213,23 +243,23 @@ impl Kubelet {
                     .into(),
             });
         }
-        let a = self.allocate(req, &r, mask, preferred && policy != Policy::None)?;
+        let a = self.allocate(req, &own, mask, preferred && policy != Policy::None)?;
         let split = if a.exclusive && policy != Policy::None {
             let order = self.mask_nodes(mask);
             self.ledger
-                .split_memory(&order, r.memory)
-                .or_else(|| self.ledger.split_memory(&self.nodes, r.memory))
+                .split_memory(&order, own.memory)
+                .or_else(|| self.ledger.split_memory(&self.nodes, own.memory))
                 .ok_or_else(|| PlacementError::Insufficient {
-                    container: r.who.clone(),
+                    container: own.who.clone(),
                     resource: "memory".into(),
-                    asked: fmt_bytes(r.memory),
+                    asked: fmt_bytes(own.memory),
                     free: "less".into(),
                 })?
         } else {
             Vec::new()
         };
         self.ledger.record(a.clone(), split)?;
-        if r.exclusive || r.gpu_count > 0 {
+        if own.exclusive || own.gpu_count > 0 {
             self.pod_masks.entry(a.pod_uid.clone()).or_insert(mask);
         }
         Ok(a)

@@ -20,7 +20,7 @@ pub mod resolve;
 pub mod testing;
 pub mod workload;
 
-pub use engine::Allocator;
+pub use engine::{Allocator, PodTotals};
 pub use error::PlacementError;
 pub use ledger::NodeFree;
 pub use policy::{CpuPreference, GpuMode, PlacementConfig, Policy, Scope};

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::engine::Allocator;
+use super::engine::{Allocator, PodTotals};
 use super::error::{fmt_bytes, PlacementError};
 use super::gpus::LinkTable;
 use super::kubelet::Kubelet;
@@ -135,6 +135,18 @@ impl Decider {
         match self {
             Decider::Engine(a) => drop(a.release(id)),
             Decider::Kubelet(k) => drop(k.release(id)),
+        }
+    }
+    fn expect_pod(&mut self, uid: &str, totals: PodTotals) {
+        match self {
+            Decider::Engine(a) => a.expect_pod(uid, totals),
+            Decider::Kubelet(k) => k.expect_pod(uid, totals),
+        }
+    }
+    fn forget_pod(&mut self, uid: &str) {
+        match self {
+            Decider::Engine(a) => a.forget_pod(uid),
+            Decider::Kubelet(k) => k.forget_pod(uid),
         }
     }
     fn free(&self) -> Vec<NodeFree> {
@@ -301,7 +313,12 @@ pub fn replay(
             let mut placed = Vec::new();
             let mut decisions = Vec::new();
             let mut failed = None;
-            for (r, short) in requests(pod, &d.free(), &topo)? {
+            let planned = requests(pod, &d.free(), &topo)?;
+            let reqs: Vec<Request> = planned.iter().map(|(r, _)| r.clone()).collect();
+            let uid = reqs.first().map(|r| r.pod.uid.clone()).unwrap_or_default();
+            // Pod scope sizes the first container's nodes for the whole pod.
+            d.expect_pod(&uid, PodTotals::of(&reqs));
+            for (r, short) in planned {
                 let outcome = match short {
                     Some(reason) => Err(reason),
                     None => d.place(&r).map_err(|e| e.to_string()),
@@ -354,6 +371,7 @@ pub fn replay(
                 for id in &placed {
                     d.release(id);
                 }
+                d.forget_pod(&uid);
                 for dec in decisions.iter_mut().filter(|x| x.admitted) {
                     dec.admitted = false;
                     dec.reason = format!("pod rejected because container {bad} was: rolled back");
