@@ -62,7 +62,7 @@ gpus:
   - {switch: sw6}
   - {switch: sw7}
   - {switch: sw7}
-nvlink: {kind: nvswitch, links: 6, chips: 6}
+nvlink: {kind: nvswitch, links: 6, chips: 12}
 nics:
   - {name: ib0, rdma: mlx5_0, switch: sw0}
   - {name: ib1, rdma: mlx5_1, switch: sw1}
