@@ -168,7 +168,7 @@ fn spanning_uses_the_closest_nodes_and_policies_decide() {
         .place(&req("a", "p", 40, 1, &[]))
         .expect_err("too big for a node");
     let msg = err.to_string();
-    assert!(msg.contains("cpu do not fit one NUMA node"), "{msg}");
+    assert!(msg.contains("cpu does not fit one NUMA node"), "{msg}");
     assert!(
         msg.contains("best candidate node 0 had free cpu 32"),
         "{msg}"

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use nri_align::placement::testing;
 use nri_align::placement::{Allocator, GpuMode, PlacementConfig, Policy, Request};
+use nri_align::topology::desc::HostDesc;
 use nri_align::topology::{CpuSet, Topology};
 use proptest::prelude::*;
 
@@ -166,6 +167,18 @@ proptest! {
     #[test]
     fn epyc_random_sequences_stay_consistent(ops in proptest::collection::vec(op(), 1..40)) {
         run(testing::epyc_nps4(), GpuMode::Remap, ops);
+    }
+
+    // The shipped descriptions themselves (PLX switches on one root complex, storage NICs,
+    // GPU memory nodes), not only the in-memory look-alikes above.
+    #[test]
+    fn shipped_hosts_random_sequences_stay_consistent(
+        host in proptest::sample::select(vec!["dgx1-v100", "dgx-h100", "pcie-4gpu", "grace-hopper"]),
+        keep in any::<bool>(),
+        ops in proptest::collection::vec(op(), 1..40),
+    ) {
+        let topo = HostDesc::load(host).expect("shipped description").to_topology();
+        run(topo, if keep { GpuMode::Keep } else { GpuMode::Remap }, ops);
     }
 }
 

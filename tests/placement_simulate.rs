@@ -199,7 +199,7 @@ fn command_line_json_has_the_contract_fields() {
         .expect("run");
     let s = String::from_utf8_lossy(&text.stdout);
     assert!(
-        s.contains("summary (Kubelet)") && s.contains("free: node 0"),
+        s.contains("summary (kubelet)") && s.contains("free: node 0"),
         "{s}"
     );
     let bad = Command::new(env!("CARGO_BIN_EXE_nri-align"))

@@ -19,6 +19,10 @@ pub struct TopologyArgs {
     /// Import an hwloc v2 XML capture (`lstopo --of xml`) instead of reading sysfs.
     #[arg(long)]
     pub hwloc_xml: Option<PathBuf>,
+    /// Show the topology a host description stands for (a file, or a shipped name such as
+    /// `dgx-h100`), as `simulate --host` uses it.
+    #[arg(long, conflicts_with_all = ["host_root", "hwloc_xml", "nvml_lib"])]
+    pub host: Option<String>,
     /// Print JSON instead of the readable report.
     #[arg(long)]
     pub json: bool,
@@ -26,8 +30,11 @@ pub struct TopologyArgs {
 
 /// Prints the topology.
 pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
-    let topo = match &args.hwloc_xml {
-        Some(xml) => {
+    let topo = match (&args.host, &args.hwloc_xml) {
+        (Some(name), _) => topology::desc::HostDesc::load(name)
+            .with_context(|| format!("loading host description {name}"))?
+            .to_topology(),
+        (None, Some(xml)) => {
             let mut topo = topology::hwloc::import_file(xml)
                 .with_context(|| format!("importing hwloc XML {}", xml.display()))?;
             // A capture describes another machine: only an explicit NVML library applies.
@@ -37,7 +44,7 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
             }
             topo
         }
-        None => {
+        (None, None) => {
             let root = args.host_root.clone().unwrap_or_else(|| PathBuf::from("/"));
             topology::discover(&root, args.nvml_lib.as_deref())
                 .with_context(|| format!("reading the topology under {}", root.display()))?

@@ -82,9 +82,10 @@ pub fn effective(
                     }
                 }
                 _ => {
+                    let what = if what.is_empty() { "KEY" } else { what };
                     return Err(bad(format!(
                         "expected {what}.{DOMAIN}/pod or {what}.{DOMAIN}/container.<name>"
-                    )))
+                    )));
                 }
             },
         };
@@ -133,7 +134,9 @@ pub fn effective(
 /// Splits `policy.nri-align.io/pod` into (`policy`, `pod`); `None` for foreign keys.
 /// Keys in our domain with an unknown name come back too, and fail in `parse_setting`.
 fn split_key(key: &str) -> Option<(&str, &str)> {
-    let (domain, target) = key.split_once('/')?;
+    // `policy.nri-align.io` without `/pod` is ours too: a forgotten target must not turn the
+    // key into a foreign one that is silently ignored. It comes back with an empty target.
+    let (domain, target) = key.split_once('/').unwrap_or((key, ""));
     if domain == DOMAIN {
         return Some(("", target));
     }
@@ -248,6 +251,13 @@ mod tests {
         )
         .expect_err("bad target");
         assert!(err.to_string().contains("container.<name>"), "{err}");
+        // A forgotten target is still our key, and an error.
+        for key in ["policy.nri-align.io", "nri-align.io"] {
+            let err = effective(&ann(&[(key, "none")]), "c", &cfg).expect_err("no target");
+            assert!(err.to_string().contains(".nri-align.io/pod"), "{err}");
+        }
+        // Other domains that merely end alike are not ours.
+        assert!(effective(&ann(&[("policy.xnri-align.io", "x")]), "c", &cfg).is_ok());
     }
 
     #[test]

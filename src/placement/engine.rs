@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use super::annotations::MemNodes;
 use super::cpus;
-use super::error::{fmt_bytes, fmt_nodes, Ask, PlacementError};
+use super::error::{fmt_bytes, fmt_nodes, PlacementError};
 use super::gpus::{self, LinkTable};
 use super::ledger::{Ledger, NodeFree};
 use super::nics;
 use super::numa::{self, Cap, Need};
 use super::policy::{GpuMode, PlacementConfig, Policy, Scope};
+use super::reject;
 use super::request::{Assignment, Request};
 pub use super::resolve::{resolve, Resolved};
 use crate::topology::{CpuSet, NodeSet, Topology};
@@ -23,10 +24,62 @@ pub struct Allocator {
     config: PlacementConfig,
     links: LinkTable,
     pod_nodes: HashMap<String, NodeSet>,
+    pod_totals: HashMap<String, PodTotals>,
+}
+
+/// What a whole pod asks for, when it is known before its first container is placed
+/// (`simulate` knows the workload; the plugin can read the pod's resources). In pod scope the
+/// first container pins the pod's node set, so that set is chosen to hold the whole pod when
+/// one within the policy's width can; otherwise the first container is sized alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodTotals {
+    /// Exclusive CPUs of all the pod's containers.
+    pub exclusive_cpus: u32,
+    /// Memory limits of the containers that are bound to nodes, summed.
+    pub memory_bytes: u64,
+    /// GPUs of all containers.
+    pub gpus: u32,
+    /// NICs of all containers.
+    pub nics: u32,
+}
+
+impl PodTotals {
+    /// Totals of `reqs` by the kubelet's Guaranteed rule (annotations aside: a sizing hint).
+    pub fn of(reqs: &[Request]) -> PodTotals {
+        let mut t = PodTotals::default();
+        for r in reqs {
+            let m = r.cpu_request_milli;
+            if r.cpu_limit_milli == Some(m) && m > 0 && m % 1000 == 0 {
+                t.exclusive_cpus = t
+                    .exclusive_cpus
+                    .saturating_add(u32::try_from(m / 1000).unwrap_or(u32::MAX));
+                t.memory_bytes = t
+                    .memory_bytes
+                    .saturating_add(r.memory_limit_bytes.unwrap_or(0));
+            }
+            t.gpus = t.gpus.saturating_add(r.allocated_gpus.len() as u32);
+            t.nics = t.nics.saturating_add(r.allocated_nics.len() as u32);
+        }
+        t
+    }
 }
 
 /// A candidate: node indices in order, GPU indices, NIC indices, admissible under the policy.
 type Pick = (Vec<usize>, Vec<usize>, Vec<usize>, bool);
+
+/// How a candidate GPU set ranks, best last: admissible under the policy; fewer pairs without
+/// NVLink; link score plus look-ahead; fewer, then closer nodes; better NIC paths; more link
+/// score left among the free GPUs; the tightest CPU fit.
+type Key = (
+    bool,
+    std::cmp::Reverse<usize>,
+    u32,
+    std::cmp::Reverse<usize>,
+    std::cmp::Reverse<u32>,
+    std::cmp::Reverse<u32>,
+    u32,
+    std::cmp::Reverse<u32>,
+);
 
 struct Choice {
     a: Assignment,
@@ -42,7 +95,19 @@ impl Allocator {
             config,
             links,
             pod_nodes: HashMap::new(),
+            pod_totals: HashMap::new(),
         }
+    }
+
+    /// Tells the allocator what pod `uid` will ask for in all, before its first container (see
+    /// [`PodTotals`]). Kept until [`Allocator::forget_pod`] or the pod's last release.
+    pub fn expect_pod(&mut self, uid: &str, totals: PodTotals) {
+        self.pod_totals.insert(uid.to_string(), totals);
+    }
+
+    /// Drops what [`Allocator::expect_pod`] said about pod `uid`.
+    pub fn forget_pod(&mut self, uid: &str) {
+        self.pod_totals.remove(uid);
     }
 
     /// Decides and records.
@@ -67,6 +132,7 @@ impl Allocator {
         let a = self.ledger.release(container_id)?;
         if !self.ledger.assignments().any(|x| x.pod_uid == a.pod_uid) {
             self.pod_nodes.remove(&a.pod_uid);
+            self.pod_totals.remove(&a.pod_uid);
         }
         Some(a)
     }
@@ -259,7 +325,7 @@ impl Allocator {
                 ..Need::default()
             };
             let nodes = numa::choose(topo, &caps, &vec![true; caps.len()], &need)
-                .ok_or_else(|| self.insufficient(r, &caps))?;
+                .ok_or_else(|| reject::insufficient(&self.ledger, &self.config, r, &caps))?;
             a.cpus = self.pick_cpus(&caps, &nodes, r)?;
         } else {
             a.cpus = self.ledger.shared_pool();
@@ -288,7 +354,7 @@ impl Allocator {
             r.cpus,
             self.config.full_pcpus_only,
         )
-        .ok_or_else(|| self.insufficient(r, caps))?;
+        .ok_or_else(|| reject::insufficient(&self.ledger, &self.config, r, caps))?;
         // The shared pool never goes empty (the kubelet gets the same from its mandatory
         // reserved CPUs): containers without exclusive CPUs must run somewhere, and runtimes
         // ignore a cpuset update with no CPUs, so shared containers would silently stay on
@@ -302,39 +368,6 @@ impl Allocator {
             });
         }
         Ok(picked)
-    }
-
-    fn insufficient(&self, r: &Resolved, caps: &[Cap]) -> PlacementError {
-        let free_cpu: u32 = caps.iter().map(|c| c.cpu).sum();
-        let free_mem: u64 = caps.iter().filter(|c| c.has_cpus).map(|c| c.mem).sum();
-        let free_gpu = self.ledger.free_gpus().len();
-        let nics = nics::eligible(&self.ledger).len();
-        let (resource, asked, free) = if r.exclusive && free_cpu < r.cpus {
-            let what = if self.config.full_pcpus_only {
-                "whole-core cpu"
-            } else {
-                "cpu"
-            };
-            (what, r.cpus.to_string(), free_cpu.to_string())
-        } else if free_mem < r.memory {
-            ("memory", fmt_bytes(r.memory), fmt_bytes(free_mem))
-        } else if free_gpu < r.gpu_count {
-            ("gpu", r.gpu_count.to_string(), free_gpu.to_string())
-        } else if nics < r.nic_count {
-            ("nic", r.nic_count.to_string(), nics.to_string())
-        } else {
-            (
-                "shared-pool cpu",
-                "1".to_string(),
-                self.ledger.shared_pool().len().to_string(),
-            )
-        };
-        PlacementError::Insufficient {
-            container: r.who.clone(),
-            resource: resource.into(),
-            asked,
-            free,
-        }
     }
 
     /// The joint choice on the allowed nodes.
@@ -361,15 +394,36 @@ impl Allocator {
             gpus: r.gpu_count as u32,
             ..need.clone()
         };
-        let everywhere = vec![true; caps.len()];
         let cpu_nodes: Vec<usize> = (0..caps.len()).filter(|i| caps[*i].has_cpus).collect();
         if !numa::fits(&caps, &cpu_nodes, &full_need) && (r.gpu_count == 0 || !keep) {
-            return Err(self.insufficient(r, &caps));
+            return Err(reject::insufficient(&self.ledger, &self.config, r, &caps));
         }
         let limit = match r.eff.policy {
             Policy::SingleNumaNode => 1,
             Policy::Restricted => numa::min_width(&self.ledger, &full_need),
             _ => usize::MAX,
+        };
+        // The first container of a pod in pod scope pins the pod: size its node set for the
+        // whole pod when the pod's totals are known (the kubelet's pod scope sums them too).
+        let pod_need = (r.eff.scope == Scope::Pod && pin.is_none())
+            .then(|| self.pod_totals.get(&a.pod_uid))
+            .flatten()
+            .map(|t| Need {
+                cpus: if r.exclusive {
+                    need.cpus.max(t.exclusive_cpus)
+                } else {
+                    need.cpus
+                },
+                memory: need.memory.max(t.memory_bytes),
+                gpus: need.gpus.max(t.gpus),
+                nics: need.nics.max(t.nics),
+                ..need.clone()
+            })
+            .filter(|p| *p != need);
+        // Nodes for the pod when they stay within the policy's width, else for the container.
+        let sized = |found: Option<Vec<usize>>, own: &dyn Fn() -> Option<Vec<usize>>| match found {
+            Some(n) if n.len() <= limit => Some(n),
+            _ => own(),
         };
         let fixed_nics = if keep {
             r.alloc_nics.clone()
@@ -387,11 +441,27 @@ impl Allocator {
             let free = self.ledger.free_gpus();
             let sets = gpus::candidates(&self.links, &free, &must, r.gpu_count);
             if sets.is_empty() {
-                return Err(self.insufficient(r, &caps));
+                return Err(reject::insufficient(&self.ledger, &self.config, r, &caps));
             }
             let mut best_key = None;
-            let lookahead = gpus::lookahead_affordable(sets.len(), free.len(), r.gpu_count);
+            let exact = gpus::lookahead_exact(sets.len(), free.len(), r.gpu_count);
             for s in sets {
+                // The GPU-only part of the key first: once an admissible set is known, a set
+                // whose links (with the look-ahead) rank lower cannot win, and skipping its node
+                // growth and NIC pairing keeps 8-of-16 searches in milliseconds.
+                let unlinked = std::cmp::Reverse(gpus::unlinked_pairs(&self.links, &s));
+                // Anti-fragmentation: this set plus the best sets of the same and of twice the
+                // size left after it (go-gpuallocator's partition idea, one step deep), never
+                // at the price of a pair without NVLink.
+                let rest: Vec<usize> = free.iter().copied().filter(|g| !s.contains(g)).collect();
+                let score = self.links.set_score(&s)
+                    + gpus::lookahead(&self.links, &rest, r.gpu_count, exact);
+                if let Some((k, _)) = &best_key {
+                    let k: &Key = k;
+                    if k.0 && (unlinked, score) < (k.1, k.2) {
+                        continue;
+                    }
+                }
                 let mut seed: Vec<usize> = Vec::new();
                 for g in &s {
                     if let Some(i) = self.ledger.gpu_node(*g) {
@@ -400,7 +470,11 @@ impl Allocator {
                         }
                     }
                 }
-                let Some(nodes) = numa::grow(topo, &caps, allowed, seed, &need) else {
+                let pod_nodes = pod_need
+                    .as_ref()
+                    .and_then(|p| numa::grow(topo, &caps, allowed, seed.clone(), p));
+                let own = || numa::grow(topo, &caps, allowed, seed.clone(), &need);
+                let Some(nodes) = sized(pod_nodes, &own) else {
                     continue;
                 };
                 let (nic_idx, nic_cost) =
@@ -414,32 +488,32 @@ impl Allocator {
                 let admissible =
                     r.eff.policy == Policy::BestEffort || (inside && nodes.len() <= limit);
                 let leftover: u32 = nodes.iter().map(|i| caps[*i].cpu).sum();
-                // Anti-fragmentation: this set plus the best sets of the same and of twice the
-                // size left after it (go-gpuallocator's partition idea, one step deep), never
-                // at the price of a pair without NVLink.
-                let rest: Vec<usize> = free.iter().copied().filter(|g| !s.contains(g)).collect();
-                let ahead = if lookahead {
-                    gpus::lookahead(&self.links, &rest, r.gpu_count)
-                } else {
-                    0
-                };
-                let key = (
+                let key: Key = (
                     admissible,
-                    std::cmp::Reverse(gpus::unlinked_pairs(&self.links, &s)),
-                    self.links.set_score(&s) + ahead,
+                    unlinked,
+                    score,
                     std::cmp::Reverse(nodes.len()),
                     std::cmp::Reverse(numa::spread(topo, &nodes)),
                     std::cmp::Reverse(nic_cost),
                     self.links.remaining(&free, &s),
                     std::cmp::Reverse(leftover),
-                    std::cmp::Reverse(s.clone()),
                 );
-                if best_key.as_ref().map_or(true, |k| key > *k) {
-                    best_key = Some(key);
+                // Ties go to the lowest GPU indices, whatever order the candidates came in.
+                let better = match &best_key {
+                    None => true,
+                    Some((k, bs)) => key > *k || (key == *k && s < *bs),
+                };
+                if better {
+                    best_key = Some((key, s.clone()));
                     best = Some((nodes, s, nic_idx, admissible));
                 }
             }
-        } else if let Some(nodes) = numa::choose(topo, &caps, allowed, &need) {
+        } else if let Some(nodes) = sized(
+            pod_need
+                .as_ref()
+                .and_then(|p| numa::choose(topo, &caps, allowed, p)),
+            &|| numa::choose(topo, &caps, allowed, &need),
+        ) {
             let (nic_idx, _) = nics::choose(&self.ledger, &[], &nodes, r.nic_count, &fixed_nics);
             let inside = nic_idx
                 .iter()
@@ -448,7 +522,14 @@ impl Allocator {
             best = Some((nodes, Vec::new(), nic_idx, ok));
         }
         let Some((nodes, g, nic_idx, true)) = best else {
-            return Err(self.unalignable(r, &caps, allowed, pin, limit, &full_need, &everywhere));
+            return Err(reject::unalignable(
+                &self.ledger,
+                r,
+                &caps,
+                allowed,
+                &reject::Shape { pin, limit },
+                &full_need,
+            ));
         };
         a.cpus = if r.exclusive {
             self.pick_cpus(&caps, &nodes, r)?
@@ -466,7 +547,7 @@ impl Allocator {
         let split = self
             .ledger
             .split_memory(&nodes, r.memory)
-            .ok_or_else(|| self.insufficient(r, &caps))?;
+            .ok_or_else(|| reject::insufficient(&self.ledger, &self.config, r, &caps))?;
         a.numa_nodes = self.ledger.ids(&nodes);
         a.mems = a.numa_nodes.clone();
         if r.eff.mems == MemNodes::WithMemoryOnly {
@@ -506,96 +587,5 @@ impl Allocator {
         }
         a.reason = reason;
         Ok(Choice { a, split })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn unalignable(
-        &self,
-        r: &Resolved,
-        caps: &[Cap],
-        allowed: &[bool],
-        pin: Option<&NodeSet>,
-        limit: usize,
-        need: &Need,
-        everywhere: &[bool],
-    ) -> PlacementError {
-        let best = numa::best_offer(caps, allowed, need);
-        let asked = Ask {
-            cpus: need.cpus,
-            memory_bytes: need.memory,
-            gpus: need.gpus,
-            nics: need.nics,
-        };
-        let mut what = Vec::new();
-        let mut reduce = Vec::new();
-        if best.cpus < asked.cpus {
-            what.push("cpu");
-            reduce.push(format!("cpu to {}", best.cpus));
-        }
-        if best.memory_bytes < asked.memory_bytes {
-            what.push("memory");
-            reduce.push(format!("memory to {}", fmt_bytes(best.memory_bytes)));
-        }
-        if best.gpus < asked.gpus {
-            what.push("gpus");
-            reduce.push(format!("gpus to {}", best.gpus));
-        }
-        if best.nics < asked.nics {
-            what.push("nics");
-            reduce.push(format!("nics to {}", best.nics));
-        }
-        if what.is_empty() {
-            what.push("devices and cpus together");
-        }
-        let shape = match (pin, limit) {
-            (Some(p), _) => format!("the pod's NUMA {}", fmt_nodes(p)),
-            (None, 1) => "one NUMA node".to_string(),
-            (None, w) => format!("{w} NUMA nodes (the narrowest this request can be)"),
-        };
-        let mut alternatives = Vec::new();
-        if limit == 1 && limit < numa::min_width(&self.ledger, need) {
-            alternatives.push("use policy restricted or best-effort".to_string());
-        } else if numa::choose(
-            self.ledger.topo(),
-            caps,
-            everywhere,
-            &Need {
-                gpus: 0,
-                ..need.clone()
-            },
-        )
-        .is_some()
-        {
-            alternatives.push(format!(
-                "use policy best-effort ({}.nri-align.io/pod)",
-                "policy"
-            ));
-        }
-        if pin.is_some() {
-            alternatives.push("use scope container".to_string());
-        }
-        let mut suggestion = String::new();
-        if !reduce.is_empty() {
-            suggestion = format!("would fit: reduce {}", reduce.join(", "));
-        }
-        if !alternatives.is_empty() {
-            if suggestion.is_empty() {
-                suggestion = alternatives.join(" or ");
-            } else {
-                suggestion = format!("{suggestion}, or {}", alternatives.join(" or "));
-            }
-        }
-        if suggestion.is_empty() {
-            suggestion = "wait for capacity to free up".into();
-        }
-        PlacementError::Unalignable {
-            container: r.who.clone(),
-            policy: r.eff.policy,
-            what: what.join(", "),
-            shape,
-            asked: Box::new(asked),
-            best: Box::new(best),
-            suggestion,
-        }
     }
 }

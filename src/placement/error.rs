@@ -47,8 +47,9 @@ pub enum PlacementError {
     },
     /// The request cannot be placed on one node set under the policy.
     #[error(
-        "cannot align {container} under policy {policy}: {what} do not fit {shape}; asked {}; \
+        "cannot align {container} under policy {policy}: {what} {} fit {shape}; asked {}; \
          best candidate node {}; {suggestion}",
+        fit_verb(what),
         fmt_ask(asked),
         fmt_offer(best)
     )]
@@ -139,7 +140,18 @@ pub enum PlacementError {
     },
 }
 
-/// Memory in the largest binary unit that divides it (64Gi, 1536Mi), for messages.
+/// "cpu does not fit", "gpus do not fit", "cpu, memory do not fit".
+fn fit_verb(what: &str) -> &'static str {
+    if what == "cpu" || what == "memory" {
+        "does not"
+    } else {
+        "do not"
+    }
+}
+
+/// Memory for messages: exact in the largest binary unit that divides it while the number stays
+/// short (64Gi, 1536Mi), else with one decimal, rounded down (431.0Gi) so that "reduce memory
+/// to X" always fits.
 pub fn fmt_bytes(b: u64) -> String {
     const UNITS: [(&str, u64); 4] = [
         ("Ti", 1 << 40),
@@ -151,13 +163,14 @@ pub fn fmt_bytes(b: u64) -> String {
         return "0".to_string();
     }
     for (name, size) in UNITS {
-        if b >= size && b % size == 0 {
+        if b >= size && b % size == 0 && b / size < 10_000 {
             return format!("{}{name}", b / size);
         }
     }
     for (name, size) in UNITS {
         if b >= size {
-            return format!("{:.1}{name}", b as f64 / size as f64);
+            let tenths = u128::from(b) * 10 / u128::from(size);
+            return format!("{}.{}{name}", tenths / 10, tenths % 10);
         }
     }
     b.to_string()
@@ -203,6 +216,9 @@ mod tests {
         assert_eq!(fmt_bytes(1536 << 20), "1536Mi");
         assert_eq!(fmt_bytes((3 << 30) + (1 << 29)), "3584Mi");
         assert_eq!(fmt_bytes(1000), "1000");
+        // 451972784Ki: a node's MemTotal; rounded down, never up.
+        assert_eq!(fmt_bytes(451_972_784 << 10), "431.0Gi");
+        assert_eq!(fmt_bytes((1 << 30) - 1), "1023.9Mi");
         assert_eq!(fmt_bytes(0), "0");
     }
 }

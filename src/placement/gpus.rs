@@ -93,12 +93,14 @@ impl LinkTable {
     /// Connectivity left among `free` once `taken` is gone: sum of pair scores of what stays.
     /// Higher means the choice cut fewer good links (does not fragment the rest).
     pub fn remaining(&self, free: &[usize], taken: &[usize]) -> u32 {
-        let rest: Vec<usize> = free
+        // Runs for every candidate set: the pairs of `free` minus every pair touching `taken`,
+        // without building the rest. Pairs inside `taken` are counted twice by the sum over
+        // its members, hence adding its own score back once.
+        let touching: u32 = taken
             .iter()
-            .copied()
-            .filter(|g| !taken.contains(g))
-            .collect();
-        self.set_score(&rest)
+            .map(|&t| free.iter().map(|&f| self.pair(t, f)).sum::<u32>())
+            .sum();
+        (self.set_score(free) + self.set_score(taken)).saturating_sub(touching)
     }
 }
 
@@ -107,26 +109,122 @@ pub fn best_set_score(table: &LinkTable, pool: &[usize], k: usize) -> u32 {
     if k < 2 || pool.len() < k {
         return 0;
     }
-    candidates(table, pool, &[], k)
+    if binomial(pool.len() as u64, k as u64) > EXACT_LIMIT {
+        return candidates(table, pool, &[], k)
+            .iter()
+            .map(|s| table.set_score(s))
+            .max()
+            .unwrap_or(0);
+    }
+    // The look-ahead runs this for every candidate set of a decision, so it walks the
+    // combinations in place (no set is allocated), adds each member's pair scores as it goes,
+    // and drops a branch once even the best possible pairs could not beat the best set found.
+    let max_pair = pool
         .iter()
-        .map(|s| table.set_score(s))
+        .flat_map(|&i| pool.iter().map(move |&j| (i, j)))
+        .filter(|(i, j)| i != j)
+        .map(|(i, j)| table.pair(i, j))
         .max()
-        .unwrap_or(0)
+        .unwrap_or(0);
+    let mut search = BestSet {
+        table,
+        pool,
+        k,
+        max_pair,
+        best: 0,
+        cur: Vec::with_capacity(k),
+    };
+    search.walk(0, 0);
+    search.best
 }
 
-/// Whether a look-ahead over `n_sets` candidates among `free` GPUs stays cheap.
-pub fn lookahead_affordable(n_sets: usize, free: usize, k: usize) -> bool {
+/// Depth-first search for the best-scoring `k`-subset of `pool` (branch and bound).
+struct BestSet<'a> {
+    table: &'a LinkTable,
+    pool: &'a [usize],
+    k: usize,
+    max_pair: u32,
+    best: u32,
+    cur: Vec<usize>,
+}
+
+impl BestSet<'_> {
+    fn walk(&mut self, start: usize, score: u32) {
+        let have = self.cur.len();
+        if have == self.k {
+            self.best = self.best.max(score);
+            return;
+        }
+        // Pairs still to add: C(k, 2) - C(have, 2).
+        let pairs_left = (self.k * (self.k - 1) - have * have.saturating_sub(1)) / 2;
+        let bound = score.saturating_add(self.max_pair.saturating_mul(pairs_left as u32));
+        if bound <= self.best {
+            return;
+        }
+        let last = self.pool.len() - (self.k - have);
+        for i in start..=last {
+            let g = self.pool[i];
+            let add: u32 = self.cur.iter().map(|&c| self.table.pair(c, g)).sum();
+            self.cur.push(g);
+            self.walk(i + 1, score + add);
+            self.cur.pop();
+        }
+    }
+}
+
+/// Whether an exact look-ahead over `n_sets` candidates among `free` GPUs stays cheap (a few
+/// milliseconds); beyond, the look-ahead grows its sets greedily.
+pub fn lookahead_exact(n_sets: usize, free: usize, k: usize) -> bool {
     let rest = free.saturating_sub(k) as u64;
     let per =
         binomial(rest, k as u64).min(EXACT_LIMIT) + binomial(rest, 2 * k as u64).min(EXACT_LIMIT);
-    (n_sets as u64).saturating_mul(per) <= 2_000_000
+    (n_sets as u64).saturating_mul(per) <= 300_000
 }
 
 /// What a choice leaves for later: the best set of the same size plus the best set of twice
 /// the size among `rest`. The second term keeps larger groups (an NVLink quad, a switch's GPUs)
 /// whole instead of taking one pair from each.
-pub fn lookahead(table: &LinkTable, rest: &[usize], k: usize) -> u32 {
-    best_set_score(table, rest, k) + best_set_score(table, rest, 2 * k)
+pub fn lookahead(table: &LinkTable, rest: &[usize], k: usize, exact: bool) -> u32 {
+    if exact {
+        best_set_score(table, rest, k) + best_set_score(table, rest, 2 * k)
+    } else {
+        greedy_set_score(table, rest, k) + greedy_set_score(table, rest, 2 * k)
+    }
+}
+
+/// Score of the best `k`-set among `pool` grown greedily from every seed (each step adds the
+/// GPU with the best links to the set so far); a lower bound of [`best_set_score`] in
+/// O(|pool|^2 k) without allocating a set per seed.
+pub fn greedy_set_score(table: &LinkTable, pool: &[usize], k: usize) -> u32 {
+    if k < 2 || pool.len() < k {
+        return 0;
+    }
+    let mut best = 0;
+    let mut gain = vec![0u32; pool.len()];
+    let mut inside = vec![false; pool.len()];
+    for seed in 0..pool.len() {
+        gain.iter_mut().for_each(|g| *g = 0);
+        inside.iter_mut().for_each(|x| *x = false);
+        let mut score = 0;
+        let mut add = seed;
+        for _ in 0..k {
+            inside[add] = true;
+            score += gain[add];
+            for (j, g) in gain.iter_mut().enumerate() {
+                *g += table.pair(pool[add], pool[j]);
+            }
+            // Next: the outside GPU with the most link score to the set (lowest on ties).
+            let next = (0..pool.len())
+                .filter(|j| !inside[*j])
+                .max_by_key(|j| (gain[*j], std::cmp::Reverse(*j)));
+            match next {
+                Some(j) => add = j,
+                None => break,
+            }
+        }
+        best = best.max(score);
+    }
+    best
 }
 
 /// Pairs of a set without NVLink between them.
@@ -222,6 +320,34 @@ fn combos(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn best_set_search_agrees_with_full_enumeration() {
+        let topo = crate::placement::testing::dgx1_v100();
+        let t = LinkTable::new(&topo);
+        for pool in [
+            vec![0, 1, 2, 3, 4, 5, 6, 7],
+            vec![0, 2, 5, 7],
+            vec![1, 3, 4, 6, 7],
+        ] {
+            for k in 2..=pool.len() {
+                let brute = candidates(&t, &pool, &[], k)
+                    .iter()
+                    .map(|s| t.set_score(s))
+                    .max()
+                    .unwrap_or(0);
+                assert_eq!(best_set_score(&t, &pool, k), brute, "{pool:?} k={k}");
+                assert!(greedy_set_score(&t, &pool, k) <= brute, "{pool:?} k={k}");
+                let taken = &pool[..k];
+                let rest: Vec<usize> = pool[k..].to_vec();
+                assert_eq!(
+                    t.remaining(&pool, taken),
+                    t.set_score(&rest),
+                    "{pool:?} k={k}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn binomials_and_exact_enumeration() {

@@ -6,10 +6,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::engine::PodTotals;
 use super::engine::{resolve, Resolved};
 use super::error::{fmt_bytes, PlacementError};
 use super::ledger::{Ledger, NodeFree};
 use super::nics;
+use super::numa::{self, Need};
 use super::policy::{PlacementConfig, Policy, Scope};
 use super::request::{Assignment, Request};
 use crate::topology::{CpuSet, Topology};
@@ -39,6 +41,7 @@ pub struct Kubelet {
     config: PlacementConfig,
     nodes: Vec<usize>,
     pod_masks: HashMap<String, u32>,
+    pod_totals: HashMap<String, PodTotals>,
 }
 
 impl Kubelet {
@@ -55,6 +58,7 @@ impl Kubelet {
             config,
             nodes,
             pod_masks: HashMap::new(),
+            pod_totals: HashMap::new(),
         })
     }
 
@@ -73,6 +77,7 @@ impl Kubelet {
         let a = self.ledger.release(id)?;
         if !self.ledger.assignments().any(|x| x.pod_uid == a.pod_uid) {
             self.pod_masks.remove(&a.pod_uid);
+            self.pod_totals.remove(&a.pod_uid);
         }
         Some(a)
     }
@@ -115,10 +120,36 @@ impl Kubelet {
         out
     }
 
+    /// What pod `uid` asks for in all: in pod scope the kubelet computes the pod's hints from
+    /// the summed requests of its containers.
+    pub fn expect_pod(&mut self, uid: &str, totals: PodTotals) {
+        self.pod_totals.insert(uid.to_string(), totals);
+    }
+
+    /// Drops what [`Kubelet::expect_pod`] said about pod `uid`.
+    pub fn forget_pod(&mut self, uid: &str) {
+        self.pod_totals.remove(uid);
+    }
+
     /// Decides and records.
     pub fn place(&mut self, req: &Request) -> Result<Assignment, PlacementError> {
-        let r = resolve(&self.ledger, &self.config, req)?;
+        let mut r = resolve(&self.ledger, &self.config, req)?;
         let topo = self.ledger.topo_arc();
+        // Pod scope: the first container's hints are the pod's (its summed requests); the mask
+        // then pins every container of the pod. The amounts allocated stay the container's.
+        let own = r.clone();
+        let pod_first = r.eff.scope == Scope::Pod && !self.pod_masks.contains_key(&req.pod.uid);
+        if let Some(t) = pod_first
+            .then(|| self.pod_totals.get(&req.pod.uid))
+            .flatten()
+        {
+            if r.exclusive {
+                r.cpus = r.cpus.max(t.exclusive_cpus);
+                r.memory = r.memory.max(t.memory_bytes);
+            }
+            r.gpu_count = r.gpu_count.max(t.gpus as usize);
+            r.nic_count = r.nic_count.max(t.nics as usize);
+        }
         let policy = r.eff.policy;
         let single = policy == Policy::SingleNumaNode;
         let mut providers: Vec<Vec<Hint>> = Vec::new();
@@ -184,39 +215,51 @@ impl Kubelet {
             None => merge(&providers, self.full()),
         };
         if matches!(policy, Policy::Restricted | Policy::SingleNumaNode) && !preferred {
+            // What the node closest to holding the request had, measured as the engine does,
+            // so the two strategies' messages compare.
+            let need = Need {
+                cpus: if r.exclusive { r.cpus } else { 0 },
+                whole: self.config.full_pcpus_only,
+                memory: r.memory,
+                gpus: r.gpu_count as u32,
+                nics: r.nic_count as u32,
+                shared: false,
+            };
+            let caps = numa::caps(&self.ledger, self.config.full_pcpus_only);
+            let best = numa::best_offer(&caps, &vec![true; caps.len()], &need);
             return Err(PlacementError::Unalignable {
                 container: r.who.clone(),
                 policy,
                 what: "resources".into(),
                 shape: "a preferred NUMA affinity (TopologyAffinityError)".into(),
                 asked: Box::new(super::error::Ask {
-                    cpus: r.cpus,
-                    memory_bytes: r.memory,
-                    gpus: r.gpu_count as u32,
-                    nics: r.nic_count as u32,
+                    cpus: need.cpus,
+                    memory_bytes: need.memory,
+                    gpus: need.gpus,
+                    nics: need.nics,
                 }),
-                best: Box::default(),
+                best: Box::new(best),
                 suggestion: "the kubelet rejects the pod; its replacement may loop on this node"
                     .into(),
             });
         }
-        let a = self.allocate(req, &r, mask, preferred && policy != Policy::None)?;
+        let a = self.allocate(req, &own, mask, preferred && policy != Policy::None)?;
         let split = if a.exclusive && policy != Policy::None {
             let order = self.mask_nodes(mask);
             self.ledger
-                .split_memory(&order, r.memory)
-                .or_else(|| self.ledger.split_memory(&self.nodes, r.memory))
+                .split_memory(&order, own.memory)
+                .or_else(|| self.ledger.split_memory(&self.nodes, own.memory))
                 .ok_or_else(|| PlacementError::Insufficient {
-                    container: r.who.clone(),
+                    container: own.who.clone(),
                     resource: "memory".into(),
-                    asked: fmt_bytes(r.memory),
+                    asked: fmt_bytes(own.memory),
                     free: "less".into(),
                 })?
         } else {
             Vec::new()
         };
         self.ledger.record(a.clone(), split)?;
-        if r.exclusive || r.gpu_count > 0 {
+        if own.exclusive || own.gpu_count > 0 {
             self.pod_masks.entry(a.pod_uid.clone()).or_insert(mask);
         }
         Ok(a)
@@ -290,7 +333,7 @@ impl Kubelet {
             });
         }
         let el = nics::eligible(&self.ledger);
-        let mut order: Vec<usize> = el.clone();
+        let mut order: Vec<usize> = el.to_vec();
         order.sort_by_key(|x| {
             (
                 self.ledger.nic_users(*x),

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::error::PlacementError;
 use super::request::Assignment;
-use crate::topology::{CpuSet, NodeSet, Topology};
+use crate::topology::{CpuSet, NodeSet, PcieLevel, Topology};
 
 /// Free capacity of one NUMA node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -35,22 +35,47 @@ pub struct Ledger {
     mem_used: Vec<u64>,
     mem_split: HashMap<String, Vec<(usize, u64)>>,
     gpu_owner: HashMap<usize, String>,
-    nic_users: HashMap<usize, u32>,
+    /// Users of each NIC, by index in `Topology::nics`.
+    nic_users: Vec<u32>,
     assignments: BTreeMap<String, Assignment>,
+    /// PCIe relation of every NIC (row) to every GPU (column), computed once per topology: the
+    /// GPU-set search asks it for every candidate set, and walking the PCI tree each time cost
+    /// milliseconds per decision on a DGX H100.
+    nic_gpu: Arc<Vec<Vec<PcieLevel>>>,
+    /// NICs placement hands out: the RDMA-capable ones when the host has any, else all.
+    eligible_nics: Arc<Vec<usize>>,
 }
 
 impl Ledger {
     /// An empty ledger.
     pub fn new(topo: Arc<Topology>, reserved: CpuSet) -> Self {
         let n = topo.numa_nodes.len();
+        let nic_count = topo.nics.len();
+        let nic_gpu = (0..topo.nics.len())
+            .map(|x| {
+                (0..topo.gpus.len())
+                    .map(|g| nic_gpu_level(&topo, x, g))
+                    .collect()
+            })
+            .collect();
+        let rdma: Vec<usize> = (0..topo.nics.len())
+            .filter(|i| topo.nics[*i].rdma_device.is_some())
+            .collect();
+        let eligible_nics = if rdma.is_empty() {
+            (0..topo.nics.len()).collect()
+        } else {
+            rdma
+        };
         Self {
+            nic_gpu: Arc::new(nic_gpu),
+            eligible_nics: Arc::new(eligible_nics),
             topo,
             reserved,
             exclusive: CpuSet::new(),
             mem_used: vec![0; n],
             mem_split: HashMap::new(),
             gpu_owner: HashMap::new(),
-            nic_users: HashMap::new(),
+            nic_users: vec![0; nic_count],
             assignments: BTreeMap::new(),
         }
     }
@@ -97,6 +122,20 @@ impl Ledger {
         total.saturating_sub(self.mem_used.get(i).copied().unwrap_or(0))
     }
 
+    /// NICs placement hands out (indices): the RDMA-capable ones when the host has any, else all.
+    pub fn eligible_nics(&self) -> &[usize] {
+        &self.eligible_nics
+    }
+
+    /// PCIe relation of NIC `nic` to GPU `gpu` (indices); cross-socket for unknown indices.
+    pub fn nic_gpu_level(&self, nic: usize, gpu: usize) -> PcieLevel {
+        self.nic_gpu
+            .get(nic)
+            .and_then(|row| row.get(gpu))
+            .copied()
+            .unwrap_or(PcieLevel::CrossSocket)
+    }
+
     /// Index into `Topology::numa_nodes` of a GPU's node (see [`Ledger::locality`]).
     pub fn gpu_node(&self, g: usize) -> Option<usize> {
         self.locality(self.topo.gpus.get(g)?.numa_node?)
@@ -137,7 +176,7 @@ impl Ledger {
 
     /// How many containers use NIC `n`.
     pub fn nic_users(&self, n: usize) -> u32 {
-        self.nic_users.get(&n).copied().unwrap_or(0)
+        self.nic_users.get(n).copied().unwrap_or(0)
     }
 
     /// Index of the GPU with bus id `bus`.
@@ -263,7 +302,9 @@ impl Ledger {
             self.gpu_owner.insert(g, a.container_id.clone());
         }
         for n in nics {
-            *self.nic_users.entry(n).or_default() += 1;
+            if let Some(c) = self.nic_users.get_mut(n) {
+                *c += 1;
+            }
         }
         for (i, bytes) in &split {
             self.mem_used[*i] += bytes;
@@ -282,7 +323,7 @@ impl Ledger {
         self.gpu_owner.retain(|_, holder| holder != id);
         for name in &a.nics {
             if let Ok(n) = self.nic_index(name) {
-                if let Some(c) = self.nic_users.get_mut(&n) {
+                if let Some(c) = self.nic_users.get_mut(n) {
                     *c = c.saturating_sub(1);
                 }
             }
@@ -349,5 +390,18 @@ impl Ledger {
             .filter_map(|i| self.topo.numa_nodes.get(*i))
             .map(|n| n.id)
             .collect()
+    }
+}
+
+/// How NIC `nic` reaches GPU `gpu` (indices): through the PCI tree when the NIC's function is
+/// in it, else by NUMA node alone.
+fn nic_gpu_level(topo: &Topology, nic: usize, gpu: usize) -> PcieLevel {
+    let (n, g) = (&topo.nics[nic], &topo.gpus[gpu]);
+    match &n.pci_bus_id {
+        Some(bus) if topo.pci(bus).is_some() => topo.pcie_level(bus, &g.pci_bus_id),
+        _ => match (n.numa_node, g.numa_node) {
+            (Some(a), Some(b)) if a == b => PcieLevel::SameNuma,
+            _ => PcieLevel::CrossSocket,
+        },
     }
 }

@@ -14,12 +14,13 @@ pub mod ledger;
 pub mod nics;
 pub mod numa;
 pub mod policy;
+pub mod reject;
 pub mod request;
 pub mod resolve;
 pub mod testing;
 pub mod workload;
 
-pub use engine::Allocator;
+pub use engine::{Allocator, PodTotals};
 pub use error::PlacementError;
 pub use ledger::NodeFree;
 pub use policy::{CpuPreference, GpuMode, PlacementConfig, Policy, Scope};

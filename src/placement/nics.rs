@@ -5,29 +5,13 @@ use super::ledger::Ledger;
 use crate::topology::PcieLevel;
 
 /// NICs eligible for placement: the RDMA-capable ones when the host has any, else all.
-pub fn eligible(ledger: &Ledger) -> Vec<usize> {
-    let nics = &ledger.topo().nics;
-    let rdma: Vec<usize> = (0..nics.len())
-        .filter(|i| nics[*i].rdma_device.is_some())
-        .collect();
-    if rdma.is_empty() {
-        (0..nics.len()).collect()
-    } else {
-        rdma
-    }
+pub fn eligible(ledger: &Ledger) -> &[usize] {
+    ledger.eligible_nics()
 }
 
-/// PCIe relation of NIC `nic` to GPU `gpu` (indices).
+/// PCIe relation of NIC `nic` to GPU `gpu` (indices), from the ledger's precomputed table.
 pub fn level(ledger: &Ledger, nic: usize, gpu: usize) -> PcieLevel {
-    let topo = ledger.topo();
-    let (n, g) = (&topo.nics[nic], &topo.gpus[gpu]);
-    match &n.pci_bus_id {
-        Some(bus) if topo.pci(bus).is_some() => topo.pcie_level(bus, &g.pci_bus_id),
-        _ => match (n.numa_node, g.numa_node) {
-            (Some(a), Some(b)) if a == b => PcieLevel::SameNuma,
-            _ => PcieLevel::CrossSocket,
-        },
-    }
+    ledger.nic_gpu_level(nic, gpu)
 }
 
 /// Chooses `count` NICs (indices) for GPUs `gpus` on node indices `nodes`, keeping `fixed`.

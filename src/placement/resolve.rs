@@ -45,13 +45,15 @@ pub fn resolve(
     );
     let req_m = req.cpu_request_milli;
     let (exclusive, cpus) = match eff.cpus {
+        // Counts beyond u32 saturate: such a request then fails as "not enough free cpu"
+        // instead of wrapping around to a small one.
         CpuPreference::Auto => {
             let g = req.cpu_limit_milli == Some(req_m) && req_m > 0 && req_m % 1000 == 0;
-            (g, if g { (req_m / 1000) as u32 } else { 0 })
+            (g, if g { saturate(req_m / 1000) } else { 0 })
         }
         CpuPreference::Exclusive => {
             let m = req.cpu_limit_milli.unwrap_or(req_m).max(req_m).max(1);
-            (true, m.div_ceil(1000) as u32)
+            (true, saturate(m.div_ceil(1000)))
         }
         CpuPreference::Shared => (false, 0),
     };
@@ -100,4 +102,8 @@ pub fn resolve(
         alloc_nics,
         who,
     })
+}
+
+fn saturate(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }

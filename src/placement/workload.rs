@@ -1,13 +1,17 @@
-//! Workloads for `simulate`: the file format (pods with containers, resources, annotations,
-//! ordered add/remove events) and the replay through nri-align's engine or the kubelet-like
-//! decider, with every decision and the free capacity after each step.
+//! Workloads for `simulate`: the replay of a workload file (`file`) through nri-align's engine
+//! or the kubelet-like decider, with every decision and the free capacity after each step.
+
+mod file;
+
+use file::{bytes, cpu_milli};
+pub use file::{ContainerSpec, Event, PodSpec, Quantity, Workload, WorkloadError};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::engine::Allocator;
+use super::engine::{Allocator, PodTotals};
 use super::error::{fmt_bytes, PlacementError};
 use super::gpus::LinkTable;
 use super::kubelet::Kubelet;
@@ -15,36 +19,6 @@ use super::ledger::NodeFree;
 use super::policy::PlacementConfig;
 use super::request::{Assignment, PodInfo, Request};
 use crate::topology::Topology;
-
-/// Why a workload file is not usable.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkloadError {
-    /// YAML/JSON syntax or schema.
-    #[error("invalid workload: {0}")]
-    Parse(#[from] serde_yaml_ng::Error),
-    /// A quantity that is not a number with a known suffix.
-    #[error("pod {pod} container {container}: invalid {what} {value:?} ({hint})")]
-    Quantity {
-        /// Pod name.
-        pod: String,
-        /// Container name.
-        container: String,
-        /// `cpu`, `cpu_limit`, `memory`.
-        what: &'static str,
-        /// The text.
-        value: String,
-        /// What is accepted.
-        hint: &'static str,
-    },
-    /// An event names a pod that is not defined, or a pod is added twice.
-    #[error("event {index}: {reason}")]
-    Event {
-        /// Event position (1-based).
-        index: usize,
-        /// What is wrong.
-        reason: String,
-    },
-}
 
 /// Why a replay stopped.
 #[derive(Debug, thiserror::Error)]
@@ -57,155 +31,6 @@ pub enum ReplayError {
     Kubelet(#[from] super::kubelet::TooManyNodes),
 }
 
-/// A number or a string in the file (`cpu: 2` and `cpu: "500m"` both work).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Quantity {
-    /// A plain number.
-    Number(f64),
-    /// A Kubernetes quantity.
-    Text(String),
-}
-
-/// A workload file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Workload {
-    /// Pods.
-    pub pods: Vec<PodSpec>,
-    /// Ordered events; default: add every pod in order.
-    #[serde(default)]
-    pub events: Vec<Event>,
-}
-
-/// One pod.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PodSpec {
-    /// Name.
-    pub name: String,
-    /// Namespace.
-    #[serde(default = "default_ns")]
-    pub namespace: String,
-    /// Annotations (`policy.nri-align.io/pod`...).
-    #[serde(default)]
-    pub annotations: BTreeMap<String, String>,
-    /// Containers in creation order.
-    pub containers: Vec<ContainerSpec>,
-}
-
-fn default_ns() -> String {
-    "default".into()
-}
-
-/// One container.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ContainerSpec {
-    /// Name.
-    pub name: String,
-    /// CPU request (`"16"`, `"500m"`, `1.5`).
-    #[serde(default)]
-    pub cpu: Option<Quantity>,
-    /// CPU limit; defaults to the request.
-    #[serde(default)]
-    pub cpu_limit: Option<Quantity>,
-    /// Memory limit (`64Gi`).
-    #[serde(default)]
-    pub memory: Option<Quantity>,
-    /// GPUs a device plugin allocated.
-    #[serde(default)]
-    pub gpus: u32,
-    /// RDMA NICs a device plugin allocated.
-    #[serde(default)]
-    pub nics: u32,
-}
-
-/// An event: exactly one of `add` and `remove`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Event {
-    /// Create the pod's containers in order.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub add: Option<String>,
-    /// Stop and remove the pod's containers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remove: Option<String>,
-}
-
-impl Event {
-    /// An `add` event.
-    pub fn add(pod: &str) -> Self {
-        Self {
-            add: Some(pod.to_string()),
-            remove: None,
-        }
-    }
-    /// A `remove` event.
-    pub fn remove(pod: &str) -> Self {
-        Self {
-            add: None,
-            remove: Some(pod.to_string()),
-        }
-    }
-}
-
-impl Workload {
-    /// Parses YAML or JSON (JSON is YAML).
-    pub fn parse(text: &str) -> Result<Self, WorkloadError> {
-        Ok(serde_yaml_ng::from_str(text)?)
-    }
-}
-
-fn cpu_milli(q: &Quantity) -> Option<u64> {
-    match q {
-        Quantity::Number(n) if *n >= 0.0 => Some((n * 1000.0).round() as u64),
-        Quantity::Number(_) => None,
-        Quantity::Text(t) => {
-            let t = t.trim();
-            match t.strip_suffix('m') {
-                Some(m) => m.parse().ok(),
-                None => t
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|n| *n >= 0.0)
-                    .map(|n| (n * 1000.0).round() as u64),
-            }
-        }
-    }
-}
-
-fn bytes(q: &Quantity) -> Option<u64> {
-    const SUFFIXES: [(&str, u64); 8] = [
-        ("Ki", 1 << 10),
-        ("Mi", 1 << 20),
-        ("Gi", 1 << 30),
-        ("Ti", 1 << 40),
-        ("k", 1_000),
-        ("M", 1_000_000),
-        ("G", 1_000_000_000),
-        ("T", 1_000_000_000_000),
-    ];
-    match q {
-        Quantity::Number(n) if *n >= 0.0 => Some(*n as u64),
-        Quantity::Number(_) => None,
-        Quantity::Text(t) => {
-            let t = t.trim();
-            for (s, mul) in SUFFIXES {
-                if let Some(num) = t.strip_suffix(s) {
-                    return num
-                        .trim()
-                        .parse::<f64>()
-                        .ok()
-                        .filter(|n| *n >= 0.0)
-                        .map(|n| (n * mul as f64) as u64);
-                }
-            }
-            t.parse().ok()
-        }
-    }
-}
-
 /// Which decider replays the workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -214,6 +39,16 @@ pub enum Strategy {
     NriAlign,
     /// The kubelet Topology Manager as it would decide.
     Kubelet,
+}
+
+impl std::fmt::Display for Strategy {
+    /// The `--strategy` spelling, also used in the report.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Strategy::NriAlign => "nri-align",
+            Strategy::Kubelet => "kubelet",
+        })
+    }
 }
 
 /// One container's decision.
@@ -302,6 +137,18 @@ impl Decider {
             Decider::Kubelet(k) => drop(k.release(id)),
         }
     }
+    fn expect_pod(&mut self, uid: &str, totals: PodTotals) {
+        match self {
+            Decider::Engine(a) => a.expect_pod(uid, totals),
+            Decider::Kubelet(k) => k.expect_pod(uid, totals),
+        }
+    }
+    fn forget_pod(&mut self, uid: &str) {
+        match self {
+            Decider::Engine(a) => a.forget_pod(uid),
+            Decider::Kubelet(k) => k.forget_pod(uid),
+        }
+    }
     fn free(&self) -> Vec<NodeFree> {
         match self {
             Decider::Engine(a) => a.free_by_node(),
@@ -310,28 +157,35 @@ impl Decider {
     }
 }
 
+/// A container's request, or why the device plugin could not allocate its devices (the kubelet
+/// then rejects the pod before any topology decision).
+type Planned = (Request, Option<String>);
+
 /// Builds the container requests of a pod. `gpus`/`nics` become device-plugin allocations of
 /// the lowest-index free devices (a plugin blind to topology); the decider may remap them.
 fn requests(
     pod: &PodSpec,
     free: &[NodeFree],
     topo: &Topology,
-) -> Result<Vec<Request>, WorkloadError> {
+) -> Result<Vec<Planned>, WorkloadError> {
     let mut free_gpus: Vec<String> = free.iter().flat_map(|n| n.gpus.iter().cloned()).collect();
     free_gpus.sort_by_key(|b| topo.gpus.iter().position(|g| &g.pci_bus_id == b));
     let unused: Vec<String> = free.iter().flat_map(|n| n.nics.iter().cloned()).collect();
-    let mut nic_order: Vec<String> = topo
+    // The NICs an RDMA device plugin hands out: the RDMA ones when the host has any (as the
+    // engine's eligible NICs), shared between containers, unused ones first.
+    let rdma = topo.nics.iter().any(|n| n.rdma_device.is_some());
+    let pool: Vec<String> = topo
         .nics
         .iter()
+        .filter(|n| !rdma || n.rdma_device.is_some())
         .map(|n| n.name.clone())
-        .filter(|n| unused.contains(n))
         .collect();
-    nic_order.extend(
-        topo.nics
-            .iter()
-            .map(|n| n.name.clone())
-            .filter(|n| !unused.contains(n)),
-    );
+    let mut nic_order: Vec<String> = pool
+        .iter()
+        .filter(|n| unused.contains(n))
+        .cloned()
+        .collect();
+    nic_order.extend(pool.iter().filter(|n| !unused.contains(n)).cloned());
     let info = PodInfo {
         uid: format!("{}/{}", pod.namespace, pod.name),
         namespace: pod.namespace.clone(),
@@ -344,7 +198,7 @@ fn requests(
             pod: pod.name.clone(),
             container: c.name.clone(),
             what,
-            value: format!("{value:?}"),
+            value: value.to_string(),
             hint,
         };
         let request = match &c.cpu {
@@ -363,13 +217,28 @@ fn requests(
             ),
             None => None,
         };
+        let mut short = None;
+        if c.gpus as usize > free_gpus.len() {
+            short = Some(format!(
+                "the device plugin cannot allocate {} GPUs: {} free on the host (the kubelet \
+                 rejects the pod with UnexpectedAdmissionError)",
+                c.gpus,
+                free_gpus.len()
+            ));
+        } else if c.nics as usize > nic_order.len() {
+            short = Some(format!(
+                "the device plugin cannot allocate {} NICs: the host has {}",
+                c.nics,
+                nic_order.len()
+            ));
+        }
         let gpus: Vec<String> = free_gpus
             .drain(..(c.gpus as usize).min(free_gpus.len()))
             .collect();
         let nics: Vec<String> = nic_order.iter().take(c.nics as usize).cloned().collect();
         let turn = (c.nics as usize).min(nic_order.len());
         nic_order.rotate_left(turn);
-        out.push(Request {
+        let request = Request {
             container_id: format!("{}/{}/{}", pod.namespace, pod.name, c.name),
             container_name: c.name.clone(),
             pod: info.clone(),
@@ -378,7 +247,8 @@ fn requests(
             memory_limit_bytes: memory,
             allocated_gpus: gpus,
             allocated_nics: nics,
-        });
+        };
+        out.push((request, short));
     }
     Ok(out)
 }
@@ -407,7 +277,7 @@ pub fn replay(
         decisions: Vec::new(),
         steps: Vec::new(),
         summary: Summary {
-            strategy: format!("{strategy:?}"),
+            strategy: strategy.to_string(),
             ..Summary::default()
         },
     };
@@ -443,8 +313,17 @@ pub fn replay(
             let mut placed = Vec::new();
             let mut decisions = Vec::new();
             let mut failed = None;
-            for r in requests(pod, &d.free(), &topo)? {
-                match d.place(&r) {
+            let planned = requests(pod, &d.free(), &topo)?;
+            let reqs: Vec<Request> = planned.iter().map(|(r, _)| r.clone()).collect();
+            let uid = reqs.first().map(|r| r.pod.uid.clone()).unwrap_or_default();
+            // Pod scope sizes the first container's nodes for the whole pod.
+            d.expect_pod(&uid, PodTotals::of(&reqs));
+            for (r, short) in planned {
+                let outcome = match short {
+                    Some(reason) => Err(reason),
+                    None => d.place(&r).map_err(|e| e.to_string()),
+                };
+                match outcome {
                     Ok(a) => {
                         let idx: Vec<usize> = a
                             .gpus
@@ -480,7 +359,7 @@ pub fn replay(
                             nics: Vec::new(),
                             aligned: false,
                             gpu_link_score: 0,
-                            reason: e.to_string(),
+                            reason: e,
                         });
                         failed = Some(r.container_name.clone());
                         break;
@@ -492,6 +371,7 @@ pub fn replay(
                 for id in &placed {
                     d.release(id);
                 }
+                d.forget_pod(&uid);
                 for dec in decisions.iter_mut().filter(|x| x.admitted) {
                     dec.admitted = false;
                     dec.reason = format!("pod rejected because container {bad} was: rolled back");
@@ -535,21 +415,4 @@ pub fn format_free(free: &[NodeFree]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" | ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn quantities() {
-        assert_eq!(cpu_milli(&Quantity::Text("500m".into())), Some(500));
-        assert_eq!(cpu_milli(&Quantity::Text("16".into())), Some(16000));
-        assert_eq!(cpu_milli(&Quantity::Number(1.5)), Some(1500));
-        assert_eq!(cpu_milli(&Quantity::Text("lots".into())), None);
-        assert_eq!(bytes(&Quantity::Text("64Gi".into())), Some(64 << 30));
-        assert_eq!(bytes(&Quantity::Text("1G".into())), Some(1_000_000_000));
-        assert_eq!(bytes(&Quantity::Number(4096.0)), Some(4096));
-        assert_eq!(bytes(&Quantity::Text("-1Gi".into())), None);
-    }
 }

@@ -234,8 +234,10 @@ impl HostDesc {
                 if *links == 0 || *links > MAX_NVLINKS {
                     return Err(format!("nvlink.links must be 1-{MAX_NVLINKS}"));
                 }
-                if *chips == 0 || chips > links {
-                    return Err("nvlink.chips must be 1..=links".into());
+                // More chips than links per GPU is real: a DGX-2's V100s have 6 links each, one
+                // to each of the 6 NVSwitch chips of their baseboard, 12 chips in all.
+                if *chips == 0 || *chips > MAX_NVSWITCH_CHIPS {
+                    return Err(format!("nvlink.chips must be 1-{MAX_NVSWITCH_CHIPS}"));
                 }
                 if n < 2 {
                     return Err("nvswitch needs at least 2 GPUs".into());
@@ -297,4 +299,29 @@ pub fn parse_bus_id(s: &str) -> Option<(u16, u8, u8, u8)> {
         dev,
         func,
     ))
+}
+
+/// Most NVSwitch chips a description may have (each is a PCI function on its own host bridge).
+const MAX_NVSWITCH_CHIPS: u32 = 64;
+
+#[cfg(test)]
+mod tests {
+    use super::super::HostDesc;
+
+    #[test]
+    fn nvswitch_chips_may_outnumber_links() {
+        let gpus: String = (0..16).map(|_| "{numa_node: 0}, ").collect();
+        let yaml = format!(
+            "name: dgx2\nsockets: 1\ncores_per_numa: 4\nmemory_per_numa: 8Gi\n\
+             gpus: [{gpus}]\nnvlink: {{kind: nvswitch, links: 6, chips: 12}}\n"
+        );
+        let topo = HostDesc::from_yaml(&yaml)
+            .expect("12 chips, 6 links")
+            .to_topology();
+        let links = topo.gpu_links.expect("links");
+        assert!(links.nvswitch);
+        assert_eq!(links.nvlink[0][15], 6);
+        let bad = yaml.replace("chips: 12", "chips: 0");
+        assert!(HostDesc::from_yaml(&bad).is_err());
+    }
 }

@@ -2,6 +2,7 @@
 //! `lstopo --of xml` writes (the real lstopo comparison lives in tests/topology_lstopo.rs).
 
 use super::*;
+use crate::topology::PciKind;
 
 /// Two packages with one NUMA node each plus a CPU-less HBM node, two NVIDIA GPUs behind one
 /// switch on package 0 with two NVLinks between them, and a Mellanox NIC on package 1.

@@ -1,0 +1,145 @@
+//! Rejection messages of the engine: what was asked, what the host or the best candidate node
+//! had, and what the user can change (a smaller request, another policy or scope). Kept apart
+//! from the choice itself so the engine reads as the algorithm.
+
+use super::annotations::DOMAIN;
+use super::engine::Resolved;
+use super::error::{fmt_bytes, fmt_nodes, Ask, PlacementError};
+use super::ledger::Ledger;
+use super::nics;
+use super::numa::{self, Cap, Need};
+use super::policy::PlacementConfig;
+use crate::topology::NodeSet;
+
+/// The node-set shape the policy allowed when nothing fitted.
+pub struct Shape<'a> {
+    /// The pod's node set, in pod scope once its first container is placed.
+    pub pin: Option<&'a NodeSet>,
+    /// Widest node set the policy admits (1 for single-numa-node, `usize::MAX` for best-effort).
+    pub limit: usize,
+}
+
+/// The host as a whole lacks something `r` asks for, whatever the alignment. Names the first
+/// resource short, in the order a user would look at them.
+pub fn insufficient(
+    ledger: &Ledger,
+    config: &PlacementConfig,
+    r: &Resolved,
+    caps: &[Cap],
+) -> PlacementError {
+    let free_cpu: u32 = caps.iter().map(|c| c.cpu).sum();
+    let free_mem: u64 = caps.iter().filter(|c| c.has_cpus).map(|c| c.mem).sum();
+    let free_gpu = ledger.free_gpus().len();
+    let nics = nics::eligible(ledger).len();
+    let (resource, asked, free) = if r.exclusive && free_cpu < r.cpus {
+        let what = if config.full_pcpus_only {
+            "whole-core cpu"
+        } else {
+            "cpu"
+        };
+        (what, r.cpus.to_string(), free_cpu.to_string())
+    } else if free_mem < r.memory {
+        ("memory", fmt_bytes(r.memory), fmt_bytes(free_mem))
+    } else if free_gpu < r.gpu_count {
+        ("gpu", r.gpu_count.to_string(), free_gpu.to_string())
+    } else if nics < r.nic_count {
+        ("nic", r.nic_count.to_string(), nics.to_string())
+    } else {
+        (
+            "shared-pool cpu",
+            "1".to_string(),
+            ledger.shared_pool().len().to_string(),
+        )
+    };
+    PlacementError::Insufficient {
+        container: r.who.clone(),
+        resource: resource.into(),
+        asked,
+        free,
+    }
+}
+
+/// The host has the resources, but not on a node set the policy (or the pod's pin) accepts.
+/// `need` is the whole request (GPUs included); `allowed` marks the nodes that were searched.
+pub fn unalignable(
+    ledger: &Ledger,
+    r: &Resolved,
+    caps: &[Cap],
+    allowed: &[bool],
+    shape: &Shape,
+    need: &Need,
+) -> PlacementError {
+    let best = numa::best_offer(caps, allowed, need);
+    let asked = Ask {
+        cpus: need.cpus,
+        memory_bytes: need.memory,
+        gpus: need.gpus,
+        nics: need.nics,
+    };
+    let mut what = Vec::new();
+    let mut reduce = Vec::new();
+    if best.cpus < asked.cpus {
+        what.push("cpu");
+        reduce.push(format!("cpu to {}", best.cpus));
+    }
+    if best.memory_bytes < asked.memory_bytes {
+        what.push("memory");
+        reduce.push(format!("memory to {}", fmt_bytes(best.memory_bytes)));
+    }
+    if best.gpus < asked.gpus {
+        what.push("gpus");
+        reduce.push(format!("gpus to {}", best.gpus));
+    }
+    if best.nics < asked.nics {
+        what.push("nics");
+        reduce.push(format!("nics to {}", best.nics));
+    }
+    if what.is_empty() {
+        // Every amount fits the best node on its own; the devices' locality is what failed
+        // (e.g. the free GPUs sit on another node than the free CPUs).
+        what.push("devices and cpus together");
+    }
+    let shape_text = match (shape.pin, shape.limit) {
+        (Some(p), _) => format!("the pod's NUMA {}", fmt_nodes(p)),
+        (None, 1) => "one NUMA node".to_string(),
+        (None, w) => format!("{w} NUMA nodes (the narrowest this request can be)"),
+    };
+    let mut alternatives = Vec::new();
+    let everywhere = vec![true; caps.len()];
+    let without_gpus = Need {
+        gpus: 0,
+        ..need.clone()
+    };
+    if shape.limit == 1 && shape.limit < numa::min_width(ledger, need) {
+        // Never fits one node on this host: only a wider policy can admit it.
+        alternatives.push("use policy restricted or best-effort".to_string());
+    } else if numa::choose(ledger.topo(), caps, &everywhere, &without_gpus).is_some() {
+        alternatives.push(format!("use policy best-effort (policy.{DOMAIN}/pod)"));
+    }
+    if shape.pin.is_some() {
+        alternatives.push("use scope container".to_string());
+    }
+    let mut suggestion = String::new();
+    if !reduce.is_empty() {
+        suggestion = format!("would fit: reduce {}", reduce.join(", "));
+    }
+    if !alternatives.is_empty() {
+        if suggestion.is_empty() {
+            suggestion = alternatives.join(" or ");
+        } else {
+            suggestion = format!("{suggestion}, or {}", alternatives.join(" or "));
+        }
+    }
+    if suggestion.is_empty() {
+        suggestion = "wait for capacity to free up".into();
+    }
+    PlacementError::Unalignable {
+        container: r.who.clone(),
+        policy: r.eff.policy,
+        what: what.join(", "),
+        shape: shape_text,
+        asked: Box::new(asked),
+        best: Box::new(best),
+        suggestion,
+    }
+}

@@ -1,0 +1,242 @@
+//! The workload file of `simulate` (YAML or JSON): pods with containers, their resources and
+//! annotations, and ordered add/remove events; Kubernetes quantities (`500m`, `64Gi`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Why a workload file is not usable.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    /// YAML/JSON syntax or schema.
+    #[error("invalid workload: {0}")]
+    Parse(#[from] serde_yaml_ng::Error),
+    /// A quantity that is not a number with a known suffix.
+    #[error("pod {pod} container {container}: invalid {what} {value:?} ({hint})")]
+    Quantity {
+        /// Pod name.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// `cpu`, `cpu_limit`, `memory`.
+        what: &'static str,
+        /// The text.
+        value: String,
+        /// What is accepted.
+        hint: &'static str,
+    },
+    /// A pod definition that cannot be replayed.
+    #[error("pod {pod}: {reason}")]
+    Pod {
+        /// Pod name.
+        pod: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An event names a pod that is not defined, or a pod is added twice.
+    #[error("event {index}: {reason}")]
+    Event {
+        /// Event position (1-based).
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// A number or a string in the file (`cpu: 2` and `cpu: "500m"` both work).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Quantity {
+    /// A plain number.
+    Number(f64),
+    /// A Kubernetes quantity.
+    Text(String),
+}
+
+impl std::fmt::Display for Quantity {
+    /// As written in the file, for error messages.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Quantity::Number(n) => write!(f, "{n}"),
+            Quantity::Text(t) => f.write_str(t),
+        }
+    }
+}
+
+/// A workload file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    /// Pods.
+    pub pods: Vec<PodSpec>,
+    /// Ordered events; default: add every pod in order.
+    #[serde(default)]
+    pub events: Vec<Event>,
+}
+
+/// One pod.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodSpec {
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    #[serde(default = "default_ns")]
+    pub namespace: String,
+    /// Annotations (`policy.nri-align.io/pod`...).
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    /// Containers in creation order.
+    pub containers: Vec<ContainerSpec>,
+}
+
+fn default_ns() -> String {
+    "default".into()
+}
+
+/// One container.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerSpec {
+    /// Name.
+    pub name: String,
+    /// CPU request (`"16"`, `"500m"`, `1.5`).
+    #[serde(default)]
+    pub cpu: Option<Quantity>,
+    /// CPU limit; defaults to the request.
+    #[serde(default)]
+    pub cpu_limit: Option<Quantity>,
+    /// Memory limit (`64Gi`).
+    #[serde(default)]
+    pub memory: Option<Quantity>,
+    /// GPUs a device plugin allocated.
+    #[serde(default)]
+    pub gpus: u32,
+    /// RDMA NICs a device plugin allocated.
+    #[serde(default)]
+    pub nics: u32,
+}
+
+/// An event: exactly one of `add` and `remove`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Event {
+    /// Create the pod's containers in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub add: Option<String>,
+    /// Stop and remove the pod's containers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remove: Option<String>,
+}
+
+impl Event {
+    /// An `add` event.
+    pub fn add(pod: &str) -> Self {
+        Self {
+            add: Some(pod.to_string()),
+            remove: None,
+        }
+    }
+    /// A `remove` event.
+    pub fn remove(pod: &str) -> Self {
+        Self {
+            add: None,
+            remove: Some(pod.to_string()),
+        }
+    }
+}
+
+impl Workload {
+    /// Parses YAML or JSON (JSON is YAML).
+    pub fn parse(text: &str) -> Result<Self, WorkloadError> {
+        let w: Workload = serde_yaml_ng::from_str(text)?;
+        // Events name pods: two pods with one name would make `remove` ambiguous.
+        for (i, p) in w.pods.iter().enumerate() {
+            if w.pods[..i].iter().any(|q| q.name == p.name) {
+                return Err(WorkloadError::Pod {
+                    pod: p.name.clone(),
+                    reason: "defined twice; pod names must be unique".into(),
+                });
+            }
+            if p.containers.is_empty() {
+                return Err(WorkloadError::Pod {
+                    pod: p.name.clone(),
+                    reason: "has no containers".into(),
+                });
+            }
+        }
+        Ok(w)
+    }
+}
+
+/// A non-negative finite amount that fits in 64 bits, rounded to the nearest unit; anything
+/// else is not a quantity (a saturated `1e30` would read as a real, huge request).
+fn whole(x: f64) -> Option<u64> {
+    let x = x.round();
+    (x.is_finite() && x >= 0.0 && x < u64::MAX as f64).then_some(x as u64)
+}
+
+pub(super) fn cpu_milli(q: &Quantity) -> Option<u64> {
+    match q {
+        Quantity::Number(n) => whole(n * 1000.0),
+        Quantity::Text(t) => {
+            let t = t.trim();
+            match t.strip_suffix('m') {
+                Some(m) => m.parse().ok(),
+                None => t.parse::<f64>().ok().and_then(|n| whole(n * 1000.0)),
+            }
+        }
+    }
+}
+
+pub(super) fn bytes(q: &Quantity) -> Option<u64> {
+    const SUFFIXES: [(&str, u64); 8] = [
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("k", 1_000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+        ("T", 1_000_000_000_000),
+    ];
+    match q {
+        Quantity::Number(n) => whole(*n),
+        Quantity::Text(t) => {
+            let t = t.trim();
+            for (s, mul) in SUFFIXES {
+                if let Some(num) = t.strip_suffix(s) {
+                    return num
+                        .trim()
+                        .parse::<f64>()
+                        .ok()
+                        .and_then(|n| whole(n * mul as f64));
+                }
+            }
+            t.parse().ok()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities() {
+        assert_eq!(cpu_milli(&Quantity::Text("500m".into())), Some(500));
+        assert_eq!(cpu_milli(&Quantity::Text("16".into())), Some(16000));
+        assert_eq!(cpu_milli(&Quantity::Number(1.5)), Some(1500));
+        assert_eq!(cpu_milli(&Quantity::Text("lots".into())), None);
+        assert_eq!(bytes(&Quantity::Text("64Gi".into())), Some(64 << 30));
+        assert_eq!(bytes(&Quantity::Text("1G".into())), Some(1_000_000_000));
+        assert_eq!(bytes(&Quantity::Number(4096.0)), Some(4096));
+        assert_eq!(bytes(&Quantity::Text("-1Gi".into())), None);
+        // Out of range or not a number: an error, never a saturated request.
+        assert_eq!(bytes(&Quantity::Text("99999999999Ti".into())), None);
+        assert_eq!(bytes(&Quantity::Number(1e30)), None);
+        assert_eq!(cpu_milli(&Quantity::Number(1e30)), None);
+        assert_eq!(cpu_milli(&Quantity::Text("inf".into())), None);
+        assert_eq!(cpu_milli(&Quantity::Text("NaN".into())), None);
+    }
+}
