@@ -9,14 +9,14 @@ use std::time::Instant;
 
 use crate::config::Config;
 use crate::metrics::{Metrics, NodeFreeSample};
-use crate::placement::{Assignment, GpuMode, PlacementConfig, Request};
+use crate::placement::{Assignment, GpuMode, PlacementConfig, PodTotals, Request};
 use crate::topology::{CpuSet, NodeSet, Topology};
 
 use super::adjust::{
     build_adjustment, pool_updates, AdjustError, Adjustment, CpusetUpdate, DeviceLookup,
 };
 use super::reconcile::reconcile;
-use super::request::{build_request, nvidia_minor, uverbs_name, RequestError};
+use super::request::{build_request, nvidia_minor, pod_totals, uverbs_name, RequestError};
 use super::state::{Loaded, Record, ResourceSummary, StateDoc, StateStore};
 use super::view::{ContainerView, PodView, ResourcesView};
 
@@ -47,6 +47,9 @@ pub trait Placer: Send {
     fn topology(&self) -> &Topology;
     /// Free resources per NUMA node.
     fn free_by_node(&self) -> Vec<NodeFreeSample>;
+    /// What pod `uid` asks for in all, before its first container is placed (a sizing hint
+    /// for pod scope). Placers without pod scope ignore it.
+    fn expect_pod(&mut self, _uid: &str, _totals: PodTotals) {}
 }
 
 /// Why a container was not admitted (the message reaches the CRI caller).
@@ -322,6 +325,7 @@ impl<P: Placer> Engine<P> {
         // allow rule CRI wrote, while the ledger gives that GPU to someone else. Such
         // containers keep their devices, as in `keep` mode; GPUs named only through
         // NVIDIA_VISIBLE_DEVICES (the device plugin's default) are still remapped.
+        self.expect_pod(pod);
         let placed = if self.config.placement.gpu_mode == GpuMode::Remap && has_device_nodes(c) {
             tracing::debug!(container = %c.name, "devices arrived as nodes: keeping them");
             self.place_with_mode(&req, GpuMode::Keep)
@@ -484,6 +488,23 @@ impl<P: Placer> Engine<P> {
 
     fn placer_config(&self) -> PlacementConfig {
         self.config.placement.clone()
+    }
+
+    /// Before the first container of `pod` is placed, tells the placer what the whole pod asks
+    /// for, when the runtime passed the pod's resources: in pod scope that container pins the
+    /// pod's node set, which must then hold its siblings too.
+    fn expect_pod(&mut self, pod: &PodView) {
+        let Some(totals) = pod.resources.as_ref().map(pod_totals) else {
+            return;
+        };
+        let first = !self
+            .doc
+            .containers
+            .values()
+            .any(|r| r.pod_sandbox_id == pod.id);
+        if first && totals != PodTotals::default() {
+            self.placer.expect_pod(&pod.uid, totals);
+        }
     }
 
     /// Places `req` with the GPU mode `mode` for this one decision.

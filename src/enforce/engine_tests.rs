@@ -481,3 +481,42 @@ fn containers_moved_before_they_started_get_their_cpuset_again() {
     assert_eq!(e.container_started("x1"), None);
     assert_eq!(e.container_started("unknown"), None);
 }
+
+#[test]
+fn pod_resources_size_the_pod_before_its_first_container_only() {
+    let mut e = engine(None, Config::default());
+    let mut p = pod("team");
+    // The kubelet's sum over a pod of two 2-CPU Guaranteed containers with 1 GiB each.
+    p.resources = Some(ResourcesView {
+        cpu_shares: Some(4096),
+        cpu_quota: Some(400_000),
+        cpu_period: Some(100_000),
+        memory_limit: Some(2 << 30),
+        ..Default::default()
+    });
+    e.create_container(&p, &ctr("a", "team", 2, &[]))
+        .expect("a");
+    e.create_container(&p, &ctr("b", "team", 2, &[]))
+        .expect("b");
+    let told = &e.placer().expected_pods;
+    assert_eq!(
+        told.len(),
+        1,
+        "told once, before the first container: {told:?}"
+    );
+    assert_eq!(told[0].0, "uid-team");
+    assert_eq!(told[0].1.exclusive_cpus, 4);
+    assert_eq!(told[0].1.memory_bytes, 2 << 30);
+
+    // A Burstable pod (request below limit) pins no exclusive CPUs and says nothing.
+    let mut q = pod("burst");
+    q.resources = Some(ResourcesView {
+        cpu_shares: Some(512),
+        cpu_quota: Some(400_000),
+        cpu_period: Some(100_000),
+        ..Default::default()
+    });
+    e.create_container(&q, &ctr("c", "burst", 0, &[]))
+        .expect("c");
+    assert_eq!(e.placer().expected_pods.len(), 1);
+}

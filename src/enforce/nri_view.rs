@@ -21,6 +21,11 @@ pub fn pod_view(p: &api::PodSandbox) -> PodView {
         name: p.name.clone(),
         namespace: p.namespace.clone(),
         annotations: sorted(&p.annotations),
+        resources: p
+            .linux
+            .as_ref()
+            .and_then(|l| l.pod_resources.as_ref())
+            .map(|r| resources_view(Some(r))),
     }
 }
 

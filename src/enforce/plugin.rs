@@ -261,7 +261,9 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
 mod allocator {
     use super::super::engine::{Placer, Rejection};
     use crate::metrics::NodeFreeSample;
-    use crate::placement::{Allocator, Assignment, PlacementConfig, PlacementError, Request};
+    use crate::placement::{
+        Allocator, Assignment, PlacementConfig, PlacementError, PodTotals, Request,
+    };
     use crate::topology::{CpuSet, Topology};
 
     /// The metrics label of a placement error: its variant name in kebab case
@@ -308,8 +310,10 @@ mod allocator {
         fn topology(&self) -> &Topology {
             Allocator::topology(self)
         }
+        fn expect_pod(&mut self, uid: &str, totals: PodTotals) {
+            Allocator::expect_pod(self, uid, totals)
+        }
         fn free_by_node(&self) -> Vec<NodeFreeSample> {
-            // MERGE: field names of placement::NodeFree as helper D wrote them.
             Allocator::free_by_node(self)
                 .into_iter()
                 .map(|n| NodeFreeSample {

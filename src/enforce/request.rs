@@ -2,10 +2,10 @@
 //! placement [`Request`]: CPU request and limit in millicores, memory limit, and the GPUs and
 //! RDMA NICs a device plugin allocated.
 
-use crate::placement::{PodInfo, Request};
+use crate::placement::{PodInfo, PodTotals, Request};
 use crate::topology::Topology;
 
-use super::view::{ContainerView, PodView};
+use super::view::{ContainerView, PodView, ResourcesView};
 
 /// A container whose resources or devices cannot be understood.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,7 +28,8 @@ pub fn shares_to_milli(shares: u64) -> u64 {
     if shares <= 2 {
         return 0;
     }
-    (shares * 1000).div_ceil(1024)
+    // Saturating: the runtime passes whatever the pod spec said; input never panics the daemon.
+    shares.saturating_mul(1000).div_ceil(1024)
 }
 
 /// CFS quota and period to a limit in millicores; `None` when unlimited.
@@ -36,7 +37,30 @@ pub fn quota_to_milli(quota: Option<i64>, period: Option<u64>) -> Option<u64> {
     let quota = u64::try_from(quota?).ok().filter(|q| *q > 0)?;
     // The kernel's default period applies when the spec has none.
     let period = period.filter(|p| *p > 0).unwrap_or(100_000);
-    Some((quota * 1000).div_ceil(period))
+    Some(quota.saturating_mul(1000).div_ceil(period))
+}
+
+/// What a pod asks for in all, from its pod-level resources (the kubelet's sum over its
+/// containers): exclusive CPUs by the Guaranteed rule applied to the sum, the memory limit.
+/// GPUs and NICs are not in pod resources; the containers carry them.
+pub fn pod_totals(r: &ResourcesView) -> PodTotals {
+    let request = r.cpu_shares.map(shares_to_milli).unwrap_or(0);
+    let limit = quota_to_milli(r.cpu_quota, r.cpu_period);
+    let exclusive = limit == Some(request) && request > 0 && request % 1000 == 0;
+    let memory = r
+        .memory_limit
+        .and_then(|m| u64::try_from(m).ok())
+        .unwrap_or(0);
+    PodTotals {
+        exclusive_cpus: if exclusive {
+            u32::try_from(request / 1000).unwrap_or(u32::MAX)
+        } else {
+            0
+        },
+        memory_bytes: if exclusive { memory } else { 0 },
+        gpus: 0,
+        nics: 0,
+    }
 }
 
 /// Builds the placement request for container `c` of pod `pod`.
@@ -249,6 +273,16 @@ pub(crate) mod tests {
         assert_eq!(quota_to_milli(Some(200_000), Some(100_000)), Some(2000));
         assert_eq!(quota_to_milli(Some(-1), Some(100_000)), None);
         assert_eq!(quota_to_milli(Some(50_000), None), Some(500));
+    }
+
+    #[test]
+    fn absurd_shares_and_quota_saturate_instead_of_panicking() {
+        assert!(shares_to_milli(u64::MAX) > 0);
+        assert!(quota_to_milli(Some(i64::MAX), Some(1)).is_some_and(|m| m > 1_000_000));
+        assert_eq!(
+            quota_to_milli(Some(i64::MAX), Some(0)),
+            quota_to_milli(Some(i64::MAX), None)
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use super::engine::{Placer, Rejection};
 use super::request::tests::{gpu_topology, node};
 use super::view::DeviceNode;
 use crate::metrics::NodeFreeSample;
-use crate::placement::{Assignment, PlacementConfig, Request};
+use crate::placement::{Assignment, PlacementConfig, PodTotals, Request};
 use crate::topology::{Cpu, CpuSet, Topology};
 
 /// A deliberately simple placer: exclusive integer-CPU containers get the lowest free CPUs of
@@ -20,6 +20,8 @@ pub(crate) struct FakePlacer {
     held: BTreeMap<String, Assignment>,
     /// The GPU mode in force at each `place` call, in order.
     pub(crate) modes: Vec<crate::placement::GpuMode>,
+    /// What `expect_pod` was told, in order.
+    pub(crate) expected_pods: Vec<(String, PodTotals)>,
 }
 
 impl FakePlacer {
@@ -42,6 +44,7 @@ impl FakePlacer {
             cfg: PlacementConfig::default(),
             held: BTreeMap::new(),
             modes: Vec::new(),
+            expected_pods: Vec::new(),
         }
     }
     fn exclusive_cpus(&self) -> CpuSet {
@@ -55,6 +58,9 @@ impl FakePlacer {
 }
 
 impl Placer for FakePlacer {
+    fn expect_pod(&mut self, uid: &str, totals: PodTotals) {
+        self.expected_pods.push((uid.to_string(), totals));
+    }
     fn place(&mut self, req: &Request) -> Result<Assignment, Rejection> {
         self.modes.push(self.cfg.gpu_mode);
         let gpu_node = req

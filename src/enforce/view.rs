@@ -19,6 +19,10 @@ pub struct PodView {
     pub namespace: String,
     /// Pod annotations.
     pub annotations: BTreeMap<String, String>,
+    /// The pod's resources in all (`LinuxPodSandbox.pod_resources`: the kubelet's sum over the
+    /// pod's containers), when the runtime passes them; sizes a pod-scope node set.
+    #[serde(default)]
+    pub resources: Option<ResourcesView>,
 }
 
 /// A device node in the container spec (`LinuxDevice`).
