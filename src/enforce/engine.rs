@@ -471,7 +471,12 @@ impl<P: Placer> Engine<P> {
     pub fn reload(&mut self, config: Config) -> Result<Vec<CpusetUpdate>, EngineError> {
         config.validate_for(self.placer.topology())?;
         for key in self.config.restart_only_changes(&config) {
-            tracing::warn!("{key} changed: takes effect after a restart");
+            // A runtime's drop-in only arrives after start-up, so for a pre-launched plugin
+            // these keys can only come from flags or --config (a wrapper script works).
+            tracing::warn!(
+                "{key} changed: it is read only at start-up (flags or --config), \
+                 so it takes effect after a restart with it there"
+            );
         }
         self.placer.set_config(config.placement.clone());
         self.config = config;
