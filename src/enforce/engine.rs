@@ -218,7 +218,15 @@ impl<P: Placer> Engine<P> {
         for id in &plan.release {
             self.placer.release(id);
             self.doc.containers.remove(id);
-            tracing::info!(container = %id, "released: gone while nri-align was away");
+            if plan
+                .rebuild
+                .iter()
+                .any(|r| r.assignment.container_id == *id)
+            {
+                tracing::warn!(container = %id, "runs without its adjustment and with other devices than recorded: re-recording it as it runs");
+            } else {
+                tracing::info!(container = %id, "released: gone while nri-align was away");
+            }
         }
         for mut rec in plan.rebuild {
             let id = rec.assignment.container_id.clone();

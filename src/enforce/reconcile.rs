@@ -5,6 +5,7 @@
 use crate::placement::Assignment;
 use crate::topology::{CpuSet, NodeSet, Topology};
 
+use super::adjust::DECISION_ENV;
 use super::request::{build_request, nvidia_minor, uverbs_name, RequestError};
 use super::state::{Record, ResourceSummary, StateDoc};
 use super::view::{ContainerView, PodView};
@@ -28,26 +29,55 @@ pub fn reconcile(
     topo: &Topology,
 ) -> Reconciliation {
     let mut out = Reconciliation::default();
-    let alive = |id: &str| live.iter().any(|c| c.id == id && c.state.is_live());
+    let pod_of = |c: &ContainerView| {
+        pods.iter()
+            .find(|p| p.id == c.pod_sandbox_id)
+            .cloned()
+            .unwrap_or_default()
+    };
     for (id, rec) in &doc.containers {
-        if alive(id) {
-            out.keep.push(rec.clone());
-        } else {
+        let Some(c) = live.iter().find(|c| c.id == *id && c.state.is_live()) else {
             out.release.push(id.clone());
+            continue;
+        };
+        if lost_its_devices(topo, &pod_of(c), c, rec) {
+            // Its record names devices it does not have: account for what it really holds.
+            out.release.push(id.clone());
+            out.rebuild.push(record_as_running(topo, &pod_of(c), c));
+        } else {
+            out.keep.push(rec.clone());
         }
     }
     for c in live.iter().filter(|c| c.state.is_live()) {
         if doc.containers.contains_key(&c.id) {
             continue;
         }
-        let pod = pods
-            .iter()
-            .find(|p| p.id == c.pod_sandbox_id)
-            .cloned()
-            .unwrap_or_default();
-        out.rebuild.push(record_as_running(topo, &pod, c));
+        out.rebuild.push(record_as_running(topo, &pod_of(c), c));
     }
     out
+}
+
+/// Whether a recorded container runs without its adjustment (nri-align died after deciding
+/// and before the runtime got the answer, and the runtime went on without the plugin) *and*
+/// the GPUs or NICs it really has differ from the recorded ones (a remap that never reached
+/// it). Its cpuset can still be re-applied, its devices and environment cannot: the ledger
+/// must count the devices it really has, or they would be handed out a second time.
+fn lost_its_devices(topo: &Topology, pod: &PodView, c: &ContainerView, rec: &Record) -> bool {
+    let decision = format!("{DECISION_ENV}=");
+    if c.env.iter().any(|e| e.starts_with(&decision)) {
+        return false;
+    }
+    let Ok(r) = build_request(topo, pod, c) else {
+        return false;
+    };
+    let same = |a: &[String], b: &[String]| {
+        let mut a = a.to_vec();
+        let mut b = b.to_vec();
+        a.sort();
+        b.sort();
+        a == b
+    };
+    !same(&r.allocated_gpus, &rec.assignment.gpus) || !same(&r.allocated_nics, &rec.assignment.nics)
 }
 
 /// Records a running container with what it has now: its cpuset (all online CPUs when it has
@@ -192,8 +222,10 @@ mod tests {
             namespace: "ns".into(),
             ..Default::default()
         }];
+        let mut kept = live("kept", ContainerState::Running, "", 0);
+        kept.env.push(format!("{DECISION_ENV}=cpus=0"));
         let containers = vec![
-            live("kept", ContainerState::Running, "", 0),
+            kept,
             live("stopped", ContainerState::Stopped, "", 0),
             live("new", ContainerState::Running, "4-5", 2),
         ];
@@ -207,6 +239,44 @@ mod tests {
         assert_eq!(a.numa_nodes.to_string(), "1");
         assert_eq!(a.gpus, vec!["0000:3b:00.0"]);
         assert_eq!(r.rebuild[0].namespace, "ns");
+    }
+
+    #[test]
+    fn a_record_whose_remap_never_reached_the_container_follows_its_real_gpus() {
+        // Recorded with GPU 0 (a remap), but the runtime created it without the adjustment:
+        // no decision in its env, and its device plugin's GPU 1 (/dev/nvidia1) in its spec.
+        let mut doc = StateDoc::default();
+        let mut recorded = rec("x");
+        recorded.assignment.gpus = vec!["0000:1b:00.0".into()];
+        recorded.assignment.exclusive = true;
+        doc.containers.insert("x".into(), recorded.clone());
+        let lost = live("x", ContainerState::Running, "", 2);
+        let r = reconcile(&doc, &[], std::slice::from_ref(&lost), &topo());
+        assert_eq!(r.release, vec!["x".to_string()]);
+        assert_eq!(r.rebuild.len(), 1);
+        assert_eq!(r.rebuild[0].assignment.gpus, vec!["0000:3b:00.0"]);
+        assert!(!r.rebuild[0].assignment.exclusive, "no cpuset: shared");
+
+        // The same container with its decision applied keeps its record.
+        let mut applied = lost;
+        applied
+            .env
+            .push(format!("{DECISION_ENV}=gpus=0000:1b:00.0"));
+        let r = reconcile(&doc, &[], &[applied], &topo());
+        assert_eq!(r.keep, vec![recorded.clone()]);
+        assert!(r.release.is_empty() && r.rebuild.is_empty());
+
+        // Lost, but the devices agree (GPUs kept): keep the record, the cpuset is re-applied.
+        let mut same = recorded;
+        same.assignment.gpus = vec!["0000:3b:00.0".into()];
+        doc.containers.insert("x".into(), same.clone());
+        let r = reconcile(
+            &doc,
+            &[],
+            &[live("x", ContainerState::Running, "", 2)],
+            &topo(),
+        );
+        assert_eq!(r.keep, vec![same]);
     }
 
     #[test]
