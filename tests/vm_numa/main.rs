@@ -145,7 +145,10 @@ fn t2_pod_too_big_for_one_node_is_rejected_or_spans_the_closest_nodes() {
     eprintln!("big-strict rejected: {msg}");
     for want in [
         "cannot align default/big-strict/wide under policy single-numa-node",
-        "do not fit one NUMA node",
+        "cpu does not fit one NUMA node",
+        &format!("asked cpu {}", 2 * per_node),
+        "best candidate node",
+        "would fit: reduce cpu to",
     ] {
         assert!(msg.contains(want), "rejection lacks {want:?}: {msg}");
     }
