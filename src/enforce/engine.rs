@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::config::Config;
-use crate::metrics::{Metrics, NodeFreeSample};
+use crate::metrics::Metrics;
 use crate::placement::{Assignment, GpuMode, PlacementConfig, PodTotals, Request};
 use crate::topology::{CpuSet, NodeSet, Topology};
 
@@ -20,37 +20,7 @@ use super::request::{build_request, nvidia_minor, pod_totals, uverbs_name, Reque
 use super::state::{Loaded, Record, ResourceSummary, StateDoc, StateStore};
 use super::view::{ContainerView, PodView, ResourcesView};
 
-/// A placement refusal, as the engine needs it: a short label for metrics and the message the
-/// CRI create fails with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
-    /// Short reason label (`no-single-node`, `bad-annotation`, `conflict`...).
-    pub reason: String,
-    /// Full message.
-    pub message: String,
-}
-
-/// What the engine needs from the placement engine; `placement::Allocator` implements it in
-/// `plugin.rs` (the only place that knows its error type).
-pub trait Placer: Send {
-    /// Decides and records.
-    fn place(&mut self, req: &Request) -> Result<Assignment, Rejection>;
-    /// Forgets a container; returns what it had.
-    fn release(&mut self, container_id: &str) -> Option<Assignment>;
-    /// Records an existing decision; refuses one that conflicts with what is recorded.
-    fn restore(&mut self, a: Assignment) -> Result<(), Rejection>;
-    /// CPUs of the shared pool now.
-    fn shared_pool(&self) -> CpuSet;
-    /// Replaces the placement settings.
-    fn set_config(&mut self, c: PlacementConfig);
-    /// The host.
-    fn topology(&self) -> &Topology;
-    /// Free resources per NUMA node.
-    fn free_by_node(&self) -> Vec<NodeFreeSample>;
-    /// What pod `uid` asks for in all, before its first container is placed (a sizing hint
-    /// for pod scope). Placers without pod scope ignore it.
-    fn expect_pod(&mut self, _uid: &str, _totals: PodTotals) {}
-}
+pub use super::placer::{Placer, Rejection};
 
 /// Why a container was not admitted (the message reaches the CRI caller).
 #[derive(Debug, thiserror::Error)]

@@ -3,6 +3,7 @@
 pub mod adjust;
 pub mod engine;
 pub mod nri_view;
+pub mod placer;
 pub mod plugin;
 pub mod privileges;
 pub mod reconcile;
