@@ -41,9 +41,12 @@ fn nri_align_keeps_a_quad_whole_and_the_kubelet_is_blind_to_links() {
         .expect("big");
     assert!(big.admitted && big.aligned, "{big:?}");
     assert_eq!(big.gpus.len(), 4);
-    // The first pair takes the best link (NV2 under one switch, score 250), not GPUs 0-1 (150).
-    let first = &ours.decisions[0];
-    assert_eq!(first.gpu_link_score, 250, "{first:?}");
+    // Node 0's quad splits into two NV2 pairs (230 + 230). Greedy would take the best single
+    // pair (NV2 under one switch, 250) and strand an NV1 pair (150) for the second pod.
+    for pair in &ours.decisions[..2] {
+        assert_eq!(pair.gpu_link_score, 230, "{pair:?}");
+        assert_eq!(pair.mems, "0", "{pair:?}");
+    }
     let theirs = replay(topo, PlacementConfig::default(), &wl, Strategy::Kubelet).expect("replay");
     assert_eq!(
         theirs.decisions[0].gpus,

@@ -10,6 +10,8 @@ const NVLINK: u32 = 100;
 const NVSWITCH: u32 = 2000;
 /// Most candidate sets enumerated exactly (C(16,8) = 12870 fits).
 const EXACT_LIMIT: u64 = 13_000;
+/// Largest pool the look-ahead partitions exhaustively (8 GPUs: at most 105 pairings).
+const PARTITION_EXACT_GPUS: usize = 8;
 
 /// Score of the PCIe path between two devices (go-gpuallocator-like scale).
 pub fn pcie_score(level: PcieLevel) -> u32 {
@@ -29,6 +31,8 @@ pub struct LinkTable {
     score: Vec<Vec<u32>>,
     nvlink: Vec<Vec<u32>>,
     nvswitch: bool,
+    /// Each GPU's NUMA node: the look-ahead partitions what is left node by node.
+    numa: Vec<Option<u32>>,
 }
 
 impl LinkTable {
@@ -57,6 +61,7 @@ impl LinkTable {
             score,
             nvlink,
             nvswitch,
+            numa: topo.gpus.iter().map(|g| g.numa_node).collect(),
         }
     }
 
@@ -67,6 +72,11 @@ impl LinkTable {
             .and_then(|r| r.get(j))
             .copied()
             .unwrap_or(0)
+    }
+
+    /// NUMA node of GPU i, when known.
+    pub fn numa_of(&self, i: usize) -> Option<u32> {
+        self.numa.get(i).copied().flatten()
     }
 
     /// Whether GPUs i and j talk over NVLink (directly or through NVSwitch).
@@ -106,19 +116,27 @@ impl LinkTable {
 
 /// Score of the best `k`-set among `pool`: exact while small, else greedy growth.
 pub fn best_set_score(table: &LinkTable, pool: &[usize], k: usize) -> u32 {
+    best_set(table, pool, k, true).map_or(0, |(score, _)| score)
+}
+
+/// The best `k`-set among `pool` and its score: exact (branch and bound) when `exact` and the
+/// enumeration stays small, else grown greedily from every seed. `None` when no pair fits.
+pub fn best_set(
+    table: &LinkTable,
+    pool: &[usize],
+    k: usize,
+    exact: bool,
+) -> Option<(u32, Vec<usize>)> {
     if k < 2 || pool.len() < k {
-        return 0;
+        return None;
     }
-    if binomial(pool.len() as u64, k as u64) > EXACT_LIMIT {
-        return candidates(table, pool, &[], k)
-            .iter()
-            .map(|s| table.set_score(s))
-            .max()
-            .unwrap_or(0);
+    if !exact || binomial(pool.len() as u64, k as u64) > EXACT_LIMIT {
+        return Some(greedy_best_set(table, pool, k));
     }
     // The look-ahead runs this for every candidate set of a decision, so it walks the
-    // combinations in place (no set is allocated), adds each member's pair scores as it goes,
-    // and drops a branch once even the best possible pairs could not beat the best set found.
+    // combinations in place (one set is copied per improvement), adds each member's pair
+    // scores as it goes, and drops a branch once even the best possible pairs could not beat
+    // the best set found.
     let max_pair = pool
         .iter()
         .flat_map(|&i| pool.iter().map(move |&j| (i, j)))
@@ -131,7 +149,7 @@ pub fn best_set_score(table: &LinkTable, pool: &[usize], k: usize) -> u32 {
         pool,
         k,
         max_pair,
-        best: 0,
+        best: None,
         cur: Vec::with_capacity(k),
     };
     search.walk(0, 0);
@@ -144,21 +162,25 @@ struct BestSet<'a> {
     pool: &'a [usize],
     k: usize,
     max_pair: u32,
-    best: u32,
+    best: Option<(u32, Vec<usize>)>,
     cur: Vec<usize>,
 }
 
 impl BestSet<'_> {
     fn walk(&mut self, start: usize, score: u32) {
         let have = self.cur.len();
+        let best = self.best.as_ref().map(|(s, _)| *s);
         if have == self.k {
-            self.best = self.best.max(score);
+            // The first set reaching a score keeps it: ties go to the lowest indices.
+            if !best.is_some_and(|b| score <= b) {
+                self.best = Some((score, self.cur.clone()));
+            }
             return;
         }
         // Pairs still to add: C(k, 2) - C(have, 2).
         let pairs_left = (self.k * (self.k - 1) - have * have.saturating_sub(1)) / 2;
         let bound = score.saturating_add(self.max_pair.saturating_mul(pairs_left as u32));
-        if bound <= self.best {
+        if best.is_some_and(|b| bound <= b) {
             return;
         }
         let last = self.pool.len() - (self.k - have);
@@ -176,30 +198,86 @@ impl BestSet<'_> {
 /// milliseconds); beyond, the look-ahead grows its sets greedily.
 pub fn lookahead_exact(n_sets: usize, free: usize, k: usize) -> bool {
     let rest = free.saturating_sub(k) as u64;
-    let per =
-        binomial(rest, k as u64).min(EXACT_LIMIT) + binomial(rest, 2 * k as u64).min(EXACT_LIMIT);
+    let k = k.max(1) as u64;
+    // One best-set search per round of the partition, plus the double-size search.
+    let partition: u64 = (0..=rest / k)
+        .map(|round| binomial(rest - round * k, k).min(EXACT_LIMIT))
+        .sum();
+    let per = partition + binomial(rest, 2 * k).min(EXACT_LIMIT);
     (n_sets as u64).saturating_mul(per) <= 300_000
 }
 
-/// What a choice leaves for later: the best set of the same size plus the best set of twice
-/// the size among `rest`. The second term keeps larger groups (an NVLink quad, a switch's GPUs)
-/// whole instead of taking one pair from each.
+/// What a choice leaves for later: how well the rest of each NUMA node splits into sets of the
+/// same size (go-gpuallocator's partition idea) plus the best set of twice the size. The
+/// partition keeps a choice from stranding a weakly linked remainder (DGX-1: taking the NV2
+/// pair that leaves an NV1 pair behind when two NV2 pairs were possible); it is counted per
+/// node because a later aligned request takes its GPUs from one node, so a cross-socket pair
+/// is no consolation. The double-size term keeps larger groups (an NVLink quad, a switch's
+/// GPUs) whole instead of taking one pair from each.
 pub fn lookahead(table: &LinkTable, rest: &[usize], k: usize, exact: bool) -> u32 {
-    if exact {
-        best_set_score(table, rest, k) + best_set_score(table, rest, 2 * k)
-    } else {
-        greedy_set_score(table, rest, k) + greedy_set_score(table, rest, 2 * k)
+    let mut total = 0;
+    let mut nodes: Vec<Option<u32>> = rest.iter().map(|&g| table.numa_of(g)).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    for node in nodes {
+        let group: Vec<usize> = rest
+            .iter()
+            .copied()
+            .filter(|&g| table.numa_of(g) == node)
+            .collect();
+        total += partition_score(table, &group, k, exact);
     }
+    total + best_set(table, rest, 2 * k, exact).map_or(0, |(score, _)| score)
 }
 
-/// Score of the best `k`-set among `pool` grown greedily from every seed (each step adds the
-/// GPU with the best links to the set so far); a lower bound of [`best_set_score`] in
-/// O(|pool|^2 k) without allocating a set per seed.
-pub fn greedy_set_score(table: &LinkTable, pool: &[usize], k: usize) -> u32 {
+/// Best total score of disjoint `k`-sets carved out of `pool`: exact for small pools (a node's
+/// GPUs), else successive greedy best sets.
+pub fn partition_score(table: &LinkTable, pool: &[usize], k: usize, exact: bool) -> u32 {
     if k < 2 || pool.len() < k {
         return 0;
     }
-    let mut best = 0;
+    if exact && pool.len() <= PARTITION_EXACT_GPUS {
+        return best_partition(table, pool, k, pool.len() % k);
+    }
+    let mut left = pool.to_vec();
+    let mut total = 0;
+    while let Some((score, set)) = best_set(table, &left, k, exact) {
+        total += score;
+        left.retain(|g| !set.contains(g));
+    }
+    total
+}
+
+/// Exhaustive partition: the first GPU either joins a set with `k - 1` of the others or, while
+/// `skips` allows (the pool is not a multiple of `k`), stays out. At most 8 GPUs: 105 pairings.
+fn best_partition(table: &LinkTable, pool: &[usize], k: usize, skips: usize) -> u32 {
+    if pool.len() < k {
+        return 0;
+    }
+    let (first, others) = (pool[0], &pool[1..]);
+    let mut best = if skips > 0 {
+        best_partition(table, others, k, skips - 1)
+    } else {
+        0
+    };
+    let mut mates = Vec::new();
+    combos(others, k - 1, 0, &mut Vec::with_capacity(k), &mut mates);
+    for mut set in mates {
+        let left: Vec<usize> = others
+            .iter()
+            .copied()
+            .filter(|g| !set.contains(g))
+            .collect();
+        set.push(first);
+        best = best.max(table.set_score(&set) + best_partition(table, &left, k, skips));
+    }
+    best
+}
+
+/// The best `k`-set among `pool` grown greedily from every seed (each step adds the GPU with
+/// the best links to the set so far); a lower bound of the exact search in O(|pool|^2 k).
+fn greedy_best_set(table: &LinkTable, pool: &[usize], k: usize) -> (u32, Vec<usize>) {
+    let mut best: Option<(u32, Vec<usize>)> = None;
     let mut gain = vec![0u32; pool.len()];
     let mut inside = vec![false; pool.len()];
     for seed in 0..pool.len() {
@@ -222,9 +300,15 @@ pub fn greedy_set_score(table: &LinkTable, pool: &[usize], k: usize) -> u32 {
                 None => break,
             }
         }
-        best = best.max(score);
+        if !best.as_ref().is_some_and(|(b, _)| score <= *b) {
+            let set = (0..pool.len())
+                .filter(|j| inside[*j])
+                .map(|j| pool[j])
+                .collect();
+            best = Some((score, set));
+        }
     }
-    best
+    best.unwrap_or_default()
 }
 
 /// Pairs of a set without NVLink between them.
@@ -337,7 +421,7 @@ mod tests {
                     .max()
                     .unwrap_or(0);
                 assert_eq!(best_set_score(&t, &pool, k), brute, "{pool:?} k={k}");
-                assert!(greedy_set_score(&t, &pool, k) <= brute, "{pool:?} k={k}");
+                assert!(greedy_best_set(&t, &pool, k).0 <= brute, "{pool:?} k={k}");
                 let taken = &pool[..k];
                 let rest: Vec<usize> = pool[k..].to_vec();
                 assert_eq!(
@@ -347,6 +431,33 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn partition_is_exact_on_a_node_and_never_below_greedy() {
+        let topo = crate::placement::testing::dgx1_v100();
+        let t = LinkTable::new(&topo);
+        // Node 0's quad: greedy takes 2-3 (NV2 + one switch, 250) and leaves 0-1 (NV1, 150);
+        // the best split is 0-3 + 1-2 (NV2 + NV2 through the host bridge, 230 each).
+        let quad = [0, 1, 2, 3];
+        assert_eq!(partition_score(&t, &quad, 2, true), 460);
+        assert_eq!(partition_score(&t, &quad, 2, false), 400);
+        // Odd pools leave the GPU out whose absence costs least.
+        assert_eq!(
+            partition_score(&t, &[0, 1, 2], 2, true),
+            best_set_score(&t, &[0, 1, 2], 2)
+        );
+        let all: Vec<usize> = (0..8).collect();
+        for k in 2..=4 {
+            assert!(partition_score(&t, &all, k, true) >= partition_score(&t, &all, k, false));
+        }
+        // The look-ahead partitions per node: 0-3 leaves 1-2 (230), 2-3 leaves 0-1 (150).
+        let rest_after =
+            |taken: &[usize]| -> Vec<usize> { (0..8).filter(|g| !taken.contains(g)).collect() };
+        assert!(
+            t.set_score(&[0, 3]) + lookahead(&t, &rest_after(&[0, 3]), 2, true)
+                > t.set_score(&[2, 3]) + lookahead(&t, &rest_after(&[2, 3]), 2, true)
+        );
     }
 
     #[test]
