@@ -114,11 +114,6 @@ impl LinkTable {
     }
 }
 
-/// Score of the best `k`-set among `pool`: exact while small, else greedy growth.
-pub fn best_set_score(table: &LinkTable, pool: &[usize], k: usize) -> u32 {
-    best_set(table, pool, k, true).map_or(0, |(score, _)| score)
-}
-
 /// The best `k`-set among `pool` and its score: exact (branch and bound) when `exact` and the
 /// enumeration stays small, else grown greedily from every seed. `None` when no pair fits.
 pub fn best_set(
@@ -404,6 +399,10 @@ fn combos(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn best_set_score(table: &LinkTable, pool: &[usize], k: usize) -> u32 {
+        best_set(table, pool, k, true).map_or(0, |(score, _)| score)
+    }
 
     #[test]
     fn best_set_search_agrees_with_full_enumeration() {
