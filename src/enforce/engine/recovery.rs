@@ -1,0 +1,156 @@
+//! Recovery: what the engine does when it (re)starts and when the runtime tells it what runs.
+//! Restoring the state file, pruning records of containers that are gone (no Synchronize on
+//! pre-launched NRI v0.6.1 plugins) and reconciling with Synchronize live here, apart from the
+//! per-event handling in `engine.rs`, because they are the paths that must never allocate
+//! one exclusive CPU or GPU twice after a crash.
+
+use std::collections::HashSet;
+
+use super::super::adjust::CpusetUpdate;
+use super::super::reconcile::reconcile;
+use super::super::state::Loaded;
+use super::super::view::{ContainerView, PodView};
+use super::{Engine, Placer, StartState};
+use crate::topology::CpuSet;
+
+impl<P: Placer> Engine<P> {
+    /// Loads the state file and restores its decisions. Without a Synchronize (pre-launched
+    /// plugins on NRI v0.6.1) this is all the engine will know.
+    pub fn start(&mut self) -> StartState {
+        let Some(store) = &self.store else {
+            return StartState::Fresh;
+        };
+        let doc = match store.load() {
+            Loaded::Fresh => return StartState::Fresh,
+            Loaded::Corrupt(why) => {
+                tracing::warn!("state unusable, rebuilding from Synchronize: {why}");
+                return StartState::Corrupt(why);
+            }
+            Loaded::Doc(doc) => doc,
+        };
+        let mut dropped = Vec::new();
+        for (id, rec) in doc.containers {
+            match self.placer.restore(rec.assignment.clone()) {
+                Ok(()) => {
+                    self.doc.containers.insert(id, rec);
+                }
+                Err(r) => dropped.push(format!("{id}: {}", r.message)),
+            }
+        }
+        for d in &dropped {
+            tracing::warn!("recorded decision not restored: {d}");
+        }
+        self.refresh_free();
+        StartState::Restored {
+            restored: self.doc.containers.len(),
+            dropped,
+        }
+    }
+
+    /// Releases recorded containers that no longer run, judged by `live` (the ids that do),
+    /// for runtimes that send no Synchronize (pre-launched plugins on NRI v0.6.1). `None`
+    /// means liveness is unknown and nothing is released. Returns the released ids.
+    pub fn prune_gone(&mut self, live: Option<&HashSet<String>>) -> Vec<String> {
+        let Some(live) = live else {
+            if !self.doc.containers.is_empty() {
+                tracing::warn!(
+                    "cannot see any recorded container's processes; keeping all records"
+                );
+            }
+            return Vec::new();
+        };
+        let gone: Vec<String> = self
+            .doc
+            .containers
+            .keys()
+            .filter(|id| !live.contains(*id))
+            .cloned()
+            .collect();
+        for id in &gone {
+            self.placer.release(id);
+            self.doc.containers.remove(id);
+            tracing::info!(container = %id, "released: no process left");
+        }
+        if !gone.is_empty() {
+            // Shared containers pick the new pool up with their next event or Synchronize.
+            self.persist();
+            self.refresh_free();
+        }
+        gone
+    }
+
+    /// Reconciles with the runtime's pods and containers (once, after the last chunk).
+    pub fn synchronize(
+        &mut self,
+        pods: &[PodView],
+        containers: &[ContainerView],
+    ) -> Vec<CpusetUpdate> {
+        for p in pods {
+            self.pods.insert(p.id.clone(), p.clone());
+        }
+        let managed: Vec<ContainerView> = containers
+            .iter()
+            .filter(|c| !self.config.is_exempt(&self.namespace_of(&c.pod_sandbox_id)))
+            .cloned()
+            .collect();
+        let plan = reconcile(&self.doc, pods, &managed, self.placer.topology());
+        for id in &plan.release {
+            self.placer.release(id);
+            self.doc.containers.remove(id);
+            if plan
+                .rebuild
+                .iter()
+                .any(|r| r.assignment.container_id == *id)
+            {
+                tracing::warn!(container = %id, "runs without its adjustment and with other devices than recorded: re-recording it as it runs");
+            } else {
+                tracing::info!(container = %id, "released: gone while nri-align was away");
+            }
+        }
+        for mut rec in plan.rebuild {
+            let id = rec.assignment.container_id.clone();
+            if let Err(r) = self.placer.restore(rec.assignment.clone()) {
+                // Two running containers claim the same exclusive CPUs: keep it running but
+                // count it as shared, so nothing is allocated twice.
+                tracing::warn!(container = %id, "recorded as shared: {}", r.message);
+                rec.assignment.exclusive = false;
+                rec.assignment.gpus.clear();
+                rec.assignment.nics.clear();
+                if let Err(r) = self.placer.restore(rec.assignment.clone()) {
+                    tracing::warn!(container = %id, "not tracked: {}", r.message);
+                    continue;
+                }
+            }
+            tracing::info!(container = %id, cpus = %rec.assignment.cpus, "recorded as running");
+            self.doc.containers.insert(id, rec);
+        }
+        let mut updates = self.follow_pool(None);
+        // A recorded container that does not run with the recorded cpuset lost its adjustment
+        // or an update: nri-align died after deciding and before the runtime applied the
+        // answer (the runtime then creates the container without the plugin). The record is
+        // what the ledger accounts for, so it is re-asserted.
+        let online = self.placer.topology().online_cpus();
+        for c in managed.iter().filter(|c| c.state.is_live()) {
+            let Some(rec) = self.doc.containers.get(&c.id) else {
+                continue;
+            };
+            if updates.iter().any(|u| u.container_id == c.id) {
+                continue;
+            }
+            let has = CpuSet::parse_list(&c.resources.cpuset_cpus)
+                .ok()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| online.clone());
+            if has != rec.applied_cpus {
+                tracing::warn!(container = %c.id, has = %has, recorded = %rec.applied_cpus, "cpuset differs from the record; re-applying");
+                updates.push(CpusetUpdate {
+                    container_id: c.id.clone(),
+                    cpus: rec.applied_cpus.clone(),
+                });
+            }
+        }
+        self.persist();
+        self.refresh_free();
+        updates
+    }
+}
