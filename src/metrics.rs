@@ -26,7 +26,7 @@ pub struct AdmissionLabels {
 /// Labels of a rejection.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
-    /// Short reason (`no-single-node`, `bad-annotation`...).
+    /// Short reason (`unalignable`, `invalid-annotation`, `bad-request`...).
     pub reason: String,
 }
 
@@ -243,7 +243,7 @@ mod tests {
         let m = Arc::new(Metrics::new());
         m.admitted("single-numa-node", true, Duration::from_micros(300));
         m.admitted("single-numa-node", true, Duration::from_micros(300));
-        m.rejected("no-single-node", Duration::from_millis(1));
+        m.rejected("unalignable", Duration::from_millis(1));
         m.set_free(&[NodeFreeSample {
             node: 1,
             cpus: 6,
@@ -261,7 +261,7 @@ mod tests {
             ),
             "{resp}"
         );
-        assert!(resp.contains("nri_align_rejections_total{reason=\"no-single-node\"} 1"));
+        assert!(resp.contains("nri_align_rejections_total{reason=\"unalignable\"} 1"));
         assert!(resp.contains("nri_align_decision_duration_seconds_count 3"));
         assert!(resp.contains("nri_align_free_cpus{node=\"1\"} 6"));
         assert!(resp.contains("nri_align_free_gpus{node=\"1\"} 2"));

@@ -180,7 +180,7 @@ fn rejection_fails_the_create_with_the_message_and_is_counted() {
     assert!(e.records().containers.is_empty());
     let text = e.metrics.as_ref().expect("metrics").encode();
     assert!(
-        text.contains("nri_align_rejections_total{reason=\"no-single-node\"} 1"),
+        text.contains("nri_align_rejections_total{reason=\"unalignable\"} 1"),
         "{text}"
     );
     let bad = ctr("bad", "a", 0, &[7]);

@@ -12,7 +12,7 @@ use crate::topology::{CpuSet, Topology};
 /// CRI create fails with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
-    /// Short reason label (`no-single-node`, `bad-annotation`, `conflict`...).
+    /// Short reason label (`unalignable`, `invalid-annotation`, `conflict`...).
     pub reason: String,
     /// Full message.
     pub message: String,
@@ -40,27 +40,9 @@ pub trait Placer: Send {
     fn expect_pod(&mut self, _uid: &str, _totals: PodTotals) {}
 }
 
-/// The metrics label of a placement error: its variant name in kebab case
-/// (`NoSingleNode` -> `no-single-node`), so labels follow the error enum.
-pub fn reason_label(e: &PlacementError) -> String {
-    let debug = format!("{e:?}");
-    let variant = debug
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .next()
-        .unwrap_or("");
-    let mut out = String::new();
-    for (i, ch) in variant.chars().enumerate() {
-        if ch.is_ascii_uppercase() && i > 0 {
-            out.push('-');
-        }
-        out.push(ch.to_ascii_lowercase());
-    }
-    out
-}
-
 fn rejection(e: PlacementError) -> Rejection {
     Rejection {
-        reason: reason_label(&e),
+        reason: e.reason().to_string(),
         message: e.to_string(),
     }
 }

@@ -103,7 +103,7 @@ impl Placer for FakePlacer {
             });
             let Some((n, cpus)) = pick else {
                 return Err(Rejection {
-                    reason: "no-single-node".into(),
+                    reason: "unalignable".into(),
                     message: format!("{} CPUs do not fit on one NUMA node", want),
                 });
             };

@@ -140,6 +140,23 @@ pub enum PlacementError {
     },
 }
 
+impl PlacementError {
+    /// The short label metrics count this refusal under (`nri_align_rejections_total{reason}`).
+    /// An exhaustive match, so a new variant cannot ship without a label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InvalidAnnotation { .. } => "invalid-annotation",
+            Self::Unalignable { .. } => "unalignable",
+            Self::Insufficient { .. } => "insufficient",
+            Self::SharedPoolExhausted { .. } => "shared-pool-exhausted",
+            Self::Conflict { .. } => "conflict",
+            Self::UnknownDevice { .. } => "unknown-device",
+            Self::SmtAlignment { .. } => "smt-alignment",
+            Self::Restore { .. } => "restore",
+        }
+    }
+}
+
 /// "cpu does not fit", "gpus do not fit", "cpu, memory do not fit".
 fn fit_verb(what: &str) -> &'static str {
     if what == "cpu" || what == "memory" {
