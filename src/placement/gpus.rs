@@ -210,19 +210,14 @@ pub fn lookahead_exact(n_sets: usize, free: usize, k: usize) -> bool {
 /// is no consolation. The double-size term keeps larger groups (an NVLink quad, a switch's
 /// GPUs) whole instead of taking one pair from each.
 pub fn lookahead(table: &LinkTable, rest: &[usize], k: usize, exact: bool) -> u32 {
-    let mut total = 0;
-    let mut nodes: Vec<Option<u32>> = rest.iter().map(|&g| table.numa_of(g)).collect();
-    nodes.sort_unstable();
-    nodes.dedup();
-    for node in nodes {
-        let group: Vec<usize> = rest
-            .iter()
-            .copied()
-            .filter(|&g| table.numa_of(g) == node)
-            .collect();
-        total += partition_score(table, &group, k, exact);
-    }
-    total + best_set(table, rest, 2 * k, exact).map_or(0, |(score, _)| score)
+    // A stable sort keeps each node's GPUs in pool order (ties in the partition go the same way).
+    let mut by_node = rest.to_vec();
+    by_node.sort_by_key(|&g| table.numa_of(g));
+    let partitions: u32 = by_node
+        .chunk_by(|&a, &b| table.numa_of(a) == table.numa_of(b))
+        .map(|group| partition_score(table, group, k, exact))
+        .sum();
+    partitions + best_set(table, rest, 2 * k, exact).map_or(0, |(score, _)| score)
 }
 
 /// Best total score of disjoint `k`-sets carved out of `pool`: exact for small pools (a node's
