@@ -150,8 +150,10 @@ instance_vars() {
     CRICTL_CONFIG="$INST_DIR/crictl.yaml"
     ENV_FILE="$INST_DIR/env"
     # cgroupfs parent for the instance's pods (tests put their pods below it), so that
-    # containerd-down can remove exactly the cgroups this instance created.
-    CGROUP_PARENT_NAME="nri-align-$INSTANCE"
+    # containerd-down can remove exactly the cgroups this instance created. The name carries a
+    # hash of the output directory: two checkouts on one host (CI beside a developer's tree)
+    # must never remove each other's pods.
+    CGROUP_PARENT_NAME="nri-align-$(printf '%s' "$OUTPUT_DIR" | sha256sum | cut -c1-8)-$INSTANCE"
 }
 
 # daemon_pid prints the PID of the instance's containerd if it is alive and really ours.
