@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion};
-use nri_align::placement::kubelet::Kubelet;
 use nri_align::placement::{Allocator, Assignment, PlacementConfig, PlacementError, Request};
+use nri_align::simulate::baseline::Kubelet;
 use nri_align::topology::desc::HostDesc;
 use nri_align::topology::Topology;
 

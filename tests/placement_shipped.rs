@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use nri_align::placement::gpus::LinkTable;
-use nri_align::placement::workload::{self, Strategy, Workload};
 use nri_align::placement::{Allocator, GpuMode, PlacementConfig, Policy, Request};
+use nri_align::simulate::{self, Strategy, Workload};
 use nri_align::topology::desc::HostDesc;
 use nri_align::topology::{PcieLevel, Topology};
 
@@ -316,7 +316,7 @@ fn numa16_stays_narrow_and_the_kubelet_refuses_it() {
         .collect();
     assert_eq!(packages.len(), 1, "one socket: {}", x.numa_nodes);
     let wl = Workload::parse("pods: [{name: p, containers: [{name: c, cpu: 1}]}]").expect("wl");
-    let err = workload::replay(
+    let err = simulate::replay(
         Arc::new(topo),
         PlacementConfig::default(),
         &wl,
@@ -358,7 +358,7 @@ events:                    # optional; default: add every pod in order
         for strategy in [Strategy::NriAlign, Strategy::Kubelet] {
             let topo = Arc::new(host(name));
             let report =
-                workload::replay(topo, PlacementConfig::default(), &wl, strategy).expect("replay");
+                simulate::replay(topo, PlacementConfig::default(), &wl, strategy).expect("replay");
             let d = &report.decisions[0];
             assert_eq!(d.admitted, admitted, "{name} {strategy}: {}", d.reason);
             assert_eq!(report.summary.strategy, strategy.to_string());
@@ -399,7 +399,7 @@ pods:
 "#;
     let wl = Workload::parse(text).expect("workload");
     for strategy in [Strategy::NriAlign, Strategy::Kubelet] {
-        let report = workload::replay(
+        let report = simulate::replay(
             Arc::new(host("dgx-h100")),
             PlacementConfig::default(),
             &wl,

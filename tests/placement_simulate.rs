@@ -5,8 +5,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use nri_align::placement::testing;
-use nri_align::placement::workload::{replay, Strategy, Workload};
 use nri_align::placement::PlacementConfig;
+use nri_align::simulate::{replay, Strategy, Workload};
 
 const DGX1: &str = r#"
 pods:

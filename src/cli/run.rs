@@ -131,8 +131,8 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
 
     use crate::enforce::adjust::HostDevices;
     use crate::enforce::engine::{Engine, StartState};
-    use crate::enforce::plugin::AlignPlugin;
-    use crate::enforce::privileges::drop_capabilities;
+    use crate::enforce::nri::plugin::AlignPlugin;
+    use crate::host::caps::drop_capabilities;
     use crate::metrics::Metrics;
     use crate::placement::Allocator;
     use nri_protocol::stub::{Stub, StubOptions};
@@ -172,7 +172,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     // containers that ended while nri-align was away (Synchronize, when it comes, reconciles
     // the rest).
     let ids: Vec<String> = engine.records().containers.keys().cloned().collect();
-    let live = crate::enforce::verify::live_containers(&host_root, ids.iter().map(String::as_str));
+    let live = crate::enforce::drift::live_containers(&host_root, ids.iter().map(String::as_str));
     engine.prune_gone(live.as_ref());
 
     let opts = StubOptions::new(PLUGIN_NAME, idx)

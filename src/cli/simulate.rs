@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 
-use crate::placement::workload::{self, Report, Strategy, Workload};
 use crate::placement::PlacementConfig;
+use crate::simulate::{self, Report, Strategy, Workload};
 use crate::topology::Topology;
 
 /// Arguments of `nri-align simulate`.
@@ -55,7 +55,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.workload)
         .with_context(|| format!("reading workload {}", args.workload.display()))?;
     let wl = Workload::parse(&text).with_context(|| format!("in {}", args.workload.display()))?;
-    let report = workload::replay(topo, config, &wl, strategy)?;
+    let report = simulate::replay(topo, config, &wl, strategy)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -138,7 +138,7 @@ pub fn render(report: &Report) -> String {
                 ));
             }
         }
-        out.push_str(&format!("  free: {}\n", workload::format_free(&step.free)));
+        out.push_str(&format!("  free: {}\n", simulate::format_free(&step.free)));
     }
     let s = &report.summary;
     out.push_str(&format!(

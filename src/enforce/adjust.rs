@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use crate::placement::Assignment;
 use crate::topology::{CpuSet, Topology};
 
-use super::request::{nvidia_minor, uverbs_name};
-use super::view::{ContainerView, DeviceNode, DeviceRule};
+use crate::enforce::container::{ContainerView, DeviceNode, DeviceRule};
+use crate::enforce::inputs::{nvidia_minor, uverbs_name};
 
 /// Annotation and env entry that record the decision.
 pub const DECISION_KEY: &str = "nri-align.io/decision";
@@ -268,7 +268,7 @@ pub fn pool_updates<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::enforce::request::tests::{gpu_topology, node};
+    use crate::enforce::inputs::tests::{gpu_topology, node};
     use std::collections::HashMap;
 
     struct FakeDevs(HashMap<&'static str, DeviceNode>);

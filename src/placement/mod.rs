@@ -4,12 +4,11 @@
 //! The contract other modules rely on: [`Request`] in, [`Assignment`] or [`PlacementError`]
 //! out, through an [`Allocator`] that owns the live allocations.
 
+pub mod allocator;
 pub mod annotations;
 pub mod cpus;
-pub mod engine;
 pub mod error;
 pub mod gpus;
-pub mod kubelet;
 pub mod ledger;
 pub mod nics;
 pub mod numa;
@@ -18,9 +17,8 @@ pub mod reject;
 pub mod request;
 pub mod resolve;
 pub mod testing;
-pub mod workload;
 
-pub use engine::{Allocator, PodTotals};
+pub use allocator::{Allocator, PodTotals};
 pub use error::PlacementError;
 pub use ledger::NodeFree;
 pub use policy::{CpuPreference, GpuMode, PlacementConfig, Policy, Scope};

@@ -3,12 +3,12 @@
 //! from the choice itself so the engine reads as the algorithm.
 
 use super::annotations::DOMAIN;
-use super::engine::Resolved;
 use super::error::{fmt_bytes, fmt_nodes, Ask, PlacementError};
 use super::ledger::Ledger;
 use super::nics;
 use super::numa::{self, Cap, Need};
 use super::policy::PlacementConfig;
+use super::resolve::Resolved;
 use crate::topology::NodeSet;
 
 /// The node-set shape the policy allowed when nothing fitted.

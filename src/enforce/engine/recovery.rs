@@ -6,11 +6,11 @@
 
 use std::collections::HashSet;
 
-use super::super::adjust::CpusetUpdate;
-use super::super::reconcile::reconcile;
-use super::super::state::Loaded;
-use super::super::view::{ContainerView, PodView};
 use super::{Engine, Placer, StartState};
+use crate::enforce::adjust::CpusetUpdate;
+use crate::enforce::container::{ContainerView, PodView};
+use crate::enforce::engine::reconcile::reconcile;
+use crate::enforce::state::Loaded;
 use crate::topology::CpuSet;
 
 impl<P: Placer> Engine<P> {

@@ -12,14 +12,14 @@ use crate::metrics::Metrics;
 use crate::placement::{Assignment, GpuMode, PlacementConfig, PodTotals, Request};
 use crate::topology::{CpuSet, NodeSet, Topology};
 
-use super::adjust::{
+use crate::enforce::adjust::{
     build_adjustment, pool_updates, AdjustError, Adjustment, CpusetUpdate, DeviceLookup,
 };
-use super::request::{build_request, nvidia_minor, pod_totals, uverbs_name, RequestError};
-use super::state::{Record, ResourceSummary, StateDoc, StateStore};
-use super::view::{ContainerView, PodView, ResourcesView};
+use crate::enforce::container::{ContainerView, PodView, ResourcesView};
+use crate::enforce::inputs::{build_request, nvidia_minor, pod_totals, uverbs_name, RequestError};
+use crate::enforce::state::{Record, ResourceSummary, StateDoc, StateStore};
 
-pub use super::placer::{Placer, Rejection};
+pub use placer::{Placer, Rejection};
 
 /// Why a container was not admitted (the message reaches the CRI caller).
 #[derive(Debug, thiserror::Error)]
@@ -474,8 +474,9 @@ fn shared_cpus_on(topo: &Topology, pool: &CpuSet, nodes: &NodeSet) -> CpuSet {
     }
 }
 
+pub mod placer;
+pub mod reconcile;
 mod recovery;
 
 #[cfg(test)]
-#[path = "engine_tests.rs"]
 mod tests;

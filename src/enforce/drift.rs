@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use crate::topology::IdSet;
 
-use super::request::{nvidia_minor, uverbs_name};
-use super::state::{Record, StateDoc};
+use crate::enforce::inputs::{nvidia_minor, uverbs_name};
+use crate::enforce::state::{Record, StateDoc};
 
 /// How one container compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -1,9 +1,9 @@
 //! Engine tests over an in-memory placer: events in, adjustments, pool updates and state out.
 use super::*;
-use crate::enforce::request::tests::node;
+use crate::enforce::container::ContainerState;
+use crate::enforce::inputs::tests::node;
 use crate::enforce::state::Loaded;
 use crate::enforce::testing::{AllDevices, FakePlacer};
-use crate::enforce::view::ContainerState;
 use crate::placement::Policy;
 
 fn engine(store: Option<StateStore>, config: Config) -> Engine<FakePlacer> {

@@ -523,5 +523,4 @@ impl Drop for MuxConn {
 }
 
 #[cfg(test)]
-#[path = "mux_tests.rs"]
 mod tests;

@@ -12,12 +12,12 @@ use nri_protocol::api::{
 use nri_protocol::stub::{HandlerError, HandlerResult, Plugin};
 use nri_protocol::version::RuntimeInfo;
 
-use super::adjust::CpusetUpdate;
-use super::engine::{Engine, EngineError, Placer};
-use super::nri_view::{
+use super::convert::{
     container_adjustment, container_update, container_view, pod_view, resources_view,
 };
 use crate::config::Config;
+use crate::enforce::adjust::CpusetUpdate;
+use crate::enforce::engine::{Engine, EngineError, Placer};
 
 /// The events nri-align handles (all known to NRI v0.6.1, so no version gating is needed).
 pub fn wanted_events() -> EventMask {
@@ -197,7 +197,7 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         // with the spec now. This runs inside the runtime's NRI call, so no update of ours is
         // being applied at the same time; the engine lock keeps the record still.
         let path = engine.cgroups_path(&container.id).unwrap_or_default();
-        match crate::enforce::verify::repair_cpuset(path, &u.cpus) {
+        match crate::enforce::drift::repair_cpuset(path, &u.cpus) {
             Ok(Some(had)) => tracing::warn!(
                 container = %container.id,
                 had = %had,

@@ -5,7 +5,7 @@
 use crate::placement::{PodInfo, PodTotals, Request};
 use crate::topology::Topology;
 
-use super::view::{ContainerView, PodView, ResourcesView};
+use crate::enforce::container::{ContainerView, PodView, ResourcesView};
 
 /// A container whose resources or devices cannot be understood.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -224,7 +224,7 @@ fn allocated_nics(topo: &Topology, c: &ContainerView) -> Vec<String> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::enforce::view::{DeviceNode, ResourcesView};
+    use crate::enforce::container::{DeviceNode, ResourcesView};
     use crate::topology::{Gpu, Nic};
 
     /// Two GPUs (minors 0 and 1) and one RDMA NIC.

@@ -6,14 +6,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::engine::PodTotals;
-use super::engine::{resolve, Resolved};
-use super::error::{fmt_bytes, PlacementError};
-use super::ledger::{Ledger, NodeFree};
-use super::nics;
-use super::numa::{self, Need};
-use super::policy::{PlacementConfig, Policy, Scope};
-use super::request::{Assignment, Request};
+use crate::placement::error::{fmt_bytes, PlacementError};
+use crate::placement::ledger::{Ledger, NodeFree};
+use crate::placement::nics;
+use crate::placement::numa::{self, Need};
+use crate::placement::policy::{PlacementConfig, Policy, Scope};
+use crate::placement::request::{Assignment, Request};
+use crate::placement::resolve::{resolve, Resolved};
+use crate::placement::PodTotals;
 use crate::topology::{CpuSet, Topology};
 
 /// The kubelet's default `max-allowable-numa-nodes`.
@@ -232,7 +232,7 @@ impl Kubelet {
                 policy,
                 what: "resources".into(),
                 shape: "a preferred NUMA affinity (TopologyAffinityError)".into(),
-                asked: Box::new(super::error::Ask {
+                asked: Box::new(crate::placement::error::Ask {
                     cpus: need.cpus,
                     memory_bytes: need.memory,
                     gpus: need.gpus,
@@ -401,7 +401,7 @@ fn merge(providers: &[Vec<Hint>], full: u32) -> Hint {
 /// The CPU manager's order: whole free cores with the lowest ids, then single threads.
 fn take_lowest(topo: &Topology, avail: &CpuSet, k: u32) -> CpuSet {
     let mut out = CpuSet::new();
-    let whole = super::cpus::whole_cores(topo, avail);
+    let whole = crate::placement::cpus::whole_cores(topo, avail);
     for id in whole.iter().chain(avail.iter()) {
         if out.len() as u32 >= k {
             break;

@@ -5,10 +5,10 @@
 use crate::placement::Assignment;
 use crate::topology::{CpuSet, NodeSet, Topology};
 
-use super::adjust::DECISION_ENV;
-use super::request::{build_request, nvidia_minor, uverbs_name, RequestError};
-use super::state::{Record, ResourceSummary, StateDoc};
-use super::view::{ContainerView, PodView};
+use crate::enforce::adjust::DECISION_ENV;
+use crate::enforce::container::{ContainerView, PodView};
+use crate::enforce::inputs::{build_request, nvidia_minor, uverbs_name, RequestError};
+use crate::enforce::state::{Record, ResourceSummary, StateDoc};
 
 /// What to do after a restart.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -159,8 +159,8 @@ pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::enforce::request::tests::{gpu_topology, node};
-    use crate::enforce::view::{ContainerState, ResourcesView};
+    use crate::enforce::container::{ContainerState, ResourcesView};
+    use crate::enforce::inputs::tests::{gpu_topology, node};
     use crate::topology::Cpu;
 
     fn topo() -> Topology {

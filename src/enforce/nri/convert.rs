@@ -6,8 +6,10 @@ use std::collections::HashMap;
 
 use nri_protocol::api::{self, MessageField};
 
-use super::adjust::{Adjustment, CpusetUpdate};
-use super::view::{ContainerState, ContainerView, DeviceNode, DeviceRule, PodView, ResourcesView};
+use crate::enforce::adjust::{Adjustment, CpusetUpdate};
+use crate::enforce::container::{
+    ContainerState, ContainerView, DeviceNode, DeviceRule, PodView, ResourcesView,
+};
 
 fn sorted(m: &HashMap<String, String>) -> std::collections::BTreeMap<String, String> {
     m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()

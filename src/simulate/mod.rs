@@ -1,24 +1,25 @@
 //! Workloads for `simulate`: the replay of a workload file (`file`) through nri-align's engine
 //! or the kubelet-like decider, with every decision and the free capacity after each step.
 
-mod file;
+pub mod baseline;
+pub mod workload;
 
-use file::{bytes, cpu_milli};
-pub use file::{ContainerSpec, Event, PodSpec, Quantity, Workload, WorkloadError};
+use workload::{bytes, cpu_milli};
+pub use workload::{ContainerSpec, Event, PodSpec, Quantity, Workload, WorkloadError};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::engine::{Allocator, PodTotals};
-use super::error::{fmt_bytes, PlacementError};
-use super::gpus::LinkTable;
-use super::kubelet::Kubelet;
-use super::ledger::NodeFree;
-use super::policy::PlacementConfig;
-use super::request::{Assignment, PodInfo, Request};
+use crate::placement::error::{fmt_bytes, PlacementError};
+use crate::placement::gpus::LinkTable;
+use crate::placement::ledger::NodeFree;
+use crate::placement::policy::PlacementConfig;
+use crate::placement::request::{Assignment, PodInfo, Request};
+use crate::placement::{Allocator, PodTotals};
 use crate::topology::Topology;
+use baseline::Kubelet;
 
 /// Why a replay stopped.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +29,7 @@ pub enum ReplayError {
     Workload(#[from] WorkloadError),
     /// The kubelet-like decider cannot run on this host.
     #[error(transparent)]
-    Kubelet(#[from] super::kubelet::TooManyNodes),
+    Kubelet(#[from] baseline::TooManyNodes),
 }
 
 /// Which decider replays the workload.

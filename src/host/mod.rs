@@ -1,0 +1,5 @@
+//! The live host: the only code that reads or writes cgroups, scans `/proc`, looks up device
+//! nodes, changes capabilities or checks file permissions. Everything takes a root directory
+//! (`/` in production) so tests run on a tree in a temporary directory.
+
+pub mod caps;
