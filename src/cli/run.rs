@@ -129,10 +129,10 @@ fn log_start(config_path: Option<&Path>, p: &Prepared) {
 fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     use std::sync::{Arc, Mutex};
 
-    use crate::enforce::adjust::HostDevices;
-    use crate::enforce::engine::{Engine, StartState};
+    use crate::enforce::engine::Engine;
     use crate::enforce::nri::plugin::AlignPlugin;
     use crate::host::caps::drop_capabilities;
+    use crate::host::devices::HostDevices;
     use crate::metrics::Metrics;
     use crate::placement::Allocator;
     use nri_protocol::stub::{Stub, StubOptions};
@@ -157,30 +157,14 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         Some(metrics.clone()),
         Box::new(HostDevices::new(&host_root)),
     );
-    match engine.start() {
-        StartState::Fresh => tracing::info!("no previous state"),
-        StartState::Restored { restored, dropped } => {
-            tracing::info!(
-                restored,
-                dropped = dropped.len(),
-                "previous decisions restored"
-            )
-        }
-        StartState::Corrupt(why) => tracing::warn!("previous state unusable: {why}"),
-    }
-    // Runtimes that launch plugins on NRI v0.6.1 send no Synchronize: drop the records of
-    // containers that ended while nri-align was away (Synchronize, when it comes, reconciles
-    // the rest).
-    let ids: Vec<String> = engine.records().containers.keys().cloned().collect();
-    let live = crate::enforce::drift::live_containers(&host_root, ids.iter().map(String::as_str));
-    engine.prune_gone(live.as_ref());
+    engine.recover(&host_root);
 
     let opts = StubOptions::new(PLUGIN_NAME, idx)
         .socket(&args.socket)
         .from_env()?;
     // Capabilities are per thread: drop them before the async runtime starts its workers, so
     // every thread inherits the reduced sets. Nothing after this point needs one (see
-    // enforce/privileges.rs); the inherited socket fd or the root-owned socket path is enough.
+    // host/caps.rs); the inherited socket fd or the root-owned socket path is enough.
     let caps = drop_capabilities(&[]).context("dropping capabilities")?;
     tracing::info!(kept = ?caps.kept, dropped = caps.dropped.len(), bounding = caps.bounding_dropped, "capabilities dropped");
 

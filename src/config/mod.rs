@@ -25,7 +25,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::placement::{GpuMode, PlacementConfig, Policy, Scope};
+
+mod reload;
+
 use crate::topology::{CpuSet, Topology};
+pub use reload::spawn_reload_on_sighup;
 
 /// Why a configuration could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -160,7 +164,7 @@ impl Config {
 
     /// Reads and parses `path`, refusing a world-writable file (anyone could change policy).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        crate::enforce::state::refuse_world_writable(path).map_err(|e| ConfigError::Invalid {
+        crate::host::perms::refuse_world_writable(path).map_err(|e| ConfigError::Invalid {
             origin: path.display().to_string(),
             message: e.to_string(),
         })?;
@@ -235,32 +239,6 @@ pub fn validate_idx(idx: &str) -> Result<(), String> {
     } else {
         Err(format!("plugin_idx {idx:?} must be exactly two digits"))
     }
-}
-
-/// Reloads the configuration on every SIGHUP until the process ends. `apply` gets each new
-/// configuration that parsed and validated; when it (or parsing) fails the old configuration
-/// stays and the reason is logged.
-pub fn spawn_reload_on_sighup<F>(path: PathBuf, mut apply: F) -> std::io::Result<()>
-where
-    F: FnMut(Config) -> Result<(), String> + Send + 'static,
-{
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = signal(SignalKind::hangup())?;
-    tokio::spawn(async move {
-        while hup.recv().await.is_some() {
-            let outcome = Config::load(&path)
-                .map_err(|e| e.to_string())
-                .and_then(&mut apply);
-            match outcome {
-                Ok(()) => tracing::info!(config = %path.display(), "configuration reloaded"),
-                Err(why) => tracing::warn!(
-                    config = %path.display(),
-                    "configuration not reloaded, keeping the previous one: {why}"
-                ),
-            }
-        }
-    });
-    Ok(())
 }
 
 #[cfg(test)]
@@ -349,33 +327,6 @@ mod tests {
         );
         assert!(Config::from_dropin("bogus: 1", true).is_err());
         assert_eq!(Config::from_dropin("", false).expect("ok"), None);
-    }
-
-    #[tokio::test]
-    async fn sighup_applies_a_valid_file_and_keeps_the_old_one_otherwise() {
-        let t = tempfile::tempdir().expect("tmp");
-        let path = t.path().join("c.yaml");
-        std::fs::write(&path, "policy: restricted\n").expect("write");
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        spawn_reload_on_sighup(path.clone(), move |c| {
-            let _ = tx.send(c.placement.policy);
-            Ok(())
-        })
-        .expect("watch");
-        let within = std::time::Duration::from_millis(500);
-        nix::sys::signal::raise(nix::sys::signal::Signal::SIGHUP).expect("raise");
-        assert_eq!(
-            tokio::time::timeout(within, rx.recv())
-                .await
-                .expect("applied"),
-            Some(Policy::Restricted)
-        );
-        std::fs::write(&path, "policy: sometimes\n").expect("write");
-        nix::sys::signal::raise(nix::sys::signal::Signal::SIGHUP).expect("raise");
-        assert!(
-            tokio::time::timeout(within, rx.recv()).await.is_err(),
-            "a bad file is not applied"
-        );
     }
 
     #[test]

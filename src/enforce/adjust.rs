@@ -11,8 +11,6 @@
 //! apply as a replacement list.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +18,7 @@ use crate::placement::Assignment;
 use crate::topology::{CpuSet, Topology};
 
 use crate::enforce::container::{ContainerView, DeviceNode, DeviceRule};
-use crate::enforce::inputs::{nvidia_minor, uverbs_name};
+use crate::host::devices::{nvidia_minor, uverbs_name, DeviceLookup};
 
 /// Annotation and env entry that record the decision.
 pub const DECISION_KEY: &str = "nri-align.io/decision";
@@ -31,50 +29,6 @@ pub const NVIDIA_CONTROL_NODES: [&str; 3] =
     ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"];
 /// RDMA connection manager node added with any RDMA NIC, when the host has it.
 pub const RDMA_CM: &str = "/dev/infiniband/rdma_cm";
-
-/// Finds a device node on the host.
-pub trait DeviceLookup {
-    /// The node at `path` (a host path like `/dev/nvidia0`), or `None` when absent.
-    fn lookup(&self, path: &str) -> Option<DeviceNode>;
-}
-
-/// Reads device nodes under a host root (`/` normally).
-#[derive(Debug, Clone)]
-pub struct HostDevices {
-    root: PathBuf,
-}
-
-impl HostDevices {
-    /// Device nodes under `root`.
-    pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
-    }
-}
-
-impl DeviceLookup for HostDevices {
-    fn lookup(&self, path: &str) -> Option<DeviceNode> {
-        let full = self.root.join(path.trim_start_matches('/'));
-        let md = std::fs::metadata(&full).ok()?;
-        let ft = md.file_type();
-        let kind = if ft.is_char_device() {
-            "c"
-        } else if ft.is_block_device() {
-            "b"
-        } else {
-            return None;
-        };
-        let rdev = md.rdev();
-        Some(DeviceNode {
-            path: path.to_string(),
-            kind: kind.into(),
-            major: i64::from(nix::sys::stat::major(rdev) as u32),
-            minor: i64::from(nix::sys::stat::minor(rdev) as u32),
-            file_mode: Some(md.mode() & 0o7777),
-            uid: Some(md.uid()),
-            gid: Some(md.gid()),
-        })
-    }
-}
 
 /// The adjustment for one container, in runtime-neutral form.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -403,18 +357,5 @@ mod tests {
                 cpus: pool.clone()
             }]
         );
-    }
-
-    #[test]
-    fn host_devices_reads_real_char_nodes() {
-        // /dev/null exists on every Linux host: char 1:3.
-        let d = HostDevices::new("/")
-            .lookup("/dev/null")
-            .expect("/dev/null");
-        assert_eq!((d.kind.as_str(), d.major, d.minor), ("c", 1, 3));
-        assert!(HostDevices::new("/").lookup("/etc/hostname").is_none());
-        assert!(HostDevices::new("/nonexistent-root")
-            .lookup("/dev/null")
-            .is_none());
     }
 }

@@ -1,10 +1,12 @@
 //! What enforcement reads from NRI, as plain Rust structs: a container, its pod, its devices and
-//! linux resources. `nri_view.rs` converts the generated protobuf types into these, so the rest
+//! linux resources. `nri/convert.rs` converts the generated protobuf types into these, so the rest
 //! of `enforce` never touches generated code and is tested without a runtime.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+pub use crate::host::devices::DeviceNode;
 
 /// A pod as NRI describes it (`PodSandbox`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,25 +25,6 @@ pub struct PodView {
     /// pod's containers), when the runtime passes them; sizes a pod-scope node set.
     #[serde(default)]
     pub resources: Option<ResourcesView>,
-}
-
-/// A device node in the container spec (`LinuxDevice`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeviceNode {
-    /// Path inside the container (`/dev/nvidia0`).
-    pub path: String,
-    /// Device type: `c` (char) or `b` (block).
-    pub kind: String,
-    /// Major number.
-    pub major: i64,
-    /// Minor number.
-    pub minor: i64,
-    /// File mode (permission bits), when set.
-    pub file_mode: Option<u32>,
-    /// Owner uid, when set.
-    pub uid: Option<u32>,
-    /// Owner gid, when set.
-    pub gid: Option<u32>,
 }
 
 /// A device-cgroup rule (`LinuxDeviceCgroup`).

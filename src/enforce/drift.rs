@@ -1,15 +1,17 @@
-//! Drift check: for every recorded container, find its processes under `/proc`, then compare
-//! the cgroup's cpuset (v1 or v2), the processes' allowed CPUs and memory nodes, and the GPU and
-//! RDMA device nodes visible in the container with the recorded decision.
+//! Drift check (`nri-align verify`): for every recorded container, find its processes, then
+//! compare the cgroup's cpuset (v1 or v2), the processes' allowed CPUs and memory nodes, and the
+//! GPU and RDMA device nodes visible in the container with the recorded decision. What it reads
+//! comes from `host/`; this file only compares.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 
-use crate::topology::IdSet;
-
-use crate::enforce::inputs::{nvidia_minor, uverbs_name};
 use crate::enforce::state::{Record, StateDoc};
+use crate::host::cgroup::{read_cpuset, CgroupMounts};
+use crate::host::devices::{nvidia_minor, uverbs_name, visible_devices};
+use crate::host::procfs::{cgroup_lines_by_pid, dev_of, status, status_field};
+use crate::topology::IdSet;
 
 /// How one container compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -78,13 +80,7 @@ fn check_one(
 
     match mounts.cpuset_dir(root, cgroup_text) {
         Some(dir) => {
-            let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
-            // cgroup v2 leaves cpuset.cpus empty when unset; the effective file then counts.
-            let value = |base: &str| {
-                read(base)
-                    .filter(|s| !s.trim().is_empty())
-                    .or_else(|| read(&format!("{base}.effective")))
-            };
+            let value = |base: &str| read_cpuset(&dir, base);
             compare(
                 &mut check.problems,
                 "cgroup cpuset.cpus",
@@ -107,13 +103,8 @@ fn check_one(
             .push("cpuset cgroup of the container not found".into()),
     }
     for (pid, _) in &mine {
-        let status = std::fs::read_to_string(root.join(format!("proc/{pid}/status"))).ok();
-        let field = |name: &str| {
-            status.as_deref().and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
-            })
-        };
+        let status = status(root, *pid);
+        let field = |name: &str| status.as_deref().and_then(|s| status_field(s, name));
         // A process may narrow its own affinity (taskset); only CPUs outside the decision count.
         compare(
             &mut check.problems,
@@ -132,7 +123,7 @@ fn check_one(
             );
         }
     }
-    let seen = visible_devices(&root.join(format!("proc/{first}/root/dev")));
+    let seen = visible_devices(&dev_of(root, *first));
     let mut want: Vec<String> = rec
         .devices
         .iter()
@@ -157,58 +148,6 @@ fn check_one(
     check
 }
 
-/// Which of `ids` have a process in their cgroup on the host under `root`. `None` when none
-/// has: then either all are gone or this process cannot see the host's processes (no host PID
-/// namespace), and the caller must not conclude anything.
-pub fn live_containers<'a>(
-    root: &Path,
-    ids: impl IntoIterator<Item = &'a str>,
-) -> Option<std::collections::HashSet<String>> {
-    let procs = cgroup_lines_by_pid(root);
-    let live: std::collections::HashSet<String> = ids
-        .into_iter()
-        .filter(|id| procs.iter().any(|(_, cg)| cg.contains(id)))
-        .map(str::to_string)
-        .collect();
-    (!live.is_empty()).then_some(live)
-}
-
-/// Makes the cpuset cgroup of a container (OCI `linux.cgroupsPath`, cgroupfs driver form
-/// `/parent/id`, under this process's cgroup mounts) hold `want` when it holds something else.
-/// Returns what it found when it changed it, `Ok(None)` when it already matched or the cgroup is
-/// not one this can find (systemd driver form `slice:prefix:name`, no such directory).
-///
-/// Only for repairing what the runtime lost: the runtime already recorded `want` in the
-/// container's spec (see `Engine::container_started`), the kernel just never got it.
-pub fn repair_cpuset(cgroups_path: &str, want: &IdSet) -> std::io::Result<Option<IdSet>> {
-    repair_cpuset_under(Path::new("/"), cgroups_path, want)
-}
-
-fn repair_cpuset_under(
-    root: &Path,
-    cgroups_path: &str,
-    want: &IdSet,
-) -> std::io::Result<Option<IdSet>> {
-    if cgroups_path.is_empty() || cgroups_path.contains(':') {
-        return Ok(None);
-    }
-    let mounts = CgroupMounts::read(root);
-    // The same path in the v1 cpuset hierarchy or the v2 unified one, as /proc/PID/cgroup
-    // would list it.
-    let lines = format!("1:cpuset:{cgroups_path}\n0::{cgroups_path}\n");
-    let Some(dir) = mounts.cpuset_dir(root, &lines) else {
-        return Ok(None);
-    };
-    let file = dir.join("cpuset.cpus");
-    let text = std::fs::read_to_string(&file)?;
-    let has = IdSet::parse_list(text.trim()).unwrap_or_default();
-    if has == *want {
-        return Ok(None);
-    }
-    std::fs::write(&file, want.to_string())?;
-    Ok(Some(has))
-}
-
 fn compare(
     problems: &mut Vec<String>,
     what: &str,
@@ -224,117 +163,6 @@ fn compare(
         Ok(set) if (subset && set.is_subset(want)) || set == *want => {}
         Ok(set) => problems.push(format!("{what} is {set}, decided {want}")),
         Err(e) => problems.push(format!("{what}: {e}")),
-    }
-}
-
-/// `(pid, content of /proc/PID/cgroup)` for every process.
-fn cgroup_lines_by_pid(root: &Path) -> Vec<(u32, String)> {
-    let Ok(dir) = std::fs::read_dir(root.join("proc")) else {
-        return Vec::new();
-    };
-    let mut out: Vec<(u32, String)> = dir
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
-        .filter_map(|pid| {
-            std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup")))
-                .ok()
-                .map(|t| (pid, t))
-        })
-        .collect();
-    out.sort();
-    out
-}
-
-/// GPU and uverbs nodes under a container's `/dev`, sorted; `None` when it cannot be read.
-fn visible_devices(dev: &Path) -> Option<Vec<String>> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dev).ok()?.filter_map(|e| e.ok()) {
-        let path = format!("/dev/{}", e.file_name().to_string_lossy());
-        if nvidia_minor(&path).is_some() {
-            out.push(path);
-        }
-    }
-    if let Ok(ib) = std::fs::read_dir(dev.join("infiniband")) {
-        for e in ib.filter_map(|e| e.ok()) {
-            let path = format!("/dev/infiniband/{}", e.file_name().to_string_lossy());
-            if uverbs_name(&path).is_some() {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    Some(out)
-}
-
-/// Where the cpuset hierarchy is mounted (v1) or the unified hierarchy (v2).
-#[derive(Debug, Default)]
-struct CgroupMounts {
-    /// (mount root within the hierarchy, mount point) of the v1 cpuset controller.
-    v1_cpuset: Option<(String, PathBuf)>,
-    /// Same for cgroup2.
-    v2: Option<(String, PathBuf)>,
-}
-
-impl CgroupMounts {
-    fn read(root: &Path) -> Self {
-        let mut m = CgroupMounts::default();
-        let text = std::fs::read_to_string(root.join("proc/self/mountinfo"))
-            .or_else(|_| std::fs::read_to_string(root.join("proc/1/mountinfo")))
-            .unwrap_or_default();
-        for line in text.lines() {
-            // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS
-            let Some((left, right)) = line.split_once(" - ") else {
-                continue;
-            };
-            let l: Vec<&str> = left.split_whitespace().collect();
-            let r: Vec<&str> = right.split_whitespace().collect();
-            let (Some(mroot), Some(point), Some(fstype)) = (l.get(3), l.get(4), r.first()) else {
-                continue;
-            };
-            let entry = (mroot.to_string(), PathBuf::from(point));
-            match *fstype {
-                "cgroup"
-                    if r.get(2)
-                        .is_some_and(|o| o.split(',').any(|x| x == "cpuset")) =>
-                {
-                    m.v1_cpuset.get_or_insert(entry);
-                }
-                "cgroup2" => {
-                    m.v2.get_or_insert(entry);
-                }
-                _ => {}
-            }
-        }
-        m
-    }
-
-    /// The cpuset directory of a process from its `/proc/PID/cgroup` text.
-    fn cpuset_dir(&self, root: &Path, cgroup_text: &str) -> Option<PathBuf> {
-        for line in cgroup_text.lines() {
-            let mut parts = line.splitn(3, ':');
-            let (Some(hid), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next())
-            else {
-                continue;
-            };
-            let mount = if hid == "0" && ctrls.is_empty() {
-                self.v2.as_ref()
-            } else if ctrls.split(',').any(|c| c == "cpuset") {
-                self.v1_cpuset.as_ref()
-            } else {
-                None
-            };
-            let Some((mroot, point)) = mount else {
-                continue;
-            };
-            let rel = path.strip_prefix(mroot.as_str()).unwrap_or(path);
-            let dir = root
-                .join(point.strip_prefix("/").unwrap_or(point))
-                .join(rel.trim_start_matches('/'));
-            if dir.is_dir() {
-                return Some(dir);
-            }
-        }
-        None
     }
 }
 
@@ -444,39 +272,6 @@ mod tests {
             all.contains("visible devices [/dev/nvidia0 /dev/nvidia1], decided [/dev/nvidia1]"),
             "{all}"
         );
-    }
-
-    #[test]
-    fn a_lost_cpuset_is_repaired_in_the_cgroup_and_a_matching_one_left_alone() {
-        let t = tempfile::tempdir().expect("tmp");
-        host(t.path(), "abc", "0-3", "0-3", &[]);
-        let file = t.path().join("sys/fs/cgroup/cpuset/k8s.io/abc/cpuset.cpus");
-        let want: IdSet = "2-3".parse().expect("set");
-        let had = repair_cpuset_under(t.path(), "/k8s.io/abc", &want).expect("io");
-        assert_eq!(had.map(|h| h.to_string()), Some("0-3".to_string()));
-        assert_eq!(fs::read_to_string(&file).expect("read"), "2-3");
-        assert_eq!(
-            repair_cpuset_under(t.path(), "/k8s.io/abc", &want).expect("io"),
-            None
-        );
-        // Not a cgroupfs path, or not there: nothing to do.
-        assert_eq!(
-            repair_cpuset_under(t.path(), "kubepods.slice:cri:abc", &want).expect("io"),
-            None
-        );
-        assert_eq!(
-            repair_cpuset_under(t.path(), "/k8s.io/gone", &want).expect("io"),
-            None
-        );
-    }
-
-    #[test]
-    fn live_containers_needs_at_least_one_visible() {
-        let t = tempfile::tempdir().expect("tmp");
-        host(t.path(), "abc", "2-3", "2", &[]);
-        let live = live_containers(t.path(), ["abc", "gone"]).expect("abc is visible");
-        assert!(live.contains("abc") && !live.contains("gone"));
-        assert_eq!(live_containers(t.path(), ["gone"]), None);
     }
 
     #[test]

@@ -6,6 +6,7 @@ use crate::placement::{PodInfo, PodTotals, Request};
 use crate::topology::Topology;
 
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
+use crate::host::devices::{nvidia_minor, uverbs_name};
 
 /// A container whose resources or devices cannot be understood.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -88,22 +89,6 @@ pub fn build_request(
         allocated_gpus: allocated_gpus(topo, c)?,
         allocated_nics: allocated_nics(topo, c),
     })
-}
-
-/// The minor number of `/dev/nvidiaN` (and not of `/dev/nvidiactl`, `/dev/nvidia-uvm`...).
-pub fn nvidia_minor(path: &str) -> Option<u32> {
-    let n = path.strip_prefix("/dev/nvidia")?;
-    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    n.parse().ok()
-}
-
-/// `uverbsN` of `/dev/infiniband/uverbsN`.
-pub fn uverbs_name(path: &str) -> Option<&str> {
-    let name = path.strip_prefix("/dev/infiniband/")?;
-    let n = name.strip_prefix("uverbs")?;
-    (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then_some(name)
 }
 
 /// GPUs the container was allocated, as PCI bus ids, from the first source that names any:

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::host::perms::{refuse_world_writable, PermissionError};
 use crate::placement::Assignment;
 use crate::topology::CpuSet;
 
@@ -38,9 +39,9 @@ pub enum StateError {
         /// Cause.
         source: std::io::Error,
     },
-    /// Anyone could rewrite it: refuse.
-    #[error("{0} is world-writable; fix its mode (chmod o-w) before running nri-align")]
-    WorldWritable(PathBuf),
+    /// The state dir is writable by anyone, or could not be checked.
+    #[error(transparent)]
+    Permissions(#[from] PermissionError),
     /// Serialising failed (should not happen with these types).
     #[error("cannot encode state: {0}")]
     Encode(String),
@@ -128,17 +129,6 @@ pub enum Loaded {
     Doc(StateDoc),
     /// A file that could not be used; the caller rebuilds from Synchronize.
     Corrupt(String),
-}
-
-/// Refuses a path anyone may write (least privilege: the state and config decide who gets which
-/// CPU and GPU).
-pub fn refuse_world_writable(path: &Path) -> Result<(), StateError> {
-    let md = std::fs::metadata(path).map_err(io("stat", path))?;
-    // A sticky dir (like /tmp) still lets anyone create files; refuse it too.
-    if md.permissions().mode() & 0o002 != 0 {
-        return Err(StateError::WorldWritable(path.to_path_buf()));
-    }
-    Ok(())
 }
 
 /// The state file under one directory.

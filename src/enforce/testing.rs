@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::enforce::adjust::DeviceLookup;
 use crate::enforce::container::DeviceNode;
 use crate::enforce::engine::{Placer, Rejection};
 use crate::enforce::inputs::tests::{gpu_topology, node};
+use crate::host::devices::DeviceLookup;
 use crate::metrics::NodeFreeSample;
 use crate::placement::{Assignment, PlacementConfig, PodTotals, Request};
 use crate::topology::{Cpu, CpuSet, Topology};
@@ -155,7 +155,7 @@ impl Placer for FakePlacer {
 pub(crate) struct AllDevices;
 impl DeviceLookup for AllDevices {
     fn lookup(&self, path: &str) -> Option<DeviceNode> {
-        let minor = crate::enforce::inputs::nvidia_minor(path)?;
+        let minor = crate::host::devices::nvidia_minor(path)?;
         Some(node(path, 195, i64::from(minor)))
     }
 }

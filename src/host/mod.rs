@@ -3,3 +3,7 @@
 //! (`/` in production) so tests run on a tree in a temporary directory.
 
 pub mod caps;
+pub mod cgroup;
+pub mod devices;
+pub mod perms;
+pub mod procfs;

@@ -13,11 +13,12 @@ use crate::placement::{Assignment, GpuMode, PlacementConfig, PodTotals, Request}
 use crate::topology::{CpuSet, NodeSet, Topology};
 
 use crate::enforce::adjust::{
-    build_adjustment, pool_updates, AdjustError, Adjustment, CpusetUpdate, DeviceLookup,
+    build_adjustment, pool_updates, AdjustError, Adjustment, CpusetUpdate,
 };
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
-use crate::enforce::inputs::{build_request, nvidia_minor, pod_totals, uverbs_name, RequestError};
+use crate::enforce::inputs::{build_request, pod_totals, RequestError};
 use crate::enforce::state::{Record, ResourceSummary, StateDoc, StateStore};
+use crate::host::devices::{nvidia_minor, uverbs_name, DeviceLookup};
 
 pub use placer::{Placer, Rejection};
 

@@ -7,8 +7,9 @@ use crate::topology::{CpuSet, NodeSet, Topology};
 
 use crate::enforce::adjust::DECISION_ENV;
 use crate::enforce::container::{ContainerView, PodView};
-use crate::enforce::inputs::{build_request, nvidia_minor, uverbs_name, RequestError};
+use crate::enforce::inputs::{build_request, RequestError};
 use crate::enforce::state::{Record, ResourceSummary, StateDoc};
+use crate::host::devices::{nvidia_minor, uverbs_name};
 
 /// What to do after a restart.
 #[derive(Debug, Default, PartialEq, Eq)]

@@ -5,6 +5,7 @@
 //! one exclusive CPU or GPU twice after a crash.
 
 use std::collections::HashSet;
+use std::path::Path;
 
 use super::{Engine, Placer, StartState};
 use crate::enforce::adjust::CpusetUpdate;
@@ -14,6 +15,27 @@ use crate::enforce::state::Loaded;
 use crate::topology::CpuSet;
 
 impl<P: Placer> Engine<P> {
+    /// The start-up sequence: restores the state file ([`Engine::start`]), then releases the
+    /// records of containers that ended while nri-align was away, judged by their processes
+    /// under `host_root` ([`Engine::prune_gone`]): runtimes that launch plugins on NRI v0.6.1
+    /// send no Synchronize. Synchronize, when it comes, reconciles the rest.
+    pub fn recover(&mut self, host_root: &Path) -> StartState {
+        let state = self.start();
+        match &state {
+            StartState::Fresh => tracing::info!("no previous state"),
+            StartState::Restored { restored, dropped } => tracing::info!(
+                restored,
+                dropped = dropped.len(),
+                "previous decisions restored"
+            ),
+            StartState::Corrupt(why) => tracing::warn!("previous state unusable: {why}"),
+        }
+        let ids: Vec<String> = self.doc.containers.keys().cloned().collect();
+        let live = crate::host::procfs::live_containers(host_root, ids.iter().map(String::as_str));
+        self.prune_gone(live.as_ref());
+        state
+    }
+
     /// Loads the state file and restores its decisions. Without a Synchronize (pre-launched
     /// plugins on NRI v0.6.1) this is all the engine will know.
     pub fn start(&mut self) -> StartState {

@@ -197,7 +197,7 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         // with the spec now. This runs inside the runtime's NRI call, so no update of ours is
         // being applied at the same time; the engine lock keeps the record still.
         let path = engine.cgroups_path(&container.id).unwrap_or_default();
-        match crate::enforce::drift::repair_cpuset(path, &u.cpus) {
+        match crate::host::cgroup::repair_cpuset(path, &u.cpus) {
             Ok(Some(had)) => tracing::warn!(
                 container = %container.id,
                 had = %had,
