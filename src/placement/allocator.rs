@@ -1,20 +1,25 @@
 //! The allocator: resolves a request (annotations, Guaranteed rule, devices), makes the joint
-//! GPU-first choice under the policy, and records it in the ledger.
+//! GPU-first choice under the policy (`choose.rs`), and records it in the ledger.
+//!
+//! A decision is a function of the ledger, the settings and the request: [`Allocator::plan`]
+//! makes it without recording, [`Allocator::commit`] records a plan, and
+//! [`Allocator::place`] does both. The GPU mode travels with each call, so a caller that wants
+//! `keep` for one decision never flips the allocator's settings.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::annotations::MemNodes;
+use super::choose::{Candidate, Search};
 use super::cpus;
 use super::error::{fmt_bytes, fmt_nodes, PlacementError};
-use super::gpus::{self, LinkTable};
+use super::gpus::LinkTable;
 use super::ledger::{Ledger, NodeFree};
 use super::nics;
 use super::numa::{self, Cap, Need};
 use super::policy::{GpuMode, PlacementConfig, Policy, Scope};
 use super::reject;
 use super::request::{Assignment, Request};
-pub use super::resolve::{resolve, Resolved};
+use super::resolve::{resolve, Resolved};
 use crate::topology::{CpuSet, NodeSet, Topology};
 
 /// Owns the live allocations and decides placements.
@@ -64,26 +69,20 @@ impl PodTotals {
     }
 }
 
-/// A candidate: node indices in order, GPU indices, NIC indices, admissible under the policy.
-type Pick = (Vec<usize>, Vec<usize>, Vec<usize>, bool);
-
-/// How a candidate GPU set ranks, best last: admissible under the policy; fewer pairs without
-/// NVLink; link score plus look-ahead; fewer, then closer nodes; better NIC paths; more link
-/// score left among the free GPUs; the tightest CPU fit.
-type Key = (
-    bool,
-    std::cmp::Reverse<usize>,
-    u32,
-    std::cmp::Reverse<usize>,
-    std::cmp::Reverse<u32>,
-    std::cmp::Reverse<u32>,
-    u32,
-    std::cmp::Reverse<u32>,
-);
-
-struct Choice {
-    a: Assignment,
+/// A decision not yet recorded: the assignment and how its memory splits over its nodes.
+/// [`Allocator::commit`] records it; nothing else can, so a plan is only ever recorded by the
+/// allocator that made it, before anything else changed there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    assignment: Assignment,
     split: Vec<(usize, u64)>,
+}
+
+impl Plan {
+    /// The decision.
+    pub fn assignment(&self) -> &Assignment {
+        &self.assignment
+    }
 }
 
 impl Allocator {
@@ -110,21 +109,46 @@ impl Allocator {
         self.pod_totals.remove(uid);
     }
 
-    /// Decides and records.
+    /// Decides with the configured GPU mode and records.
     pub fn place(&mut self, req: &Request) -> Result<Assignment, PlacementError> {
-        let c = self.decide(req)?;
-        self.ledger.record(c.a.clone(), c.split)?;
-        if !c.a.numa_nodes.is_empty() {
-            self.pod_nodes
-                .entry(c.a.pod_uid.clone())
-                .or_insert_with(|| c.a.numa_nodes.clone());
-        }
-        Ok(c.a)
+        self.place_in(req, self.config.gpu_mode)
     }
 
-    /// Decides without recording.
+    /// Decides with GPU mode `mode` for this one decision and records.
+    pub fn place_in(&mut self, req: &Request, mode: GpuMode) -> Result<Assignment, PlacementError> {
+        let plan = self.plan_in(req, mode)?;
+        self.commit(plan)
+    }
+
+    /// Decides with the configured GPU mode, without recording.
     pub fn plan(&self, req: &Request) -> Result<Assignment, PlacementError> {
-        self.decide(req).map(|c| c.a)
+        self.plan_in(req, self.config.gpu_mode)
+            .map(|p| p.assignment)
+    }
+
+    /// Decides with GPU mode `mode`, without recording.
+    pub fn plan_in(&self, req: &Request, mode: GpuMode) -> Result<Plan, PlacementError> {
+        let config = PlacementConfig {
+            gpu_mode: mode,
+            ..self.config.clone()
+        };
+        self.decide(&config, req)
+    }
+
+    /// Records a plan of this allocator. Refuses one whose resources another container took
+    /// since it was made (the ledger checks every CPU, GPU and byte again).
+    pub fn commit(&mut self, plan: Plan) -> Result<Assignment, PlacementError> {
+        let Plan {
+            assignment: a,
+            split,
+        } = plan;
+        self.ledger.record(a.clone(), split)?;
+        if !a.numa_nodes.is_empty() {
+            self.pod_nodes
+                .entry(a.pod_uid.clone())
+                .or_insert_with(|| a.numa_nodes.clone());
+        }
+        Ok(a)
     }
 
     /// Forgets a container; its exclusive CPUs, memory, GPUs and NICs come back.
@@ -178,24 +202,6 @@ impl Allocator {
         self.ledger.shared_pool()
     }
 
-    /// The CPUs a shared-pool assignment should have with the pool as it is now: the pool on
-    /// its NUMA nodes, or the whole pool when those nodes have none left.
-    pub fn shared_cpus_for(&self, a: &Assignment) -> CpuSet {
-        let pool = self.ledger.shared_pool();
-        let topo = self.ledger.topo();
-        let mut local = CpuSet::new();
-        for id in a.numa_nodes.iter() {
-            if let Some(n) = topo.node(id) {
-                local.extend_from(&pool.intersection(&n.cpus));
-            }
-        }
-        if local.is_empty() {
-            pool
-        } else {
-            local
-        }
-    }
-
     /// Live assignments.
     pub fn assignments(&self) -> impl Iterator<Item = &Assignment> {
         self.ledger.assignments()
@@ -222,22 +228,8 @@ impl Allocator {
         self.ledger.topo()
     }
 
-    /// Interconnect score of a GPU set (bus ids): NVLink/NVSwitch and PCIe pair scores summed.
-    pub fn gpu_link_score(&self, bus_ids: &[String]) -> u32 {
-        let idx: Vec<usize> = bus_ids
-            .iter()
-            .filter_map(|b| self.ledger.gpu_index(b).ok())
-            .collect();
-        self.links.set_score(&idx)
-    }
-
-    /// Resolves a request: annotations, the Guaranteed rule, device indices.
-    pub fn resolve(&self, req: &Request) -> Result<Resolved, PlacementError> {
-        resolve(&self.ledger, &self.config, req)
-    }
-
-    fn decide(&self, req: &Request) -> Result<Choice, PlacementError> {
-        let r = self.resolve(req)?;
+    fn decide(&self, config: &PlacementConfig, req: &Request) -> Result<Plan, PlacementError> {
+        let r = resolve(&self.ledger, config, req)?;
         let mut a = Assignment {
             container_id: req.container_id.clone(),
             container_name: req.container_name.clone(),
@@ -258,22 +250,22 @@ impl Allocator {
             .then(|| self.pod_nodes.get(&req.pod.uid))
             .flatten();
         if r.eff.policy == Policy::None {
-            return self.unaligned(&r, a);
+            return self.unaligned(config, &r, a);
         }
         if !r.exclusive && r.gpu_count == 0 && r.nic_count == 0 && pinned.is_none() {
             a.cpus = self.ledger.shared_pool();
             a.mems = self.ledger.topo().cpu_nodes();
             a.aligned = true;
             a.reason = "shared pool; nothing to align".into();
-            return Ok(Choice {
-                a,
+            return Ok(Plan {
+                assignment: a,
                 split: Vec::new(),
             });
         }
         let n = self.ledger.topo().numa_nodes.len();
         let all = vec![true; n];
         let Some(pin) = pinned else {
-            return self.bound(&r, a, &all, None);
+            return self.bound(config, &r, a, &all, None);
         };
         let allowed: Vec<bool> = self
             .ledger
@@ -282,23 +274,28 @@ impl Allocator {
             .iter()
             .map(|x| pin.contains(x.id))
             .collect();
-        match self.bound(&r, a.clone(), &allowed, Some(pin)) {
+        match self.bound(config, &r, a.clone(), &allowed, Some(pin)) {
             Err(PlacementError::Unalignable { .. }) if r.eff.policy == Policy::BestEffort => {
-                let mut c = self.bound(&r, a, &all, None)?;
-                c.a.aligned = false;
-                c.a.reason = format!(
+                let mut p = self.bound(config, &r, a, &all, None)?;
+                p.assignment.aligned = false;
+                p.assignment.reason = format!(
                     "best-effort: does not fit the pod's {}; {}",
                     fmt_nodes(pin),
-                    c.a.reason
+                    p.assignment.reason
                 );
-                Ok(c)
+                Ok(p)
             }
             other => other,
         }
     }
 
     /// Policy `none`: devices as allocated, exclusive CPUs packed, memory not bound.
-    fn unaligned(&self, r: &Resolved, mut a: Assignment) -> Result<Choice, PlacementError> {
+    fn unaligned(
+        &self,
+        config: &PlacementConfig,
+        r: &Resolved,
+        mut a: Assignment,
+    ) -> Result<Plan, PlacementError> {
         let topo = self.ledger.topo();
         // Devices as allocated; in remap mode a GPU the plugin handed out may already be
         // another container's (remapped earlier), so such a GPU is swapped for a free one.
@@ -306,7 +303,7 @@ impl Allocator {
             .alloc_gpus
             .iter()
             .copied()
-            .filter(|x| self.config.gpu_mode == GpuMode::Keep || self.ledger.gpu_free(*x))
+            .filter(|x| config.gpu_mode == GpuMode::Keep || self.ledger.gpu_free(*x))
             .collect();
         let extra: Vec<usize> = self
             .ledger
@@ -318,15 +315,15 @@ impl Allocator {
         g.extend(extra);
         let (nic_idx, _) = nics::choose(&self.ledger, &g, &[], r.nic_count, &r.alloc_nics);
         if r.exclusive {
-            let caps = numa::caps(&self.ledger, self.config.full_pcpus_only);
+            let caps = numa::caps(&self.ledger, config.full_pcpus_only);
             let need = Need {
                 cpus: r.cpus,
-                whole: self.config.full_pcpus_only,
+                whole: config.full_pcpus_only,
                 ..Need::default()
             };
             let nodes = numa::choose(topo, &caps, &vec![true; caps.len()], &need)
-                .ok_or_else(|| reject::insufficient(&self.ledger, &self.config, r, &caps))?;
-            a.cpus = self.pick_cpus(&caps, &nodes, r)?;
+                .ok_or_else(|| reject::insufficient(&self.ledger, config, r, &caps))?;
+            a.cpus = self.pick_cpus(config, &caps, &nodes, r)?;
         } else {
             a.cpus = self.ledger.shared_pool();
         }
@@ -335,26 +332,22 @@ impl Allocator {
         a.nics = nic_idx.iter().map(|x| topo.nics[*x].name.clone()).collect();
         a.aligned = false;
         a.reason = "policy none: no alignment".into();
-        Ok(Choice {
-            a,
+        Ok(Plan {
+            assignment: a,
             split: Vec::new(),
         })
     }
 
-    fn pick_cpus(
+    pub(super) fn pick_cpus(
         &self,
+        config: &PlacementConfig,
         caps: &[Cap],
         nodes: &[usize],
         r: &Resolved,
     ) -> Result<CpuSet, PlacementError> {
         let avail: Vec<CpuSet> = nodes.iter().map(|i| caps[*i].avail.clone()).collect();
-        let picked = cpus::pick(
-            self.ledger.topo(),
-            &avail,
-            r.cpus,
-            self.config.full_pcpus_only,
-        )
-        .ok_or_else(|| reject::insufficient(&self.ledger, &self.config, r, caps))?;
+        let picked = cpus::pick(self.ledger.topo(), &avail, r.cpus, config.full_pcpus_only)
+            .ok_or_else(|| reject::insufficient(&self.ledger, config, r, caps))?;
         // The shared pool never goes empty (the kubelet gets the same from its mandatory
         // reserved CPUs): containers without exclusive CPUs must run somewhere, and runtimes
         // ignore a cpuset update with no CPUs, so shared containers would silently stay on
@@ -370,213 +363,104 @@ impl Allocator {
         Ok(picked)
     }
 
-    /// The joint choice on the allowed nodes.
+    /// The joint choice on the allowed nodes: the search's best candidate, then the assignment
+    /// on it.
     fn bound(
         &self,
+        config: &PlacementConfig,
         r: &Resolved,
-        mut a: Assignment,
+        a: Assignment,
         allowed: &[bool],
         pin: Option<&NodeSet>,
-    ) -> Result<Choice, PlacementError> {
+    ) -> Result<Plan, PlacementError> {
+        let pod_totals = self.pod_totals.get(&a.pod_uid);
+        let search = Search::new(
+            &self.ledger,
+            &self.links,
+            config,
+            r,
+            allowed,
+            pod_totals,
+            pin,
+        );
+        let caps = search.caps();
+        if !search.host_has_enough() {
+            return Err(reject::insufficient(&self.ledger, config, r, caps));
+        }
+        let best = if r.gpu_count > 0 {
+            search.best_with_gpus()?
+        } else {
+            search.best_without_gpus()
+        };
+        match best {
+            Some(c) if c.admissible => self.assign(config, r, a, &search, c),
+            _ => Err(search.unalignable()),
+        }
+    }
+
+    /// The assignment on the chosen candidate: CPUs (exclusive, or the shared pool on its
+    /// nodes), the memory split, memory nodes, devices, whether it is aligned and why.
+    fn assign(
+        &self,
+        config: &PlacementConfig,
+        r: &Resolved,
+        mut a: Assignment,
+        search: &Search,
+        c: Candidate,
+    ) -> Result<Plan, PlacementError> {
         let topo = self.ledger.topo();
-        let whole = self.config.full_pcpus_only;
-        let caps = numa::caps(&self.ledger, whole);
-        let keep = self.config.gpu_mode == GpuMode::Keep;
-        let need = Need {
-            cpus: if r.exclusive { r.cpus } else { 0 },
-            whole,
-            memory: r.memory,
-            gpus: 0,
-            nics: r.nic_count as u32,
-            shared: !r.exclusive,
-        };
-        let full_need = Need {
-            gpus: r.gpu_count as u32,
-            ..need.clone()
-        };
-        let cpu_nodes: Vec<usize> = (0..caps.len()).filter(|i| caps[*i].has_cpus).collect();
-        if !numa::fits(&caps, &cpu_nodes, &full_need) && (r.gpu_count == 0 || !keep) {
-            return Err(reject::insufficient(&self.ledger, &self.config, r, &caps));
-        }
-        let limit = match r.eff.policy {
-            Policy::SingleNumaNode => 1,
-            Policy::Restricted => numa::min_width(&self.ledger, &full_need),
-            _ => usize::MAX,
-        };
-        // The first container of a pod in pod scope pins the pod: size its node set for the
-        // whole pod when the pod's totals are known (the kubelet's pod scope sums them too).
-        let pod_need = (r.eff.scope == Scope::Pod && pin.is_none())
-            .then(|| self.pod_totals.get(&a.pod_uid))
-            .flatten()
-            .map(|t| Need {
-                cpus: if r.exclusive {
-                    need.cpus.max(t.exclusive_cpus)
-                } else {
-                    need.cpus
-                },
-                memory: need.memory.max(t.memory_bytes),
-                gpus: need.gpus.max(t.gpus),
-                nics: need.nics.max(t.nics),
-                ..need.clone()
-            })
-            .filter(|p| *p != need);
-        // Nodes for the pod when they stay within the policy's width, else for the container.
-        let sized = |found: Option<Vec<usize>>, own: &dyn Fn() -> Option<Vec<usize>>| match found {
-            Some(n) if n.len() <= limit => Some(n),
-            _ => own(),
-        };
-        let fixed_nics = if keep {
-            r.alloc_nics.clone()
-        } else {
-            Vec::new()
-        };
-        // (nodes in order, gpus, nics, admissible)
-        let mut best: Option<Pick> = None;
-        if r.gpu_count > 0 {
-            let must = if keep {
-                r.alloc_gpus.clone()
-            } else {
-                Vec::new()
-            };
-            let free = self.ledger.free_gpus();
-            let sets = gpus::candidates(&self.links, &free, &must, r.gpu_count);
-            if sets.is_empty() {
-                return Err(reject::insufficient(&self.ledger, &self.config, r, &caps));
-            }
-            let mut best_key = None;
-            let exact = gpus::lookahead_exact(sets.len(), free.len(), r.gpu_count);
-            for s in sets {
-                // The GPU-only part of the key first: once an admissible set is known, a set
-                // whose links (with the look-ahead) rank lower cannot win, and skipping its node
-                // growth and NIC pairing keeps 8-of-16 searches in milliseconds.
-                let unlinked = std::cmp::Reverse(gpus::unlinked_pairs(&self.links, &s));
-                // Anti-fragmentation: this set plus the best sets of the same and of twice the
-                // size left after it (go-gpuallocator's partition idea, one step deep), never
-                // at the price of a pair without NVLink.
-                let rest: Vec<usize> = free.iter().copied().filter(|g| !s.contains(g)).collect();
-                let score = self.links.set_score(&s)
-                    + gpus::lookahead(&self.links, &rest, r.gpu_count, exact);
-                if let Some((k, _)) = &best_key {
-                    let k: &Key = k;
-                    if k.0 && (unlinked, score) < (k.1, k.2) {
-                        continue;
-                    }
-                }
-                let mut seed: Vec<usize> = Vec::new();
-                for g in &s {
-                    if let Some(i) = self.ledger.gpu_node(*g) {
-                        if allowed[i] && !seed.contains(&i) {
-                            seed.push(i);
-                        }
-                    }
-                }
-                let pod_nodes = pod_need
-                    .as_ref()
-                    .and_then(|p| numa::grow(topo, &caps, allowed, seed.clone(), p));
-                let own = || numa::grow(topo, &caps, allowed, seed.clone(), &need);
-                let Some(nodes) = sized(pod_nodes, &own) else {
-                    continue;
-                };
-                let (nic_idx, nic_cost) =
-                    nics::choose(&self.ledger, &s, &nodes, r.nic_count, &fixed_nics);
-                let inside = s
-                    .iter()
-                    .all(|g| self.ledger.gpu_node(*g).is_some_and(|i| nodes.contains(&i)))
-                    && nic_idx
-                        .iter()
-                        .all(|x| self.ledger.nic_node(*x).is_some_and(|i| nodes.contains(&i)));
-                let admissible =
-                    r.eff.policy == Policy::BestEffort || (inside && nodes.len() <= limit);
-                let leftover: u32 = nodes.iter().map(|i| caps[*i].cpu).sum();
-                let key: Key = (
-                    admissible,
-                    unlinked,
-                    score,
-                    std::cmp::Reverse(nodes.len()),
-                    std::cmp::Reverse(numa::spread(topo, &nodes)),
-                    std::cmp::Reverse(nic_cost),
-                    self.links.remaining(&free, &s),
-                    std::cmp::Reverse(leftover),
-                );
-                // Ties go to the lowest GPU indices, whatever order the candidates came in.
-                let better = match &best_key {
-                    None => true,
-                    Some((k, bs)) => key > *k || (key == *k && s < *bs),
-                };
-                if better {
-                    best_key = Some((key, s.clone()));
-                    best = Some((nodes, s, nic_idx, admissible));
-                }
-            }
-        } else if let Some(nodes) = sized(
-            pod_need
-                .as_ref()
-                .and_then(|p| numa::choose(topo, &caps, allowed, p)),
-            &|| numa::choose(topo, &caps, allowed, &need),
-        ) {
-            let (nic_idx, _) = nics::choose(&self.ledger, &[], &nodes, r.nic_count, &fixed_nics);
-            let inside = nic_idx
-                .iter()
-                .all(|x| self.ledger.nic_node(*x).is_some_and(|i| nodes.contains(&i)));
-            let ok = r.eff.policy == Policy::BestEffort || (inside && nodes.len() <= limit);
-            best = Some((nodes, Vec::new(), nic_idx, ok));
-        }
-        let Some((nodes, g, nic_idx, true)) = best else {
-            return Err(reject::unalignable(
-                &self.ledger,
-                r,
-                &caps,
-                allowed,
-                &reject::Shape { pin, limit },
-                &full_need,
-            ));
-        };
+        let caps = search.caps();
+        a.numa_nodes = self.ledger.ids(&c.nodes);
         a.cpus = if r.exclusive {
-            self.pick_cpus(&caps, &nodes, r)?
+            self.pick_cpus(config, caps, &c.nodes, r)?
         } else {
-            let pool = self.ledger.shared_pool();
-            let local: CpuSet = nodes.iter().fold(CpuSet::new(), |acc, i| {
-                acc.union(&pool.intersection(&topo.numa_nodes[*i].cpus))
-            });
-            if local.is_empty() {
-                pool
-            } else {
-                local
-            }
+            cpus::shared_on(topo, &self.ledger.shared_pool(), &a.numa_nodes)
         };
         let split = self
             .ledger
-            .split_memory(&nodes, r.memory)
-            .ok_or_else(|| reject::insufficient(&self.ledger, &self.config, r, &caps))?;
-        a.numa_nodes = self.ledger.ids(&nodes);
+            .split_memory(&c.nodes, r.memory)
+            .ok_or_else(|| reject::insufficient(&self.ledger, config, r, caps))?;
         a.mems = a.numa_nodes.clone();
-        if r.eff.mems == MemNodes::WithMemoryOnly {
+        if r.eff.mems == super::annotations::MemNodes::WithMemoryOnly {
             a.mems
                 .extend_from(&numa::attached_memory_nodes(topo, &a.numa_nodes));
         }
         a.memory_bytes = r.memory;
-        a.gpus = g.iter().map(|x| topo.gpus[*x].pci_bus_id.clone()).collect();
-        a.nics = nic_idx.iter().map(|x| topo.nics[*x].name.clone()).collect();
-        a.aligned = g
+        a.gpus = c
+            .gpus
             .iter()
-            .all(|x| self.ledger.gpu_node(*x).is_some_and(|i| nodes.contains(&i)))
-            && nic_idx
-                .iter()
-                .all(|x| self.ledger.nic_node(*x).is_some_and(|i| nodes.contains(&i)))
-            && nodes.len() <= numa::min_width(&self.ledger, &full_need).max(1);
+            .map(|x| topo.gpus[*x].pci_bus_id.clone())
+            .collect();
+        a.nics = c.nics.iter().map(|x| topo.nics[*x].name.clone()).collect();
+        a.aligned = search.devices_inside(&c)
+            && c.nodes.len() <= numa::min_width(&self.ledger, search.full_need()).max(1);
+        a.reason = self.reason(&a, &c);
+        Ok(Plan {
+            assignment: a,
+            split,
+        })
+    }
+
+    /// Why, in one line: aligned or spanning, the GPU set's link score, the NICs' PCIe paths.
+    fn reason(&self, a: &Assignment, c: &Candidate) -> String {
         let mut reason = if a.aligned {
             format!("aligned on {}", fmt_nodes(&a.numa_nodes))
         } else {
             format!("best-effort: spans {}", fmt_nodes(&a.numa_nodes))
         };
-        if !g.is_empty() {
-            reason.push_str(&format!(", gpu link score {}", self.links.set_score(&g)));
+        if !c.gpus.is_empty() {
+            reason.push_str(&format!(
+                ", gpu link score {}",
+                self.links.set_score(&c.gpus)
+            ));
         }
-        if !nic_idx.is_empty() && !g.is_empty() {
-            let lv: Vec<&str> = nic_idx
+        if !c.nics.is_empty() && !c.gpus.is_empty() {
+            let lv: Vec<&str> = c
+                .nics
                 .iter()
                 .map(|x| {
-                    g.iter()
+                    c.gpus
+                        .iter()
                         .map(|y| nics::level(&self.ledger, *x, *y))
                         .min()
                         .unwrap_or(crate::topology::PcieLevel::CrossSocket)
@@ -585,7 +469,6 @@ impl Allocator {
                 .collect();
             reason.push_str(&format!(", nic path {}", lv.join("/")));
         }
-        a.reason = reason;
-        Ok(Choice { a, split })
+        reason
     }
 }

@@ -39,6 +39,24 @@ pub fn capacity(topo: &Topology, avail: &CpuSet, whole_only: bool) -> u32 {
     }
 }
 
+/// The shared CPUs a container bound to NUMA `nodes` runs on: the shared `pool` on those
+/// nodes, or the whole pool when `nodes` is empty (nothing to align) or has no pool CPU left
+/// (better somewhere than nowhere). The one place this is derived: the allocator for a new
+/// shared container, the engine when the pool moves under running ones.
+pub fn shared_on(topo: &Topology, pool: &CpuSet, nodes: &crate::topology::NodeSet) -> CpuSet {
+    let mut local = CpuSet::new();
+    for id in nodes.iter() {
+        if let Some(n) = topo.node(id) {
+            local.extend_from(&pool.intersection(&n.cpus));
+        }
+    }
+    if local.is_empty() {
+        pool.clone()
+    } else {
+        local
+    }
+}
+
 /// Takes `k` CPUs from `avail_by_node` (free CPUs of each chosen node, in preference order),
 /// filling the first node before the next. `None` when they do not hold `k`.
 pub fn pick(topo: &Topology, avail_by_node: &[CpuSet], k: u32, whole_only: bool) -> Option<CpuSet> {

@@ -1,5 +1,5 @@
 //! What is allocated right now: exclusive CPUs, memory per NUMA node, GPU and NIC holders, and
-//! the assignments themselves. Shared by nri-align's engine and the kubelet-like decider so both
+//! the assignments themselves. Shared by nri-align's allocator and the kubelet-like baseline so both
 //! account capacity the same way.
 
 use std::collections::{BTreeMap, HashMap};
