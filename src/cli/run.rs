@@ -130,12 +130,11 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     use std::sync::{Arc, Mutex};
 
     use crate::enforce::engine::Engine;
-    use crate::enforce::nri::plugin::AlignPlugin;
+    use crate::enforce::nri::AlignPlugin;
     use crate::host::caps::drop_capabilities;
     use crate::host::devices::HostDevices;
     use crate::metrics::Metrics;
     use crate::placement::Allocator;
-    use nri_protocol::stub::{Stub, StubOptions};
 
     log_start(args.config.as_deref(), &prepared);
     let Prepared {
@@ -144,8 +143,8 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         idx,
         host_root,
     } = prepared;
-    let topology = crate::topology::discover(&host_root, args.nvml_lib.as_deref())
-        .context("reading the host topology")?;
+    let source = crate::topology::load::Source::HostRoot(host_root.clone());
+    let topology = crate::topology::load::load(&source, args.nvml_lib.as_deref())?;
     config.validate_for(&topology)?;
     let metrics = Arc::new(Metrics::new());
     let allocator = Allocator::new(Arc::new(topology), config.placement.clone());
@@ -159,9 +158,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     );
     engine.recover(&host_root);
 
-    let opts = StubOptions::new(PLUGIN_NAME, idx)
-        .socket(&args.socket)
-        .from_env()?;
+    let connection = crate::enforce::nri::Connection::new(PLUGIN_NAME, &idx, &args.socket)?;
     // Capabilities are per thread: drop them before the async runtime starts its workers, so
     // every thread inherits the reduced sets. Nothing after this point needs one (see
     // host/caps.rs); the inherited socket fd or the root-owned socket path is enough.
@@ -179,7 +176,6 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
                 .with_context(|| format!("metrics on {addr}"))?;
             tracing::info!(address = %bound, "serving /metrics");
         }
-        let stub = Stub::new(opts)?;
         let engine = Arc::new(Mutex::new(engine));
         let plugin = Arc::new(AlignPlugin::new(engine, args.config.is_some()));
         if let Some(path) = args.config.clone() {
@@ -206,7 +202,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
                 }
             }
         };
-        stub.run_until(plugin, stop).await?;
+        connection.serve(plugin, stop).await?;
         Ok(())
     })
 }

@@ -8,7 +8,7 @@ use crate::enforce::engine::{Placer, Rejection};
 use crate::enforce::inputs::tests::{gpu_topology, node};
 use crate::host::devices::DeviceLookup;
 use crate::metrics::NodeFreeSample;
-use crate::placement::{Assignment, PlacementConfig, PodTotals, Request};
+use crate::placement::{Assignment, GpuMode, PlacementConfig, PodTotals, Request};
 use crate::topology::{Cpu, CpuSet, Topology};
 
 /// A deliberately simple placer: exclusive integer-CPU containers get the lowest free CPUs of
@@ -18,8 +18,12 @@ pub(crate) struct FakePlacer {
     topo: Topology,
     cfg: PlacementConfig,
     held: BTreeMap<String, Assignment>,
-    /// The GPU mode in force at each `place` call, in order.
-    pub(crate) modes: Vec<crate::placement::GpuMode>,
+    /// The GPU mode of each `plan` call, in order.
+    pub(crate) modes: std::sync::Mutex<Vec<GpuMode>>,
+    /// Failure injection: `plan` panics.
+    pub(crate) panic_on_plan: bool,
+    /// Failure injection: `commit` panics.
+    pub(crate) panic_on_commit: bool,
     /// What `expect_pod` was told, in order.
     pub(crate) expected_pods: Vec<(String, PodTotals)>,
 }
@@ -43,9 +47,15 @@ impl FakePlacer {
             topo,
             cfg: PlacementConfig::default(),
             held: BTreeMap::new(),
-            modes: Vec::new(),
+            modes: Default::default(),
+            panic_on_plan: false,
+            panic_on_commit: false,
             expected_pods: Vec::new(),
         }
+    }
+    /// The GPU mode of each `plan` call so far.
+    pub(crate) fn modes(&self) -> Vec<GpuMode> {
+        self.modes.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
     fn exclusive_cpus(&self) -> CpuSet {
         let mut s = CpuSet::new();
@@ -61,8 +71,31 @@ impl Placer for FakePlacer {
     fn expect_pod(&mut self, uid: &str, totals: PodTotals) {
         self.expected_pods.push((uid.to_string(), totals));
     }
-    fn place(&mut self, req: &Request) -> Result<Assignment, Rejection> {
-        self.modes.push(self.cfg.gpu_mode);
+    type Plan = Assignment;
+    fn planned(plan: &Assignment) -> &Assignment {
+        plan
+    }
+    fn commit(&mut self, a: Assignment) -> Result<Assignment, Rejection> {
+        if self.panic_on_commit {
+            panic!("injected: placer panics while recording {}", a.container_id);
+        }
+        self.held.insert(a.container_id.clone(), a.clone());
+        Ok(a)
+    }
+    fn held(&self) -> Vec<Assignment> {
+        self.held.values().cloned().collect()
+    }
+    fn plan(&self, req: &Request, mode: GpuMode) -> Result<Assignment, Rejection> {
+        self.modes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(mode);
+        if self.panic_on_plan {
+            panic!(
+                "injected: placer panics while deciding {}",
+                req.container_id
+            );
+        }
         let gpu_node = req
             .allocated_gpus
             .first()
@@ -112,7 +145,6 @@ impl Placer for FakePlacer {
             a.mems = [n].into_iter().collect();
             a.numa_nodes = [n].into_iter().collect();
         }
-        self.held.insert(a.container_id.clone(), a.clone());
         Ok(a)
     }
     fn release(&mut self, id: &str) -> Option<Assignment> {

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::placement::{Assignment, GpuMode, PlacementConfig, PodTotals, Request};
-use crate::topology::{CpuSet, NodeSet, Topology};
+use crate::placement::cpus::shared_on;
+use crate::placement::{Assignment, GpuMode, PodTotals};
 
 use crate::enforce::adjust::{
     build_adjustment, pool_updates, AdjustError, Adjustment, CpusetUpdate,
@@ -100,6 +100,12 @@ impl<P: Placer> Engine<P> {
         &self.placer
     }
 
+    /// The placer, to inject failures in tests.
+    #[cfg(test)]
+    pub(crate) fn placer_mut(&mut self) -> &mut P {
+        &mut self.placer
+    }
+
     /// The recorded containers.
     pub fn records(&self) -> &StateDoc {
         &self.doc
@@ -147,9 +153,9 @@ impl<P: Placer> Engine<P> {
             tracing::info!(pod = %pod_name(pod), container = %c.name, "exempt namespace, not aligned");
             return Ok(None);
         }
-        if self.doc.containers.remove(&c.id).is_some() {
+        if self.doc.containers.contains_key(&c.id) {
             // A create for an id we hold (a retried create): start over.
-            self.placer.release(&c.id);
+            self.drop_record(&c.id);
         }
         let started = Instant::now();
         let req = build_request(self.placer.topology(), pod, c).inspect_err(|e| {
@@ -164,38 +170,37 @@ impl<P: Placer> Engine<P> {
         // containers keep their devices, as in `keep` mode; GPUs named only through
         // NVIDIA_VISIBLE_DEVICES (the device plugin's default) are still remapped.
         self.expect_pod(pod);
-        let placed = if self.config.placement.gpu_mode == GpuMode::Remap && has_device_nodes(c) {
+        let mode = if self.config.placement.gpu_mode == GpuMode::Remap && has_device_nodes(c) {
             tracing::debug!(container = %c.name, "devices arrived as nodes: keeping them");
-            self.place_with_mode(&req, GpuMode::Keep)
+            GpuMode::Keep
         } else {
-            self.placer.place(&req)
+            self.config.placement.gpu_mode
         };
-        let a = match placed {
-            Ok(a) => a,
-            Err(r) => {
-                self.count_rejection(&r.reason, started);
-                tracing::warn!(pod = %pod_name(pod), container = %c.name, reason = %r.reason, "rejected: {}", r.message);
-                return Err(EngineError::Rejected(r));
-            }
-        };
+        let plan = self.placer.plan(&req, mode).inspect_err(|r| {
+            self.count_rejection(&r.reason, started);
+            tracing::warn!(pod = %pod_name(pod), container = %c.name, reason = %r.reason, "rejected: {}", r.message);
+        });
+        let plan = plan.map_err(EngineError::Rejected)?;
+        let planned = P::planned(&plan);
         let adjustment =
-            match build_adjustment(&a, self.placer.topology(), c, self.devices.as_ref()) {
-                Ok(adj) => adj,
-                Err(e) => {
-                    self.placer.release(&c.id);
-                    self.count_rejection("device", started);
-                    return Err(e.into());
-                }
-            };
+            build_adjustment(planned, self.placer.topology(), c, self.devices.as_ref())
+                .inspect_err(|_| self.count_rejection("device", started))?;
         let rec = Record {
-            assignment: a.clone(),
+            assignment: planned.clone(),
             pod_sandbox_id: pod.id.clone(),
             namespace: pod.namespace.clone(),
             cgroups_path: c.cgroups_path.clone(),
-            applied_cpus: a.cpus.clone(),
+            applied_cpus: planned.cpus.clone(),
             devices: adjustment.visible_devices.clone(),
             resources: ResourceSummary::of(&req),
         };
+        // Everything that can fail is done: the ledger and the record change together, so
+        // neither a failure nor a panic above leaves one holding what the other does not.
+        let a = self
+            .placer
+            .commit(plan)
+            .inspect_err(|r| self.count_rejection(&r.reason, started))
+            .map_err(EngineError::Rejected)?;
         self.doc.containers.insert(c.id.clone(), rec);
         let updates = self.follow_pool(Some(&c.id));
         self.persist();
@@ -233,14 +238,18 @@ impl<P: Placer> Engine<P> {
         let mut req = req;
         req.allocated_gpus = old.assignment.gpus.clone();
         req.allocated_nics = old.assignment.nics.clone();
+        // The new decision is made with the container's own resources free. Should anything
+        // below panic while they are released, the plugin's poisoned-lock recovery
+        // (`resync_placer`) restores the record into the placer.
         self.placer.release(&c.id);
-        let placed = self.place_with_mode(&req, GpuMode::Keep);
+        let placed = self.placer.place(&req, GpuMode::Keep);
         let a = match placed {
             Ok(a) => a,
             Err(r) => {
                 if let Err(e) = self.placer.restore(old.assignment.clone()) {
                     tracing::error!(container = %c.id, "previous decision lost: {}", e.message);
                     self.doc.containers.remove(&c.id);
+                    self.persist();
                 }
                 self.count_rejection(&r.reason, started);
                 return Err(EngineError::Rejected(r));
@@ -329,10 +338,6 @@ impl<P: Placer> Engine<P> {
         &self.config
     }
 
-    fn placer_config(&self) -> PlacementConfig {
-        self.config.placement.clone()
-    }
-
     /// Before the first container of `pod` is placed, tells the placer what the whole pod asks
     /// for, when the runtime passed the pod's resources: in pod scope that container pins the
     /// pod's node set, which must then hold its siblings too.
@@ -350,16 +355,57 @@ impl<P: Placer> Engine<P> {
         }
     }
 
-    /// Places `req` with the GPU mode `mode` for this one decision.
-    fn place_with_mode(&mut self, req: &Request, mode: GpuMode) -> Result<Assignment, Rejection> {
-        let saved = self.placer_config();
-        self.placer.set_config(PlacementConfig {
-            gpu_mode: mode,
-            ..saved.clone()
-        });
-        let placed = self.placer.place(req);
-        self.placer.set_config(saved);
-        placed
+    /// Forgets container `id` in the records and the placer together, and persists that.
+    fn drop_record(&mut self, id: &str) {
+        self.doc.containers.remove(id);
+        self.placer.release(id);
+        self.persist();
+        self.refresh_free();
+    }
+
+    /// Makes the placer hold exactly the recorded decisions, after a panic left them apart
+    /// (the plugin calls it when it finds its lock poisoned). The records are the source of
+    /// truth: the placer forgets what they do not have and takes back what they do; a record
+    /// it refuses (a conflict) is dropped and the drop persisted. Returns how many containers
+    /// it had to fix.
+    pub fn resync_placer(&mut self) -> usize {
+        let mut fixed = 0;
+        let mut held: HashMap<String, Assignment> = HashMap::new();
+        for a in self.placer.held() {
+            let recorded = self.doc.containers.get(&a.container_id);
+            if recorded.is_some_and(|r| r.assignment == a) {
+                held.insert(a.container_id.clone(), a);
+            } else {
+                self.placer.release(&a.container_id);
+                fixed += 1;
+            }
+        }
+        let missing: Vec<String> = self
+            .doc
+            .containers
+            .keys()
+            .filter(|id| !held.contains_key(*id))
+            .cloned()
+            .collect();
+        for id in missing {
+            fixed += 1;
+            let Some(rec) = self.doc.containers.get(&id) else {
+                continue;
+            };
+            if let Err(r) = self.placer.restore(rec.assignment.clone()) {
+                tracing::error!(container = %id, "record dropped after a panic: {}", r.message);
+                self.doc.containers.remove(&id);
+            }
+        }
+        if fixed > 0 {
+            tracing::warn!(
+                containers = fixed,
+                "placer re-synchronised with the records"
+            );
+            self.persist();
+            self.refresh_free();
+        }
+        fixed
     }
 
     fn namespace_of(&self, sandbox_id: &str) -> String {
@@ -389,7 +435,7 @@ impl<P: Placer> Engine<P> {
             if r.assignment.exclusive || Some(id.as_str()) == except {
                 continue;
             }
-            let target = shared_cpus_on(topo, &pool, &r.assignment.numa_nodes);
+            let target = shared_on(topo, &pool, &r.assignment.numa_nodes);
             updates.extend(pool_updates(&target, [(id.as_str(), &r.applied_cpus)]));
         }
         for u in &updates {
@@ -455,24 +501,6 @@ fn log_decision(
         reason = %a.reason,
         "decision"
     );
-}
-
-/// The shared CPUs of `pool` on `nodes`; the whole pool when `nodes` is empty (a container
-/// with nothing to align) or has no pool CPU left (better somewhere than nowhere).
-fn shared_cpus_on(topo: &Topology, pool: &CpuSet, nodes: &NodeSet) -> CpuSet {
-    let local: CpuSet = pool
-        .iter()
-        .filter(|c| {
-            topo.cpus
-                .iter()
-                .any(|cpu| cpu.id == *c && nodes.contains(cpu.numa_node))
-        })
-        .collect();
-    if local.is_empty() {
-        pool.clone()
-    } else {
-        local
-    }
 }
 
 pub mod placer;

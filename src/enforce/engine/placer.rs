@@ -4,7 +4,7 @@
 
 use crate::metrics::NodeFreeSample;
 use crate::placement::{
-    Allocator, Assignment, PlacementConfig, PlacementError, PodTotals, Request,
+    Allocator, Assignment, GpuMode, PlacementConfig, PlacementError, Plan, PodTotals, Request,
 };
 use crate::topology::{CpuSet, Topology};
 
@@ -21,8 +21,21 @@ pub struct Rejection {
 /// What the engine needs from the placement engine; `placement::Allocator` implements it
 /// below.
 pub trait Placer: Send {
+    /// A decision made and not yet recorded.
+    type Plan;
+    /// Decides with GPU mode `mode` for this one decision, recording nothing.
+    fn plan(&self, req: &Request, mode: GpuMode) -> Result<Self::Plan, Rejection>;
+    /// The decision of a plan.
+    fn planned(plan: &Self::Plan) -> &Assignment;
+    /// Records a plan of this placer (made since its last change).
+    fn commit(&mut self, plan: Self::Plan) -> Result<Assignment, Rejection>;
     /// Decides and records.
-    fn place(&mut self, req: &Request) -> Result<Assignment, Rejection>;
+    fn place(&mut self, req: &Request, mode: GpuMode) -> Result<Assignment, Rejection> {
+        let plan = self.plan(req, mode)?;
+        self.commit(plan)
+    }
+    /// Every decision it holds (to check it against the engine's records).
+    fn held(&self) -> Vec<Assignment>;
     /// Forgets a container; returns what it had.
     fn release(&mut self, container_id: &str) -> Option<Assignment>;
     /// Records an existing decision; refuses one that conflicts with what is recorded.
@@ -48,8 +61,18 @@ fn rejection(e: PlacementError) -> Rejection {
 }
 
 impl Placer for Allocator {
-    fn place(&mut self, req: &Request) -> Result<Assignment, Rejection> {
-        Allocator::place(self, req).map_err(rejection)
+    type Plan = Plan;
+    fn plan(&self, req: &Request, mode: GpuMode) -> Result<Plan, Rejection> {
+        Allocator::plan_in(self, req, mode).map_err(rejection)
+    }
+    fn planned(plan: &Plan) -> &Assignment {
+        plan.assignment()
+    }
+    fn commit(&mut self, plan: Plan) -> Result<Assignment, Rejection> {
+        Allocator::commit(self, plan).map_err(rejection)
+    }
+    fn held(&self) -> Vec<Assignment> {
+        Allocator::assignments(self).cloned().collect()
     }
     fn release(&mut self, id: &str) -> Option<Assignment> {
         Allocator::release(self, id)

@@ -62,6 +62,10 @@ impl<P: Placer> Engine<P> {
         for d in &dropped {
             tracing::warn!("recorded decision not restored: {d}");
         }
+        if !dropped.is_empty() {
+            // The file must not bring back what the placer refused.
+            self.persist();
+        }
         self.refresh_free();
         StartState::Restored {
             restored: self.doc.containers.len(),

@@ -1,5 +1,5 @@
 //! The NRI plugin: `nri_protocol::stub::Plugin` implemented by handing every event to the
-//! [`Engine`], plus the `Placer` implementation of `placement::Allocator`.
+//! [`Engine`]; `convert.rs` turns the NRI messages into the engine's types and back.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -103,9 +103,15 @@ impl<P: Placer> AlignPlugin<P> {
     }
 
     fn engine(&self) -> MutexGuard<'_, Engine<P>> {
-        // A panic while holding the lock leaves the engine usable: its state is only
-        // replaced field by field.
-        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+        // A panic while holding the lock (a bug in a decision, an adjustment or a record) may
+        // have left the placer and the records apart: the records are the truth, and the
+        // placer is brought back in line with them before the next event is handled.
+        self.engine.lock().unwrap_or_else(|poisoned| {
+            let mut engine = poisoned.into_inner();
+            self.engine.clear_poison();
+            engine.resync_placer();
+            engine
+        })
     }
 }
 
@@ -262,6 +268,7 @@ mod tests {
     use super::*;
     use crate::enforce::adjust::Adjustment;
     use crate::enforce::testing::{AllDevices, FakePlacer};
+    use crate::topology::CpuSet;
 
     fn plugin() -> AlignPlugin<FakePlacer> {
         let engine = Engine::new(
@@ -462,6 +469,67 @@ mod tests {
             .await
             .expect("s3");
         assert!(again.update.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_panic_inside_an_event_is_recovered_with_the_placer_back_on_the_records() {
+        let engine = Arc::new(Mutex::new(Engine::new(
+            FakePlacer::new(),
+            Config::default(),
+            None,
+            None,
+            Box::new(AllDevices),
+        )));
+        let p = Arc::new(AlignPlugin::new(engine.clone(), false));
+        p.create_container(pod(), container("x1", 2, None))
+            .await
+            .expect("x1");
+        let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
+        lock().placer_mut().panic_on_plan = true;
+        // The CRI update releases x1 to decide again, and the decision panics: the lock is
+        // poisoned with x1 recorded but no longer in the placer.
+        let bigger = container("x1", 3, None)
+            .linux
+            .resources
+            .clone()
+            .into_option();
+        let plugin = p.clone();
+        let panicked = tokio::spawn(async move {
+            plugin
+                .update_container(pod(), container("x1", 2, None), bigger)
+                .await
+        })
+        .await;
+        assert!(
+            panicked.is_err_and(|e| e.is_panic()),
+            "the injected panic happened"
+        );
+        assert!(engine.is_poisoned());
+        lock().placer_mut().panic_on_plan = false;
+        // The next event finds the poisoned lock and puts the placer back on the records.
+        let next = p
+            .create_container(pod(), container("x2", 2, None))
+            .await
+            .expect("x2");
+        assert!(!engine.is_poisoned());
+        let e = lock();
+        let mut held: Vec<String> = e
+            .placer()
+            .held()
+            .into_iter()
+            .map(|a| a.container_id)
+            .collect();
+        held.sort();
+        let recorded: Vec<&String> = e.records().containers.keys().collect();
+        assert_eq!(recorded, vec!["x1", "x2"]);
+        assert_eq!(held, vec!["x1".to_string(), "x2".to_string()]);
+        // x2 got CPUs x1 does not hold.
+        let x1 = &e.records().containers["x1"].assignment.cpus;
+        let x2 = next.adjust.linux.resources.cpu.cpus.clone();
+        assert!(
+            CpuSet::parse_list(&x2).expect("set").is_disjoint(x1),
+            "x1 {x1}, x2 {x2}"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@ use crate::enforce::inputs::tests::node;
 use crate::enforce::state::Loaded;
 use crate::enforce::testing::{AllDevices, FakePlacer};
 use crate::placement::Policy;
+use crate::topology::CpuSet;
 
 fn engine(store: Option<StateStore>, config: Config) -> Engine<FakePlacer> {
     let mut p = FakePlacer::new();
@@ -428,7 +429,7 @@ fn gpus_that_arrive_as_device_nodes_are_kept_in_remap_mode() {
     e.create_container(&pod("g"), &by_env)
         .expect("ok")
         .expect("adj");
-    assert_eq!(e.placer().modes, vec![GpuMode::Keep, GpuMode::Remap]);
+    assert_eq!(e.placer().modes(), vec![GpuMode::Keep, GpuMode::Remap]);
     assert_eq!(e.config().placement.gpu_mode, GpuMode::Remap);
 }
 
@@ -521,3 +522,5 @@ fn pod_resources_size_the_pod_before_its_first_container_only() {
         .expect("c");
     assert_eq!(e.placer().expected_pods.len(), 1);
 }
+
+mod consistency;
