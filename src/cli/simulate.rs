@@ -1,5 +1,5 @@
-//! `nri-align simulate`: replay a workload through the placement engine (or the kubelet-like
-//! decider) and print every decision, the free capacity per NUMA node after each step, and a
+//! `nri-align simulate`: replay a workload through the allocator (or the kubelet-like
+//! baseline) and print every decision, the free capacity per NUMA node after each step, and a
 //! summary.
 
 use std::path::{Path, PathBuf};
@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 
 use crate::placement::PlacementConfig;
 use crate::simulate::{self, Report, Strategy, Workload};
+use crate::topology::load::{load, Source};
 use crate::topology::Topology;
 
 /// Arguments of `nri-align simulate`.
@@ -71,38 +72,19 @@ pub fn load_config(path: &Path) -> anyhow::Result<PlacementConfig> {
     serde_yaml_ng::from_str(&text).with_context(|| format!("invalid config {}", path.display()))
 }
 
-/// Where the host picture comes from. The integrator wires `HostDesc::load(..).to_topology()`,
-/// `topology::hwloc::import` and `topology::sysfs::read_host` here once they are merged; until
-/// then this build accepts the JSON of `nri-align topology --json` as `--host FILE` and the
-/// in-memory test shapes as `--host builtin:NAME`.
+/// The host the workload replays on: `--host`, `--hwloc-xml` or `--host-root` (clap lets only
+/// one through).
 fn load_topology(args: &SimulateArgs) -> anyhow::Result<Topology> {
-    if let Some(host) = &args.host {
-        // A topology captured with `nri-align topology --json` replays as it is; anything else
-        // is a host description (a file or a shipped name such as `dgx-h100`).
-        if host.ends_with(".json") {
-            let text = std::fs::read_to_string(host).with_context(|| format!("reading {host}"))?;
-            if let Ok(topo) = serde_json::from_str::<Topology>(&text) {
-                return Ok(topo);
-            }
-        }
-        let desc = crate::topology::desc::HostDesc::load(host)
-            .with_context(|| format!("loading host description {host}"))?;
-        return Ok(desc.to_topology());
-    }
-    if let Some(p) = &args.hwloc_xml {
-        let mut topo = crate::topology::hwloc::import_file(p)
-            .with_context(|| format!("importing hwloc XML {}", p.display()))?;
-        if let Some(lib) = &args.nvml_lib {
-            crate::topology::nvml::enrich(&mut topo, Some(lib))
-                .map_err(|err| anyhow::anyhow!("NVML from {}: {err}", lib.display()))?;
-        }
-        return Ok(topo);
-    }
-    if let Some(p) = &args.host_root {
-        return crate::topology::discover(p, args.nvml_lib.as_deref())
-            .with_context(|| format!("reading the topology under {}", p.display()));
-    }
-    bail!("give the host: --host DESC, --hwloc-xml FILE or --host-root DIR")
+    let source = if let Some(host) = &args.host {
+        Source::Description(host.clone())
+    } else if let Some(p) = &args.hwloc_xml {
+        Source::HwlocXml(p.clone())
+    } else if let Some(p) = &args.host_root {
+        Source::HostRoot(p.clone())
+    } else {
+        bail!("give the host: --host DESC, --hwloc-xml FILE or --host-root DIR")
+    };
+    Ok(load(&source, args.nvml_lib.as_deref())?)
 }
 
 /// The human-readable report.

@@ -3,9 +3,8 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 
-use anyhow::Context as _;
-
 use crate::topology;
+use crate::topology::load::{load, Source};
 
 /// Arguments of `nri-align topology`.
 #[derive(Debug, clap::Args)]
@@ -30,26 +29,12 @@ pub struct TopologyArgs {
 
 /// Prints the topology.
 pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
-    let topo = match (&args.host, &args.hwloc_xml) {
-        (Some(name), _) => topology::desc::HostDesc::load(name)
-            .with_context(|| format!("loading host description {name}"))?
-            .to_topology(),
-        (None, Some(xml)) => {
-            let mut topo = topology::hwloc::import_file(xml)
-                .with_context(|| format!("importing hwloc XML {}", xml.display()))?;
-            // A capture describes another machine: only an explicit NVML library applies.
-            if let Some(lib) = &args.nvml_lib {
-                topology::nvml::enrich(&mut topo, Some(lib))
-                    .map_err(|err| anyhow::anyhow!("NVML from {}: {err}", lib.display()))?;
-            }
-            topo
-        }
-        (None, None) => {
-            let root = args.host_root.clone().unwrap_or_else(|| PathBuf::from("/"));
-            topology::discover(&root, args.nvml_lib.as_deref())
-                .with_context(|| format!("reading the topology under {}", root.display()))?
-        }
+    let source = match (args.host, args.hwloc_xml) {
+        (Some(name), _) => Source::Description(name),
+        (None, Some(xml)) => Source::HwlocXml(xml),
+        (None, None) => Source::HostRoot(args.host_root.unwrap_or_else(|| PathBuf::from("/"))),
     };
+    let topo = load(&source, args.nvml_lib.as_deref())?;
     let text = if args.json {
         topology::report::to_json(&topo)?
     } else {

@@ -5,10 +5,13 @@ pub mod desc;
 pub mod emulate;
 pub mod hwloc;
 pub mod idset;
+pub mod load;
 pub mod model;
 pub mod nvml;
 pub mod report;
 pub mod sysfs;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use idset::{CpuSet, IdSet, NodeSet};
 pub use model::*;
