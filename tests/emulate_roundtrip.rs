@@ -1,6 +1,6 @@
 //! Round trips of emulated hosts: every shipped description is materialised as a sysfs/proc
 //! tree plus NVML fixture, and what comes back (through the fake NVML library and nvml-wrapper,
-//! through hwloc's `lstopo`, and - once merged - through the sysfs reader) must be the
+//! through hwloc's `lstopo`, and through the sysfs reader) must be the
 //! description's own topology (`HostDesc::to_topology`).
 //!
 //! Needs `lstopo` (Debian package `hwloc`): `hack/setup` installs it.

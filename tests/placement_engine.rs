@@ -1,4 +1,4 @@
-//! Engine behaviour on in-memory copies of the shipped host shapes: SMT and L3 rules, best fit,
+//! Allocator behaviour on the shipped host shapes: SMT and L3 rules, best fit,
 //! spanning, GPU sets on the cube mesh, NIC pairing, memory-only nodes, policies, pod scope,
 //! rejection messages, restore and release.
 
@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use nri_align::placement::gpus::LinkTable;
-use nri_align::placement::testing::{self, TopologyBuilder};
 use nri_align::placement::{
     Allocator, GpuMode, PlacementConfig, PlacementError, Policy, Request, Scope,
 };
+use nri_align::topology::testing::{self, TopologyBuilder};
 use nri_align::topology::{CpuSet, PcieLevel, Topology};
 
 const GIB: u64 = 1 << 30;
@@ -109,7 +109,7 @@ fn full_pcpus_only_refuses_odd_counts_with_the_next_multiple() {
 
 #[test]
 fn one_l3_group_before_spreading() {
-    let topo = testing::epyc_nps4();
+    let topo = testing::shipped("epyc-nps4");
     let mut a = alloc(topo.clone(), Policy::SingleNumaNode);
     let x = a.place(&req("a", "p", 8, 1, &[])).expect("8");
     let groups: std::collections::BTreeSet<_> = x
@@ -150,7 +150,7 @@ fn best_fit_keeps_a_whole_node_for_a_large_request() {
 
 #[test]
 fn spanning_uses_the_closest_nodes_and_policies_decide() {
-    let topo = testing::epyc_nps4();
+    let topo = testing::shipped("epyc-nps4");
     let mut be = alloc(topo.clone(), Policy::BestEffort);
     let x = be
         .place(&req("a", "p", 40, 1, &[]))
@@ -192,7 +192,7 @@ fn restricted_refuses_a_wider_set_than_needed() {
 
 #[test]
 fn cube_mesh_never_returns_an_unlinked_pair_while_a_linked_one_is_free() {
-    let topo = testing::dgx1_v100();
+    let topo = testing::shipped("dgx1-v100");
     let links = LinkTable::new(&topo);
     for busy in 0u32..256 {
         let mut a = Allocator::new(
@@ -241,7 +241,7 @@ fn cube_mesh_never_returns_an_unlinked_pair_while_a_linked_one_is_free() {
 
 #[test]
 fn cube_mesh_pairs_take_double_links_and_quads_stay_whole() {
-    let topo = testing::dgx1_v100();
+    let topo = testing::shipped("dgx1-v100");
     let mut a = alloc(topo.clone(), Policy::SingleNumaNode);
     // In a quad the double links are 0-3, 1-2 and 2-3 (2-3 also shares a switch): taking 2-3
     // first would leave 0-1 with a single link, so the pairs must be 0-3 and 1-2.
@@ -312,10 +312,11 @@ fn cube_mesh_pairs_take_double_links_and_quads_stay_whole() {
 
 #[test]
 fn nics_pair_with_gpus_under_the_same_switch() {
-    let topo = testing::dgx_h100();
+    let topo = testing::shipped("dgx-h100");
     let mut a = alloc(topo.clone(), Policy::SingleNumaNode);
     let mut r = with_gpus(req("a", "p", 8, 16, &[]), &topo, &[5, 6]);
-    r.allocated_nics = vec!["ibp0".into(), "ibp7".into()];
+    // Allocated under sw0 and sw7, far from the GPUs on sw5 and sw6.
+    r.allocated_nics = vec!["ibp24s0".into(), "ibp220s0".into()];
     let x = a.place(&r).expect("2 gpus 2 nics");
     assert_eq!(x.gpus.len(), 2);
     assert_eq!(x.nics.len(), 2);
@@ -332,7 +333,7 @@ fn nics_pair_with_gpus_under_the_same_switch() {
 
 #[test]
 fn keep_mode_keeps_the_allocated_gpus_and_follows_them() {
-    let topo = testing::dgx1_v100();
+    let topo = testing::shipped("dgx1-v100");
     let mut a = Allocator::new(
         Arc::new(topo.clone()),
         PlacementConfig {
@@ -354,7 +355,7 @@ fn keep_mode_keeps_the_allocated_gpus_and_follows_them() {
 
 #[test]
 fn memory_only_nodes_only_when_asked() {
-    let topo = testing::grace_hopper();
+    let topo = testing::shipped("grace-hopper");
     let mut a = alloc(topo.clone(), Policy::SingleNumaNode);
     let x = a
         .place(&with_gpus(req("a", "p", 8, 64, &[]), &topo, &[0]))
@@ -459,7 +460,7 @@ fn policy_none_and_shared_containers_use_the_pool() {
 
 #[test]
 fn release_and_restore() {
-    let topo = testing::dgx1_v100();
+    let topo = testing::shipped("dgx1-v100");
     let mut a = alloc(topo.clone(), Policy::BestEffort);
     let before = a.free_by_node();
     let x = a
@@ -505,7 +506,7 @@ fn insufficient_and_scope_annotation_errors() {
 
 #[test]
 fn gpu_rejection_says_what_the_best_node_had() {
-    let topo = testing::dgx1_v100();
+    let topo = testing::shipped("dgx1-v100");
     let mut a = Allocator::new(
         Arc::new(topo.clone()),
         PlacementConfig {
@@ -542,7 +543,7 @@ fn gpu_rejection_says_what_the_best_node_had() {
 
 #[test]
 fn gpu_reporting_its_memory_node_belongs_with_the_closest_cpu_node() {
-    let mut topo = testing::grace_hopper();
+    let mut topo = testing::shipped("grace-hopper");
     topo.gpus[0].numa_node = Some(1);
     let mut a = alloc(topo.clone(), Policy::SingleNumaNode);
     let x = a
@@ -554,7 +555,7 @@ fn gpu_reporting_its_memory_node_belongs_with_the_closest_cpu_node() {
 
 #[test]
 fn wide_requests_stay_in_one_socket_while_they_can() {
-    let topo = testing::epyc_nps4();
+    let topo = testing::shipped("epyc-nps4");
     let mut a = alloc(topo.clone(), Policy::BestEffort);
     let x = a.place(&req("a", "p", 80, 1, &[])).expect("80 cpus");
     let ids: Vec<u32> = x.numa_nodes.iter().collect();

@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use nri_align::placement::testing;
 use nri_align::placement::{Allocator, GpuMode, PlacementConfig, Policy, Request};
 use nri_align::topology::desc::HostDesc;
+use nri_align::topology::testing;
 use nri_align::topology::{CpuSet, Topology};
 use proptest::prelude::*;
 
@@ -156,21 +156,21 @@ proptest! {
 
     #[test]
     fn dgx1_random_sequences_stay_consistent(ops in proptest::collection::vec(op(), 1..40)) {
-        run(testing::dgx1_v100(), GpuMode::Remap, ops);
+        run(testing::shipped("dgx1-v100"), GpuMode::Remap, ops);
     }
 
     #[test]
     fn keep_mode_random_sequences_stay_consistent(ops in proptest::collection::vec(op(), 1..40)) {
-        run(testing::dgx_h100(), GpuMode::Keep, ops);
+        run(testing::shipped("dgx-h100"), GpuMode::Keep, ops);
     }
 
     #[test]
     fn epyc_random_sequences_stay_consistent(ops in proptest::collection::vec(op(), 1..40)) {
-        run(testing::epyc_nps4(), GpuMode::Remap, ops);
+        run(testing::shipped("epyc-nps4"), GpuMode::Remap, ops);
     }
 
-    // The shipped descriptions themselves (PLX switches on one root complex, storage NICs,
-    // GPU memory nodes), not only the in-memory look-alikes above.
+    // More shipped descriptions (PLX switches on one root complex, storage NICs, GPU memory
+    // nodes), with the GPU mode drawn too.
     #[test]
     fn shipped_hosts_random_sequences_stay_consistent(
         host in proptest::sample::select(vec!["dgx1-v100", "dgx-h100", "pcie-4gpu", "grace-hopper"]),

@@ -4,9 +4,9 @@
 use std::process::Command;
 use std::sync::Arc;
 
-use nri_align::placement::testing;
 use nri_align::placement::PlacementConfig;
 use nri_align::simulate::{replay, Strategy, Workload};
+use nri_align::topology::testing;
 
 const DGX1: &str = r#"
 pods:
@@ -24,7 +24,7 @@ pods:
 #[test]
 fn nri_align_keeps_a_quad_whole_and_the_kubelet_is_blind_to_links() {
     let wl = Workload::parse(DGX1).expect("workload");
-    let topo = Arc::new(testing::dgx1_v100());
+    let topo = Arc::new(testing::shipped("dgx1-v100"));
     let ours = replay(
         Arc::clone(&topo),
         PlacementConfig::default(),
@@ -51,8 +51,8 @@ fn nri_align_keeps_a_quad_whole_and_the_kubelet_is_blind_to_links() {
     assert_eq!(
         theirs.decisions[0].gpus,
         vec![
-            testing::dgx1_v100().gpus[0].pci_bus_id.clone(),
-            testing::dgx1_v100().gpus[1].pci_bus_id.clone()
+            testing::shipped("dgx1-v100").gpus[0].pci_bus_id.clone(),
+            testing::shipped("dgx1-v100").gpus[1].pci_bus_id.clone()
         ]
     );
     assert_eq!(
@@ -137,7 +137,7 @@ fn bad_workloads_and_the_kubelet_node_limit_are_errors() {
     assert!(e.to_string().contains("no pod named \"ghost\""), "{e}");
     let wl = Workload::parse("pods: []").expect("parses");
     let e = replay(
-        Arc::new(testing::numa16_1024()),
+        Arc::new(testing::shipped("numa16-1024")),
         PlacementConfig::default(),
         &wl,
         Strategy::Kubelet,
@@ -283,7 +283,7 @@ fn command_line_reads_topology_json_and_reports_missing_sources() {
     let host = dir.path().join("host.json");
     std::fs::write(
         &host,
-        serde_json::to_string(&testing::epyc_nps4()).expect("json"),
+        serde_json::to_string(&testing::shipped("epyc-nps4")).expect("json"),
     )
     .expect("write");
     let wl = dir.path().join("w.yaml");

@@ -401,7 +401,7 @@ mod tests {
 
     #[test]
     fn best_set_search_agrees_with_full_enumeration() {
-        let topo = crate::placement::testing::dgx1_v100();
+        let topo = crate::topology::testing::shipped("dgx1-v100");
         let t = LinkTable::new(&topo);
         for pool in [
             vec![0, 1, 2, 3, 4, 5, 6, 7],
@@ -429,7 +429,7 @@ mod tests {
 
     #[test]
     fn partition_is_exact_on_a_node_and_never_below_greedy() {
-        let topo = crate::placement::testing::dgx1_v100();
+        let topo = crate::topology::testing::shipped("dgx1-v100");
         let t = LinkTable::new(&topo);
         // Node 0's quad: greedy takes 2-3 (NV2 + one switch, 250) and leaves 0-1 (NV1, 150);
         // the best split is 0-3 + 1-2 (NV2 + NV2 through the host bridge, 230 each).

@@ -6,6 +6,7 @@
 
 pub mod allocator;
 pub mod annotations;
+mod choose;
 pub mod cpus;
 pub mod error;
 pub mod gpus;
@@ -16,9 +17,8 @@ pub mod policy;
 pub mod reject;
 pub mod request;
 pub mod resolve;
-pub mod testing;
 
-pub use allocator::{Allocator, PodTotals};
+pub use allocator::{Allocator, Plan, PodTotals};
 pub use error::PlacementError;
 pub use ledger::NodeFree;
 pub use policy::{CpuPreference, GpuMode, PlacementConfig, Policy, Scope};

@@ -1,4 +1,4 @@
-//! The multi-NUMA proof (issue 6), run by hack/vm-e2e inside a QEMU guest shaped like
+//! The multi-NUMA proof, run by hack/vm-e2e inside a QEMU guest shaped like
 //! `packaging/hosts/vm-2s4n.yaml`: real NUMA nodes with distances, GPU and NIC stand-ins behind
 //! PCIe switches on each node, the real containerd and runc, nri-align as an external plugin.
 //! Every assertion reads what the container itself reports (`/proc/self/status`, `env`,

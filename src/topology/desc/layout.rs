@@ -89,13 +89,6 @@ pub struct LayoutFunc {
     pub buses: Option<(u8, u8)>,
 }
 
-impl LayoutFunc {
-    /// Whether this is a bridge (root or switch port).
-    pub fn is_bridge(&self) -> bool {
-        self.buses.is_some()
-    }
-}
-
 /// One host bridge (root complex): `/sys/devices/pci0000:BB`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostBridge {

@@ -12,6 +12,7 @@ use super::idset::{CpuSet, IdSet};
 
 mod layout;
 mod pcitree;
+pub mod shipped;
 mod validate;
 
 pub use layout::{
@@ -341,6 +342,10 @@ impl HostDesc {
                 .filter(|_| is_name)
                 .flat_map(|d| ["yaml", "yml", "json"].map(|ext| d.join(format!("{what}.{ext}"))))
                 .find(|p| p.is_file());
+            if let (None, Some(text)) = (&found, shipped::text(what).filter(|_| is_name)) {
+                // Not installed anywhere: the copy built into the binary.
+                return HostDesc::from_yaml(text);
+            }
             found.ok_or_else(|| DescError::NotFound {
                 name: what.to_string(),
                 searched: dirs
@@ -370,7 +375,8 @@ impl HostDesc {
         Ok(desc)
     }
 
-    /// Names of the descriptions shipped in the first directory of [`shipped_dirs`] that has any.
+    /// Names of the descriptions shipped in the first directory of [`shipped_dirs`] that has any,
+    /// else those built into the binary.
     pub fn shipped_names() -> Vec<String> {
         for dir in shipped_dirs() {
             let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -389,7 +395,7 @@ impl HostDesc {
                 return names;
             }
         }
-        Vec::new()
+        shipped::names()
     }
 
     /// NUMA nodes with CPUs.

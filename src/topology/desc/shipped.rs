@@ -1,0 +1,75 @@
+//! The host descriptions of `packaging/hosts/`, built into the binary: what `emulate --list`,
+//! `--host NAME`, the tests and the benches use when no directory of [`super::shipped_dirs`] has
+//! them, so they all read the same files.
+
+/// `(name, YAML text)` of every shipped description, by name.
+pub const SHIPPED: &[(&str, &str)] = &[
+    (
+        "dgx-h100",
+        include_str!("../../../packaging/hosts/dgx-h100.yaml"),
+    ),
+    (
+        "dgx1-v100",
+        include_str!("../../../packaging/hosts/dgx1-v100.yaml"),
+    ),
+    (
+        "epyc-nps4",
+        include_str!("../../../packaging/hosts/epyc-nps4.yaml"),
+    ),
+    (
+        "grace-hopper",
+        include_str!("../../../packaging/hosts/grace-hopper.yaml"),
+    ),
+    (
+        "localhost-1n",
+        include_str!("../../../packaging/hosts/localhost-1n.yaml"),
+    ),
+    (
+        "numa16-1024",
+        include_str!("../../../packaging/hosts/numa16-1024.yaml"),
+    ),
+    (
+        "pcie-4gpu",
+        include_str!("../../../packaging/hosts/pcie-4gpu.yaml"),
+    ),
+    (
+        "vm-2s4n",
+        include_str!("../../../packaging/hosts/vm-2s4n.yaml"),
+    ),
+];
+
+/// The YAML text of the shipped description `name`.
+pub fn text(name: &str) -> Option<&'static str> {
+    SHIPPED.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
+/// The names of the shipped descriptions, sorted.
+pub fn names() -> Vec<String> {
+    SHIPPED.iter().map(|(n, _)| n.to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_of_packaging_hosts_is_built_in_and_valid() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/hosts");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .expect("packaging/hosts")
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()?
+                    .strip_suffix(".yaml")
+                    .map(str::to_string)
+            })
+            .collect();
+        on_disk.sort();
+        assert_eq!(names(), on_disk);
+        for (name, text) in SHIPPED {
+            let desc = super::super::HostDesc::from_yaml(text).expect(name);
+            assert_eq!(desc.name, *name);
+        }
+    }
+}
