@@ -1,12 +1,12 @@
 //! Placement benchmarks: one decision on the shipped host descriptions (16-node 1024-CPU host,
 //! EPYC NPS4, DGX-1V cube mesh, DGX H100) and on a 16-GPU NVSwitch host (the bound of the
-//! exact GPU-set search), each against the kubelet-like decider measured in the same run.
+//! exact GPU-set search), each against the kubelet-like baseline measured in the same run.
 //!
 //! Two passes. Criterion times every decision on its own (`cargo bench --bench placement`
-//! prints its usual per-benchmark lines; `-- FILTER` runs only this pass). Then an interleaved pass times both deciders in
+//! prints its usual per-benchmark lines; `-- FILTER` runs only this pass). Then an interleaved pass times both sides in
 //! alternating batches, round after round, so load from other jobs on a shared box hits both
 //! alike, and prints a markdown table: median time per decision of each side, the median of the
-//! per-round ratios, and their spread (min - max over the rounds). Cloning the decider (the
+//! per-round ratios, and their spread (min - max over the rounds). Cloning the contender (the
 //! state a decision starts from) is outside every timing.
 //!
 //! The kubelet refuses hosts with more than 8 NUMA nodes (its hint merge is exponential), so
@@ -17,9 +17,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion};
-use nri_align::placement::{Allocator, Assignment, PlacementConfig, PlacementError, Request};
-use nri_align::simulate::baseline::Kubelet;
+use nri_align::placement::{PlacementConfig, Request};
+use nri_align::simulate::{Contender, Strategy};
 use nri_align::topology::desc::HostDesc;
+use nri_align::topology::testing::shipped;
 use nri_align::topology::Topology;
 
 /// Rounds of the interleaved pass (each one batch of each side).
@@ -74,12 +75,6 @@ nics:
   - {name: ib7, rdma: mlx5_7, switch: sw7}
 "#;
 
-fn shipped(name: &str) -> Topology {
-    HostDesc::load(name)
-        .unwrap_or_else(|e| panic!("shipped description {name}: {e}"))
-        .to_topology()
-}
-
 /// A Guaranteed container: `cpus` exclusive CPUs, `gib` of memory, the first `gpus` free GPUs
 /// and `nics` NICs as a device plugin would have allocated them.
 fn req(id: &str, cpus: u64, gib: u64, gpus: &[String], nics: &[String]) -> Request {
@@ -99,62 +94,46 @@ fn req(id: &str, cpus: u64, gib: u64, gpus: &[String], nics: &[String]) -> Reque
     r
 }
 
-/// Either decider, so both sides of a case go through the same code.
-#[derive(Clone)]
-enum Decider {
-    Engine(Box<Allocator>),
-    Kubelet(Box<Kubelet>),
+/// Either side of a case, as `simulate` runs it.
+fn contender(topo: &Topology, kubelet: bool) -> Contender {
+    let strategy = if kubelet {
+        Strategy::Kubelet
+    } else {
+        Strategy::NriAlign
+    };
+    Contender::new(strategy, Arc::new(topo.clone()), PlacementConfig::default())
+        .expect("at most 8 NUMA nodes")
 }
 
-impl Decider {
-    fn new(topo: &Topology, kubelet: bool) -> Decider {
-        let t = Arc::new(topo.clone());
-        if kubelet {
-            Decider::Kubelet(Box::new(
-                Kubelet::new(t, PlacementConfig::default()).expect("at most 8 NUMA nodes"),
-            ))
-        } else {
-            Decider::Engine(Box::new(Allocator::new(t, PlacementConfig::default())))
+/// The same background load on either side: a third of the CPUs in small exclusive
+/// containers, and the first `busy_gpus` GPUs held.
+fn loaded(mut d: Contender, topo: &Topology, busy_gpus: usize) -> Contender {
+    let busy: Vec<String> = topo
+        .gpus
+        .iter()
+        .take(busy_gpus)
+        .map(|g| g.pci_bus_id.clone())
+        .collect();
+    let target = topo.cpus.len() as u64 / 3;
+    let mut used = 0;
+    for i in 0.. {
+        let c = [3u64, 5, 2, 7, 4][i % 5];
+        if used + c > target {
+            break;
         }
-    }
-
-    fn place(&mut self, r: &Request) -> Result<Assignment, PlacementError> {
-        match self {
-            Decider::Engine(a) => a.place(r),
-            Decider::Kubelet(k) => k.place(r),
+        let g: &[String] = if i == 0 { &busy } else { &[] };
+        if d.place(&req(&format!("bg{i}"), c, 2, g, &[])).is_err() {
+            break;
         }
+        used += c;
     }
-
-    /// The same background load on either decider: a third of the CPUs in small exclusive
-    /// containers, and the first `busy_gpus` GPUs held.
-    fn loaded(mut self, topo: &Topology, busy_gpus: usize) -> Decider {
-        let busy: Vec<String> = topo
-            .gpus
-            .iter()
-            .take(busy_gpus)
-            .map(|g| g.pci_bus_id.clone())
-            .collect();
-        let target = topo.cpus.len() as u64 / 3;
-        let mut used = 0;
-        for i in 0.. {
-            let c = [3u64, 5, 2, 7, 4][i % 5];
-            if used + c > target {
-                break;
-            }
-            let g: &[String] = if i == 0 { &busy } else { &[] };
-            if self.place(&req(&format!("bg{i}"), c, 2, g, &[])).is_err() {
-                break;
-            }
-            used += c;
-        }
-        self
-    }
+    d
 }
 
-/// One side of a case: a loaded decider and the request it decides.
+/// One side of a case: a loaded contender and the request it decides.
 struct Side {
     label: String,
-    decider: Decider,
+    contender: Contender,
     request: Request,
 }
 
@@ -167,7 +146,7 @@ struct Case {
 fn side(label: &str, topo: &Topology, kubelet: bool, busy: usize, r: Request) -> Side {
     Side {
         label: label.to_string(),
-        decider: Decider::new(topo, kubelet).loaded(topo, busy),
+        contender: loaded(contender(topo, kubelet), topo, busy),
         request: r,
     }
 }
@@ -255,7 +234,7 @@ fn cases() -> Vec<Case> {
 
 /// Time per decision over `n` decisions, each on a fresh clone made before the clock starts.
 fn batch(s: &Side, n: usize) -> Duration {
-    let mut fresh: Vec<Decider> = (0..n).map(|_| s.decider.clone()).collect();
+    let mut fresh: Vec<Contender> = (0..n).map(|_| s.contender.clone()).collect();
     let t = Instant::now();
     for d in &mut fresh {
         let _ = black_box(d.place(black_box(&s.request)));
@@ -347,7 +326,7 @@ fn main() {
                 // By reference: the clone is made and dropped outside the timing, as in the
                 // interleaved pass.
                 b.iter_batched_ref(
-                    || s.decider.clone(),
+                    || s.contender.clone(),
                     |d| black_box(d.place(&s.request)),
                     BatchSize::SmallInput,
                 )

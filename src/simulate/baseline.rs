@@ -1,7 +1,7 @@
-//! A kubelet-Topology-Manager-like decider, for `simulate --strategy kubelet`: NUMA-affinity
+//! The kubelet-like baseline of `simulate --strategy kubelet` (Topology Manager as it decides): NUMA-affinity
 //! hints per resource, the cross-product merge with "preferred" flags, the narrowest then
 //! lowest-index mask, GPUs and NICs by lowest index (blind to links), CPUs by lowest id.
-//! It shares the ledger with the engine so free capacity is accounted the same way.
+//! It shares the ledger with the allocator so free capacity is accounted the same way.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,9 +34,9 @@ pub struct TooManyNodes {
     pub nodes: usize,
 }
 
-/// The kubelet-like decider.
+/// The kubelet-like baseline.
 #[derive(Debug, Clone)]
-pub struct Kubelet {
+pub struct KubeletBaseline {
     ledger: Ledger,
     config: PlacementConfig,
     nodes: Vec<usize>,
@@ -44,8 +44,8 @@ pub struct Kubelet {
     pod_totals: HashMap<String, PodTotals>,
 }
 
-impl Kubelet {
-    /// A decider over `topology`. Refuses more CPU nodes than the kubelet accepts by default.
+impl KubeletBaseline {
+    /// A baseline over `topology`. Refuses more CPU nodes than the kubelet accepts by default.
     pub fn new(topology: Arc<Topology>, config: PlacementConfig) -> Result<Self, TooManyNodes> {
         let nodes: Vec<usize> = (0..topology.numa_nodes.len())
             .filter(|i| !topology.numa_nodes[*i].is_memory_only())
@@ -126,7 +126,7 @@ impl Kubelet {
         self.pod_totals.insert(uid.to_string(), totals);
     }
 
-    /// Drops what [`Kubelet::expect_pod`] said about pod `uid`.
+    /// Drops what [`KubeletBaseline::expect_pod`] said about pod `uid`.
     pub fn forget_pod(&mut self, uid: &str) {
         self.pod_totals.remove(uid);
     }

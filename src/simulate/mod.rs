@@ -1,5 +1,6 @@
-//! Workloads for `simulate`: the replay of a workload file (`file`) through nri-align's engine
-//! or the kubelet-like decider, with every decision and the free capacity after each step.
+//! `simulate`: the replay of a workload file ([`workload`]) through nri-align's allocator or the
+//! kubelet-like baseline ([`baseline`]), with every decision and the free capacity after each
+//! step.
 
 pub mod baseline;
 pub mod workload;
@@ -19,7 +20,7 @@ use crate::placement::policy::PlacementConfig;
 use crate::placement::request::{Assignment, PodInfo, Request};
 use crate::placement::{Allocator, PodTotals};
 use crate::topology::Topology;
-use baseline::Kubelet;
+use baseline::KubeletBaseline;
 
 /// Why a replay stopped.
 #[derive(Debug, thiserror::Error)]
@@ -27,16 +28,16 @@ pub enum ReplayError {
     /// The workload itself.
     #[error(transparent)]
     Workload(#[from] WorkloadError),
-    /// The kubelet-like decider cannot run on this host.
+    /// The kubelet-like baseline cannot run on this host.
     #[error(transparent)]
     Kubelet(#[from] baseline::TooManyNodes),
 }
 
-/// Which decider replays the workload.
+/// Which decision maker replays the workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Strategy {
-    /// nri-align's engine.
+    /// nri-align's allocator.
     NriAlign,
     /// The kubelet Topology Manager as it would decide.
     Kubelet,
@@ -120,40 +121,64 @@ pub struct Report {
     pub summary: Summary,
 }
 
-enum Decider {
-    Engine(Box<Allocator>),
-    Kubelet(Box<Kubelet>),
+/// What a replay runs under a [`Strategy`]: nri-align's [`Allocator`] or the
+/// [`KubeletBaseline`], behind one interface so both sides of a comparison (here and in the
+/// benches) go through the same code.
+#[derive(Debug, Clone)]
+pub enum Contender {
+    /// nri-align's allocator.
+    NriAlign(Box<Allocator>),
+    /// The kubelet-like baseline.
+    Kubelet(Box<KubeletBaseline>),
 }
 
-impl Decider {
-    fn place(&mut self, r: &Request) -> Result<Assignment, PlacementError> {
+impl Contender {
+    /// The decision maker of `strategy` on `topo`, with nothing placed.
+    pub fn new(
+        strategy: Strategy,
+        topo: Arc<Topology>,
+        config: PlacementConfig,
+    ) -> Result<Contender, ReplayError> {
+        Ok(match strategy {
+            Strategy::NriAlign => Contender::NriAlign(Box::new(Allocator::new(topo, config))),
+            Strategy::Kubelet => Contender::Kubelet(Box::new(
+                KubeletBaseline::new(topo, config).map_err(ReplayError::Kubelet)?,
+            )),
+        })
+    }
+    /// Decides and records.
+    pub fn place(&mut self, r: &Request) -> Result<Assignment, PlacementError> {
         match self {
-            Decider::Engine(a) => a.place(r),
-            Decider::Kubelet(k) => k.place(r),
+            Contender::NriAlign(a) => a.place(r),
+            Contender::Kubelet(k) => k.place(r),
         }
     }
-    fn release(&mut self, id: &str) {
+    /// Forgets a container.
+    pub fn release(&mut self, id: &str) {
         match self {
-            Decider::Engine(a) => drop(a.release(id)),
-            Decider::Kubelet(k) => drop(k.release(id)),
+            Contender::NriAlign(a) => drop(a.release(id)),
+            Contender::Kubelet(k) => drop(k.release(id)),
         }
     }
-    fn expect_pod(&mut self, uid: &str, totals: PodTotals) {
+    /// What pod `uid` asks for in all, before its first container.
+    pub fn expect_pod(&mut self, uid: &str, totals: PodTotals) {
         match self {
-            Decider::Engine(a) => a.expect_pod(uid, totals),
-            Decider::Kubelet(k) => k.expect_pod(uid, totals),
+            Contender::NriAlign(a) => a.expect_pod(uid, totals),
+            Contender::Kubelet(k) => k.expect_pod(uid, totals),
         }
     }
-    fn forget_pod(&mut self, uid: &str) {
+    /// Drops what [`Contender::expect_pod`] said.
+    pub fn forget_pod(&mut self, uid: &str) {
         match self {
-            Decider::Engine(a) => a.forget_pod(uid),
-            Decider::Kubelet(k) => k.forget_pod(uid),
+            Contender::NriAlign(a) => a.forget_pod(uid),
+            Contender::Kubelet(k) => k.forget_pod(uid),
         }
     }
-    fn free(&self) -> Vec<NodeFree> {
+    /// Free capacity per NUMA node.
+    pub fn free(&self) -> Vec<NodeFree> {
         match self {
-            Decider::Engine(a) => a.free_by_node(),
-            Decider::Kubelet(k) => k.free_by_node(),
+            Contender::NriAlign(a) => a.free_by_node(),
+            Contender::Kubelet(k) => k.free_by_node(),
         }
     }
 }
@@ -163,7 +188,7 @@ impl Decider {
 type Planned = (Request, Option<String>);
 
 /// Builds the container requests of a pod. `gpus`/`nics` become device-plugin allocations of
-/// the lowest-index free devices (a plugin blind to topology); the decider may remap them.
+/// the lowest-index free devices (a plugin blind to topology); the contender may remap them.
 fn requests(
     pod: &PodSpec,
     free: &[NodeFree],
@@ -262,12 +287,7 @@ pub fn replay(
     strategy: Strategy,
 ) -> Result<Report, ReplayError> {
     let links = LinkTable::new(&topo);
-    let mut d = match strategy {
-        Strategy::NriAlign => Decider::Engine(Box::new(Allocator::new(Arc::clone(&topo), config))),
-        Strategy::Kubelet => Decider::Kubelet(Box::new(
-            Kubelet::new(Arc::clone(&topo), config).map_err(ReplayError::Kubelet)?,
-        )),
-    };
+    let mut d = Contender::new(strategy, Arc::clone(&topo), config)?;
     let events: Vec<Event> = if workload.events.is_empty() {
         workload.pods.iter().map(|p| Event::add(&p.name)).collect()
     } else {
