@@ -1,85 +1,14 @@
-//! The NVML fixture (`nvml.json`) that `crates/fake-nvml` serves through the NVML C ABI. The
-//! format is shared with that crate (`fake_nvml::fixture`), which parses the same field names;
-//! `tests/emulate_roundtrip.rs` checks both ends agree through nvml-wrapper.
+//! The NVML fixture (`nvml.json`) of an emulated host, which `crates/fake-nvml` serves through
+//! the NVML C ABI. The schema is the `nvml-fixture` crate both ends depend on; this file builds
+//! a fixture from a host description (or from a QEMU guest's sysfs).
 
-use serde::{Deserialize, Serialize};
+pub use ::nvml_fixture::{nvml_bus_id, Fixture, FixtureGpu, FixtureLink};
 
 use crate::topology::desc::{gpu_uuid, HostDesc, Layout, LinkPeer};
 use crate::topology::PcieLevel;
 
 /// NVLink link slots of one GPU whose description does not say (H100: 18).
 const DEFAULT_LINK_SLOTS: u32 = 18;
-
-/// The whole fixture.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Fixture {
-    /// Description the fixture was made from.
-    pub host: String,
-    /// `nvmlSystemGetDriverVersion`.
-    pub driver_version: String,
-    /// `nvmlSystemGetNVMLVersion`.
-    pub nvml_version: String,
-    /// `nvmlSystemGetCudaDriverVersion(_v2)` (12040 = 12.4).
-    pub cuda_driver_version: i32,
-    /// GPUs in NVML index order.
-    pub gpus: Vec<FixtureGpu>,
-}
-
-/// One GPU as NVML reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FixtureGpu {
-    /// NVML index.
-    pub index: u32,
-    /// Product name.
-    pub name: String,
-    /// UUID.
-    pub uuid: String,
-    /// Bus id in NVML form (`00000000:1B:00.0`).
-    pub pci_bus_id: String,
-    /// `(device << 16) | vendor`, as `nvmlPciInfo_t.pciDeviceId`.
-    pub pci_device_id: u32,
-    /// `nvmlPciInfo_t.pciSubSystemId`.
-    pub pci_subsystem_id: u32,
-    /// `/dev/nvidia<minor>`.
-    pub minor: u32,
-    /// `nvmlDeviceGetNumaNodeId`: only on hosts where GPU memory is a NUMA node; else
-    /// `NOT_SUPPORTED`.
-    pub numa_node_id: Option<u32>,
-    /// CPUs near the GPU, list form.
-    pub cpu_affinity: String,
-    /// NUMA nodes near the GPU, list form.
-    pub memory_affinity: String,
-    /// MIG mode (current and pending).
-    pub mig_enabled: bool,
-    /// Link slots: links `0..nvlink_slots` are valid arguments, others `INVALID_ARGUMENT`.
-    pub nvlink_slots: u32,
-    /// Active links in link order; slots after them are inactive.
-    pub nvlinks: Vec<FixtureLink>,
-    /// `nvmlDeviceGetTopologyCommonAncestor` level towards each GPU (0/10/20/30/40/50).
-    pub common_ancestor: Vec<u32>,
-    /// `nvmlDeviceGetP2PStatus` for the PCI-based indexes (read, write, atomics, prop) per GPU.
-    pub p2p_pci: Vec<u32>,
-    /// `nvmlDeviceGetP2PStatus` for `NVML_P2P_CAPS_INDEX_NVLINK` per GPU.
-    pub p2p_nvlink: Vec<u32>,
-}
-
-/// One active NVLink link.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FixtureLink {
-    /// The far end's bus id in NVML form (a GPU or an NVSwitch).
-    pub remote_pci_bus_id: String,
-    /// The far end's `(device << 16) | vendor`.
-    pub remote_pci_device_id: u32,
-}
-
-/// `0000:1b:00.0` -> `00000000:1B:00.0`.
-pub fn nvml_bus_id(sysfs: &str) -> String {
-    let upper = sysfs.to_ascii_uppercase();
-    match upper.split_once(':') {
-        Some((dom, rest)) => format!("{:0>8}:{rest}", dom),
-        None => upper,
-    }
-}
 
 /// NVML's `nvmlGpuTopologyLevel_t` value of a PCIe level.
 pub fn nvml_level(l: PcieLevel) -> u32 {

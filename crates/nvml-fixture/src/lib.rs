@@ -1,0 +1,151 @@
+//! The NVML fixture (`nvml.json`): what `nri-align emulate` writes for an emulated host and
+//! `fake-nvml` serves through the NVML C ABI. One schema for both ends, so the field names
+//! cannot drift apart; `tests/emulate_roundtrip.rs` checks the whole path through nvml-wrapper.
+
+use serde::{Deserialize, Serialize};
+
+/// The whole fixture.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fixture {
+    /// Description the fixture was made from.
+    pub host: String,
+    /// `nvmlSystemGetDriverVersion`.
+    pub driver_version: String,
+    /// `nvmlSystemGetNVMLVersion`.
+    pub nvml_version: String,
+    /// `nvmlSystemGetCudaDriverVersion(_v2)` (12040 = 12.4).
+    pub cuda_driver_version: i32,
+    /// GPUs in NVML index order.
+    pub gpus: Vec<FixtureGpu>,
+}
+
+/// One GPU as NVML reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FixtureGpu {
+    /// NVML index.
+    pub index: u32,
+    /// Product name.
+    pub name: String,
+    /// UUID.
+    pub uuid: String,
+    /// Bus id in NVML form (`00000000:1B:00.0`).
+    pub pci_bus_id: String,
+    /// `(device << 16) | vendor`, as `nvmlPciInfo_t.pciDeviceId`.
+    pub pci_device_id: u32,
+    /// `nvmlPciInfo_t.pciSubSystemId`.
+    pub pci_subsystem_id: u32,
+    /// `/dev/nvidia<minor>`.
+    pub minor: u32,
+    /// `nvmlDeviceGetNumaNodeId`: only on hosts where GPU memory is a NUMA node; else
+    /// `NOT_SUPPORTED`.
+    pub numa_node_id: Option<u32>,
+    /// CPUs near the GPU, list form.
+    pub cpu_affinity: String,
+    /// NUMA nodes near the GPU, list form.
+    pub memory_affinity: String,
+    /// MIG mode (current and pending).
+    pub mig_enabled: bool,
+    /// Link slots: links `0..nvlink_slots` are valid arguments, others `INVALID_ARGUMENT`.
+    pub nvlink_slots: u32,
+    /// Active links in link order; slots after them are inactive.
+    pub nvlinks: Vec<FixtureLink>,
+    /// `nvmlDeviceGetTopologyCommonAncestor` level towards each GPU (0/10/20/30/40/50).
+    pub common_ancestor: Vec<u32>,
+    /// `nvmlDeviceGetP2PStatus` for the PCI-based indexes (read, write, atomics, prop) per GPU.
+    pub p2p_pci: Vec<u32>,
+    /// `nvmlDeviceGetP2PStatus` for `NVML_P2P_CAPS_INDEX_NVLINK` per GPU.
+    pub p2p_nvlink: Vec<u32>,
+}
+
+/// One active NVLink link.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FixtureLink {
+    /// The far end's bus id in NVML form (a GPU or an NVSwitch).
+    pub remote_pci_bus_id: String,
+    /// The far end's `(device << 16) | vendor`.
+    pub remote_pci_device_id: u32,
+}
+
+/// `0000:1b:00.0` -> `00000000:1B:00.0`.
+pub fn nvml_bus_id(sysfs: &str) -> String {
+    let upper = sysfs.to_ascii_uppercase();
+    match upper.split_once(':') {
+        Some((dom, rest)) => format!("{:0>8}:{rest}", dom),
+        None => upper,
+    }
+}
+
+impl Fixture {
+    /// Reads a fixture file.
+    pub fn load(path: &std::path::Path) -> Result<Fixture, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The GPU with bus id `id` in any case and either form (`0000:1b:00.0`, `00000000:1B:00.0`).
+    pub fn by_bus_id(&self, id: &str) -> Option<usize> {
+        let want = parse_bus_id(id)?;
+        self.gpus
+            .iter()
+            .position(|g| parse_bus_id(&g.pci_bus_id) == Some(want))
+    }
+}
+
+/// `domain:bus:dev.fn` in hex, any case, any domain width, into numbers.
+pub fn parse_bus_id(s: &str) -> Option<(u32, u32, u32, u32)> {
+    let mut parts = s.trim().rsplitn(3, ':');
+    let devfn = parts.next()?;
+    let bus = parts.next()?;
+    let domain = parts.next().unwrap_or("0");
+    let (dev, func) = devfn.split_once('.')?;
+    Some((
+        u32::from_str_radix(domain, 16).ok()?,
+        u32::from_str_radix(bus, 16).ok()?,
+        u32::from_str_radix(dev, 16).ok()?,
+        u32::from_str_radix(func, 16).ok()?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_ids_parse_in_both_forms_and_convert_to_nvml_form() {
+        assert_eq!(parse_bus_id("00000000:1B:00.0"), Some((0, 0x1b, 0, 0)));
+        assert_eq!(parse_bus_id("0000:1b:00.1"), Some((0, 0x1b, 0, 1)));
+        assert_eq!(parse_bus_id("garbage"), None);
+        assert_eq!(nvml_bus_id("0000:1b:00.0"), "00000000:1B:00.0");
+    }
+
+    #[test]
+    fn a_fixture_round_trips_through_json() {
+        let fx = Fixture {
+            host: "h".into(),
+            driver_version: "550.54.15".into(),
+            nvml_version: "12.550.54.15".into(),
+            cuda_driver_version: 12040,
+            gpus: vec![FixtureGpu {
+                index: 0,
+                name: "GPU".into(),
+                uuid: "GPU-0".into(),
+                pci_bus_id: "00000000:1B:00.0".into(),
+                pci_device_id: 0x2330_10de,
+                pci_subsystem_id: 0,
+                minor: 0,
+                numa_node_id: None,
+                cpu_affinity: "0-3".into(),
+                memory_affinity: "0".into(),
+                mig_enabled: false,
+                nvlink_slots: 18,
+                nvlinks: Vec::new(),
+                common_ancestor: vec![0],
+                p2p_pci: vec![0],
+                p2p_nvlink: vec![0],
+            }],
+        };
+        let text = serde_json::to_string(&fx).expect("json");
+        assert_eq!(serde_json::from_str::<Fixture>(&text).expect("back"), fx);
+        assert_eq!(fx.by_bus_id("0000:1b:00.0"), Some(0));
+    }
+}
