@@ -9,7 +9,7 @@ use crate::enforce::inputs::tests::{gpu_topology, node};
 use crate::host::devices::DeviceLookup;
 use crate::metrics::NodeFreeSample;
 use crate::placement::{Assignment, GpuMode, PlacementConfig, PodTotals, Request};
-use crate::topology::{Cpu, CpuSet, Topology};
+use crate::topology::{Cpu, CpuSet, NumaNode, Topology};
 
 /// A deliberately simple placer: exclusive integer-CPU containers get the lowest free CPUs of
 /// one node (the node of their GPU when they have one), everything else the shared pool (on
@@ -41,6 +41,17 @@ impl FakePlacer {
                 numa_node: id / 4,
                 l3_group: None,
                 thread_siblings: [id].into_iter().collect(),
+            })
+            .collect();
+        // Nodes 0 and 1 with four CPUs each, as the CPUs above say.
+        topo.numa_nodes = (0..2u32)
+            .map(|n| NumaNode {
+                id: n,
+                cpus: (n * 4..n * 4 + 4).collect(),
+                memory_bytes: 0,
+                hugepages: Vec::new(),
+                distances: vec![if n == 0 { 10 } else { 21 }, if n == 0 { 21 } else { 10 }],
+                memory_kind: None,
             })
             .collect();
         Self {
