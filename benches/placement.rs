@@ -3,11 +3,11 @@
 //! exact GPU-set search), each against the kubelet-like baseline measured in the same run.
 //!
 //! Two passes. Criterion times every decision on its own (`cargo bench --bench placement`
-//! prints its usual per-benchmark lines; `-- FILTER` runs only this pass). Then an interleaved pass times both sides in
-//! alternating batches, round after round, so load from other jobs on a shared box hits both
-//! alike, and prints a markdown table: median time per decision of each side, the median of the
-//! per-round ratios, and their spread (min - max over the rounds). Cloning the contender (the
-//! state a decision starts from) is outside every timing.
+//! prints its usual per-benchmark lines; `-- FILTER` runs only this pass). Then an interleaved
+//! pass times both sides in alternating batches, round after round, so load from other jobs on
+//! a shared box hits both alike, and prints a markdown table: median time per decision of each
+//! side, the median of the per-round ratios, and their spread (min - max over the rounds).
+//! Cloning the contender (the state a decision starts from) is outside every timing.
 //!
 //! The kubelet refuses hosts with more than 8 NUMA nodes (its hint merge is exponential), so
 //! the 16-node cases compare with the kubelet on the 8-node EPYC host, the largest it accepts.

@@ -329,10 +329,11 @@ fn numa16_stays_narrow_and_the_kubelet_refuses_it() {
     );
 }
 
-/// The workload of issue 4, verbatim, on each GPU host through both strategies: a device
-/// shortage is a rejection naming it, never a silently smaller allocation.
+/// A workload file as users write it (inline comments, optional fields), on each GPU host
+/// through both strategies: a device shortage is a rejection naming it, never a silently
+/// smaller allocation.
 #[test]
-fn issue_workload_replays_and_device_shortage_is_a_rejection() {
+fn commented_workload_replays_and_device_shortage_is_a_rejection() {
     let text = r#"
 pods:
   - name: train-a

@@ -1,7 +1,7 @@
 //! Recovery: what the engine does when it (re)starts and when the runtime tells it what runs.
 //! Restoring the state file, pruning records of containers that are gone (no Synchronize on
 //! pre-launched NRI v0.6.1 plugins) and reconciling with Synchronize live here, apart from the
-//! per-event handling in `engine.rs`, because they are the paths that must never allocate
+//! per-event handling in `mod.rs`, because they are the paths that must never allocate
 //! one exclusive CPU or GPU twice after a crash.
 
 use std::collections::HashSet;
