@@ -5,14 +5,15 @@
 
 use std::cmp::Reverse;
 
+use super::error::PlacementError;
 use super::gpus::{self, LinkTable};
 use super::ledger::Ledger;
 use super::nics;
 use super::numa::{self, Cap, Need};
 use super::policy::{GpuMode, PlacementConfig, Policy, Scope};
 use super::reject;
+use super::request::PodTotals;
 use super::resolve::Resolved;
-use super::{PlacementError, PodTotals};
 use crate::topology::{NodeSet, Topology};
 
 /// One candidate: node indices in the order they were chosen, GPU and NIC indices, and whether

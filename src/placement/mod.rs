@@ -18,8 +18,8 @@ pub mod reject;
 pub mod request;
 pub mod resolve;
 
-pub use allocator::{Allocator, Plan, PodTotals};
+pub use allocator::{Allocator, Plan};
 pub use error::PlacementError;
 pub use ledger::NodeFree;
 pub use policy::{CpuPreference, GpuMode, PlacementConfig, Policy, Scope};
-pub use request::{Assignment, PodInfo, Request};
+pub use request::{Assignment, PodInfo, PodTotals, Request};

@@ -75,3 +75,40 @@ pub struct Assignment {
     /// One line on why (shown in logs, `simulate`, the decision annotation).
     pub reason: String,
 }
+
+/// What a whole pod asks for, when it is known before its first container is placed
+/// (`simulate` knows the workload; the plugin can read the pod's resources). In pod scope the
+/// first container pins the pod's node set, so that set is chosen to hold the whole pod when
+/// one within the policy's width can; otherwise the first container is sized alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodTotals {
+    /// Exclusive CPUs of all the pod's containers.
+    pub exclusive_cpus: u32,
+    /// Memory limits of the containers that are bound to nodes, summed.
+    pub memory_bytes: u64,
+    /// GPUs of all containers.
+    pub gpus: u32,
+    /// NICs of all containers.
+    pub nics: u32,
+}
+
+impl PodTotals {
+    /// Totals of `reqs` by the kubelet's Guaranteed rule (annotations aside: a sizing hint).
+    pub fn of(reqs: &[Request]) -> PodTotals {
+        let mut t = PodTotals::default();
+        for r in reqs {
+            let m = r.cpu_request_milli;
+            if r.cpu_limit_milli == Some(m) && m > 0 && m % 1000 == 0 {
+                t.exclusive_cpus = t
+                    .exclusive_cpus
+                    .saturating_add(u32::try_from(m / 1000).unwrap_or(u32::MAX));
+                t.memory_bytes = t
+                    .memory_bytes
+                    .saturating_add(r.memory_limit_bytes.unwrap_or(0));
+            }
+            t.gpus = t.gpus.saturating_add(r.allocated_gpus.len() as u32);
+            t.nics = t.nics.saturating_add(r.allocated_nics.len() as u32);
+        }
+        t
+    }
+}
