@@ -80,7 +80,9 @@ fetch_deb() {
     fi
     apt_refresh "$suite"
     local version
-    version="$(apt_private apt-cache "$suite" show "$pkg" 2>/dev/null | awk '/^Version:/ {print $2; exit}')"
+    # awk reads all of apt-cache's output: exiting at the first match would SIGPIPE apt-cache,
+    # which pipefail turns into a failure of the whole script (exit 141) on a cold cache.
+    version="$(apt_private apt-cache "$suite" show "$pkg" 2>/dev/null | awk '/^Version:/ && v == "" {v = $2} END {print v}')"
     [[ -n "$version" ]] || die "package $pkg not found in $suite"
     if [[ -f "$dest/.done" ]] && [[ "$(cat "$dest/.done")" == "$pkg=$version" ]]; then
         touch "$dest/.done"
