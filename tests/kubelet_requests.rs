@@ -60,7 +60,8 @@ fn cpu_shares_and_quota_follow_the_kubelet_formulas() {
 #[test]
 fn calculate_linux_resources_matches_the_kubelets_test_table() {
     // (cpu request, cpu limit, memory limit, cgroup v2, singleProcessOOMKill) -> expected.
-    let cases: Vec<(Option<&str>, &str, &str, bool, Option<bool>, Value)> = vec![
+    type Case<'a> = (Option<&'a str>, &'a str, &'a str, bool, Option<bool>, Value);
+    let cases: Vec<Case> = vec![
         (
             Some("1"),
             "2",
