@@ -14,6 +14,9 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use protobuf::Message;
 use tokio::net::UnixStream;
 
+/// The request content type (see [`Channel::unary`] for why not `application/grpc+proto`).
+pub const GRPC_CONTENT_TYPE: &str = "application/grpc";
+
 /// Largest response we accept (containerd's own default limit for gRPC messages is 16 MiB).
 const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 
@@ -130,7 +133,11 @@ impl Channel {
         let http_request = http::Request::builder()
             .method(http::Method::POST)
             .uri(format!("http://localhost{method}"))
-            .header("content-type", "application/grpc+proto")
+            // Exactly "application/grpc", as grpc-go and crictl send it: CRI-O multiplexes gRPC
+            // and HTTP/1 on its socket (cmux) and routes only this exact value to gRPC; the
+            // equally valid "application/grpc+proto" lands on its HTTP side, which resets
+            // the connection.
+            .header("content-type", GRPC_CONTENT_TYPE)
             .header("te", "trailers")
             .header("grpc-timeout", grpc_timeout(timeout))
             .body(())
