@@ -80,7 +80,9 @@ fetch_deb() {
     fi
     apt_refresh "$suite"
     local version
-    version="$(apt_private apt-cache "$suite" show "$pkg" 2>/dev/null | awk '/^Version:/ {print $2; exit}')"
+    # awk reads everything (no `exit` at the first match): under pipefail, apt-cache killed by
+    # SIGPIPE would fail the whole script with status 141.
+    version="$(apt_private apt-cache "$suite" show "$pkg" 2>/dev/null | awk '/^Version:/ && v == "" {v = $2} END {print v}')"
     [[ -n "$version" ]] || die "package $pkg not found in $suite"
     if [[ -f "$dest/.done" ]] && [[ "$(cat "$dest/.done")" == "$pkg=$version" ]]; then
         touch "$dest/.done"
