@@ -14,6 +14,7 @@ pub mod host;
 mod plugin;
 mod runtime;
 mod spec;
+pub mod suite;
 
 use std::collections::BTreeMap;
 use std::fmt;

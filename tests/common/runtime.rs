@@ -141,14 +141,17 @@ impl Runtime {
 
 /// Returns `true` (after printing why) when the end-to-end test `test` on `runtime` may not
 /// run here: without root (see [`skip_unless_root`]), or on CRI-O when no CRI-O build is found
-/// (it is in no package registry; hack/crio-up says where it looked). Any other problem fails
-/// the test.
+/// (it is in no package registry; hack/crio-up says where it looked) and
+/// `NRI_ALIGN_REQUIRE_CRIO=1` is not set. Any other problem fails the test.
 pub fn skip_unless_ready(runtime: Runtime, test: &str) -> bool {
     if skip_unless_root(test) {
         return true;
     }
     match runtime.locate() {
         Ok(_) => false,
+        Err(why) if std::env::var("NRI_ALIGN_REQUIRE_CRIO").as_deref() == Ok("1") => {
+            panic!("{test}: no CRI-O build and NRI_ALIGN_REQUIRE_CRIO=1: {why}")
+        }
         Err(why) => {
             eprintln!("SKIP {test} on {}: no CRI-O build: {why}", runtime.name());
             true
