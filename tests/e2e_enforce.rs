@@ -191,10 +191,14 @@ fn rejections_and_bad_annotations_fail_the_create(rt: Runtime) {
         .run_pod(&PodSpec::new("snn").annotation("policy.nri-align.io/pod", "single-numa-node"))
         .expect("pod");
     let err = e.refused(&npod, &guaranteed("big", 1).memory(big_mem));
+    // The message runs to the end of the line (nri-align-crictl) or of the quoted error in
+    // the real crictl's log line.
     let msg = err
         .split("nri-align: ")
         .nth(1)
-        .map(|m| m.lines().next().unwrap_or("").trim().to_string())
+        .and_then(|m| m.lines().next())
+        .and_then(|m| m.split('"').next())
+        .map(|m| m.trim_end_matches('\\').trim().to_string())
         .unwrap_or_else(|| panic!("no nri-align message in {err}"));
     assert!(
         msg.contains("memory") && msg.contains("default/snn/big"),
@@ -205,7 +209,7 @@ fn rejections_and_bad_annotations_fail_the_create(rt: Runtime) {
     }
     assert!(
         e.plugin.output().contains(&msg),
-        "the logged rejection is the same message"
+        "the logged rejection is the same message: {msg:?} from {err:?}"
     );
 
     // Bad annotations fail with a message that names the key and the accepted values.

@@ -47,10 +47,12 @@ impl Cri {
     pub fn ok(&self, args: &[&str]) -> HResult<String> {
         let out = self.run(args)?;
         if !out.status.success() {
+            // The real crictl logs the runtime's error Go-quoted (`\"lots\"`); unquoted, it
+            // reads as the runtime wrote it, whichever client ran.
             return err(format!(
                 "crictl {} failed: {}",
                 args.join(" "),
-                describe(&out)
+                describe(&out).replace("\\\"", "\"")
             ));
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
