@@ -86,14 +86,15 @@ crio_instance_vars() {
     CRICTL_CONFIG="$INST_DIR/crictl.yaml"
     ENV_FILE="$INST_DIR/env"
     CGROUP_MANAGER="${CGROUP_MANAGER:-cgroupfs}"
-    # As for containerd: the pods of this instance live under one cgroup parent that carries a
-    # hash of the output directory, and crio-down removes exactly that subtree. The systemd
-    # driver wants a slice name (a dash means nesting there, so the name has none).
-    local hash
-    hash="$(printf '%s' "$OUTPUT_DIR" | sha256sum | cut -c1-8)"
+    # As for containerd: under cgroupfs the pods of this instance live under one cgroup parent
+    # that carries a hash of the output directory, and crio-down removes exactly that subtree.
+    # Under systemd a parent must be a slice: the kubelet's kubepods.slice (tests pick the QoS
+    # and pod slices below it, as containerd-up's systemd driver does).
     case "$CGROUP_MANAGER" in
-        cgroupfs) CGROUP_PARENT="/nri-align-$hash-$INSTANCE" ;;
-        systemd) CGROUP_PARENT="nrialign_${hash}_crio_${NAME//[^A-Za-z0-9_]/_}.slice" ;;
+        cgroupfs)
+            CGROUP_PARENT="/nri-align-$(printf '%s' "$OUTPUT_DIR" | sha256sum | cut -c1-8)-$INSTANCE"
+            ;;
+        systemd) CGROUP_PARENT="kubepods.slice" ;;
         *) die "CGROUP_MANAGER must be cgroupfs or systemd, not '$CGROUP_MANAGER'" ;;
     esac
 }

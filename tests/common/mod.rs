@@ -175,6 +175,10 @@ pub struct UpOptions {
     pub log_level: Option<String>,
 }
 
+/// The name [`Instance`] had while containerd was the only runtime; code written before
+/// CRI-O joined compiles unchanged (`Containerd::fresh(Flavor::Sid, ..)`).
+pub type Containerd = Instance;
+
 /// One private runtime instance (hack/containerd-up FLAVOR NAME, hack/crio-up NAME).
 pub struct Instance {
     /// Which runtime.
@@ -395,7 +399,7 @@ impl Instance {
             config_path: path,
             name: spec.name.clone(),
             namespace: spec.namespace.clone(),
-            uid: spec.uid(),
+            uid: spec.metadata_uid(),
         })
     }
 

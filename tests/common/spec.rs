@@ -58,7 +58,7 @@ impl PodSpec {
     }
 
     /// metadata.uid: `uid`, or `uid-NAME` when none was set.
-    pub fn uid(&self) -> String {
+    pub fn metadata_uid(&self) -> String {
         if self.uid.is_empty() {
             format!("uid-{}", self.name)
         } else {
@@ -68,7 +68,7 @@ impl PodSpec {
 
     /// crictl's JSON for this pod under `cgroup_parent`, logging into `log_dir`.
     pub fn to_json(&self, cgroup_parent: &str, log_dir: &Path) -> Value {
-        let uid = self.uid();
+        let uid = self.metadata_uid();
         let mut linux = json!({
             "cgroup_parent": cgroup_parent,
             "security_context": {"namespace_options": namespace_options()}
