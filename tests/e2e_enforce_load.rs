@@ -1,5 +1,6 @@
-//! Issue 5, item 8, under load, on a real containerd and an emulated host with this machine's
-//! CPUs and NUMA nodes plus two fake GPUs:
+//! Proves nri-align keeps its decisions consistent under load, on every real runtime
+//! (containerd 1.7, 2.1, CRI-O) and an emulated host with this machine's CPUs and NUMA nodes
+//! plus two fake GPUs:
 //! - nri-align is SIGKILLed during a burst of 30 creations and started again: no exclusive CPU
 //!   and no GPU is ever held by two live containers, and every container created afterwards is
 //!   aligned;
@@ -17,8 +18,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{
-    format_list, log_events, metric, scan_cgroup, scrape, skip_unless_root, AlignRun,
-    ContainerSpec, Containerd, EmulatedHost, Flavor, PodSpec, Seen, UpOptions,
+    format_list, log_events, metric, scan_cgroup, scrape, skip_unless_ready, AlignRun,
+    ContainerSpec, EmulatedHost, Instance, PodSpec, Runtime, Seen, UpOptions,
 };
 use nix::sys::signal::Signal;
 use serde_json::Value;
@@ -155,7 +156,7 @@ fn double_holdings(seen: &BTreeMap<String, Seen>, recs: &Records, strict: bool) 
 }
 
 /// Containers only (sandboxes run under the same cgroup parent).
-fn containers_only(ctrd: &Containerd, mut seen: BTreeMap<String, Seen>) -> BTreeMap<String, Seen> {
+fn containers_only(ctrd: &Instance, mut seen: BTreeMap<String, Seen>) -> BTreeMap<String, Seen> {
     let pods: BTreeSet<String> = ctrd.cri().pods().unwrap_or_default().into_iter().collect();
     seen.retain(|id, _| !pods.contains(id));
     seen
@@ -165,7 +166,7 @@ fn containers_only(ctrd: &Containerd, mut seen: BTreeMap<String, Seen>) -> BTree
 /// equal to the record's applied CPUs, GPU node and env consistent, and (`with_env`) the
 /// decision in the environment (containers created while nri-align was down have none).
 fn check_consistent(
-    ctrd: &Containerd,
+    ctrd: &Instance,
     run: &AlignRun,
     host: &EmulatedHost,
     ids: &[String],
@@ -242,13 +243,13 @@ fn check_consistent(
     }
 }
 
-fn burst_with_plugin_kill(flavor: Flavor) {
-    let test = format!("burst_with_plugin_kill({})", flavor.name());
-    if skip_unless_root(&test) {
+fn burst_with_plugin_kill(rt: Runtime) {
+    let test = format!("burst_with_plugin_kill({})", rt.name());
+    if skip_unless_ready(rt, &test) {
         return;
     }
     let t0 = Instant::now();
-    let ctrd = Containerd::fresh(flavor, "e2e-burst").expect("containerd comes up");
+    let ctrd = Instance::fresh(rt, "e2e-burst").expect("runtime comes up");
     let host = EmulatedHost::of_this_machine(&ctrd.dir().join("host"), 2, 0).expect("emulate");
     let run = AlignRun::new(ctrd.dir().join("align-state")).on(&host);
     let first = Mutex::new(Some(run.start(&ctrd).expect("nri-align registers")));
@@ -398,30 +399,20 @@ fn burst_with_plugin_kill(flavor: Flavor) {
     eprintln!("{test}: total {:?}", t0.elapsed());
 }
 
-#[test]
-fn containerd_1_7_trixie_burst_with_plugin_kill() {
-    burst_with_plugin_kill(Flavor::Trixie);
-}
-
-#[test]
-fn containerd_2_1_sid_burst_with_plugin_kill() {
-    burst_with_plugin_kill(Flavor::Sid);
-}
-
-fn fifty_concurrent(flavor: Flavor) {
-    let test = format!("fifty_concurrent({})", flavor.name());
-    if skip_unless_root(&test) {
+fn fifty_concurrent(rt: Runtime) {
+    let test = format!("fifty_concurrent({})", rt.name());
+    if skip_unless_ready(rt, &test) {
         return;
     }
     let t0 = Instant::now();
     // 50 crictl processes at once on a small, shared machine can starve the plugin past
-    // containerd's default 2 s request timeout, after which containerd drops it and creates
+    // the runtime's default 2 s request timeout, after which the runtime drops it and creates
     // the rest unaligned; this test is about consistent decisions, not that latency.
     let opts = UpOptions {
         request_timeout: Some("10s".into()),
         ..UpOptions::default()
     };
-    let ctrd = Containerd::fresh_with(flavor, "e2e-conc", opts).expect("containerd comes up");
+    let ctrd = Instance::fresh_with(rt, "e2e-conc", opts).expect("runtime comes up");
     let host = EmulatedHost::of_this_machine(&ctrd.dir().join("host"), 2, 0).expect("emulate");
     let mut run = AlignRun::new(ctrd.dir().join("align-state")).on(&host);
     run.write_config(
@@ -559,12 +550,4 @@ fn fifty_concurrent(flavor: Flavor) {
     );
 }
 
-#[test]
-fn containerd_1_7_trixie_fifty_concurrent() {
-    fifty_concurrent(Flavor::Trixie);
-}
-
-#[test]
-fn containerd_2_1_sid_fifty_concurrent() {
-    fifty_concurrent(Flavor::Sid);
-}
+each_runtime!(burst_with_plugin_kill, fifty_concurrent);

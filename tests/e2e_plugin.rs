@@ -1,17 +1,23 @@
-//! Issue 2, item 8: the real nri-align plugin against both real containerd builds (1.7 / NRI
-//! v0.6.1 and 2.1 / NRI v0.8). It registers, gets Synchronize with the pods and containers that
-//! ran before it connected, its CreateContainer adjustment (cpuset and an env var) is in the
-//! running container and in the runtime spec, its error fails the CRI create with its message,
-//! it reconnects and registers again after containerd is SIGKILLed and restarted, and it works
-//! as a pre-launched plugin (NRI_PLUGIN_SOCKET, drop-in config) too.
+//! Proves the real nri-align plugin works as an NRI plugin of every real runtime (containerd 1.7
+//! / NRI v0.6.1, containerd 2.1 / NRI v0.8, CRI-O 1.34 / NRI v0.10.0):
+//! - it registers, and Synchronize hands it the pods and containers that ran before it
+//!   connected; its CreateContainer adjustment (cpuset, mems, an env var, an annotation) is in
+//!   the running container and in the runtime spec; the container that ran before it leaves
+//!   the CPU it hands out; its error fails the CRI create with its message;
+//! - the runtime SIGKILLed and started again while it runs: it reconnects, registers again,
+//!   takes in Synchronize (CRI-O reports a cpuset as the container was created, not as
+//!   nri-align later updated it: nri-align re-sends its record), and every running container
+//!   keeps its CPUs, seen from inside and in its cgroup;
+//! - it works as a pre-launched plugin (NRI_PLUGIN_SOCKET, drop-in config), relaunched with
+//!   its state after a runtime restart.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::{
-    format_list, log_events, skip_unless_root, status_field, AlignRun, ContainerSpec, Containerd,
-    Flavor, PodSpec, RealMachine, UpOptions,
+    format_list, log_events, skip_unless_ready, status_field, AlignRun, ContainerSpec, Instance,
+    PodSpec, RealMachine, Runtime, UpOptions,
 };
 use nix::sys::signal::Signal;
 
@@ -29,7 +35,7 @@ fn burstable(name: &str) -> ContainerSpec {
     ContainerSpec::new(name).cpu_millis(250, Some(500))
 }
 
-fn cpus_of(ctrd: &Containerd, id: &str) -> String {
+fn cpus_of(ctrd: &Instance, id: &str) -> String {
     let status = ctrd
         .cri()
         .proc_status(id)
@@ -37,15 +43,15 @@ fn cpus_of(ctrd: &Containerd, id: &str) -> String {
     status_field(&status, "Cpus_allowed_list").unwrap_or_default()
 }
 
-fn plugin_lifecycle(flavor: Flavor) {
-    let test = format!("plugin_lifecycle({})", flavor.name());
-    if skip_unless_root(&test) {
+fn registers_synchronizes_and_adjusts(rt: Runtime) {
+    let test = format!("registers_synchronizes_and_adjusts({})", rt.name());
+    if skip_unless_ready(rt, &test) {
         return;
     }
     let t0 = Instant::now();
     let machine = RealMachine::read().expect("read /sys");
     let online = machine.cpu_list();
-    let mut ctrd = Containerd::fresh(flavor, "e2e-plug").expect("containerd comes up");
+    let ctrd = Instance::fresh(rt, "e2e-plug").expect("runtime comes up");
     let cri = ctrd.cri();
 
     // A pod and a container that run before nri-align connects.
@@ -60,12 +66,9 @@ fn plugin_lifecycle(flavor: Flavor) {
     let out = plugin.output();
     let reg = &log_events(&out, "registering with the runtime")[0];
     assert_eq!(reg["plugin"], "50-nri-align", "{out}");
-    let want_nri = match flavor {
-        Flavor::Trixie => "NRI v0.6.1",
-        Flavor::Sid => "NRI v0.8",
-    };
+    let want_nri = format!("NRI {}", rt.nri_version());
     assert!(
-        log_events(&out, "configuring")[0]["runtime"].contains(want_nri),
+        log_events(&out, "configuring")[0]["runtime"].contains(&want_nri),
         "{out}"
     );
 
@@ -141,6 +144,7 @@ fn plugin_lifecycle(flavor: Flavor) {
         .filter(|c| *c != cpu_id)
         .collect();
     assert_eq!(cpus_of(&ctrd, &early), format_list(&pool));
+    assert_eq!(ctrd.cgroup_cpus(&early).expect("cgroup"), pool);
 
     // A plugin error fails the CRI create with the plugin's message.
     let bad_pod = ctrd
@@ -160,17 +164,53 @@ fn plugin_lifecycle(flavor: Flavor) {
     );
     assert_eq!(cri.containers().expect("ps"), before, "nothing was created");
 
-    // containerd SIGKILLed and started again while the plugin runs: it reconnects with
-    // backoff, registers again, and Synchronize shows what kept running.
-    ctrd.kill(Signal::SIGKILL).expect("kill containerd");
-    let t2 = Instant::now();
-    ctrd.start().expect("containerd comes back");
+    eprintln!("{test}: total {:?}", t0.elapsed());
+}
+
+/// The runtime SIGKILLed and started again under a running nri-align.
+fn runtime_restart(rt: Runtime) {
+    let test = format!("runtime_restart({})", rt.name());
+    if skip_unless_ready(rt, &test) {
+        return;
+    }
+    let t0 = Instant::now();
+    let machine = RealMachine::read().expect("read /sys");
+    let mut ctrd = Instance::fresh(rt, "e2e-restart").expect("runtime comes up");
+    let cri = ctrd.cri();
+    let run = AlignRun::new(ctrd.dir().join("align-state"));
+    let plugin = run.start(&ctrd).expect("nri-align registers");
+
+    // A shared container, then an exclusive one: the shared one is updated to the pool.
+    let pod = ctrd.run_pod(&PodSpec::new("main")).expect("pod");
+    let shared = ctrd
+        .run_container(&pod, &burstable("shared"))
+        .expect("shared container");
+    assert_eq!(cpus_of(&ctrd, &shared), machine.cpu_list());
+    let pinned = ctrd
+        .run_container(&pod, &guaranteed("pinned", 1))
+        .expect("pinned container");
+    let cpu = cpus_of(&ctrd, &pinned);
+    let cpu_id: u32 = cpu
+        .parse()
+        .unwrap_or_else(|_| panic!("one CPU, got {cpu:?}"));
+    let pool: Vec<u32> = machine
+        .cpus
+        .iter()
+        .copied()
+        .filter(|c| *c != cpu_id)
+        .collect();
+    assert_eq!(cpus_of(&ctrd, &shared), format_list(&pool));
+
+    // SIGKILL, start again: nri-align reconnects with backoff and registers again.
+    ctrd.kill(Signal::SIGKILL).expect("kill the runtime");
+    let t1 = Instant::now();
+    ctrd.start().expect("the runtime comes back");
     plugin
         .wait_registrations(2, Duration::from_secs(20))
         .expect("registers again");
     eprintln!(
-        "{test}: re-registered {:?} after containerd restart",
-        t2.elapsed()
+        "{test}: re-registered {:?} after the runtime restart",
+        t1.elapsed()
     );
     let out = plugin.output();
     assert!(
@@ -186,9 +226,45 @@ fn plugin_lifecycle(flavor: Flavor) {
     );
     let out = plugin.output();
     let sync = &log_events(&out, "synchronizing")[1];
-    assert_eq!(sync["containers"], "2", "early and pinned: {out}");
-    // The next container still gets its adjustment, from the state that survived: the pinned
-    // CPU is still held, so a shared container starts on the rest.
+    assert_eq!(sync["containers"], "2", "shared and pinned: {out}");
+
+    // What the restarted runtime reported for the shared container: containerd the cpuset
+    // nri-align last gave it, CRI-O the one it was created with. nri-align keeps its record
+    // and, where they differ, re-sends it in the Synchronize response.
+    let resent: Vec<_> = log_events(&out, "cpuset differs from the record; re-applying")
+        .into_iter()
+        .filter(|e| e.get("container") == Some(&shared))
+        .collect();
+    match rt {
+        Runtime::Crio => {
+            assert_eq!(resent.len(), 1, "{out}");
+            assert_eq!(resent[0]["has"], machine.cpu_list(), "{out}");
+            assert_eq!(resent[0]["recorded"], format_list(&pool), "{out}");
+        }
+        Runtime::Containerd(_) => assert!(resent.is_empty(), "{out}"),
+    }
+    // Running containers keep their placement, seen from inside and in their cgroups, and the
+    // runtime's view of the shared one is nri-align's again.
+    assert_eq!(cpus_of(&ctrd, &shared), format_list(&pool));
+    assert_eq!(ctrd.cgroup_cpus(&shared).expect("cgroup"), pool);
+    assert_eq!(cpus_of(&ctrd, &pinned), cpu, "pinned kept its CPU");
+    assert_eq!(ctrd.cgroup_cpus(&pinned).expect("cgroup"), vec![cpu_id]);
+    let spec = cri.inspect(&shared).expect("inspect");
+    assert_eq!(
+        spec["info"]["runtimeSpec"]["linux"]["resources"]["cpu"]["cpus"],
+        format_list(&pool).as_str(),
+        "the runtime's spec of the shared container"
+    );
+    let out = run.verify(&[]).expect("verify");
+    assert!(
+        out.status.success(),
+        "verify after the restart:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The next container is aligned from the state that survived: the pinned CPU is still
+    // held, so a shared container starts on the rest.
     let after = ctrd
         .run_container(&pod, &burstable("after"))
         .expect("container after the restart");
@@ -199,31 +275,20 @@ fn plugin_lifecycle(flavor: Flavor) {
             .is_some_and(|d| d.contains("exclusive=false")),
         "{env:?}"
     );
-    assert_eq!(cpus_of(&ctrd, &pinned), cpu, "pinned kept its CPU");
     eprintln!("{test}: total {:?}", t0.elapsed());
 }
 
-#[test]
-fn containerd_1_7_trixie_plugin_lifecycle() {
-    plugin_lifecycle(Flavor::Trixie);
-}
-
-#[test]
-fn containerd_2_1_sid_plugin_lifecycle() {
-    plugin_lifecycle(Flavor::Sid);
-}
-
-/// nri-align launched by containerd from plugin_path, configured by its drop-in file.
-fn prelaunched(flavor: Flavor) {
-    let test = format!("prelaunched({})", flavor.name());
-    if skip_unless_root(&test) {
+/// nri-align launched by the runtime from its plugin directory, configured by its drop-in file.
+fn prelaunched(rt: Runtime) {
+    let test = format!("prelaunched({})", rt.name());
+    if skip_unless_ready(rt, &test) {
         return;
     }
     let t0 = Instant::now();
     let machine = RealMachine::read().expect("read /sys");
     let online = machine.cpu_list();
-    let mut ctrd = Containerd::fresh_with(flavor, "e2e-prel", UpOptions::default())
-        .expect("containerd comes up");
+    let mut ctrd =
+        Instance::fresh_with(rt, "e2e-prel", UpOptions::default()).expect("runtime comes up");
     let run = AlignRun::new(ctrd.dir().join("align-state"));
     let script = ctrd.dir().join("nri-align-launcher");
     let log = ctrd.dir().join("nri-align-launched.log");
@@ -236,14 +301,14 @@ fn prelaunched(flavor: Flavor) {
         Some("exempt_namespaces: [kube-system]\n"),
     )
     .expect("install");
-    ctrd.kill(Signal::SIGTERM).expect("stop containerd");
+    ctrd.kill(Signal::SIGTERM).expect("stop the runtime");
     ctrd.start()
-        .expect("containerd starts and launches nri-align");
+        .expect("the runtime starts and launches nri-align");
     let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         common::wait_until(Duration::from_secs(20), || read_log()
             .contains(": registered")),
-        "not registered; plugin log:\n{}\ncontainerd log:\n{}",
+        "not registered; plugin log:\n{}\nruntime log:\n{}",
         read_log(),
         ctrd.log_tail(30)
     );
@@ -278,13 +343,13 @@ fn prelaunched(flavor: Flavor) {
 
     // NRI v0.6.1 sends no Synchronize to launched plugins; v0.8 does.
     let synced = !log_events(&read_log(), "synchronizing").is_empty();
-    assert_eq!(synced, flavor == Flavor::Sid, "{}", read_log());
+    assert_eq!(synced, rt.synchronizes_launched_plugins(), "{}", read_log());
 
-    // containerd restarted: the plugin exits with its connection and is launched again; its
+    // The runtime restarted: the plugin exits with its connection and is launched again; its
     // state (and on v0.6.1 nothing else) says x still holds its CPU.
-    ctrd.kill(Signal::SIGKILL).expect("kill containerd");
+    ctrd.kill(Signal::SIGKILL).expect("kill the runtime");
     ctrd.start()
-        .expect("containerd comes back and relaunches nri-align");
+        .expect("the runtime comes back and relaunches nri-align");
     assert!(
         common::wait_until(Duration::from_secs(20), || {
             log_events(&read_log(), "registered").len() >= 2
@@ -307,12 +372,8 @@ fn prelaunched(flavor: Flavor) {
     eprintln!("{test}: total {:?}", t0.elapsed());
 }
 
-#[test]
-fn containerd_1_7_trixie_prelaunched_nri_align() {
-    prelaunched(Flavor::Trixie);
-}
-
-#[test]
-fn containerd_2_1_sid_prelaunched_nri_align() {
-    prelaunched(Flavor::Sid);
-}
+each_runtime!(
+    registers_synchronizes_and_adjusts,
+    runtime_restart,
+    prelaunched
+);

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::host::EmulatedHost;
-use super::{err, nri_align_bin, run_cmd, wait_until, Containerd, HResult, HarnessError};
+use super::{err, nri_align_bin, run_cmd, wait_until, HResult, HarnessError, Instance};
 use super::{parse_env_file, PluginProcess};
 
 /// How to run `nri-align run` for a test.
@@ -92,7 +92,7 @@ impl AlignRun {
     }
 
     /// Starts it as an external plugin of `ctrd` and waits until it registered.
-    pub fn start(&self, ctrd: &Containerd) -> HResult<PluginProcess> {
+    pub fn start(&self, ctrd: &Instance) -> HResult<PluginProcess> {
         let args = self.args()?;
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let envs = self.envs();
@@ -102,7 +102,7 @@ impl AlignRun {
     }
 
     /// A shell script that runs this configuration of nri-align in launched mode, for
-    /// [`Containerd::install_prelaunched_plugin`]: the runtime replaces the environment and
+    /// [`Instance::install_prelaunched_plugin`]: the runtime replaces the environment and
     /// passes no arguments, so the script carries them and sends the log to `log`.
     pub fn launcher_script(&self, script: &Path, log: &Path) -> HResult<()> {
         let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
@@ -298,7 +298,7 @@ pub struct Live {
     pub env: BTreeMap<String, String>,
 }
 
-impl Containerd {
+impl Instance {
     /// Starts `bin run --socket <this instance's NRI socket> ARGS...` with extra environment.
     pub fn start_external_plugin_with_env(
         &self,
@@ -348,6 +348,49 @@ impl Containerd {
     }
 }
 
+/// The cpuset cgroup directory of process `pid` (the v1 cpuset hierarchy, or v2).
+pub fn cpuset_dir(pid: u32) -> HResult<PathBuf> {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .map_err(|e| HarnessError(format!("cgroup of pid {pid}: {e}")))?;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, ctrls, path) = (
+            parts.next(),
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or(""),
+        );
+        let base = if ctrls.split(',').any(|c| c == "cpuset") {
+            "/sys/fs/cgroup/cpuset"
+        } else if ctrls.is_empty() {
+            "/sys/fs/cgroup"
+        } else {
+            continue;
+        };
+        let dir = Path::new(base).join(path.trim_start_matches('/'));
+        if dir.join("cpuset.cpus").is_file() {
+            return Ok(dir);
+        }
+    }
+    err(format!("no cpuset cgroup for pid {pid}:\n{text}"))
+}
+
+impl Instance {
+    /// The CPUs in the cpuset cgroup of running container `id` (`cpuset.cpus`, or the
+    /// effective set on cgroup v2 when unset).
+    pub fn cgroup_cpus(&self, id: &str) -> HResult<Vec<u32>> {
+        let live = self
+            .live(id)?
+            .ok_or_else(|| HarnessError(format!("{id} is not running")))?;
+        let dir = cpuset_dir(live.pid)?;
+        let read = |f: &str| fs::read_to_string(dir.join(f)).unwrap_or_default();
+        let mut text = read("cpuset.cpus");
+        if text.trim().is_empty() {
+            text = read("cpuset.cpus.effective");
+        }
+        Ok(super::host::parse_list(&text))
+    }
+}
+
 /// A container seen from the host's /proc alone (no CRI call): cheap enough to sample often.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Seen {
@@ -377,7 +420,7 @@ pub fn scan_cgroup(cgroup_parent: &str) -> BTreeMap<String, Seen> {
         };
         let Some(id) = cg.lines().find_map(|l| {
             let at = l.find(&needle)?;
-            l[at + needle.len()..].split('/').next().map(str::to_string)
+            container_of_cgroup(l[at + needle.len()..].split('/').next()?)
         }) else {
             continue;
         };
@@ -403,6 +446,22 @@ pub fn scan_cgroup(cgroup_parent: &str) -> BTreeMap<String, Seen> {
         entry.cpus.dedup();
     }
     out
+}
+
+/// The container (or sandbox) id in the name of its cgroup below the pod's cgroup parent:
+/// containerd's cgroupfs driver names it by the id, CRI-O's `crio-ID` (its conmon, when moved
+/// there, sits in `crio-conmon-ID`, which is no container), and the systemd drivers
+/// `cri-containerd-ID.scope` / `crio-ID.scope`.
+pub fn container_of_cgroup(leaf: &str) -> Option<String> {
+    if leaf.starts_with("crio-conmon-") {
+        return None;
+    }
+    let id = leaf.strip_suffix(".scope").unwrap_or(leaf);
+    let id = id
+        .strip_prefix("crio-")
+        .or_else(|| id.strip_prefix("cri-containerd-"))
+        .unwrap_or(id);
+    (!id.is_empty()).then(|| id.to_string())
 }
 
 /// GPU and RDMA verbs nodes under a container's /dev, sorted.

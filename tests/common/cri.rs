@@ -47,10 +47,12 @@ impl Cri {
     pub fn ok(&self, args: &[&str]) -> HResult<String> {
         let out = self.run(args)?;
         if !out.status.success() {
+            // The real crictl logs the runtime's error Go-quoted (`\"lots\"`); unquoted, it
+            // reads as the runtime wrote it, whichever client ran.
             return err(format!(
                 "crictl {} failed: {}",
                 args.join(" "),
-                describe(&out)
+                describe(&out).replace("\\\"", "\"")
             ));
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
@@ -61,11 +63,18 @@ impl Cri {
         let mut args = vec!["exec", "-s", id];
         args.extend_from_slice(cmd);
         let out = self.run(&args)?;
-        Ok(ExecResult {
+        let mut r = ExecResult {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        })
+        };
+        // The real crictl exits 1 when the command fails and reports "... command 'CMD'
+        // exited with N: STDERR" (without the command's stdout); take N and STDERR from it.
+        if let Some((code, stderr)) = crictl_exec_failure(&r.stderr) {
+            r.code = code;
+            r.stderr = stderr;
+        }
+        Ok(r)
     }
 
     /// `/proc/self/status` of a fresh process in the container.
@@ -121,12 +130,29 @@ impl Cri {
             .collect())
     }
 
-    /// Stops and removes a pod with its containers.
+    /// Stops and removes a pod with its containers. As the kubelet does, the containers are
+    /// stopped first (here without a grace period): CRI-O would give each one the rest of the
+    /// StopPodSandbox deadline to exit on TERM.
     pub fn remove_pod(&self, pod: &Pod) -> HResult<()> {
+        let running = self.ok(&["ps", "-q", "--pod", &pod.id])?;
+        let ids: Vec<&str> = running.lines().filter(|l| !l.is_empty()).collect();
+        if !ids.is_empty() {
+            let mut args = vec!["stop", "--timeout", "0"];
+            args.extend(ids);
+            self.ok(&args)?;
+        }
         self.ok(&["stopp", &pod.id])?;
         self.ok(&["rmp", &pod.id])?;
         Ok(())
     }
+}
+
+/// The exit status and stderr of a command in crictl's exec failure message.
+fn crictl_exec_failure(message: &str) -> Option<(i32, String)> {
+    let rest = &message[message.find("' exited with ")? + "' exited with ".len()..];
+    let (code, stderr) = rest.split_once(": ")?;
+    let stderr = stderr.strip_suffix('\n').unwrap_or(stderr);
+    Some((code.parse().ok()?, stderr.to_string()))
 }
 
 /// A running pod sandbox.
@@ -138,4 +164,8 @@ pub struct Pod {
     pub config_path: PathBuf,
     /// Pod name.
     pub name: String,
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod UID.
+    pub uid: String,
 }

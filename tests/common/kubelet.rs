@@ -568,6 +568,8 @@ impl Containerd {
             id,
             config_path: path,
             name: pod.name.clone(),
+            namespace: pod.namespace.clone(),
+            uid: pod.uid.clone(),
         })
     }
 

@@ -1,9 +1,10 @@
-//! Integration-test harness: private containerd instances brought up by hack/containerd-up,
-//! the CRI client (`$CRICTL` or the project's `nri-align-crictl`), pod / container configs in
-//! crictl's JSON format, exec in containers, and hooks to run nri-align as an NRI plugin.
+//! Integration-test harness: private runtime instances (containerd from hack/containerd-up,
+//! CRI-O from hack/crio-up, see [`Runtime`]), the CRI client (`$CRICTL` or the project's
+//! `nri-align-crictl`), pod / container configs in crictl's JSON format, exec in containers,
+//! and hooks to run nri-align as an NRI plugin.
 //!
-//! Every test file uses its own instance name, so test binaries running in parallel never share
-//! a containerd; an instance is torn down (hack/containerd-down) when its [`Containerd`] drops,
+//! Every test uses its own instance name, so tests running in parallel never share a runtime;
+//! an instance is torn down (hack/containerd-down, hack/crio-down) when its [`Instance`] drops,
 //! also when the test panics. Set `NRI_ALIGN_KEEP=1` to keep instances for post-mortems.
 #![allow(dead_code, unused_imports)] // Each test file uses a different part of the harness.
 
@@ -12,7 +13,9 @@ mod cri;
 pub mod host;
 pub mod kubelet;
 mod plugin;
+mod runtime;
 mod spec;
+pub mod suite;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,11 +28,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub use align::{
-    container_devices, log_events, metric, scan_cgroup, scrape, write_private, AlignRun, Live, Seen,
+    container_devices, container_of_cgroup, cpuset_dir, log_events, metric, scan_cgroup, scrape,
+    write_private, AlignRun, Live, Seen,
 };
 pub use cri::{Cri, ExecResult, Pod};
 pub use host::{format_list, parse_list, EmulatedHost, FakeGpu, RealMachine};
 pub use plugin::PluginProcess;
+pub use runtime::{skip_unless_ready, Runtime};
 pub use spec::{ContainerSpec, PodSpec};
 
 /// A harness failure, with enough context (command, stderr, log tail) to debug from CI output.
@@ -57,7 +62,7 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// Returns `true` (after printing why) when the e2e tests may not run here: they need root to
-/// start containerd. Without root a test fails, since a skipped end-to-end test would pass
+/// start a runtime. Without root a test fails, since a skipped end-to-end test would pass
 /// while asserting nothing; `NRI_ALIGN_E2E=skip` turns that into an explicit, printed skip
 /// (for a developer's unprivileged `cargo test`). Use as
 /// `if common::skip_unless_root("name") { return; }`.
@@ -67,11 +72,13 @@ pub fn skip_unless_root(test: &str) -> bool {
     }
     let uid = nix::unistd::geteuid();
     if std::env::var("NRI_ALIGN_E2E").as_deref() == Ok("skip") {
-        eprintln!("SKIP {test}: needs root to run containerd (uid {uid}); NRI_ALIGN_E2E=skip");
+        eprintln!(
+            "SKIP {test}: needs root to run a container runtime (uid {uid}); NRI_ALIGN_E2E=skip"
+        );
         return true;
     }
     panic!(
-        "{test} needs root to run containerd (uid {uid}); run as root, or set NRI_ALIGN_E2E=skip \
+        "{test} needs root to run a container runtime (uid {uid}); run as root, or set NRI_ALIGN_E2E=skip \
          to skip the end-to-end tests knowingly"
     );
 }
@@ -158,66 +165,73 @@ fn describe(out: &Output) -> String {
     )
 }
 
-/// Knobs for [`Containerd::up_with`].
+/// Knobs for [`Instance::up_with`].
 #[derive(Debug, Clone, Default)]
 pub struct UpOptions {
-    /// NRI plugin_registration_timeout (containerd default 5s).
+    /// NRI plugin registration timeout (runtime default 5s).
     pub registration_timeout: Option<String>,
-    /// NRI plugin_request_timeout (containerd default 2s).
+    /// NRI plugin request timeout (runtime default 2s).
     pub request_timeout: Option<String>,
-    /// containerd log level (default info).
+    /// The runtime's log level (default info).
     pub log_level: Option<String>,
 }
 
-/// One private containerd instance (hack/containerd-up FLAVOR NAME).
-pub struct Containerd {
-    /// Which build.
-    pub flavor: Flavor,
+/// The name [`Instance`] had while containerd was the only runtime; code written before
+/// CRI-O joined compiles unchanged (`Containerd::fresh(Flavor::Sid, ..)`).
+pub type Containerd = Instance;
+
+/// One private runtime instance (hack/containerd-up FLAVOR NAME, hack/crio-up NAME).
+pub struct Instance {
+    /// Which runtime.
+    pub runtime: Runtime,
     /// Instance name (unique per test).
     pub name: String,
-    /// The instance's env file (CONTAINERD_ADDRESS, NRI_SOCKET, CRI_CONFIG_FILE...).
+    /// The instance's env file (CONTAINER_RUNTIME_ENDPOINT, NRI_SOCKET, RUNTIME_DIR...).
     pub env: BTreeMap<String, String>,
     options: UpOptions,
     crictl: PathBuf,
     configs: AtomicUsize,
 }
 
-impl Containerd {
-    /// Starts (or reuses) the instance with default options. Prefer [`Containerd::fresh`] in
+impl Instance {
+    /// Starts (or reuses) the instance with default options. Prefer [`Instance::fresh`] in
     /// tests so no state of an earlier run leaks in.
-    pub fn up(flavor: Flavor, name: &str) -> HResult<Self> {
-        Self::up_with(flavor, name, UpOptions::default())
+    pub fn up(runtime: impl Into<Runtime>, name: &str) -> HResult<Self> {
+        Self::up_with(runtime, name, UpOptions::default())
     }
 
     /// Tears down whatever an earlier run left under this name, then starts the instance.
-    pub fn fresh(flavor: Flavor, name: &str) -> HResult<Self> {
-        Self::fresh_with(flavor, name, UpOptions::default())
+    pub fn fresh(runtime: impl Into<Runtime>, name: &str) -> HResult<Self> {
+        Self::fresh_with(runtime, name, UpOptions::default())
     }
 
-    /// [`Containerd::fresh`] with options.
-    pub fn fresh_with(flavor: Flavor, name: &str, options: UpOptions) -> HResult<Self> {
+    /// [`Instance::fresh`] with options.
+    pub fn fresh_with(
+        runtime: impl Into<Runtime>,
+        name: &str,
+        options: UpOptions,
+    ) -> HResult<Self> {
+        let runtime = runtime.into();
         let crictl = crictl_bin()?;
         let out = run_cmd(
-            Command::new(repo_root().join("hack/containerd-down"))
-                .args([flavor.name(), name])
-                .env("CRICTL", &crictl),
-            "containerd-down",
+            runtime.down_command(name).env("CRICTL", &crictl),
+            "hack/*-down",
         )?;
         if !out.status.success() {
             return err(format!(
-                "containerd-down {} {name} failed: {}",
-                flavor.name(),
+                "teardown of {} {name} failed: {}",
+                runtime.name(),
                 describe(&out)
             ));
         }
-        Self::up_with(flavor, name, options)
+        Self::up_with(runtime, name, options)
     }
 
     /// Starts (or reuses) the instance.
-    pub fn up_with(flavor: Flavor, name: &str, options: UpOptions) -> HResult<Self> {
+    pub fn up_with(runtime: impl Into<Runtime>, name: &str, options: UpOptions) -> HResult<Self> {
         let crictl = crictl_bin()?;
         let mut me = Self {
-            flavor,
+            runtime: runtime.into(),
             name: name.to_string(),
             env: BTreeMap::new(),
             options,
@@ -228,12 +242,12 @@ impl Containerd {
         Ok(me)
     }
 
-    /// (Re)runs hack/containerd-up: starts the daemon if it is not running (on its existing
-    /// state) and waits for CRI. Used after [`Containerd::kill`] to bring containerd back.
+    /// (Re)runs hack/containerd-up or hack/crio-up: starts the daemon if it is not running
+    /// (on its existing state) and waits for CRI. Used after [`Instance::kill`] to bring the
+    /// runtime back.
     pub fn start(&mut self) -> HResult<()> {
-        let mut cmd = Command::new(repo_root().join("hack/containerd-up"));
-        cmd.args([self.flavor.name(), &self.name])
-            .env("CRICTL", &self.crictl);
+        let mut cmd = self.runtime.up_command(&self.name);
+        cmd.env("CRICTL", &self.crictl);
         if let Some(t) = &self.options.registration_timeout {
             cmd.env("NRI_PLUGIN_REGISTRATION_TIMEOUT", t);
         }
@@ -241,13 +255,13 @@ impl Containerd {
             cmd.env("NRI_PLUGIN_REQUEST_TIMEOUT", t);
         }
         if let Some(l) = &self.options.log_level {
-            cmd.env("CONTAINERD_LOG_LEVEL", l);
+            cmd.env("CONTAINERD_LOG_LEVEL", l).env("CRIO_LOG_LEVEL", l);
         }
-        let out = run_cmd(&mut cmd, "containerd-up")?;
+        let out = run_cmd(&mut cmd, "hack/*-up")?;
         if !out.status.success() {
             return err(format!(
-                "containerd-up {} {} failed: {}",
-                self.flavor.name(),
+                "bringing up {} {} failed: {}",
+                self.runtime.name(),
                 self.name,
                 describe(&out)
             ));
@@ -272,7 +286,7 @@ impl Containerd {
         PathBuf::from(self.env.get("NRI_SOCKET").cloned().unwrap_or_default())
     }
 
-    /// Directory containerd launches pre-installed NRI plugins from (at start-up).
+    /// Directory the runtime launches pre-installed NRI plugins from (at start-up).
     pub fn plugin_path(&self) -> PathBuf {
         PathBuf::from(self.env.get("NRI_PLUGIN_PATH").cloned().unwrap_or_default())
     }
@@ -289,28 +303,20 @@ impl Containerd {
 
     /// The instance directory under _output/.
     pub fn dir(&self) -> PathBuf {
-        PathBuf::from(
-            self.env
-                .get("CONTAINERD_CONFIG")
-                .cloned()
-                .unwrap_or_default(),
-        )
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
+        PathBuf::from(self.env.get("RUNTIME_DIR").cloned().unwrap_or_default())
     }
 
-    /// containerd's version string (e.g. "1.7.24~ds1", "2.1.9+unknown").
+    /// The runtime's version string (e.g. "1.7.24~ds1", "2.1.9+unknown", "1.34.11").
     pub fn version(&self) -> &str {
         self.env
-            .get("CONTAINERD_VERSION")
+            .get("RUNTIME_VERSION")
             .map(String::as_str)
             .unwrap_or("")
     }
 
     /// PID of the running daemon.
     pub fn pid(&self) -> HResult<i32> {
-        let path = self.dir().join("containerd.pid");
+        let path = PathBuf::from(self.var("RUNTIME_PIDFILE")?);
         let raw = fs::read_to_string(&path)
             .map_err(|e| HarnessError(format!("read {}: {e}", path.display())))?;
         raw.trim()
@@ -319,7 +325,7 @@ impl Containerd {
     }
 
     /// Kills the daemon (containers and shims keep running, as after a crash) and waits for it
-    /// to be gone. Bring it back with [`Containerd::start`].
+    /// to be gone. Bring it back with [`Instance::start`].
     pub fn kill(&self, signal: nix::sys::signal::Signal) -> HResult<()> {
         let pid = nix::unistd::Pid::from_raw(self.pid()?);
         nix::sys::signal::kill(pid, signal)
@@ -328,21 +334,29 @@ impl Containerd {
             !Path::new(&format!("/proc/{pid}")).exists()
         });
         if !gone {
-            return err(format!("containerd {pid} still alive after {signal}"));
+            return err(format!(
+                "{} {pid} still alive after {signal}",
+                self.runtime.name()
+            ));
         }
         Ok(())
     }
 
-    /// The last `lines` lines of containerd's log (for assertion messages).
+    /// The runtime's log file.
+    pub fn log_path(&self) -> PathBuf {
+        PathBuf::from(self.env.get("RUNTIME_LOG").cloned().unwrap_or_default())
+    }
+
+    /// The last `lines` lines of the runtime's log (for assertion messages).
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = fs::read_to_string(self.dir().join("containerd.log")).unwrap_or_default();
+        let text = fs::read_to_string(self.log_path()).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
-    /// Whether containerd's log contains `needle`.
+    /// Whether the runtime's log contains `needle`.
     pub fn log_contains(&self, needle: &str) -> bool {
-        fs::read_to_string(self.dir().join("containerd.log"))
+        fs::read_to_string(self.log_path())
             .map(|t| t.contains(needle))
             .unwrap_or(false)
     }
@@ -385,13 +399,15 @@ impl Containerd {
             id,
             config_path: path,
             name: spec.name.clone(),
+            namespace: spec.namespace.clone(),
+            uid: spec.metadata_uid(),
         })
     }
 
     /// Creates a container in `pod`; `Err` carries the runtime's message (a plugin rejection).
     pub fn create(&self, pod: &Pod, spec: &ContainerSpec) -> HResult<String> {
         let image = self.env.get("TEST_IMAGE").cloned().unwrap_or_default();
-        let path = self.config_file("container", &spec.to_json(&image))?;
+        let path = self.config_file("container", &spec.to_json(&image, pod))?;
         self.cri().ok(&[
             "create",
             &pod.id,
@@ -439,8 +455,8 @@ impl Containerd {
     }
 
     /// Installs a pre-launched plugin: `bin` is linked into plugin_path as `IDX-NAME` and
-    /// `config` (if any) written to plugin_config_path as `IDX-NAME.conf`. containerd launches
-    /// such plugins when it starts, so call [`Containerd::kill`] + [`Containerd::start`] (or
+    /// `config` (if any) written to plugin_config_path as `IDX-NAME.conf`. The runtime launches
+    /// such plugins when it starts, so call [`Instance::kill`] + [`Instance::start`] (or
     /// install before the first start of a fresh instance) for it to take effect.
     pub fn install_prelaunched_plugin(
         &self,
@@ -470,29 +486,22 @@ impl Containerd {
     }
 }
 
-impl Drop for Containerd {
+impl Drop for Instance {
     fn drop(&mut self) {
+        let rt = self.runtime.name();
         if std::env::var_os("NRI_ALIGN_KEEP").is_some_and(|v| v == "1") {
-            eprintln!(
-                "keeping containerd instance {}-{} (NRI_ALIGN_KEEP=1)",
-                self.flavor.name(),
-                self.name
-            );
+            eprintln!("keeping {rt} instance {} (NRI_ALIGN_KEEP=1)", self.name);
             return;
         }
-        let out = Command::new(repo_root().join("hack/containerd-down"))
-            .args([self.flavor.name(), &self.name])
+        let out = self
+            .runtime
+            .down_command(&self.name)
             .env("CRICTL", &self.crictl)
             .output();
         match out {
             Ok(o) if o.status.success() => {}
-            Ok(o) => eprintln!(
-                "containerd-down {} {} failed: {}",
-                self.flavor.name(),
-                self.name,
-                describe(&o)
-            ),
-            Err(e) => eprintln!("containerd-down {} {}: {e}", self.flavor.name(), self.name),
+            Ok(o) => eprintln!("teardown of {rt} {} failed: {}", self.name, describe(&o)),
+            Err(e) => eprintln!("teardown of {rt} {}: {e}", self.name),
         }
     }
 }

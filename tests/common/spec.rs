@@ -1,9 +1,22 @@
-//! Pod and container configs in crictl's JSON format (proto field names), as tests describe them.
+//! Pod and container configs in crictl's JSON format (proto field names), as tests describe them,
+//! with what the kubelet always adds: the `io.kubernetes.*` labels (CRI-O names a container to
+//! NRI from `io.kubernetes.container.name`), the namespace options repeated in each container's
+//! security context, and the image as the user specified it (CRI-O checks its signature policy
+//! against `user_specified_image`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::{json, Value};
+
+use super::Pod;
+
+/// The kubelet's pod namespace options for a host-network pod: NamespaceMode NODE (2) for the
+/// network (this machine has no CNI), CONTAINER (1) for PIDs (no shareProcessNamespace), POD
+/// (0) for IPC. The kubelet sends them for the sandbox and again in every container.
+fn namespace_options() -> Value {
+    json!({"network": 2, "pid": 1, "ipc": 0})
+}
 
 /// What goes into a pod config (host network always: this machine has no CNI).
 #[derive(Debug, Clone, Default)]
@@ -44,26 +57,35 @@ impl PodSpec {
         self
     }
 
-    /// crictl's JSON for this pod under `cgroup_parent`, logging into `log_dir`.
-    pub fn to_json(&self, cgroup_parent: &str, log_dir: &Path) -> Value {
-        let uid = if self.uid.is_empty() {
+    /// metadata.uid: `uid`, or `uid-NAME` when none was set.
+    pub fn metadata_uid(&self) -> String {
+        if self.uid.is_empty() {
             format!("uid-{}", self.name)
         } else {
             self.uid.clone()
-        };
+        }
+    }
+
+    /// crictl's JSON for this pod under `cgroup_parent`, logging into `log_dir`.
+    pub fn to_json(&self, cgroup_parent: &str, log_dir: &Path) -> Value {
+        let uid = self.metadata_uid();
         let mut linux = json!({
             "cgroup_parent": cgroup_parent,
-            // NamespaceMode NODE = 2: host network, no CNI needed.
-            "security_context": {"namespace_options": {"network": 2}}
+            "security_context": {"namespace_options": namespace_options()}
         });
         if let Some(r) = &self.resources {
             linux["resources"] = r.clone();
         }
+        // The labels the kubelet puts on every sandbox.
+        let mut labels = self.labels.clone();
+        labels.insert("io.kubernetes.pod.name".into(), self.name.clone());
+        labels.insert("io.kubernetes.pod.namespace".into(), self.namespace.clone());
+        labels.insert("io.kubernetes.pod.uid".into(), uid.clone());
         json!({
             "metadata": {"name": self.name, "namespace": self.namespace, "uid": uid, "attempt": 0},
             "log_directory": log_dir,
             "annotations": self.annotations,
-            "labels": self.labels,
+            "labels": labels,
             "linux": linux
         })
     }
@@ -76,7 +98,9 @@ pub struct ContainerSpec {
     pub name: String,
     /// Image (default: the instance's TEST_IMAGE).
     pub image: Option<String>,
-    /// command (default: sleep for an hour).
+    /// command (default: sleep for an hour, and exit at once on TERM: it runs as PID 1 of its
+    /// own PID namespace, where an untrapped TERM is ignored and a stop would wait out the
+    /// runtime's grace period).
     pub command: Vec<String>,
     /// Environment.
     pub envs: BTreeMap<String, String>,
@@ -151,13 +175,25 @@ impl ContainerSpec {
         self
     }
 
-    /// crictl's JSON for this container (`default_image` when none was set).
-    pub fn to_json(&self, default_image: &str) -> Value {
+    /// crictl's JSON for this container in `pod` (`default_image` when none was set).
+    pub fn to_json(&self, default_image: &str, pod: &Pod) -> Value {
         let command: Vec<String> = if self.command.is_empty() {
-            vec!["/bin/sleep".into(), "3600".into()]
+            ["/bin/sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+                .map(String::from)
+                .to_vec()
         } else {
             self.command.clone()
         };
+        let image = self
+            .image
+            .clone()
+            .unwrap_or_else(|| default_image.to_string());
+        // The labels the kubelet puts on every container.
+        let mut labels = self.labels.clone();
+        labels.insert("io.kubernetes.container.name".into(), self.name.clone());
+        labels.insert("io.kubernetes.pod.name".into(), pod.name.clone());
+        labels.insert("io.kubernetes.pod.namespace".into(), pod.namespace.clone());
+        labels.insert("io.kubernetes.pod.uid".into(), pod.uid.clone());
         let envs: Vec<Value> = self
             .envs
             .iter()
@@ -170,14 +206,17 @@ impl ContainerSpec {
             .collect();
         json!({
             "metadata": {"name": self.name, "attempt": 0},
-            "image": {"image": self.image.clone().unwrap_or_else(|| default_image.to_string())},
+            "image": {"image": image, "user_specified_image": image},
             "command": command,
             "envs": envs,
             "devices": devices,
             "annotations": self.annotations,
-            "labels": self.labels,
+            "labels": labels,
             "log_path": format!("{}.log", self.name),
-            "linux": {"resources": Value::Object(self.resources.clone())}
+            "linux": {
+                "resources": Value::Object(self.resources.clone()),
+                "security_context": {"namespace_options": namespace_options()}
+            }
         })
     }
 }

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::common::{
-    nri_align_bin, parse_env_file, status_field, wait_until, ContainerSpec, Containerd, Flavor,
+    nri_align_bin, parse_env_file, status_field, wait_until, ContainerSpec, Flavor, Instance,
     PluginProcess, Pod, PodSpec,
 };
 
@@ -167,7 +167,7 @@ impl Facts {
 /// containerd + nri-align in the guest, shared by every test of the binary.
 pub struct Guest {
     /// The instance.
-    pub ctrd: Containerd,
+    pub ctrd: Instance,
     /// nri-align, dialled into the instance's NRI socket.
     pub plugin: PluginProcess,
     /// The guest's topology.
@@ -200,7 +200,7 @@ fn start() -> Result<Guest, String> {
         _ => Flavor::Sid,
     };
     let facts = Facts::read(Path::new(&fixture));
-    let ctrd = Containerd::fresh(flavor, "vm").map_err(|e| e.to_string())?;
+    let ctrd = Instance::fresh(flavor, "vm").map_err(|e| e.to_string())?;
     let state_dir = ctrd.dir().join("nri-align-state");
     let config = ctrd.dir().join("nri-align.yaml");
     std::fs::write(&config, PLUGIN_CONFIG).map_err(|e| format!("write config: {e}"))?;

@@ -108,7 +108,7 @@ impl Channel {
         let http_request = http::Request::builder()
             .method(http::Method::POST)
             .uri(format!("http://localhost{method}"))
-            .header("content-type", "application/grpc+proto")
+            .header("content-type", "application/grpc")
             .header("te", "trailers")
             .header("grpc-timeout", grpc_timeout(timeout))
             .body(())

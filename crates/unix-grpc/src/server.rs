@@ -171,7 +171,7 @@ async fn serve_call(
         Ok(message) => {
             let response = http::Response::builder()
                 .status(http::StatusCode::OK)
-                .header("content-type", "application/grpc+proto")
+                .header("content-type", "application/grpc")
                 .body(())
                 .map_err(|e| GrpcError::Protocol(format!("response: {e}")))?;
             let mut stream = respond.send_response(response, false)?;
@@ -192,7 +192,7 @@ fn send_status(
 ) -> Result<(), GrpcError> {
     let mut builder = http::Response::builder()
         .status(http::StatusCode::OK)
-        .header("content-type", "application/grpc+proto")
+        .header("content-type", "application/grpc")
         .header("grpc-status", status.code.to_string());
     if !status.message.is_empty() {
         builder = builder.header("grpc-message", percent_encode(&status.message));

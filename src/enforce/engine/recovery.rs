@@ -10,8 +10,8 @@ use std::path::Path;
 use super::{Engine, Placer, StartState};
 use crate::enforce::adjust::CpusetUpdate;
 use crate::enforce::container::{ContainerView, PodView};
-use crate::enforce::engine::reconcile::reconcile;
-use crate::enforce::state::Loaded;
+use crate::enforce::engine::reconcile::{reconcile, record_as_running};
+use crate::enforce::state::{Loaded, Record};
 use crate::topology::CpuSet;
 
 impl<P: Placer> Engine<P> {
@@ -133,22 +133,8 @@ impl<P: Placer> Engine<P> {
                 tracing::info!(container = %id, "released: gone while nri-align was away");
             }
         }
-        for mut rec in plan.rebuild {
-            let id = rec.assignment.container_id.clone();
-            if let Err(r) = self.placer.restore(rec.assignment.clone()) {
-                // Two running containers claim the same exclusive CPUs: keep it running but
-                // count it as shared, so nothing is allocated twice.
-                tracing::warn!(container = %id, "recorded as shared: {}", r.message);
-                rec.assignment.exclusive = false;
-                rec.assignment.gpus.clear();
-                rec.assignment.nics.clear();
-                if let Err(r) = self.placer.restore(rec.assignment.clone()) {
-                    tracing::warn!(container = %id, "not tracked: {}", r.message);
-                    continue;
-                }
-            }
-            tracing::info!(container = %id, cpus = %rec.assignment.cpus, "recorded as running");
-            self.doc.containers.insert(id, rec);
+        for rec in plan.rebuild {
+            self.track_running(rec);
         }
         let mut updates = self.follow_pool(None);
         // A recorded container that does not run with the recorded cpuset lost its adjustment
@@ -178,5 +164,54 @@ impl<P: Placer> Engine<P> {
         self.persist();
         self.refresh_free();
         updates
+    }
+
+    /// Takes in a started container the engine has never seen (at PostStartContainer): the
+    /// runtime created it while no plugin was connected, and the Synchronize of the plugin that
+    /// connected next did not list it, its creation being unfinished (CRI-O lists a container
+    /// only once created; seen in the plugin kill -9 burst). It is recorded as it runs, as
+    /// Synchronize would have done, so nothing it holds is handed out again and, as a shared
+    /// container, it follows the pool from now on. Returns the updates to send with the next
+    /// response (it runs on every CPU until then); none for known or exempt containers.
+    pub fn adopt_started(&mut self, pod: &PodView, c: &ContainerView) -> Vec<CpusetUpdate> {
+        if self.doc.containers.contains_key(&c.id) {
+            return Vec::new();
+        }
+        self.pods
+            .entry(pod.id.clone())
+            .or_insert_with(|| pod.clone());
+        if self.config.is_exempt(&pod.namespace) {
+            return Vec::new();
+        }
+        tracing::warn!(container = %c.id, name = %c.name, "started without nri-align's adjustment (created while no plugin was connected, after Synchronize)");
+        let rec = record_as_running(self.placer.topology(), pod, c);
+        if !self.track_running(rec) {
+            return Vec::new();
+        }
+        let updates = self.follow_pool(None);
+        self.persist();
+        self.refresh_free();
+        updates
+    }
+
+    /// Records a running container as it runs; when what it holds is already held, as a shared
+    /// one. `false` when even that cannot be tracked.
+    fn track_running(&mut self, mut rec: Record) -> bool {
+        let id = rec.assignment.container_id.clone();
+        if let Err(r) = self.placer.restore(rec.assignment.clone()) {
+            // Two running containers claim the same exclusive CPUs: keep it running but
+            // count it as shared, so nothing is allocated twice.
+            tracing::warn!(container = %id, "recorded as shared: {}", r.message);
+            rec.assignment.exclusive = false;
+            rec.assignment.gpus.clear();
+            rec.assignment.nics.clear();
+            if let Err(r) = self.placer.restore(rec.assignment.clone()) {
+                tracing::warn!(container = %id, "not tracked: {}", r.message);
+                return false;
+            }
+        }
+        tracing::info!(container = %id, cpus = %rec.assignment.cpus, "recorded as running");
+        self.doc.containers.insert(id, rec);
+        true
     }
 }

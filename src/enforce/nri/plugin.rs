@@ -190,11 +190,16 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
 
     async fn post_start_container(
         &self,
-        _pod: PodSandbox,
+        pod: PodSandbox,
         container: Container,
     ) -> HandlerResult<()> {
-        let engine = self.engine();
+        let mut engine = self.engine();
         let Some(u) = engine.container_started(&container.id) else {
+            // Unknown: created while no plugin was connected. Its pool update rides on the
+            // next response.
+            let ups = engine.adopt_started(&pod_view(&pod), &container_view(&container));
+            drop(engine);
+            self.queue(ups);
             return Ok(());
         };
         // The runtime may have lost this update while it created the task (its spec has the

@@ -523,4 +523,34 @@ fn pod_resources_size_the_pod_before_its_first_container_only() {
     assert_eq!(e.placer().expected_pods.len(), 1);
 }
 
+#[test]
+fn a_container_started_behind_synchronize_is_adopted_into_the_pool() {
+    let mut e = engine(None, Config::default());
+    e.synchronize(&[pod("a")], &[]);
+    e.create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
+        .expect("ok");
+    // Created while no plugin was connected, after Synchronize: it runs on every CPU,
+    // including x1's.
+    let mut stray = ctr("s9", "a", 0, &[]);
+    stray.resources.cpuset_cpus = "0-7".into();
+    let ups = e.adopt_started(&pod("a"), &stray);
+    assert_eq!(
+        ups,
+        vec![CpusetUpdate {
+            container_id: "s9".into(),
+            cpus: "2-7".parse().expect("set")
+        }]
+    );
+    assert!(e.records().containers.contains_key("s9"));
+    assert!(e.adopt_started(&pod("a"), &stray).is_empty(), "once only");
+    let cfg = Config::parse("exempt_namespaces: [kube-system]", "t").expect("cfg");
+    let mut ex = engine(None, cfg);
+    let k1 = ctr("k1", "kube-system", 0, &[]);
+    assert!(ex.adopt_started(&pod("kube-system"), &k1).is_empty());
+    assert!(
+        !ex.records().containers.contains_key("k1"),
+        "never an exempt one"
+    );
+}
+
 mod consistency;
