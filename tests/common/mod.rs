@@ -9,6 +9,7 @@
 
 pub mod align;
 mod cri;
+pub mod daemonset;
 pub mod host;
 mod plugin;
 mod spec;
