@@ -116,14 +116,18 @@ fn image_runs_as_the_daemonset_runs_it_and_places_containers() {
     let _ = fs::remove_dir_all(&work);
     fs::create_dir_all(&work).expect("mkdir work");
 
-    // 1. The image, from this test's own binary (the release build is the same code), under
-    // the DaemonSet's reference.
+    // 1. The image, from this test's own binary (the release build is the same code;
+    // NRI_ALIGN_IMAGE_BINARY=target/release/nri-align tests that one), under the DaemonSet's
+    // reference.
     let t0 = Instant::now();
     let archive = work.join("nri-align.oci.tar");
+    let binary = std::env::var_os("NRI_ALIGN_IMAGE_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(nri_align_bin);
     run(
         Command::new(repo_root().join("hack/build-image"))
             .arg("--binary")
-            .arg(nri_align_bin())
+            .arg(&binary)
             .arg("--out")
             .arg(&archive)
             .args(["--ref", &agent.image]),
