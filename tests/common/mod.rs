@@ -10,6 +10,7 @@
 
 pub mod align;
 mod cri;
+pub mod daemonset;
 pub mod host;
 pub mod kubelet;
 mod plugin;
