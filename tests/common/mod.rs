@@ -299,6 +299,15 @@ impl Containerd {
         .unwrap_or_default()
     }
 
+    /// The cgroup driver runc uses in this instance: "cgroupfs" or "systemd"
+    /// (hack/containerd-up's CONTAINERD_CGROUP_DRIVER).
+    pub fn cgroup_driver(&self) -> &str {
+        self.env
+            .get("CGROUP_DRIVER")
+            .map(String::as_str)
+            .unwrap_or("cgroupfs")
+    }
+
     /// containerd's version string (e.g. "1.7.24~ds1", "2.1.9+unknown").
     pub fn version(&self) -> &str {
         self.env
@@ -373,7 +382,10 @@ impl Containerd {
 
     /// Runs a pod sandbox (host network) from `spec`.
     pub fn run_pod(&self, spec: &PodSpec) -> HResult<Pod> {
-        let parent = self.env.get("CGROUP_PARENT").cloned().unwrap_or_default();
+        let parent = spec
+            .cgroup_parent
+            .clone()
+            .unwrap_or_else(|| self.env.get("CGROUP_PARENT").cloned().unwrap_or_default());
         let logs = self.dir().join("logs").join(&spec.name);
         fs::create_dir_all(&logs)
             .map_err(|e| HarnessError(format!("mkdir {}: {e}", logs.display())))?;

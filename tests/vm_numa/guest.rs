@@ -1,6 +1,8 @@
 //! The guest side of the multi-NUMA suite: one containerd with nri-align for the whole test
 //! binary, the guest's topology read straight from its sysfs (never from nri-align), and what a
-//! container shows of itself (`/proc/self/status`, `env`, `ls /dev`) and of its cgroup.
+//! container shows of itself (`/proc/self/status`, `env`, `ls /dev`) and of its cgroup. Pods
+//! sit where the kubelet puts them, for whichever cgroup driver the guest's containerd uses
+//! (the systemd guest: runc's systemd driver, pods in `kubepods-*.slice`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -12,6 +14,7 @@ use crate::common::{
     nri_align_bin, parse_env_file, status_field, wait_until, ContainerSpec, Containerd, Flavor,
     PluginProcess, Pod, PodSpec,
 };
+use crate::kubepods::{container_cgroup, pod_cgroup_parent, pod_uid, Qos};
 
 /// Set (to 1) by hack/vm/guest-run: the tests only run inside the QEMU guest.
 pub const GUEST_ENV: &str = "NRI_ALIGN_VM_GUEST";
@@ -172,6 +175,8 @@ pub struct Guest {
     pub plugin: PluginProcess,
     /// The guest's topology.
     pub facts: Facts,
+    /// runc uses the systemd cgroup driver (the systemd guest).
+    pub systemd: bool,
     state_dir: PathBuf,
 }
 
@@ -220,10 +225,12 @@ fn start() -> Result<Guest, String> {
     if !plugin.wait_for_output("configured by runtime", Duration::from_secs(120)) {
         return Err(format!("nri-align did not register:\n{}", plugin.output()));
     }
+    let systemd = ctrd.cgroup_driver() == "systemd";
     Ok(Guest {
         ctrd,
         plugin,
         facts,
+        systemd,
         state_dir,
     })
 }
@@ -300,12 +307,56 @@ impl Guest {
             cri.ok(&["stopp", &id]).expect("stop pod");
             cri.ok(&["rmp", &id]).expect("remove pod");
         }
+        if self.systemd {
+            self.stop_pod_slices();
+        }
     }
 
-    /// Runs a pod with `annotations` (keys without the `.nri-align.io/pod` suffix, e.g.
-    /// `policy`).
-    pub fn pod(&self, name: &str, annotations: &[(&str, &str)]) -> Pod {
-        let mut spec = PodSpec::new(name);
+    /// Stops the pod slices left empty by removed pods, as the kubelet does when it forgets a
+    /// pod (the runtime removes only its containers' scopes).
+    fn stop_pod_slices(&self) {
+        let mut slices = Vec::new();
+        let mut dirs = vec![PathBuf::from("/sys/fs/cgroup/kubepods.slice")];
+        while let Some(dir) = dirs.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.filter_map(Result::ok) {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !name.ends_with(".slice") {
+                    continue;
+                }
+                if name.contains("-pod") {
+                    slices.push(name);
+                } else {
+                    dirs.push(e.path());
+                }
+            }
+        }
+        if slices.is_empty() {
+            return;
+        }
+        let out = std::process::Command::new("systemctl")
+            .arg("stop")
+            .args(&slices)
+            .output()
+            .expect("run systemctl");
+        assert!(
+            out.status.success(),
+            "systemctl stop {slices:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Runs a pod of QoS class `qos` with `annotations` (keys without the `.nri-align.io/pod`
+    /// suffix, e.g. `policy`), under the kubelet's cgroup for that class and a UID of the
+    /// API server's shape.
+    pub fn pod(&self, name: &str, qos: Qos, annotations: &[(&str, &str)]) -> Pod {
+        let uid = pod_uid(name);
+        let root = self.ctrd.var("CGROUP_PARENT").unwrap_or("/");
+        let mut spec = PodSpec::new(name)
+            .uid(&uid)
+            .cgroup_parent(&pod_cgroup_parent(self.systemd, root, qos, &uid));
         for (k, v) in annotations {
             spec = spec.annotation(&format!("{k}.nri-align.io/pod"), v);
         }
@@ -366,7 +417,15 @@ impl Guest {
             .as_str()
             .expect("cgroupsPath")
             .to_string();
-        let cgroup = Path::new("/sys/fs/cgroup").join(cg.trim_start_matches('/'));
+        let rel = container_cgroup(&cg).unwrap_or_else(|| {
+            panic!("{id}: cgroupsPath {cg:?} is neither a path nor slice:prefix:name")
+        });
+        let cgroup = Path::new("/sys/fs/cgroup").join(rel);
+        assert!(
+            cgroup.is_dir(),
+            "{id}: no cgroup at {} (cgroupsPath {cg:?})",
+            cgroup.display()
+        );
         let spec_devices = inspect["info"]["runtimeSpec"]["linux"]["devices"]
             .as_array()
             .map(|a| {
@@ -398,6 +457,31 @@ impl Guest {
             spec_devices,
             env,
             decision,
+        }
+    }
+
+    /// Whether the device cgroup of container `id` lets it open a character device of major
+    /// 195 (NVIDIA) and `minor` that it makes itself with mknod in its /tmp: the filter's
+    /// verdict on a node the runtime did not give it. `Ok(true)`: opened or failed only for
+    /// want of a driver (ENXIO); `Ok(false)`: denied (EPERM, at mknod or open); `Err`: anything
+    /// else, with the output.
+    pub fn may_open_char(&self, id: &str, minor: u32) -> Result<bool, String> {
+        let script = format!(
+            "rm -f /tmp/probe; mknod /tmp/probe c 195 {minor} 2>&1 && head -c0 /tmp/probe 2>&1; \
+             echo rc=$?"
+        );
+        let r = self
+            .ctrd
+            .cri()
+            .exec(id, &["sh", "-c", &script])
+            .map_err(|e| e.to_string())?;
+        let out = r.stdout;
+        if out.contains("not permitted") {
+            Ok(false)
+        } else if out.contains("rc=0") || out.contains("No such device") {
+            Ok(true)
+        } else {
+            Err(format!("probe of 195:{minor} in {id}: {out} {}", r.stderr))
         }
     }
 
