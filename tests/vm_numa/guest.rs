@@ -263,6 +263,9 @@ pub struct Seen {
     pub cgroup: PathBuf,
     /// Device paths of the runtime spec (`inspect`), for messages.
     pub spec_devices: Vec<String>,
+    /// The runtime spec's device cgroup rules (`linux.resources.devices`), as
+    /// `allow|deny TYPE MAJOR:MINOR ACCESS`, for messages.
+    pub spec_device_rules: Vec<String>,
     /// Fields of the decision record nri-align put in the env (`policy=... cpus=...`).
     pub decision: BTreeMap<String, String>,
 }
@@ -434,6 +437,28 @@ impl Guest {
                     .collect()
             })
             .unwrap_or_default();
+        let num = |v: &serde_json::Value| v.as_i64().map_or("*".to_string(), |n| n.to_string());
+        let spec_device_rules = inspect["info"]["runtimeSpec"]["linux"]["resources"]["devices"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|d| {
+                        format!(
+                            "{} {} {}:{} {}",
+                            if d["allow"].as_bool() == Some(true) {
+                                "allow"
+                            } else {
+                                "deny"
+                            },
+                            d["type"].as_str().unwrap_or("a"),
+                            num(&d["major"]),
+                            num(&d["minor"]),
+                            d["access"].as_str().unwrap_or("")
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let decision = env
             .get("NRI_ALIGN_DECISION")
             .map(|d| {
@@ -455,6 +480,7 @@ impl Guest {
             cg_mems: ids(&read(cgroup.join("cpuset.mems.effective"))),
             cgroup,
             spec_devices,
+            spec_device_rules,
             env,
             decision,
         }
@@ -482,6 +508,22 @@ impl Guest {
             Ok(true)
         } else {
             Err(format!("probe of 195:{minor} in {id}: {out} {}", r.stderr))
+        }
+    }
+
+    /// What systemd was told about the device access of container `id`'s scope
+    /// (`DevicePolicy`, `DeviceAllow`), for messages; empty outside the systemd guest.
+    pub fn scope_devices(&self, id: &str) -> String {
+        if !self.systemd {
+            return String::new();
+        }
+        let out = std::process::Command::new("systemctl")
+            .args(["show", "-p", "DevicePolicy", "-p", "DeviceAllow"])
+            .arg(format!("cri-containerd-{id}.scope"))
+            .output();
+        match out {
+            Ok(o) => String::from_utf8_lossy(&o.stdout).replace('\n', "; "),
+            Err(e) => format!("systemctl show: {e}"),
         }
     }
 

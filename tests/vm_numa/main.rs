@@ -313,12 +313,22 @@ fn t5_gpu_device_stays_usable_after_the_runtime_rewrites_the_cpuset() {
         .env("NVIDIA_VISIBLE_DEVICES", &f.gpu_uuid[&minor]);
     let id = g.run(&pod, &spec);
     let before = g.seen(&id);
-    eprintln!("gpu-shared before: {before}");
+    // The device rules as the runtime spec has them and as systemd was told them (systemd
+    // guest): when a check below fails, these say which layer lost the GPU's rule.
+    let rules = |s: &Seen| {
+        format!(
+            "spec rules {:?}; scope {}",
+            s.spec_device_rules,
+            g.scope_devices(&s.id)
+        )
+    };
+    eprintln!("gpu-shared before: {before}\n  {}", rules(&before));
     let check_devices = |when: &str, s: &Seen| {
         assert_eq!(
             s.gpu_usable,
             Ids::from([minor]),
-            "gpu-shared {when}: /dev/nvidia{minor} must be usable, and only it\n  seen: {s}"
+            "gpu-shared {when}: /dev/nvidia{minor} must be usable, and only it\n  seen: {s}\n  {}",
+            rules(s)
         );
         assert_eq!(
             g.may_open_char(&id, minor),
@@ -354,7 +364,7 @@ fn t5_gpu_device_stays_usable_after_the_runtime_rewrites_the_cpuset() {
             break;
         }
     }
-    eprintln!("gpu-shared after: {after}");
+    eprintln!("gpu-shared after: {after}\n  {}", rules(&after));
     assert_ne!(
         after.cpus, before.cpus,
         "three exclusive allocations never changed the shared container's cpuset: the pool \
