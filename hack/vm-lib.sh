@@ -13,7 +13,8 @@
 # Knobs (env): NRI_ALIGN_VM_HOST (description, default vm-2s4n), NRI_ALIGN_VM_FLAVOR (containerd
 # build, default sid), NRI_ALIGN_VM_BOOT_TIMEOUT (seconds until the guest says ready, 240),
 # NRI_ALIGN_VM_TRIES (boots tried when a guest hangs early, 3), NRI_ALIGN_VM_TIMEOUT (seconds
-# for one guest run, 900).
+# for one guest run, 900), NRI_ALIGN_VM_DEV_CHAR_LINKS (0: no /dev/char/195:N links to the GPU
+# stand-ins, see hack/vm/guest-run; 1).
 
 VM_HOST_DESC="${NRI_ALIGN_VM_HOST:-vm-2s4n}"
 VM_FLAVOR="${NRI_ALIGN_VM_FLAVOR:-sid}"
@@ -334,6 +335,7 @@ vm_run() {
     local -a env=(VM_RUN="$run" NRI_ALIGN_BIN="$NRI_ALIGN_BIN" CRICTL="$CRICTL_BIN"
         NRI_ALIGN_FAKE_NVML="$FAKE_NVML_LIB" HOST_CACHE="$CACHE_DIR"
         NRI_ALIGN_VM_HOST="$VM_HOST_DESC" NRI_ALIGN_VM_FLAVOR="$VM_FLAVOR"
+        NRI_ALIGN_VM_DEV_CHAR_LINKS="${NRI_ALIGN_VM_DEV_CHAR_LINKS:-1}"
         VM_TEST_BIN="$VM_TEST_BIN" HOME=/root RUST_BACKTRACE=0
         PATH=/bin:/sbin:/usr/bin:/usr/sbin "${VM_JOB_ENV[@]}")
     {
