@@ -97,6 +97,9 @@ vm_sd_setup() {
     VM_QEMU_EXTRA=(-drive "file=$VM_SD_IMAGE,format=raw,if=none,id=root,snapshot=on"
         -device "virtio-blk-pci,drive=root,bus=pcie.0")
     VM_APPEND_EXTRA="nra.root=/dev/vda systemd.unified_cgroup_hierarchy=1 systemd.unit=nri-align.target systemd.show_status=error"
+    # Pods start 2-3 times slower here than in the busybox guest (runc asks systemd for each
+    # scope over D-Bus): a longer guard against a hung guest, unless one was asked for.
+    [[ -n "${NRI_ALIGN_VM_TIMEOUT:-}" ]] || VM_TIMEOUT=1800
     VM_JOB_ENV=(NRI_ALIGN_VM_CGROUP_DRIVER=systemd)
     VM_RUN_SUFFIX=-systemd
 }
