@@ -13,6 +13,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod devices;
 mod guest;
 mod kubepods;
 
