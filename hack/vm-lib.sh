@@ -13,7 +13,8 @@
 # Knobs (env): NRI_ALIGN_VM_HOST (description, default vm-2s4n), NRI_ALIGN_VM_FLAVOR (containerd
 # build, default sid), NRI_ALIGN_VM_BOOT_TIMEOUT (seconds until the guest says ready, 240),
 # NRI_ALIGN_VM_TRIES (boots tried when a guest hangs early, 3), NRI_ALIGN_VM_TIMEOUT (seconds
-# for one guest run, 900).
+# for one guest run, 900), NRI_ALIGN_VM_DEV_CHAR_LINKS (0: no /dev/char/195:N links to the GPU
+# stand-ins, see hack/vm/guest-run; 1).
 
 VM_HOST_DESC="${NRI_ALIGN_VM_HOST:-vm-2s4n}"
 VM_FLAVOR="${NRI_ALIGN_VM_FLAVOR:-sid}"
@@ -25,6 +26,13 @@ KERNEL_DIR="$CACHE_DIR/kernel-bookworm"
 # Modules the guest loads (their dependencies are added): virtio PCI transport and 9p for the
 # shares, overlayfs for containerd's snapshotter, e1000e so the NIC stand-ins get netdevs.
 VM_MODULES=(virtio_pci 9pnet_virtio 9p overlay e1000e)
+# Set by a guest variant (hack/vm-systemd.sh) before vm_run: more QEMU arguments (a disk), more
+# kernel command line, more KEY=VALUE for the job's environment.
+VM_QEMU_EXTRA=()
+VM_APPEND_EXTRA=""
+VM_JOB_ENV=()
+# Appended to the run directory's name (_output/vm/JOB-SUFFIX), so variants keep their own logs.
+VM_RUN_SUFFIX=""
 
 # vm_fill_cache: downloads what the guest needs into .cache/ (serialised with the harness's
 # lock, as containerd-up does): containerd, runc, the images, and the kernel.
@@ -185,7 +193,8 @@ vm_boot() {
         || die "nri-align emulate --host $VM_HOST_DESC --qemu-args failed"
     [[ -n "$shape" ]] || die "no QEMU arguments for $VM_HOST_DESC (invalid description?)"
     mapfile -t -O "${#qemu[@]}" qemu <<<"$shape"
-    qemu+=(-append "console=ttyS0 loglevel=5 panic=-1 nra.run=$run nra.shares=$cmd_shares")
+    qemu+=("${VM_QEMU_EXTRA[@]}")
+    qemu+=(-append "console=ttyS0 loglevel=5 panic=-1 nra.run=$run nra.shares=$cmd_shares${VM_APPEND_EXTRA:+ $VM_APPEND_EXTRA}")
     printf '%q ' "${qemu[@]}" >"$run/qemu.cmdline"
     if [[ "${VM_SERIAL:-}" == stdio ]]; then
         # Interactive: the console is this terminal; no hang detection.
@@ -297,12 +306,12 @@ vm_build() {
 }
 
 # vm_run JOB ARGS...: builds the initramfs, boots the guest for `hack/vm/guest-run JOB ARGS...`
-# in the run directory _output/vm/JOB (kept for post-mortems: console.log, job.log) and returns
+# in the run directory _output/vm/JOB$VM_RUN_SUFFIX (kept for post-mortems: console.log, job.log) and returns
 # the job's exit status. vm_build must have run. The guest is stopped on return, also on
 # interruption.
 vm_run() {
     local job="$1"; shift
-    VM_RUN_DIR="$VM_DIR/$job"
+    VM_RUN_DIR="$VM_DIR/$job$VM_RUN_SUFFIX"
     local run="$VM_RUN_DIR"
     vm_down "$run" 2>/dev/null || true
     rm -rf "$run"
@@ -326,8 +335,9 @@ vm_run() {
     local -a env=(VM_RUN="$run" NRI_ALIGN_BIN="$NRI_ALIGN_BIN" CRICTL="$CRICTL_BIN"
         NRI_ALIGN_FAKE_NVML="$FAKE_NVML_LIB" HOST_CACHE="$CACHE_DIR"
         NRI_ALIGN_VM_HOST="$VM_HOST_DESC" NRI_ALIGN_VM_FLAVOR="$VM_FLAVOR"
+        NRI_ALIGN_VM_DEV_CHAR_LINKS="${NRI_ALIGN_VM_DEV_CHAR_LINKS:-1}"
         VM_TEST_BIN="$VM_TEST_BIN" HOME=/root RUST_BACKTRACE=0
-        PATH=/bin:/sbin:/usr/bin:/usr/sbin)
+        PATH=/bin:/sbin:/usr/bin:/usr/sbin "${VM_JOB_ENV[@]}")
     {
         echo "# written by $(basename "$0") for hack/vm/init"
         printf 'export'; printf ' %q' "${env[@]}"; echo

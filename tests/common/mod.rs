@@ -307,6 +307,15 @@ impl Instance {
         PathBuf::from(self.env.get("RUNTIME_DIR").cloned().unwrap_or_default())
     }
 
+    /// The cgroup driver runc uses in this instance: "cgroupfs" or "systemd"
+    /// (hack/containerd-up's CONTAINERD_CGROUP_DRIVER, hack/crio-up's CGROUP_MANAGER).
+    pub fn cgroup_driver(&self) -> &str {
+        self.env
+            .get("CGROUP_DRIVER")
+            .map(String::as_str)
+            .unwrap_or("cgroupfs")
+    }
+
     /// The runtime's version string (e.g. "1.7.24~ds1", "2.1.9+unknown", "1.34.11").
     pub fn version(&self) -> &str {
         self.env
@@ -389,7 +398,10 @@ impl Instance {
 
     /// Runs a pod sandbox (host network) from `spec`.
     pub fn run_pod(&self, spec: &PodSpec) -> HResult<Pod> {
-        let parent = self.env.get("CGROUP_PARENT").cloned().unwrap_or_default();
+        let parent = spec
+            .cgroup_parent
+            .clone()
+            .unwrap_or_else(|| self.env.get("CGROUP_PARENT").cloned().unwrap_or_default());
         let logs = self.dir().join("logs").join(&spec.name);
         fs::create_dir_all(&logs)
             .map_err(|e| HarnessError(format!("mkdir {}: {e}", logs.display())))?;

@@ -33,6 +33,9 @@ pub struct PodSpec {
     pub labels: BTreeMap<String, String>,
     /// linux.resources (pod-level, the sum kubelet would send).
     pub resources: Option<Value>,
+    /// linux.cgroup_parent, when the test picks it (the kubelet's pod cgroup, e.g. a systemd
+    /// slice); `None`: the harness instance's own parent.
+    pub cgroup_parent: Option<String>,
 }
 
 impl PodSpec {
@@ -54,6 +57,18 @@ impl PodSpec {
     /// Sets the namespace.
     pub fn namespace(mut self, ns: &str) -> Self {
         self.namespace = ns.into();
+        self
+    }
+
+    /// Sets metadata.uid.
+    pub fn uid(mut self, uid: &str) -> Self {
+        self.uid = uid.into();
+        self
+    }
+
+    /// Puts the pod under `parent` instead of the harness instance's cgroup parent.
+    pub fn cgroup_parent(mut self, parent: &str) -> Self {
+        self.cgroup_parent = Some(parent.into());
         self
     }
 

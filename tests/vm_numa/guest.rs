@@ -1,6 +1,8 @@
 //! The guest side of the multi-NUMA suite: one containerd with nri-align for the whole test
 //! binary, the guest's topology read straight from its sysfs (never from nri-align), and what a
-//! container shows of itself (`/proc/self/status`, `env`, `ls /dev`) and of its cgroup.
+//! container shows of itself (`/proc/self/status`, `env`, `ls /dev`) and of its cgroup. Pods
+//! sit where the kubelet puts them, for whichever cgroup driver the guest's containerd uses
+//! (the systemd guest: runc's systemd driver, pods in `kubepods-*.slice`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -12,6 +14,7 @@ use crate::common::{
     nri_align_bin, parse_env_file, status_field, wait_until, ContainerSpec, Flavor, Instance,
     PluginProcess, Pod, PodSpec,
 };
+use crate::kubepods::{container_cgroup, pod_cgroup_parent, pod_uid, Qos};
 
 /// Set (to 1) by hack/vm/guest-run: the tests only run inside the QEMU guest.
 pub const GUEST_ENV: &str = "NRI_ALIGN_VM_GUEST";
@@ -172,6 +175,8 @@ pub struct Guest {
     pub plugin: PluginProcess,
     /// The guest's topology.
     pub facts: Facts,
+    /// runc uses the systemd cgroup driver (the systemd guest).
+    pub systemd: bool,
     state_dir: PathBuf,
 }
 
@@ -220,10 +225,12 @@ fn start() -> Result<Guest, String> {
     if !plugin.wait_for_output("configured by runtime", Duration::from_secs(120)) {
         return Err(format!("nri-align did not register:\n{}", plugin.output()));
     }
+    let systemd = ctrd.cgroup_driver() == "systemd";
     Ok(Guest {
         ctrd,
         plugin,
         facts,
+        systemd,
         state_dir,
     })
 }
@@ -256,6 +263,9 @@ pub struct Seen {
     pub cgroup: PathBuf,
     /// Device paths of the runtime spec (`inspect`), for messages.
     pub spec_devices: Vec<String>,
+    /// The runtime spec's device cgroup rules (`linux.resources.devices`), as
+    /// `allow|deny TYPE MAJOR:MINOR ACCESS`, for messages.
+    pub spec_device_rules: Vec<String>,
     /// Fields of the decision record nri-align put in the env (`policy=... cpus=...`).
     pub decision: BTreeMap<String, String>,
 }
@@ -300,12 +310,56 @@ impl Guest {
             cri.ok(&["stopp", &id]).expect("stop pod");
             cri.ok(&["rmp", &id]).expect("remove pod");
         }
+        if self.systemd {
+            self.stop_pod_slices();
+        }
     }
 
-    /// Runs a pod with `annotations` (keys without the `.nri-align.io/pod` suffix, e.g.
-    /// `policy`).
-    pub fn pod(&self, name: &str, annotations: &[(&str, &str)]) -> Pod {
-        let mut spec = PodSpec::new(name);
+    /// Stops the pod slices left empty by removed pods, as the kubelet does when it forgets a
+    /// pod (the runtime removes only its containers' scopes).
+    fn stop_pod_slices(&self) {
+        let mut slices = Vec::new();
+        let mut dirs = vec![PathBuf::from("/sys/fs/cgroup/kubepods.slice")];
+        while let Some(dir) = dirs.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.filter_map(Result::ok) {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !name.ends_with(".slice") {
+                    continue;
+                }
+                if name.contains("-pod") {
+                    slices.push(name);
+                } else {
+                    dirs.push(e.path());
+                }
+            }
+        }
+        if slices.is_empty() {
+            return;
+        }
+        let out = std::process::Command::new("systemctl")
+            .arg("stop")
+            .args(&slices)
+            .output()
+            .expect("run systemctl");
+        assert!(
+            out.status.success(),
+            "systemctl stop {slices:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Runs a pod of QoS class `qos` with `annotations` (keys without the `.nri-align.io/pod`
+    /// suffix, e.g. `policy`), under the kubelet's cgroup for that class and a UID of the
+    /// API server's shape.
+    pub fn pod(&self, name: &str, qos: Qos, annotations: &[(&str, &str)]) -> Pod {
+        let uid = pod_uid(name);
+        let root = self.ctrd.var("CGROUP_PARENT").unwrap_or("/");
+        let mut spec = PodSpec::new(name)
+            .uid(&uid)
+            .cgroup_parent(&pod_cgroup_parent(self.systemd, root, qos, &uid));
         for (k, v) in annotations {
             spec = spec.annotation(&format!("{k}.nri-align.io/pod"), v);
         }
@@ -366,12 +420,42 @@ impl Guest {
             .as_str()
             .expect("cgroupsPath")
             .to_string();
-        let cgroup = Path::new("/sys/fs/cgroup").join(cg.trim_start_matches('/'));
+        let rel = container_cgroup(&cg).unwrap_or_else(|| {
+            panic!("{id}: cgroupsPath {cg:?} is neither a path nor slice:prefix:name")
+        });
+        let cgroup = Path::new("/sys/fs/cgroup").join(rel);
+        assert!(
+            cgroup.is_dir(),
+            "{id}: no cgroup at {} (cgroupsPath {cg:?})",
+            cgroup.display()
+        );
         let spec_devices = inspect["info"]["runtimeSpec"]["linux"]["devices"]
             .as_array()
             .map(|a| {
                 a.iter()
                     .filter_map(|d| d["path"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let num = |v: &serde_json::Value| v.as_i64().map_or("*".to_string(), |n| n.to_string());
+        let spec_device_rules = inspect["info"]["runtimeSpec"]["linux"]["resources"]["devices"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|d| {
+                        format!(
+                            "{} {} {}:{} {}",
+                            if d["allow"].as_bool() == Some(true) {
+                                "allow"
+                            } else {
+                                "deny"
+                            },
+                            d["type"].as_str().unwrap_or("a"),
+                            num(&d["major"]),
+                            num(&d["minor"]),
+                            d["access"].as_str().unwrap_or("")
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -396,6 +480,7 @@ impl Guest {
             cg_mems: ids(&read(cgroup.join("cpuset.mems.effective"))),
             cgroup,
             spec_devices,
+            spec_device_rules,
             env,
             decision,
         }

@@ -4,15 +4,22 @@
 //! Every assertion reads what the container itself reports (`/proc/self/status`, `env`,
 //! `ls /dev`), the container's cgroup, and the guest's sysfs, never nri-align's own view.
 //!
+//! The same tests run in the busybox guest (cgroupfs driver) and in the systemd guest
+//! (`hack/vm-e2e --systemd`: runc's systemd driver, pods in the kubelet's slices); pods get the
+//! kubelet's cgroup parent for their QoS class under either driver.
+//!
 //! On any other machine each test prints SKIP and passes: `cargo test` builds this binary, and
 //! hack/vm-e2e runs it in the guest with NRI_ALIGN_VM_GUEST=1.
 
 #[path = "../common/mod.rs"]
 mod common;
+mod devices;
 mod guest;
+mod kubepods;
 
 use common::ContainerSpec;
 use guest::{guest, list, Facts, Guest, Ids, Seen};
+use kubepods::Qos;
 
 /// A container as a device plugin would hand it one GPU: the device node and the UUID.
 fn gpu_container(name: &str, minor: u32, facts: &Facts) -> ContainerSpec {
@@ -100,7 +107,11 @@ fn t1_single_numa_node_gpu_pods_land_wholly_on_their_gpus_nodes() {
     let mut nodes = Vec::new();
     // What a device plugin would allocate: GPU 0 to the first pod, GPU 1 to the second.
     for (name, minor) in [("gpu-a", 0), ("gpu-b", 1)] {
-        let pod = g.pod(name, &[("policy", "single-numa-node"), ("nics", "1")]);
+        let pod = g.pod(
+            name,
+            Qos::Guaranteed,
+            &[("policy", "single-numa-node"), ("nics", "1")],
+        );
         let id = g.run(&pod, &gpu_container("cuda", minor, f));
         let s = g.seen(&id);
         let (gpu, node) = only_gpu(name, &s, f);
@@ -136,7 +147,11 @@ fn t2_pod_too_big_for_one_node_is_rejected_or_spans_the_closest_nodes() {
             .memory(128 << 20)
     };
 
-    let strict = g.pod("big-strict", &[("policy", "single-numa-node")]);
+    let strict = g.pod(
+        "big-strict",
+        Qos::Guaranteed,
+        &[("policy", "single-numa-node")],
+    );
     let msg = g
         .ctrd
         .create(&strict, &wide())
@@ -153,7 +168,7 @@ fn t2_pod_too_big_for_one_node_is_rejected_or_spans_the_closest_nodes() {
         assert!(msg.contains(want), "rejection lacks {want:?}: {msg}");
     }
 
-    let loose = g.pod("big-loose", &[("policy", "best-effort")]);
+    let loose = g.pod("big-loose", Qos::Guaranteed, &[("policy", "best-effort")]);
     let id = g.run(&loose, &wide());
     let s = g.seen(&id);
     eprintln!("big-loose: {s}");
@@ -186,7 +201,12 @@ fn t3_pod_scope_keeps_a_pods_containers_together() {
     let sidecar = || ContainerSpec::new("sidecar").cpu_millis(250, None);
     let mut sidecars = Vec::new();
     for (name, scope, minor) in [("scoped", "pod", 2), ("unscoped", "container", 3)] {
-        let pod = g.pod(name, &[("policy", "single-numa-node"), ("scope", scope)]);
+        // The sidecar has a request and no limit: the pod is Burstable.
+        let pod = g.pod(
+            name,
+            Qos::Burstable,
+            &[("policy", "single-numa-node"), ("scope", scope)],
+        );
         let main = g.seen(&g.run(&pod, &gpu_container("main", minor, f)));
         let (_, node) = only_gpu(name, &main, f);
         assert_on_node(&format!("{name}/main"), &main, node, f);
@@ -227,7 +247,7 @@ fn t4_memory_is_allocated_on_the_chosen_node() {
         "-c",
         "dd if=/dev/zero bs=64M count=1 2>/dev/null | sleep 3600",
     ]);
-    let pod = g.pod("mem", &[("policy", "single-numa-node")]);
+    let pod = g.pod("mem", Qos::Guaranteed, &[("policy", "single-numa-node")]);
     let s = g.seen(&g.run(&pod, &writer));
     let (_, node) = only_gpu("mem", &s, f);
     assert_on_node("mem", &s, node, f);
@@ -265,5 +285,97 @@ fn t4_memory_is_allocated_on_the_chosen_node() {
         on >= FILL && off < 4 << 20,
         "numa_maps of the container's processes: {on} bytes on node {node}, {off} elsewhere \
          ({pages:?})"
+    );
+}
+
+#[test]
+fn t5_gpu_device_stays_usable_after_the_runtime_rewrites_the_cpuset() {
+    let Some(g) = guest("t5") else { return };
+    let f = &g.facts;
+    // A Burstable pod holding GPU 0 on shared CPUs (a request, no limit): its cpuset is the
+    // shared pool, which nri-align rewrites in the running container (NRI UpdateContainer ->
+    // runc update) whenever an exclusive allocation shrinks the pool. On cgroup v2 the device
+    // rules are an eBPF program that runc (and, with the systemd driver, systemd) replaces on
+    // every update: a program rebuilt without the GPU's rule cuts the container off its GPU
+    // ("Failed to initialize NVML: Unknown Error"), one rebuilt without the deny rules opens
+    // every device.
+    let minor = 0;
+    let other = *f
+        .gpu_node
+        .keys()
+        .find(|m| **m != minor)
+        .expect("a second GPU");
+    let pod = g.pod("gpu-shared", Qos::Burstable, &[("policy", "best-effort")]);
+    let node = format!("/dev/nvidia{minor}");
+    let spec = ContainerSpec::new("cuda")
+        .cpu_millis(500, None)
+        .memory(64 << 20)
+        .device(&node, &node, "rw")
+        .env("NVIDIA_VISIBLE_DEVICES", &f.gpu_uuid[&minor]);
+    let id = g.run(&pod, &spec);
+    let before = g.seen(&id);
+    // The device rules as the runtime spec has them and as systemd was told them (systemd
+    // guest): when a check below fails, these say which layer lost the GPU's rule.
+    let rules = |s: &Seen| {
+        format!(
+            "spec rules {:?}; scope {}",
+            s.spec_device_rules,
+            g.scope_devices(&s.id)
+        )
+    };
+    eprintln!("gpu-shared before: {before}\n  {}", rules(&before));
+    let check_devices = |when: &str, s: &Seen| {
+        assert_eq!(
+            s.gpu_usable,
+            Ids::from([minor]),
+            "gpu-shared {when}: /dev/nvidia{minor} must be usable, and only it\n  seen: {s}\n  {}",
+            rules(s)
+        );
+        assert_eq!(
+            g.may_open_char(&id, minor),
+            Ok(true),
+            "gpu-shared {when}: a fresh node 195:{minor} must open"
+        );
+        assert_eq!(
+            g.may_open_char(&id, other),
+            Ok(false),
+            "gpu-shared {when}: the device cgroup must still deny GPU {other} (195:{other})"
+        );
+    };
+    check_devices("before any update", &before);
+
+    // Exclusive CPUs, one Guaranteed pod at a time, until one of them came out of the shared
+    // container's CPUs and nri-align moved it.
+    let mut after = before.clone();
+    for i in 0..3 {
+        let name = format!("excl-{i}");
+        let p = g.pod(&name, Qos::Guaranteed, &[("policy", "single-numa-node")]);
+        let c = ContainerSpec::new("busy")
+            .cpu_millis(1000, Some(1000))
+            .memory(32 << 20);
+        let excl = g.seen(&g.run(&p, &c));
+        eprintln!("{name}: {excl}");
+        after = g.seen(&id);
+        if after.cpus != before.cpus {
+            assert!(
+                after.cpus.is_disjoint(&excl.cpus),
+                "gpu-shared still shares CPUs with {name}'s exclusive ones\n  gpu-shared: \
+                 {after}\n  {name}: {excl}"
+            );
+            break;
+        }
+    }
+    eprintln!("gpu-shared after: {after}\n  {}", rules(&after));
+    assert_ne!(
+        after.cpus, before.cpus,
+        "three exclusive allocations never changed the shared container's cpuset: the pool \
+         update did not reach it\n  before: {before}\n  after: {after}"
+    );
+    assert_cgroup_matches("gpu-shared after the update", &after);
+    check_devices("after its cpuset was updated", &after);
+    let (ok, out) = g.verify();
+    assert!(
+        ok,
+        "nri-align verify reports drift after the update:\n{out}"
     );
 }
