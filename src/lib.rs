@@ -5,5 +5,6 @@ pub mod cli;
 pub mod config;
 pub mod enforce;
 pub mod metrics;
+pub mod nrt;
 pub mod placement;
 pub mod topology;
