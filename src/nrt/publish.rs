@@ -248,6 +248,8 @@ impl Worker {
         let mut backoff = self.options.backoff_min;
         // When to act without a new input: the retry after a failure or the next resync.
         let mut deadline: Option<Instant> = None;
+        // Set while the last attempt failed: when the next one may start.
+        let mut retry_at: Option<Instant> = None;
         loop {
             let changed = match deadline {
                 Some(at) => tokio::select! {
@@ -259,8 +261,13 @@ impl Worker {
             match changed {
                 Some(Err(_)) => return, // the Publisher is gone
                 Some(Ok(())) => {
-                    // Let a burst settle; later inputs replace this one.
+                    // Let a burst settle; later inputs replace this one. After a failure, new
+                    // inputs wait for the retry time too: a down server sees one attempt per
+                    // backoff period, however busy the node is.
                     tokio::time::sleep(self.options.debounce).await;
+                    if let Some(at) = retry_at {
+                        tokio::time::sleep_until(at).await;
+                    }
                 }
                 None => {
                     // Resync or retry: read the server's copy again before trusting it.
@@ -313,6 +320,7 @@ impl Worker {
                         s.last_error = None;
                     });
                     backoff = self.options.backoff_min;
+                    retry_at = None;
                     deadline = Some(Instant::now() + self.options.resync);
                 }
                 Err(f) => {
@@ -338,8 +346,11 @@ impl Worker {
                     if f.reason == "build" {
                         // Only a new input can fix it.
                         deadline = None;
+                        retry_at = None;
                     } else {
-                        deadline = Some(Instant::now() + jitter(backoff));
+                        let at = Instant::now() + jitter(backoff);
+                        deadline = Some(at);
+                        retry_at = Some(at);
                         backoff = (backoff * 2).min(self.options.backoff_max);
                     }
                 }
