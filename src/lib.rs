@@ -18,6 +18,7 @@ pub mod config;
 pub mod enforce;
 pub mod host;
 pub mod metrics;
+pub mod nrt;
 pub mod placement;
 pub mod simulate;
 pub mod topology;

@@ -1,0 +1,152 @@
+//! Counters of the NodeResourceTopology publisher, registered into the daemon's Prometheus
+//! registry under `nri_align_nrt_*`:
+//!
+//! - `nri_align_nrt_publish_attempts_total`: reconcile attempts (one per debounced change,
+//!   resync or retry);
+//! - `nri_align_nrt_publish_failures_total{reason}`: failed attempts by reason (`unreachable`,
+//!   `unauthorized`, `forbidden`, `invalid`, `not-found`, `server`, `conflict`, `build`,
+//!   `other`);
+//! - `nri_align_nrt_publish_conflicts_total`: 409s answered by re-reading the object;
+//! - `nri_align_nrt_publishes_total{outcome}`: successful attempts (`created`, `replaced`,
+//!   `unchanged`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// Label of a failure.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// Why the attempt failed.
+    pub reason: String,
+}
+
+/// Label of a success.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// What the attempt did.
+    pub outcome: String,
+}
+
+/// The publisher's counters; clones share them.
+#[derive(Debug, Clone, Default)]
+pub struct NrtMetrics {
+    attempts: Counter,
+    failures: Family<ReasonLabel, Counter>,
+    conflicts: Counter,
+    publishes: Family<OutcomeLabel, Counter>,
+}
+
+impl NrtMetrics {
+    /// Registers the counters under `nrt_` in `registry` (whose prefix, `nri_align`, comes
+    /// first).
+    pub fn register(&self, registry: &mut Registry) {
+        let sub = registry.sub_registry_with_prefix("nrt");
+        sub.register(
+            "publish_attempts",
+            "NodeResourceTopology reconcile attempts",
+            self.attempts.clone(),
+        );
+        sub.register(
+            "publish_failures",
+            "NodeResourceTopology attempts that failed, by reason",
+            self.failures.clone(),
+        );
+        sub.register(
+            "publish_conflicts",
+            "409 Conflicts answered by re-reading the object",
+            self.conflicts.clone(),
+        );
+        sub.register(
+            "publishes",
+            "NodeResourceTopology attempts that succeeded, by outcome",
+            self.publishes.clone(),
+        );
+    }
+
+    pub(super) fn attempt(&self) {
+        self.attempts.inc();
+    }
+
+    pub(super) fn failure(&self, reason: &str) {
+        self.failures
+            .get_or_create(&ReasonLabel {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    pub(super) fn conflict(&self) {
+        self.conflicts.inc();
+    }
+
+    pub(super) fn success(&self, outcome: &str) {
+        self.publishes
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.into(),
+            })
+            .inc();
+    }
+
+    /// Attempts so far.
+    pub fn attempts(&self) -> u64 {
+        self.attempts.get()
+    }
+
+    /// Failures with `reason` so far.
+    pub fn failures(&self, reason: &str) -> u64 {
+        self.failures
+            .get_or_create(&ReasonLabel {
+                reason: reason.into(),
+            })
+            .get()
+    }
+
+    /// Conflicts so far.
+    pub fn conflicts(&self) -> u64 {
+        self.conflicts.get()
+    }
+
+    /// Successes with `outcome` so far.
+    pub fn successes(&self, outcome: &str) -> u64 {
+        self.publishes
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.into(),
+            })
+            .get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_exported_under_the_nri_align_nrt_prefix() {
+        let m = NrtMetrics::default();
+        let mut registry = Registry::with_prefix("nri_align");
+        m.register(&mut registry);
+        m.attempt();
+        m.failure("unreachable");
+        m.success("created");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        assert!(
+            text.contains("nri_align_nrt_publish_attempts_total 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nri_align_nrt_publish_failures_total{reason=\"unreachable\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nri_align_nrt_publishes_total{outcome=\"created\"} 1"),
+            "{text}"
+        );
+        assert_eq!(
+            (m.attempts(), m.failures("unreachable"), m.conflicts()),
+            (1, 1, 0)
+        );
+    }
+}

@@ -1,0 +1,27 @@
+//! The cluster view: the node's per-NUMA-node resources as a NodeResourceTopology object
+//! (`topology.node.k8s.io/v1alpha2`), built from plain data and published to the API server so
+//! topology-aware schedulers (scheduler-plugins' NodeResourceTopologyMatch) stop sending pods a
+//! node cannot align.
+//!
+//! - [`object`]: the v1alpha2 types, field for field, and the resource's coordinates;
+//! - [`quantity`]: Kubernetes quantity strings;
+//! - [`builder`]: topology + free resources + settings -> object (pure);
+//! - [`fingerprint`]: the pod-set fingerprint the scheduler's cache resyncs on;
+//! - [`client`]: in-cluster or kubeconfig access (client certificates, bearer tokens);
+//! - [`publish`]: the background publisher (debounced, create-or-replace, retries, backoff);
+//! - [`metrics`]: its counters.
+//!
+//! docs/nrt.md says what is published and why, with the upstream sources.
+
+pub mod builder;
+pub mod client;
+pub mod fingerprint;
+pub mod metrics;
+pub mod object;
+pub mod publish;
+pub mod quantity;
+
+pub use builder::{build, NrtSettings, ResourceNames, ZoneFree};
+pub use client::{ApiAccess, ClientError};
+pub use object::NodeResourceTopology;
+pub use publish::{PublishOptions, Publisher, Snapshot};

@@ -1,0 +1,502 @@
+//! The background publisher: the daemon hands it snapshots (topology, free resources, pods)
+//! through a watch channel and never waits for it; a task builds the object and makes the
+//! server's copy equal to it.
+//!
+//! - Debounced: a burst of snapshots within `debounce` publishes once, the latest.
+//! - Create-or-replace with the resourceVersion last seen; a 409 Conflict re-reads the object
+//!   and tries again with the fresh version (a few times, then backoff).
+//! - Unreachable, 429 or 5xx, 401/403, 422: the attempt fails, is counted, and is retried with
+//!   exponential backoff (jittered, capped); newer snapshots replace what it will publish.
+//! - Every `resync` the object is read again and repaired if someone edited or deleted it.
+//!
+//! Other controllers' labels and annotations on the object are kept; nri-align owns the
+//! zones, attributes, policies, its label and the owner reference.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::PostParams;
+use kube::Api;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::builder::{build, NrtSettings, ZoneFree};
+use super::fingerprint::PodId;
+use super::metrics::NrtMetrics;
+use super::object::NodeResourceTopology;
+use crate::topology::Topology;
+
+/// Field manager recorded in managedFields.
+pub const FIELD_MANAGER: &str = "nri-align";
+
+/// What the node looks like right now.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The host topology.
+    pub topology: Arc<Topology>,
+    /// Free resources per NUMA node.
+    pub free: Vec<ZoneFree>,
+    /// Pods on the node, when known (adds the pod-set fingerprint).
+    pub pods: Option<Vec<PodId>>,
+}
+
+/// Timing of the publisher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PublishOptions {
+    /// Quiet time after a snapshot before publishing (coalesces bursts).
+    pub debounce: Duration,
+    /// How often the server's copy is re-read and repaired when nothing changed.
+    pub resync: Duration,
+    /// First retry delay after a failure.
+    pub backoff_min: Duration,
+    /// Longest retry delay.
+    pub backoff_max: Duration,
+    /// Conflicts answered by re-reading within one attempt before it counts as failed.
+    pub conflict_retries: u32,
+}
+
+impl Default for PublishOptions {
+    fn default() -> Self {
+        PublishOptions {
+            debounce: Duration::from_millis(500),
+            resync: Duration::from_secs(60),
+            backoff_min: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(30),
+            conflict_retries: 5,
+        }
+    }
+}
+
+/// What the publisher has achieved, for callers that want to wait for it (tests, readiness).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PublishStatus {
+    /// Generation of the newest input (snapshot or settings) handed over.
+    pub requested: u64,
+    /// Generation the server's object was last made equal to.
+    pub published: u64,
+    /// resourceVersion of the server's object after that.
+    pub resource_version: Option<String>,
+    /// Failed attempts since the last success.
+    pub consecutive_failures: u32,
+    /// The last failure, if the last attempt failed.
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Input {
+    generation: u64,
+    snapshot: Option<Arc<Snapshot>>,
+    settings: Arc<NrtSettings>,
+}
+
+/// Handle on the publishing task. Dropping it stops the task.
+#[derive(Debug)]
+pub struct Publisher {
+    input: watch::Sender<Input>,
+    status: watch::Receiver<PublishStatus>,
+    metrics: NrtMetrics,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Publisher {
+    /// Starts publishing with `client` (must run inside a tokio runtime). Nothing is sent
+    /// until the first [`Publisher::update`].
+    pub fn spawn(
+        client: kube::Client,
+        settings: NrtSettings,
+        options: PublishOptions,
+        metrics: NrtMetrics,
+    ) -> Publisher {
+        let (input, rx) = watch::channel(Input {
+            generation: 0,
+            snapshot: None,
+            settings: Arc::new(settings),
+        });
+        let (status_tx, status) = watch::channel(PublishStatus::default());
+        let worker = Worker {
+            api: Api::all(client),
+            options,
+            metrics: metrics.clone(),
+            status: status_tx,
+            seen: None,
+        };
+        let task = tokio::spawn(worker.run(rx));
+        Publisher {
+            input,
+            status,
+            metrics,
+            task,
+        }
+    }
+
+    /// Hands over the node's current state; returns at once. Returns the input's generation.
+    pub fn update(&self, snapshot: Snapshot) -> u64 {
+        let snapshot = Arc::new(snapshot);
+        let mut generation = 0;
+        self.input.send_modify(|i| {
+            i.generation += 1;
+            i.snapshot = Some(snapshot);
+            generation = i.generation;
+        });
+        generation
+    }
+
+    /// New settings (configuration reload); republishes with the last snapshot.
+    pub fn set_settings(&self, settings: NrtSettings) -> u64 {
+        let settings = Arc::new(settings);
+        let mut generation = 0;
+        self.input.send_modify(|i| {
+            i.generation += 1;
+            i.settings = settings;
+            generation = i.generation;
+        });
+        generation
+    }
+
+    /// The publisher's progress.
+    pub fn status(&self) -> PublishStatus {
+        self.status.borrow().clone()
+    }
+
+    /// Waits until generation `generation` (or a newer one) is on the server, or `timeout`
+    /// passes; returns the status either way.
+    pub async fn wait_published(&self, generation: u64, timeout: Duration) -> PublishStatus {
+        let mut rx = self.status.clone();
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|s| s.published >= generation)).await;
+        self.status()
+    }
+
+    /// The publisher's counters.
+    pub fn metrics(&self) -> &NrtMetrics {
+        &self.metrics
+    }
+}
+
+/// What one successful attempt did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Created,
+    Replaced,
+    Unchanged,
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Created => "created",
+            Outcome::Replaced => "replaced",
+            Outcome::Unchanged => "unchanged",
+        }
+    }
+}
+
+/// A failed attempt: the metric label and the message.
+#[derive(Debug)]
+struct Failure {
+    reason: &'static str,
+    message: String,
+}
+
+impl From<kube::Error> for Failure {
+    fn from(e: kube::Error) -> Self {
+        let reason = match &e {
+            kube::Error::Api(s) => match s.code {
+                401 => "unauthorized",
+                403 => "forbidden",
+                404 => "not-found",
+                409 => "conflict",
+                400 | 422 => "invalid",
+                429 | 500..=599 => "server",
+                _ => "other",
+            },
+            kube::Error::HyperError(_) | kube::Error::Service(_) => "unreachable",
+            kube::Error::Auth(_) => "unauthorized",
+            _ => "other",
+        };
+        let hint = match reason {
+            "not-found" => " (is the NodeResourceTopology CRD installed?)",
+            "forbidden" => {
+                " (does the service account's ClusterRole allow noderesourcetopologies?)"
+            }
+            _ => "",
+        };
+        Failure {
+            reason,
+            message: format!("{e}{hint}"),
+        }
+    }
+}
+
+struct Worker {
+    api: Api<NodeResourceTopology>,
+    options: PublishOptions,
+    metrics: NrtMetrics,
+    status: watch::Sender<PublishStatus>,
+    /// The object as last read from or written to the server.
+    seen: Option<NodeResourceTopology>,
+}
+
+impl Worker {
+    async fn run(mut self, mut rx: watch::Receiver<Input>) {
+        let mut backoff = self.options.backoff_min;
+        // When to act without a new input: the retry after a failure or the next resync.
+        let mut deadline: Option<Instant> = None;
+        // Set while the last attempt failed: when the next one may start.
+        let mut retry_at: Option<Instant> = None;
+        loop {
+            let changed = match deadline {
+                Some(at) => tokio::select! {
+                    r = rx.changed() => Some(r),
+                    _ = tokio::time::sleep_until(at) => None,
+                },
+                None => Some(rx.changed().await),
+            };
+            match changed {
+                Some(Err(_)) => return, // the Publisher is gone
+                Some(Ok(())) => {
+                    // Let a burst settle; later inputs replace this one. After a failure, new
+                    // inputs wait for the retry time too: a down server sees one attempt per
+                    // backoff period, however busy the node is.
+                    tokio::time::sleep(self.options.debounce).await;
+                    if let Some(at) = retry_at {
+                        tokio::time::sleep_until(at).await;
+                    }
+                }
+                None => {
+                    // Resync or retry: read the server's copy again before trusting it.
+                    self.seen = None;
+                }
+            }
+            let input = rx.borrow_and_update().clone();
+            self.status
+                .send_modify(|s| s.requested = s.requested.max(input.generation));
+            let Some(snapshot) = input.snapshot.as_deref() else {
+                deadline = None;
+                continue;
+            };
+            self.metrics.attempt();
+            let result = match build(
+                &snapshot.topology,
+                &snapshot.free,
+                snapshot.pods.as_deref(),
+                &input.settings,
+            ) {
+                Ok(desired) => self.reconcile(desired).await,
+                Err(e) => Err(Failure {
+                    reason: "build",
+                    message: e.to_string(),
+                }),
+            };
+            match result {
+                Ok(outcome) => {
+                    self.metrics.success(outcome.label());
+                    if outcome != Outcome::Unchanged {
+                        tracing::debug!(
+                            outcome = outcome.label(),
+                            "NodeResourceTopology published"
+                        );
+                    }
+                    let rv = self
+                        .seen
+                        .as_ref()
+                        .and_then(|o| o.metadata.resource_version.clone());
+                    self.status.send_modify(|s| {
+                        if s.consecutive_failures > 0 {
+                            tracing::info!(
+                                after = s.consecutive_failures,
+                                "NodeResourceTopology published again after failures"
+                            );
+                        }
+                        s.published = s.published.max(input.generation);
+                        s.resource_version = rv;
+                        s.consecutive_failures = 0;
+                        s.last_error = None;
+                    });
+                    backoff = self.options.backoff_min;
+                    retry_at = None;
+                    deadline = Some(Instant::now() + self.options.resync);
+                }
+                Err(f) => {
+                    self.metrics.failure(f.reason);
+                    self.seen = None;
+                    let failures = self.status.borrow().consecutive_failures + 1;
+                    // The first failure and then every tenth are warnings; the rest debug.
+                    if failures == 1 || failures % 10 == 0 {
+                        tracing::warn!(reason = f.reason, failures, retry_in = ?backoff,
+                            "publishing NodeResourceTopology failed: {}", f.message);
+                    } else {
+                        tracing::debug!(
+                            reason = f.reason,
+                            failures,
+                            "publishing NodeResourceTopology failed: {}",
+                            f.message
+                        );
+                    }
+                    self.status.send_modify(|s| {
+                        s.consecutive_failures = failures;
+                        s.last_error = Some(format!("{}: {}", f.reason, f.message));
+                    });
+                    if f.reason == "build" {
+                        // Only a new input can fix it.
+                        deadline = None;
+                        retry_at = None;
+                    } else {
+                        let at = Instant::now() + jitter(backoff);
+                        deadline = Some(at);
+                        retry_at = Some(at);
+                        backoff = (backoff * 2).min(self.options.backoff_max);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Makes the server's object equal to `desired`.
+    async fn reconcile(&mut self, desired: NodeResourceTopology) -> Result<Outcome, Failure> {
+        let name = desired.metadata.name.clone().unwrap_or_default();
+        let pp = PostParams {
+            dry_run: false,
+            field_manager: Some(FIELD_MANAGER.into()),
+        };
+        let mut conflicts = 0;
+        loop {
+            let current = match self.seen.take() {
+                Some(o) => Some(o),
+                None => self.api.get_opt(&name).await?,
+            };
+            let result = match current {
+                None => self
+                    .api
+                    .create(&pp, &desired)
+                    .await
+                    .map(|o| (o, Outcome::Created)),
+                Some(cur) if cur.content_matches(&desired) => {
+                    self.seen = Some(cur);
+                    return Ok(Outcome::Unchanged);
+                }
+                Some(cur) => {
+                    let obj = merge_metadata(&cur, desired.clone());
+                    self.api
+                        .replace(&name, &pp, &obj)
+                        .await
+                        .map(|o| (o, Outcome::Replaced))
+                }
+            };
+            match result {
+                Ok((obj, outcome)) => {
+                    self.seen = Some(obj);
+                    return Ok(outcome);
+                }
+                // 409: someone changed it since we read it (replace), or created it meanwhile
+                // (create); 404 on replace: deleted meanwhile. Read again and retry.
+                Err(kube::Error::Api(s))
+                    if (s.code == 409 || (s.code == 404 && self.seen.is_none()))
+                        && conflicts < self.options.conflict_retries =>
+                {
+                    if s.code == 409 {
+                        self.metrics.conflict();
+                    }
+                    conflicts += 1;
+                    self.seen = None;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+/// `desired` carrying the server's metadata: its resourceVersion (optimistic concurrency),
+/// and other controllers' labels and annotations, with nri-align's label and owner on top.
+fn merge_metadata(
+    current: &NodeResourceTopology,
+    mut desired: NodeResourceTopology,
+) -> NodeResourceTopology {
+    let mut meta = current.metadata.clone();
+    let mut labels = meta.labels.take().unwrap_or_default();
+    labels.extend(desired.metadata.labels.take().unwrap_or_default());
+    meta.labels = Some(labels);
+    if desired.metadata.owner_references.is_some() {
+        meta.owner_references = desired.metadata.owner_references.take();
+    }
+    // The server keeps its own record of field managers on an update without them.
+    meta.managed_fields = None;
+    desired.metadata = meta;
+    desired
+}
+
+/// `d` plus up to 25% (from the clock's nanoseconds: no RNG dependency for this), so many
+/// nodes that lost the same API server do not retry in lockstep.
+fn jitter(d: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|t| t.subsec_nanos())
+        .unwrap_or(0);
+    d + d.mul_f64(f64::from(nanos % 1000) / 4000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    #[test]
+    fn replace_keeps_others_labels_and_the_server_version() {
+        let mut cur = NodeResourceTopology::default();
+        cur.metadata.resource_version = Some("17".into());
+        cur.metadata.labels = Some([("team".to_string(), "a".to_string())].into());
+        cur.metadata.annotations = Some([("note".to_string(), "x".to_string())].into());
+        let mut desired = NodeResourceTopology::default();
+        desired.metadata.labels = Some(
+            [(
+                "app.kubernetes.io/managed-by".to_string(),
+                "nri-align".to_string(),
+            )]
+            .into(),
+        );
+        desired.metadata.owner_references = Some(vec![OwnerReference {
+            kind: "Node".into(),
+            ..Default::default()
+        }]);
+        let out = merge_metadata(&cur, desired);
+        assert_eq!(out.metadata.resource_version.as_deref(), Some("17"));
+        let labels = out.metadata.labels.expect("labels");
+        assert_eq!(labels.len(), 2);
+        assert_eq!(labels.get("team").map(String::as_str), Some("a"));
+        assert!(out.metadata.annotations.is_some());
+        assert_eq!(out.metadata.owner_references.map(|o| o.len()), Some(1));
+    }
+
+    #[test]
+    fn jitter_adds_at_most_a_quarter() {
+        let d = Duration::from_secs(4);
+        let j = jitter(d);
+        assert!(j >= d && j <= Duration::from_secs(5), "{j:?}");
+    }
+
+    #[test]
+    fn api_errors_map_to_reasons() {
+        let api = |code: u16| {
+            kube::Error::Api(
+                kube::core::Status {
+                    code,
+                    ..Default::default()
+                }
+                .boxed(),
+            )
+        };
+        let reason = |e| Failure::from(e).reason;
+        assert_eq!(reason(api(401)), "unauthorized");
+        assert_eq!(reason(api(403)), "forbidden");
+        assert_eq!(reason(api(422)), "invalid");
+        assert_eq!(reason(api(503)), "server");
+        assert_eq!(reason(api(429)), "server");
+        assert!(Failure::from(api(404)).message.contains("CRD installed"));
+    }
+}
