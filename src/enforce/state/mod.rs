@@ -1,30 +1,37 @@
-//! Persisted decisions: a versioned JSON document under the state dir, written atomically
-//! (whole temp file in the same dir, then rename) so a crash of the plugin leaves either the old
-//! or the new document, never half of one.
+//! Persisted decisions: one record per container, kept in an append-only log under the state
+//! dir (`store.rs`, format in `journal.rs`), so persisting a decision writes that decision's
+//! record and nothing else, whatever the number of containers. The engine keeps the records
+//! in a [`Records`] table that knows which ones changed since the last write.
 //!
-//! There is deliberately no fsync: the document only has to outlive the plugin and runtime
-//! processes, and the page cache does. Only a host crash can lose a write, and a host crash
-//! also ends every container the document describes; a file torn by power loss reads as
-//! corrupt and is rebuilt from Synchronize. An fsync of file and directory cost 1.4-8 ms per
-//! decision on this project's VM disk, inside the runtime's CreateContainer call
-//! (docs/performance.md), for no gain in what the state protects.
+//! There is deliberately no fsync unless the configuration asks for it (`state_fsync`): the
+//! log only has to outlive the plugin and runtime processes, and the page cache does. Only a
+//! host crash can lose a write, and a host crash also ends every container the log describes;
+//! a tail torn by power loss is dropped and Synchronize brings back what it held. An fsync
+//! cost 1.4-8 ms per decision on this project's VM disk, inside the runtime's CreateContainer
+//! call (docs/performance.md), for no gain in what the state protects.
+//!
+//! The state dir is checked and locked by `host::files`: nothing in it is opened through a
+//! symlink, temporary files get names nobody can guess, and a second daemon on the same dir
+//! fails at start.
 
-use std::collections::BTreeMap;
-use std::fs::OpenOptions;
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::host::perms::{refuse_world_writable, PermissionError};
+use crate::host::files::FileError;
+use crate::host::perms::PermissionError;
 use crate::placement::Assignment;
 use crate::topology::CpuSet;
 
-/// Version of the document layout; bumped on incompatible changes.
+mod journal;
+mod records;
+mod store;
+
+pub use records::{RecordMut, Records, SharedGroup};
+pub use store::{StateStore, LEGACY_FILE, STATE_FILE};
+
+/// Version of the 0.1.0 document layout (`state.json`), read to migrate it.
 pub const STATE_VERSION: u32 = 1;
-/// File name under the state dir.
-pub const STATE_FILE: &str = "state.json";
 
 /// State I/O and permission failures.
 #[derive(Debug, thiserror::Error)]
@@ -39,24 +46,19 @@ pub enum StateError {
         /// Cause.
         source: std::io::Error,
     },
-    /// The state dir is writable by anyone, or could not be checked.
+    /// The state dir could be changed by others, or could not be checked.
     #[error(transparent)]
     Permissions(#[from] PermissionError),
+    /// The state dir or a file in it could not be used safely (symlink, lock...).
+    #[error(transparent)]
+    File(#[from] FileError),
     /// Serialising failed (should not happen with these types).
     #[error("cannot encode state: {0}")]
     Encode(String),
 }
 
-fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StateError + 'a {
-    move |source| StateError::Io {
-        op,
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 /// One container as recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     /// The decision.
     pub assignment: Assignment,
@@ -71,6 +73,7 @@ pub struct Record {
     pub cgroups_path: String,
     /// The cpus last sent to the runtime (differs from `assignment.cpus` for shared containers
     /// once the pool moved).
+    #[serde(serialize_with = "crate::topology::idset::serialize_as_list")]
     pub applied_cpus: CpuSet,
     /// Device nodes (GPU, RDMA) the container should see, for `verify`.
     #[serde(default)]
@@ -102,20 +105,20 @@ impl ResourceSummary {
     }
 }
 
-/// The whole document.
+/// All records, as the 0.1.0 document had them and `verify` reads them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateDoc {
-    /// Layout version.
+    /// Layout version (of the 0.1.0 document; the log has its own header).
     pub version: u32,
     /// Records by container id.
-    pub containers: BTreeMap<String, Record>,
+    pub containers: Records,
 }
 
 impl Default for StateDoc {
     fn default() -> Self {
         Self {
             version: STATE_VERSION,
-            containers: BTreeMap::new(),
+            containers: Records::new(),
         }
     }
 }
@@ -123,149 +126,13 @@ impl Default for StateDoc {
 /// What loading found.
 #[derive(Debug)]
 pub enum Loaded {
-    /// No file: a fresh start.
+    /// No state: a fresh start.
     Fresh,
-    /// A valid document.
+    /// The records.
     Doc(StateDoc),
-    /// A file that could not be used; the caller rebuilds from Synchronize.
+    /// A state that could not be used; the caller rebuilds from Synchronize.
     Corrupt(String),
 }
 
-/// The state file under one directory.
-#[derive(Debug, Clone)]
-pub struct StateStore {
-    dir: PathBuf,
-}
-
-impl StateStore {
-    /// Opens (creating with mode 0700 when missing) the state dir; refuses a world-writable one.
-    pub fn open(dir: &Path) -> Result<StateStore, StateError> {
-        if !dir.exists() {
-            std::fs::create_dir_all(dir).map_err(io("create", dir))?;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(io("chmod", dir))?;
-        }
-        refuse_world_writable(dir)?;
-        Ok(StateStore {
-            dir: dir.to_path_buf(),
-        })
-    }
-
-    /// Path of the document.
-    pub fn path(&self) -> PathBuf {
-        self.dir.join(STATE_FILE)
-    }
-
-    /// Loads the document; a missing file is fresh, an unreadable one is corrupt (with why).
-    pub fn load(&self) -> Loaded {
-        let path = self.path();
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Loaded::Fresh,
-            Err(e) => return Loaded::Corrupt(format!("cannot read {}: {e}", path.display())),
-        };
-        match serde_json::from_str::<StateDoc>(&text) {
-            Ok(doc) if doc.version == STATE_VERSION => Loaded::Doc(doc),
-            Ok(doc) => Loaded::Corrupt(format!(
-                "{} has version {}, this build reads {STATE_VERSION}",
-                path.display(),
-                doc.version
-            )),
-            Err(e) => Loaded::Corrupt(format!("{} is not valid state: {e}", path.display())),
-        }
-    }
-
-    /// Writes the document atomically.
-    pub fn save(&self, doc: &StateDoc) -> Result<(), StateError> {
-        let bytes =
-            serde_json::to_vec_pretty(doc).map_err(|e| StateError::Encode(e.to_string()))?;
-        let tmp = self
-            .dir
-            .join(format!(".{STATE_FILE}.{}.tmp", std::process::id()));
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(io("create", &tmp))?;
-        f.write_all(&bytes).map_err(io("write", &tmp))?;
-        drop(f);
-        // No fsync: see the module comment.
-        let path = self.path();
-        std::fs::rename(&tmp, &path).map_err(io("rename", &path))?;
-        Ok(())
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record(id: &str, cpus: &str) -> Record {
-        let cpus: CpuSet = cpus.parse().expect("set");
-        Record {
-            assignment: Assignment {
-                container_id: id.into(),
-                cpus: cpus.clone(),
-                exclusive: true,
-                gpus: vec!["0000:1b:00.0".into()],
-                ..Default::default()
-            },
-            pod_sandbox_id: "pod".into(),
-            namespace: "ns".into(),
-            cgroups_path: format!("/k8s.io/{id}"),
-            applied_cpus: cpus,
-            devices: vec!["/dev/nvidia0".into()],
-            resources: ResourceSummary::default(),
-        }
-    }
-
-    #[test]
-    fn save_then_load_round_trips_and_leaves_no_temp_file() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let store = StateStore::open(&dir.path().join("state")).expect("open");
-        assert!(matches!(store.load(), Loaded::Fresh));
-        let mut doc = StateDoc::default();
-        doc.containers.insert("a".into(), record("a", "2-3"));
-        store.save(&doc).expect("save");
-        doc.containers.insert("b".into(), record("b", "4"));
-        store.save(&doc).expect("save again");
-        match store.load() {
-            Loaded::Doc(d) => assert_eq!(d, doc),
-            other => panic!("expected a document, got {other:?}"),
-        }
-        let names: Vec<_> = std::fs::read_dir(dir.path().join("state"))
-            .expect("ls")
-            .filter_map(|e| e.ok().map(|e| e.file_name()))
-            .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from(STATE_FILE)]);
-        let mode = std::fs::metadata(store.path())
-            .expect("stat")
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600);
-    }
-
-    #[test]
-    fn corrupt_and_future_files_are_reported_not_fatal() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let store = StateStore::open(dir.path()).expect("open");
-        std::fs::write(store.path(), "{\"version\": 1, \"contai").expect("write");
-        assert!(matches!(store.load(), Loaded::Corrupt(m) if m.contains("not valid state")));
-        std::fs::write(store.path(), "{\"version\": 9, \"containers\": {}}").expect("write");
-        assert!(matches!(store.load(), Loaded::Corrupt(m) if m.contains("version 9")));
-    }
-
-    #[test]
-    fn world_writable_dir_is_refused() {
-        let dir = tempfile::tempdir().expect("tmp");
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))
-            .expect("chmod");
-        let err = StateStore::open(dir.path()).expect_err("refused");
-        assert!(err.to_string().contains("world-writable"), "{err}");
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
-            .expect("chmod");
-        assert!(StateStore::open(dir.path()).is_ok());
-    }
-}
+mod tests;
