@@ -20,6 +20,7 @@ use crate::enforce::inputs::{build_request, pod_totals, RequestError};
 use crate::enforce::state::{Record, ResourceSummary, StateDoc, StateStore};
 use crate::host::devices::{nvidia_minor, uverbs_name, DeviceLookup};
 
+pub use observe::{samples, StateObserver};
 pub use placer::{Placer, Rejection};
 
 /// Why a container was not admitted (the message reaches the CRI caller).
@@ -72,7 +73,8 @@ pub struct Engine<P: Placer> {
     doc: StateDoc,
     metrics: Option<Arc<Metrics>>,
     devices: Box<dyn DeviceLookup + Send>,
-    pods: HashMap<String, PodView>,
+    pods: observe::PodSet,
+    observer: Option<Box<dyn StateObserver>>,
 }
 
 impl<P: Placer> Engine<P> {
@@ -91,7 +93,8 @@ impl<P: Placer> Engine<P> {
             doc: StateDoc::default(),
             metrics,
             devices,
-            pods: HashMap::new(),
+            pods: observe::PodSet::default(),
+            observer: None,
         }
     }
 
@@ -137,9 +140,12 @@ impl<P: Placer> Engine<P> {
         })
     }
 
-    /// Remembers a pod (RunPodSandbox), for namespaces of later containers.
+    /// Remembers a pod (RunPodSandbox), for namespaces of later containers and the pod set
+    /// observers see.
     pub fn pod_started(&mut self, pod: &PodView) {
-        self.pods.insert(pod.id.clone(), pod.clone());
+        if self.pods.insert(pod) {
+            self.refresh_free();
+        }
     }
 
     /// Decides a new container. `Ok(None)`: the container is exempt and left alone.
@@ -148,7 +154,7 @@ impl<P: Placer> Engine<P> {
         pod: &PodView,
         c: &ContainerView,
     ) -> Result<Option<CreateOutcome>, EngineError> {
-        self.pods.insert(pod.id.clone(), pod.clone());
+        self.pods.insert(pod);
         if self.config.is_exempt(&pod.namespace) {
             tracing::info!(pod = %pod_name(pod), container = %c.name, "exempt namespace, not aligned");
             return Ok(None);
@@ -301,7 +307,7 @@ impl<P: Placer> Engine<P> {
             .filter(|(_, r)| r.pod_sandbox_id == sandbox_id)
             .map(|(id, _)| id.clone())
             .collect();
-        self.pods.remove(sandbox_id);
+        let pod_gone = self.pods.remove(sandbox_id);
         let mut updates: Vec<CpusetUpdate> = Vec::new();
         for id in ids {
             for u in self.release_container(&id) {
@@ -309,6 +315,9 @@ impl<P: Placer> Engine<P> {
                 updates.retain(|old| old.container_id != u.container_id);
                 updates.push(u);
             }
+        }
+        if pod_gone {
+            self.refresh_free();
         }
         updates
     }
@@ -327,6 +336,7 @@ impl<P: Placer> Engine<P> {
         }
         self.placer.set_config(config.placement.clone());
         self.config = config;
+        self.config_changed();
         let updates = self.follow_pool(None);
         self.persist();
         self.refresh_free();
@@ -455,12 +465,6 @@ impl<P: Placer> Engine<P> {
         }
     }
 
-    fn refresh_free(&self) {
-        if let Some(m) = &self.metrics {
-            m.set_free(&self.placer.free_by_node());
-        }
-    }
-
     fn count_rejection(&self, reason: &str, started: Instant) {
         if let Some(m) = &self.metrics {
             m.rejected(reason, started.elapsed());
@@ -503,6 +507,7 @@ fn log_decision(
     );
 }
 
+mod observe;
 pub mod placer;
 pub mod reconcile;
 mod recovery;

@@ -554,3 +554,4 @@ fn a_container_started_behind_synchronize_is_adopted_into_the_pool() {
 }
 
 mod consistency;
+mod observe;
