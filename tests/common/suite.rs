@@ -50,6 +50,19 @@ impl Enforced {
         nics: usize,
         config: &str,
     ) -> Option<Self> {
+        Self::start_with(runtime, test, name, gpus, nics, config, &[])
+    }
+
+    /// [`Enforced::start`] with more arguments for `nri-align run`.
+    pub fn start_with(
+        runtime: Runtime,
+        test: &str,
+        name: &str,
+        gpus: usize,
+        nics: usize,
+        config: &str,
+        extra_args: &[&str],
+    ) -> Option<Self> {
         let test = format!("{test}({})", runtime.name());
         if skip_unless_ready(runtime, &test) {
             return None;
@@ -58,6 +71,7 @@ impl Enforced {
         let host = EmulatedHost::of_this_machine(&rt.dir().join("host"), gpus, nics)
             .unwrap_or_else(|e| panic!("{test}: emulate: {e}"));
         let mut run = AlignRun::new(rt.dir().join("align-state")).on(&host);
+        run.extra = extra_args.iter().map(|a| a.to_string()).collect();
         let path = rt.dir().join("nri-align.yaml");
         run.write_config(&path, config)
             .unwrap_or_else(|e| panic!("{test}: {e}"));
