@@ -236,12 +236,14 @@ fn daemonset_is_a_node_agent_that_matches_config_image_and_image_test() {
 #[test]
 fn rbac_grants_the_node_resource_topology_verbs_to_the_service_account() {
     let role = load_one("rbac.yaml", "ClusterRole").expect("role");
+    // Exactly what the publisher calls (src/nrt/publish.rs: get_opt, create, replace), nothing
+    // more: no list, watch, patch or delete, and nothing outside the NRT resource.
     assert_eq!(
         role["rules"],
         json!([{
             "apiGroups": ["topology.node.k8s.io"],
             "resources": ["noderesourcetopologies"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch"],
+            "verbs": ["get", "create", "update"],
         }])
     );
     let binding = load_one("rbac.yaml", "ClusterRoleBinding").expect("binding");
@@ -250,5 +252,33 @@ fn rbac_grants_the_node_resource_topology_verbs_to_the_service_account() {
     assert_eq!(
         binding["subjects"],
         json!([{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}])
+    );
+
+    // The test API server (hack/apiserver-up) authorizes that service account with exactly
+    // these rules, so the tests that publish with its token (tests/e2e_nrt.rs,
+    // tests/nrt_apiserver.rs) prove the shipped role is enough.
+    let script = fs::read_to_string(repo_root().join("hack/apiserver-up")).expect("apiserver-up");
+    let subject = format!(
+        "user:system:serviceaccount:{}:{}",
+        sa["metadata"]["namespace"].as_str().expect("namespace"),
+        sa["metadata"]["name"].as_str().expect("name")
+    );
+    let granted: Vec<Value> = script
+        .lines()
+        .filter(|l| l.starts_with(&subject))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 4, "rule line {l:?}");
+            json!({
+                "apiGroups": [f[2]],
+                "resources": [f[3]],
+                "verbs": f[1].split(',').collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    assert_eq!(
+        Value::Array(granted),
+        role["rules"],
+        "hack/apiserver-up's authorization rules for {subject} differ from rbac.yaml"
     );
 }

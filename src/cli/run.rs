@@ -1,12 +1,18 @@
 //! `nri-align run`: the plugin daemon. Reads the configuration, sets up logging, state and
-//! metrics, drops capabilities, then serves NRI until the runtime or a signal ends it.
+//! metrics, drops capabilities, then serves NRI until the runtime or a signal ends it. With API
+//! access it also publishes the node's NodeResourceTopology ([`NrtPlan`], docs/nrt.md).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 
 use crate::config::{validate_idx, Config, LogFormat};
+use crate::enforce::engine::StateObserver;
 use crate::enforce::state::StateStore;
+use crate::nrt::fingerprint::PodId;
+use crate::nrt::{ApiAccess, Feed, Publisher};
+use crate::placement::NodeFree;
 
 /// Default state directory.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/nri-align";
@@ -40,6 +46,14 @@ pub struct RunArgs {
     /// info].
     #[arg(long)]
     pub log_level: Option<String>,
+    /// kubeconfig to publish the node's NodeResourceTopology with [default: the pod's service
+    /// account when running in a pod; neither: not published].
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubernetes node name to publish under [default: config `nrt.node_name`, else NODE_NAME,
+    /// else the hostname].
+    #[arg(long)]
+    pub node_name: Option<String>,
 }
 
 /// What `run` settled before connecting.
@@ -127,7 +141,7 @@ fn log_start(config_path: Option<&Path>, p: &Prepared) {
 }
 
 fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
 
     use crate::enforce::engine::Engine;
     use crate::enforce::nri::AlignPlugin;
@@ -144,10 +158,16 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         host_root,
     } = prepared;
     let source = crate::topology::load::Source::HostRoot(host_root.clone());
-    let topology = crate::topology::load::load(&source, args.nvml_lib.as_deref())?;
+    let topology = Arc::new(crate::topology::load::load(
+        &source,
+        args.nvml_lib.as_deref(),
+    )?);
     config.validate_for(&topology)?;
-    let metrics = Arc::new(Metrics::new());
-    let allocator = Allocator::new(Arc::new(topology), config.placement.clone());
+    let nrt_metrics = crate::nrt::metrics::NrtMetrics::default();
+    let metrics = Arc::new(Metrics::new_with(|r| nrt_metrics.register(r)));
+    // The kubeconfig and its certificates are read now, before capabilities go.
+    let nrt = NrtPlan::prepare(&args, &config, &topology, &host_root)?;
+    let allocator = Allocator::new(Arc::clone(&topology), config.placement.clone());
     let metrics_address = config.metrics_address;
     let kubelet = config.podresources.clone().map(|c| {
         tracing::info!(socket = %c.socket.display(), resources = %c.resources.join(","), timeout_ms = c.timeout.as_millis() as u64, "reading allocations from the kubelet's PodResources API");
@@ -180,6 +200,10 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("metrics on {addr}"))?;
             tracing::info!(address = %bound, "serving /metrics");
+        }
+        if let Some(plan) = nrt {
+            // Created at start with the recovered state; every later change follows.
+            engine.set_observer(Box::new(plan.start(nrt_metrics)?));
         }
         let engine = Arc::new(Mutex::new(engine));
         let plugin = Arc::new(
@@ -215,6 +239,149 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     })
 }
 
+/// What publishing the NodeResourceTopology needs, settled before the runtime starts.
+pub struct NrtPlan {
+    access: ApiAccess,
+    client_config: kube::Config,
+    node_name: String,
+    config: Config,
+    topology: Arc<Topology>,
+    host_root: PathBuf,
+}
+
+use crate::topology::Topology;
+
+impl NrtPlan {
+    /// `None` (said once in the log) when publishing is off: `nrt.publish: false`, or no
+    /// `--kubeconfig` and not in a pod with a service account. An unusable kubeconfig or node
+    /// name is an error: both were asked for.
+    pub fn prepare(
+        args: &RunArgs,
+        config: &Config,
+        topology: &Arc<Topology>,
+        host_root: &Path,
+    ) -> anyhow::Result<Option<NrtPlan>> {
+        if !config.nrt.publish {
+            tracing::info!("NodeResourceTopology publishing off (nrt.publish: false)");
+            return Ok(None);
+        }
+        let Some(access) = ApiAccess::detect(args.kubeconfig.as_deref()) else {
+            tracing::info!(
+                "NodeResourceTopology publishing off: no --kubeconfig and not in a pod with a \
+                 service account"
+            );
+            return Ok(None);
+        };
+        let node_name = node_name(
+            args.node_name.as_deref(),
+            config.nrt.node_name.as_deref(),
+            std::env::var("NODE_NAME").ok(),
+            hostname,
+        )
+        .map_err(anyhow::Error::msg)?;
+        let client_config = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(access.config(crate::nrt::client::Timeouts::default()))
+            .context("NodeResourceTopology publishing")?;
+        Ok(Some(NrtPlan {
+            access,
+            client_config,
+            node_name,
+            config: config.clone(),
+            topology: Arc::clone(topology),
+            host_root: host_root.to_path_buf(),
+        }))
+    }
+
+    /// Starts the publisher (inside the daemon's tokio runtime) and returns the engine's
+    /// observer feeding it.
+    pub fn start(self, metrics: crate::nrt::metrics::NrtMetrics) -> anyhow::Result<NrtObserver> {
+        let client = kube::Client::try_from(self.client_config)
+            .map_err(crate::nrt::ClientError::Build)
+            .context("NodeResourceTopology publishing")?;
+        let options = crate::nrt::PublishOptions {
+            resync: std::time::Duration::from_secs(self.config.nrt.resync_seconds),
+            ..Default::default()
+        };
+        tracing::info!(
+            node = %self.node_name,
+            api = %self.access.describe(),
+            gpu_resource = self.config.nrt.resources.gpu.as_deref().unwrap_or("(not published)"),
+            rdma_nic_resource = self.config.nrt.resources.rdma_nic.as_deref().unwrap_or("(not published)"),
+            "publishing NodeResourceTopology"
+        );
+        let publisher = Publisher::spawn_refreshing(
+            client,
+            self.config.nrt_settings(&self.node_name),
+            options,
+            metrics,
+            Some(crate::nrt::feed::hugepages_refresh(self.host_root)),
+        );
+        Ok(NrtObserver {
+            feed: Feed::new(publisher, self.topology),
+            node_name: self.node_name,
+        })
+    }
+}
+
+/// The engine's observer that publishes: every change becomes a snapshot for the publisher.
+pub struct NrtObserver {
+    feed: Feed,
+    node_name: String,
+}
+
+impl StateObserver for NrtObserver {
+    fn state_changed(&self, free: &[NodeFree], pods: Option<&Arc<[PodId]>>) {
+        self.feed.state(free, pods);
+    }
+
+    fn config_changed(&self, config: &Config) {
+        self.feed.settings(config.nrt_settings(&self.node_name));
+    }
+}
+
+/// The node name to publish under: `--node-name`, else `nrt.node_name`, else `NODE_NAME` (the
+/// DaemonSet sets it from the downward API), else the hostname in lowercase (the kubelet's
+/// default node name).
+pub fn node_name(
+    flag: Option<&str>,
+    config: Option<&str>,
+    env: Option<String>,
+    hostname: impl FnOnce() -> Option<String>,
+) -> Result<String, String> {
+    let (name, from) = if let Some(n) = flag {
+        (n.to_string(), "--node-name")
+    } else if let Some(n) = config {
+        (n.to_string(), "nrt.node_name")
+    } else if let Some(n) = env.filter(|n| !n.trim().is_empty()) {
+        (n, "NODE_NAME")
+    } else if let Some(n) = hostname() {
+        (n.to_lowercase(), "the hostname")
+    } else {
+        return Err(
+            "no node name to publish the NodeResourceTopology under: set --node-name, \
+             nrt.node_name or NODE_NAME"
+                .into(),
+        );
+    };
+    let name = name.trim().to_string();
+    if crate::nrt::builder::is_dns_subdomain(&name) {
+        Ok(name)
+    } else {
+        Err(format!(
+            "node name {name:?} (from {from}) is not a Kubernetes node name (lowercase letters, \
+             digits, '-' and '.'): set --node-name, nrt.node_name or NODE_NAME to the node's name"
+        ))
+    }
+}
+
+fn hostname() -> Option<String> {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,7 +396,53 @@ mod tests {
             nvml_lib: None,
             state_dir: Some(state),
             log_level: Some("warn".into()),
+            kubeconfig: None,
+            node_name: None,
         }
+    }
+
+    #[test]
+    fn node_name_comes_from_the_flag_config_env_then_hostname() {
+        let host = || Some("Worker-7".to_string());
+        let env = || Some("from-env".to_string());
+        assert_eq!(
+            node_name(Some("flag"), Some("cfg"), env(), host),
+            Ok("flag".into())
+        );
+        assert_eq!(node_name(None, Some("cfg"), env(), host), Ok("cfg".into()));
+        assert_eq!(node_name(None, None, env(), host), Ok("from-env".into()));
+        assert_eq!(
+            node_name(None, None, Some(" ".into()), host),
+            Ok("worker-7".into())
+        );
+        let err = node_name(None, None, None, || Some("under_score".into())).expect_err("bad");
+        assert!(
+            err.contains("\"under_score\" (from the hostname)") && err.contains("--node-name"),
+            "{err}"
+        );
+        assert!(node_name(None, None, None, || None).is_err());
+    }
+
+    #[test]
+    fn publishing_is_off_without_api_access_or_when_configured_off() {
+        let t = tempfile::tempdir().expect("tmp");
+        let topo = Arc::new(crate::topology::testing::TopologyBuilder::new().build());
+        let mut a = args(None, t.path().join("s"));
+        // The test process is not in a pod (no service account token at the fixed path).
+        if ApiAccess::detect(None).is_none() {
+            let plan = NrtPlan::prepare(&a, &Config::default(), &topo, t.path()).expect("ok");
+            assert!(plan.is_none());
+        }
+        a.kubeconfig = Some(t.path().join("missing.kubeconfig"));
+        let off = Config::parse("nrt: {publish: false}", "t").expect("cfg");
+        assert!(NrtPlan::prepare(&a, &off, &topo, t.path())
+            .expect("off")
+            .is_none());
+        // Asked for with a kubeconfig that is not there: an error naming the file.
+        let err = NrtPlan::prepare(&a, &Config::default(), &topo, t.path())
+            .err()
+            .expect("missing kubeconfig");
+        assert!(format!("{err:#}").contains("missing.kubeconfig"), "{err:#}");
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! `nri-align simulate`: replay a workload through the allocator (or the kubelet-like
 //! baseline) and print every decision, the free capacity per NUMA node after each step, and a
-//! summary.
+//! summary; with `--nrt NODE`, the NodeResourceTopology object after each step too.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
 
-use crate::placement::PlacementConfig;
+use super::topology::{nrt_object, nrt_text};
+use crate::config::Config;
+use crate::nrt::NodeResourceTopology;
 use crate::simulate::{self, Report, Strategy, Workload};
 use crate::topology::load::{load, Source};
 use crate::topology::Topology;
@@ -33,12 +35,17 @@ pub struct SimulateArgs {
     /// Decision strategy: nri-align's own, or the kubelet Topology Manager's.
     #[arg(long, default_value = "nri-align")]
     pub strategy: String,
-    /// Node configuration file (policy, scope, reserved CPUs...).
+    /// Node configuration file, as `nri-align run --config` reads it (policy, scope, reserved
+    /// CPUs, `nrt:` resource names...).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Also print the NodeResourceTopology object for Kubernetes node NODE after each step
+    /// (what `nri-align run` would publish then; YAML, or a `nrt` field of each step in JSON).
+    #[arg(long, value_name = "NODE")]
+    pub nrt: Option<String>,
 }
 
 /// Replays the workload.
@@ -51,25 +58,40 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     };
     let config = match &args.config {
         Some(p) => load_config(p)?,
-        None => PlacementConfig::default(),
+        None => Config::default(),
     };
     let text = std::fs::read_to_string(&args.workload)
         .with_context(|| format!("reading workload {}", args.workload.display()))?;
     let wl = Workload::parse(&text).with_context(|| format!("in {}", args.workload.display()))?;
-    let report = simulate::replay(topo, config, &wl, strategy)?;
+    let report = simulate::replay(Arc::clone(&topo), config.placement.clone(), &wl, strategy)?;
+    let nrt = match &args.nrt {
+        Some(node) => report
+            .steps
+            .iter()
+            .map(|s| nrt_object(&topo, &s.free, &config, node))
+            .collect::<anyhow::Result<Vec<_>>>()?,
+        None => Vec::new(),
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let mut value = serde_json::to_value(&report)?;
+        if let Some(steps) = value["steps"].as_array_mut() {
+            for (step, obj) in steps.iter_mut().zip(&nrt) {
+                step["nrt"] = serde_json::to_value(obj)?;
+            }
+        }
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        print!("{}", render(&report));
+        print!("{}", render_with(&report, &nrt)?);
     }
     Ok(())
 }
 
-/// Reads a PlacementConfig YAML file.
-pub fn load_config(path: &Path) -> anyhow::Result<PlacementConfig> {
+/// Reads a configuration file in `nri-align run --config` format (a file with only the
+/// placement keys, the format this command read before, is one).
+pub fn load_config(path: &Path) -> anyhow::Result<Config> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading config {}", path.display()))?;
-    serde_yaml_ng::from_str(&text).with_context(|| format!("invalid config {}", path.display()))
+    Ok(Config::parse(&text, &path.display().to_string())?)
 }
 
 /// The host the workload replays on: `--host`, `--hwloc-xml` or `--host-root` (clap lets only
@@ -89,6 +111,13 @@ fn load_topology(args: &SimulateArgs) -> anyhow::Result<Topology> {
 
 /// The human-readable report.
 pub fn render(report: &Report) -> String {
+    // Without objects, rendering cannot fail.
+    render_with(report, &[]).unwrap_or_default()
+}
+
+/// The report with, after each step, the NodeResourceTopology object of that step (`nrt[i]`
+/// for step `i + 1`, when given) as indented YAML.
+pub fn render_with(report: &Report, nrt: &[NodeResourceTopology]) -> anyhow::Result<String> {
     let mut out = String::new();
     for step in &report.steps {
         out.push_str(&format!("[{}] {}\n", step.step, step.event));
@@ -121,11 +150,17 @@ pub fn render(report: &Report) -> String {
             }
         }
         out.push_str(&format!("  free: {}\n", simulate::format_free(&step.free)));
+        if let Some(obj) = nrt.get(step.step.wrapping_sub(1)) {
+            out.push_str("  nrt:\n");
+            for line in nrt_text(obj, false)?.lines() {
+                out.push_str(&format!("    {line}\n"));
+            }
+        }
     }
     let s = &report.summary;
     out.push_str(&format!(
         "summary ({}): pods admitted {}, rejected {}; containers admitted {}, aligned {}; gpu link score {}\n",
         s.strategy, s.pods_admitted, s.pods_rejected, s.containers_admitted, s.containers_aligned, s.gpu_link_score
     ));
-    out
+    Ok(out)
 }

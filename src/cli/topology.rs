@@ -1,10 +1,19 @@
-//! `nri-align topology`: the host picture, readable or JSON.
+//! `nri-align topology`: the host picture, readable or JSON; with `--nrt NODE`, the
+//! NodeResourceTopology object `nri-align run` would publish for this host with nothing
+//! allocated, without any API server.
 
 use std::io::Write as _;
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use anyhow::Context;
+
+use crate::config::Config;
+use crate::nrt::{NodeResourceTopology, ZoneFree};
+use crate::placement::{Allocator, NodeFree};
 use crate::topology;
 use crate::topology::load::{load, Source};
+use crate::topology::Topology;
 
 /// Arguments of `nri-align topology`.
 #[derive(Debug, clap::Args)]
@@ -22,9 +31,17 @@ pub struct TopologyArgs {
     /// `dgx-h100`), as `simulate --host` uses it.
     #[arg(long, conflicts_with_all = ["host_root", "hwloc_xml", "nvml_lib"])]
     pub host: Option<String>,
-    /// Print JSON instead of the readable report.
+    /// Print JSON instead of the readable report (or of YAML with `--nrt`).
     #[arg(long)]
     pub json: bool,
+    /// Print the NodeResourceTopology object for Kubernetes node NODE instead (YAML), as
+    /// `nri-align run` would publish it now with nothing allocated.
+    #[arg(long, value_name = "NODE")]
+    pub nrt: Option<String>,
+    /// nri-align configuration whose policy, scope, reserved CPUs and `nrt:` resource names
+    /// the object carries (with `--nrt`) [default: the defaults].
+    #[arg(long, requires = "nrt")]
+    pub config: Option<PathBuf>,
 }
 
 /// Prints the topology.
@@ -35,7 +52,17 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
         (None, None) => Source::HostRoot(args.host_root.unwrap_or_else(|| PathBuf::from("/"))),
     };
     let topo = load(&source, args.nvml_lib.as_deref())?;
-    let text = if args.json {
+    let text = if let Some(node) = &args.nrt {
+        let config = match &args.config {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
+        };
+        config.validate_for(&topo)?;
+        let topo = Arc::new(topo);
+        let free = Allocator::new(Arc::clone(&topo), config.placement.clone()).free_by_node();
+        let obj = nrt_object(&topo, &free, &config, node)?;
+        nrt_text(&obj, args.json)?
+    } else if args.json {
         topology::report::to_json(&topo)?
     } else {
         topology::report::render(&topo)
@@ -46,4 +73,26 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
     }
+}
+
+/// The object for node `node` of `topo` with `free` resources under `config` (no pods: the
+/// fingerprint needs the runtime's pod set).
+pub fn nrt_object(
+    topo: &Topology,
+    free: &[NodeFree],
+    config: &Config,
+    node: &str,
+) -> anyhow::Result<NodeResourceTopology> {
+    let free: Vec<ZoneFree> = free.iter().map(ZoneFree::from).collect();
+    crate::nrt::build(topo, &free, None, &config.nrt_settings(node))
+        .with_context(|| format!("NodeResourceTopology for node {node:?}"))
+}
+
+/// The object as YAML (as `kubectl get -o yaml` shows it) or JSON.
+pub fn nrt_text(obj: &NodeResourceTopology, json: bool) -> anyhow::Result<String> {
+    Ok(if json {
+        serde_json::to_string_pretty(obj)?
+    } else {
+        serde_yaml_ng::to_string(obj)?
+    })
 }

@@ -23,6 +23,12 @@
 //! log_format: text             # text | json
 //! log_level: null              # e.g. "info", "nri_align=debug"; default: RUST_LOG or info
 //! plugin_idx: null             # two digits; default: --idx (50)
+//! nrt:                         # NodeResourceTopology publishing (nrt.rs)
+//!   publish: true
+//!   node_name: null
+//!   gpu_resource: nvidia.com/gpu
+//!   rdma_nic_resource: null
+//!   resync_seconds: 60
 //! ```
 
 use std::net::SocketAddr;
@@ -32,9 +38,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::placement::{GpuMode, PlacementConfig, Policy, Scope};
 
+mod nrt;
 mod reload;
 
 use crate::topology::{CpuSet, Topology};
+pub use nrt::NrtConfig;
 pub use reload::spawn_reload_on_sighup;
 
 /// Why a configuration could not be used.
@@ -100,6 +108,7 @@ struct RawConfig {
     log_format: Option<LogFormat>,
     log_level: Option<String>,
     plugin_idx: Option<String>,
+    nrt: Option<nrt::RawNrt>,
 }
 
 /// Where and how the kubelet's PodResources API is read.
@@ -160,6 +169,8 @@ pub struct Config {
     pub log_level: Option<String>,
     /// Plugin index (two digits).
     pub plugin_idx: Option<String>,
+    /// NodeResourceTopology publishing.
+    pub nrt: NrtConfig,
 }
 
 impl Default for Config {
@@ -176,6 +187,7 @@ impl Default for Config {
             log_format: LogFormat::default(),
             log_level: None,
             plugin_idx: None,
+            nrt: NrtConfig::default(),
         }
     }
 }
@@ -233,6 +245,7 @@ impl Config {
                 "exclusive_annotation_namespaces has an empty entry {ns:?}"
             )));
         }
+        let nrt = raw.nrt.unwrap_or_default().resolve().map_err(invalid)?;
         Ok(Config {
             placement,
             exempt_namespaces: raw.exempt_namespaces,
@@ -244,6 +257,7 @@ impl Config {
             log_format: raw.log_format.unwrap_or_default(),
             log_level: raw.log_level,
             plugin_idx: raw.plugin_idx,
+            nrt,
         })
     }
 
@@ -311,6 +325,17 @@ impl Config {
         }
         if self.podresources != new.podresources {
             v.push("podresources_*");
+        }
+        // The publisher and the object's name are set up at start; the resource names and
+        // the policy it publishes follow a reload.
+        if self.nrt.publish != new.nrt.publish {
+            v.push("nrt.publish");
+        }
+        if self.nrt.node_name != new.nrt.node_name {
+            v.push("nrt.node_name");
+        }
+        if self.nrt.resync_seconds != new.nrt.resync_seconds {
+            v.push("nrt.resync_seconds");
         }
         v
     }

@@ -7,8 +7,7 @@ use crate::enforce::container::DeviceNode;
 use crate::enforce::engine::{Placer, Rejection};
 use crate::enforce::inputs::tests::{gpu_topology, node};
 use crate::host::devices::DeviceLookup;
-use crate::metrics::NodeFreeSample;
-use crate::placement::{Assignment, GpuMode, PlacementConfig, PodTotals, Request};
+use crate::placement::{Assignment, GpuMode, NodeFree, PlacementConfig, PodTotals, Request};
 use crate::topology::{Cpu, CpuSet, NumaNode, Topology};
 
 /// A deliberately simple placer: exclusive integer-CPU containers get the lowest free CPUs of
@@ -183,13 +182,15 @@ impl Placer for FakePlacer {
     fn topology(&self) -> &Topology {
         &self.topo
     }
-    fn free_by_node(&self) -> Vec<NodeFreeSample> {
+    fn free_by_node(&self) -> Vec<NodeFree> {
         let pool = self.shared_pool();
         (0..2u32)
-            .map(|n| NodeFreeSample {
+            .map(|n| NodeFree {
                 node: n,
-                cpus: pool.iter().filter(|c| c / 4 == n).count() as u64,
-                ..Default::default()
+                cpus: pool.iter().filter(|c| c / 4 == n).collect(),
+                memory_bytes: 0,
+                gpus: Vec::new(),
+                nics: Vec::new(),
             })
             .collect()
     }

@@ -96,6 +96,7 @@ mod tests {
             cpus: 6,
             memory_bytes: 1 << 30,
             gpus: 2,
+            rdma_nics: 1,
         }]);
         let (addr, task) = serve("127.0.0.1:0".parse().expect("addr"), m.clone())
             .await
@@ -112,6 +113,7 @@ mod tests {
         assert!(resp.contains("nri_align_decision_duration_seconds_count 3"));
         assert!(resp.contains("nri_align_free_cpus{node=\"1\"} 6"));
         assert!(resp.contains("nri_align_free_gpus{node=\"1\"} 2"));
+        assert!(resp.contains("nri_align_free_rdma_nics{numa_node=\"1\"} 1"));
         assert!(resp.contains("nri_align_free_memory_bytes{node=\"1\"} 1073741824"));
         let body = resp.split("\r\n\r\n").nth(1).expect("body");
         assert!(resp.contains(&format!("Content-Length: {}", body.len())));

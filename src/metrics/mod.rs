@@ -45,6 +45,14 @@ pub struct NodeLabels {
     pub node: String,
 }
 
+/// Labels of a per-node gauge added after the `node` ones: `numa_node`, the name every NUMA
+/// label moves to.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NumaNodeLabels {
+    /// NUMA node id.
+    pub numa_node: String,
+}
+
 /// Free resources of one NUMA node (filled from the allocator).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeFreeSample {
@@ -56,6 +64,8 @@ pub struct NodeFreeSample {
     pub memory_bytes: u64,
     /// Free GPUs.
     pub gpus: u64,
+    /// Free RDMA NICs (NICs with an RDMA device that no container uses).
+    pub rdma_nics: u64,
 }
 
 /// Every metric nri-align exports.
@@ -68,6 +78,7 @@ pub struct Metrics {
     free_memory: Family<NodeLabels, Gauge>,
     free_gpus: Family<NodeLabels, Gauge>,
     events: Family<EventLabels, Counter>,
+    free_rdma_nics: Family<NumaNodeLabels, Gauge>,
     // Serialises encoding with updates of the node gauges so a scrape sees one snapshot.
     snapshot: Mutex<()>,
 }
@@ -87,6 +98,12 @@ impl Default for Metrics {
 impl Metrics {
     /// A registry with every metric registered under the `nri_align` prefix.
     pub fn new() -> Metrics {
+        Self::new_with(|_| {})
+    }
+
+    /// [`Metrics::new`] plus what `extra` registers (other parts' counters, such as the
+    /// NodeResourceTopology publisher's), served from the same endpoint.
+    pub fn new_with(extra: impl FnOnce(&mut Registry)) -> Metrics {
         let mut registry = Registry::with_prefix("nri_align");
         let admissions = Family::<AdmissionLabels, Counter>::default();
         let rejections = Family::<ReasonLabels, Counter>::default();
@@ -123,6 +140,13 @@ impl Metrics {
              (restart-kept), exempt containers (exempt)",
             events.clone(),
         );
+        let free_rdma_nics = Family::<NumaNodeLabels, Gauge>::default();
+        registry.register(
+            "free_rdma_nics",
+            "Free RDMA NICs per NUMA node",
+            free_rdma_nics.clone(),
+        );
+        extra(&mut registry);
         Metrics {
             registry,
             admissions,
@@ -132,6 +156,7 @@ impl Metrics {
             free_memory,
             free_gpus,
             events,
+            free_rdma_nics,
             snapshot: Mutex::new(()),
         }
     }
@@ -179,6 +204,11 @@ impl Metrics {
                 .get_or_create(&l)
                 .set(gauge(n.memory_bytes));
             self.free_gpus.get_or_create(&l).set(gauge(n.gpus));
+            self.free_rdma_nics
+                .get_or_create(&NumaNodeLabels {
+                    numa_node: n.node.to_string(),
+                })
+                .set(gauge(n.rdma_nics));
         }
     }
 
@@ -189,5 +219,29 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extra_metrics_are_served_with_the_engine_ones() {
+        let extra = Counter::<u64>::default();
+        let m =
+            Metrics::new_with(|r| r.register("extra", "A counter of another part", extra.clone()));
+        extra.inc();
+        m.set_free(&[NodeFreeSample {
+            node: 3,
+            rdma_nics: 2,
+            ..Default::default()
+        }]);
+        let text = m.encode();
+        assert!(text.contains("nri_align_extra_total 1"), "{text}");
+        assert!(
+            text.contains("nri_align_free_rdma_nics{numa_node=\"3\"} 2"),
+            "{text}"
+        );
     }
 }

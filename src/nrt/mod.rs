@@ -9,12 +9,14 @@
 //! - [`fingerprint`]: the pod-set fingerprint the scheduler's cache resyncs on;
 //! - [`client`]: in-cluster or kubeconfig access (client certificates, bearer tokens);
 //! - [`publish`]: the background publisher (debounced, create-or-replace, retries, backoff);
+//! - [`feed`]: the daemon's state changes handed to the publisher without waiting;
 //! - [`metrics`]: its counters.
 //!
 //! docs/nrt.md says what is published and why, with the upstream sources.
 
 pub mod builder;
 pub mod client;
+pub mod feed;
 pub mod fingerprint;
 pub mod metrics;
 pub mod object;
@@ -23,5 +25,6 @@ pub mod quantity;
 
 pub use builder::{build, NrtSettings, ResourceNames, ZoneFree};
 pub use client::{ApiAccess, ClientError};
+pub use feed::Feed;
 pub use object::NodeResourceTopology;
 pub use publish::{PublishOptions, Publisher, Snapshot};

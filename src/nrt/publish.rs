@@ -38,8 +38,12 @@ pub struct Snapshot {
     /// Free resources per NUMA node.
     pub free: Vec<ZoneFree>,
     /// Pods on the node, when known (adds the pod-set fingerprint).
-    pub pods: Option<Vec<PodId>>,
+    pub pods: Option<Arc<[PodId]>>,
 }
+
+/// Brings what changes without any event up to date before each attempt, on the publisher's
+/// task (never the caller's): free huge pages, which processes take and give back.
+pub type Refresh = Arc<dyn Fn(&Topology, &mut [ZoneFree]) + Send + Sync>;
 
 /// Timing of the publisher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +118,18 @@ impl Publisher {
         options: PublishOptions,
         metrics: NrtMetrics,
     ) -> Publisher {
+        Self::spawn_refreshing(client, settings, options, metrics, None)
+    }
+
+    /// [`Publisher::spawn`] with `refresh` applied to the free resources of every snapshot
+    /// before each attempt (resyncs included).
+    pub fn spawn_refreshing(
+        client: kube::Client,
+        settings: NrtSettings,
+        options: PublishOptions,
+        metrics: NrtMetrics,
+        refresh: Option<Refresh>,
+    ) -> Publisher {
         let (input, rx) = watch::channel(Input {
             generation: 0,
             snapshot: None,
@@ -126,6 +142,7 @@ impl Publisher {
             metrics: metrics.clone(),
             status: status_tx,
             seen: None,
+            refresh,
         };
         let task = tokio::spawn(worker.run(rx));
         Publisher {
@@ -241,6 +258,7 @@ struct Worker {
     status: watch::Sender<PublishStatus>,
     /// The object as last read from or written to the server.
     seen: Option<NodeResourceTopology>,
+    refresh: Option<Refresh>,
 }
 
 impl Worker {
@@ -282,9 +300,19 @@ impl Worker {
                 continue;
             };
             self.metrics.attempt();
+            let refreshed;
+            let free = match &self.refresh {
+                Some(refresh) => {
+                    let mut f = snapshot.free.clone();
+                    refresh(&snapshot.topology, &mut f);
+                    refreshed = f;
+                    &refreshed
+                }
+                None => &snapshot.free,
+            };
             let result = match build(
                 &snapshot.topology,
-                &snapshot.free,
+                free,
                 snapshot.pods.as_deref(),
                 &input.settings,
             ) {

@@ -27,6 +27,8 @@ pub struct AlignRun {
     pub host: Option<EmulatedHost>,
     /// `--idx`.
     pub idx: Option<String>,
+    /// More arguments (e.g. `--kubeconfig FILE`).
+    pub extra: Vec<String>,
 }
 
 impl AlignRun {
@@ -37,6 +39,7 @@ impl AlignRun {
             config: None,
             host: None,
             idx: None,
+            extra: Vec::new(),
         }
     }
 
@@ -73,6 +76,7 @@ impl AlignRun {
         if let Some(i) = &self.idx {
             a.extend(["--idx".to_string(), i.clone()]);
         }
+        a.extend(self.extra.iter().cloned());
         Ok(a)
     }
 
@@ -81,6 +85,10 @@ impl AlignRun {
         let mut e = vec![
             // One line per decision at info; the tests read them.
             ("RUST_LOG".to_string(), "info".to_string()),
+            // A test run inside a Kubernetes pod must not publish to that cluster: without a
+            // service host nri-align never uses the pod's service account (only an explicit
+            // --kubeconfig publishes).
+            ("KUBERNETES_SERVICE_HOST".to_string(), String::new()),
         ];
         if let Some(h) = &self.host {
             e.push((

@@ -146,6 +146,7 @@ impl Enforced {
             config,
             false,
             UpOptions::default(),
+            &[],
         )
     }
 
@@ -158,9 +159,40 @@ impl Enforced {
         config: &str,
         options: UpOptions,
     ) -> Option<Self> {
-        Self::start_with(runtime, test, name, (gpus, nics), config, true, options)
+        Self::start_with(
+            runtime,
+            test,
+            name,
+            (gpus, nics),
+            config,
+            true,
+            options,
+            &[],
+        )
     }
 
+    /// [`Enforced::start`] with more arguments for `nri-align run`.
+    pub fn with_args(
+        runtime: Runtime,
+        test: &str,
+        name: &str,
+        (gpus, nics): (usize, usize),
+        config: &str,
+        extra_args: &[&str],
+    ) -> Option<Self> {
+        Self::start_with(
+            runtime,
+            test,
+            name,
+            (gpus, nics),
+            config,
+            false,
+            UpOptions::default(),
+            extra_args,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn start_with(
         runtime: Runtime,
         test: &str,
@@ -169,6 +201,7 @@ impl Enforced {
         config: &str,
         kubelet: bool,
         options: UpOptions,
+        extra_args: &[&str],
     ) -> Option<Self> {
         let test = format!("{test}({})", runtime.name());
         if skip_unless_ready(runtime, &test) {
@@ -185,6 +218,7 @@ impl Enforced {
         let host = EmulatedHost::of_this_machine(&rt.dir().join("host"), gpus, nics)
             .unwrap_or_else(|e| panic!("{test}: emulate: {e}"));
         let mut run = AlignRun::new(rt.dir().join("align-state")).on(&host);
+        run.extra = extra_args.iter().map(|a| a.to_string()).collect();
         let path = rt.dir().join("nri-align.yaml");
         run.write_config(&path, &config)
             .unwrap_or_else(|e| panic!("{test}: {e}"));

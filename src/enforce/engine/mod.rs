@@ -21,6 +21,7 @@ use crate::enforce::inputs::{build, build_request, pod_totals, RequestError};
 use crate::enforce::state::{Record, ResourceSummary, StateDoc, StateStore};
 use crate::host::devices::{nvidia_minor, uverbs_name, DeviceLookup};
 
+pub use observe::{samples, StateObserver};
 pub use placer::{Placer, Rejection};
 
 /// Why a container was not admitted (the message reaches the CRI caller).
@@ -73,7 +74,8 @@ pub struct Engine<P: Placer> {
     doc: StateDoc,
     metrics: Option<Arc<Metrics>>,
     devices: Box<dyn DeviceLookup + Send>,
-    pods: HashMap<String, PodView>,
+    pods: observe::PodSet,
+    observer: Option<Box<dyn StateObserver>>,
     /// Pods (UIDs) whose kubelet-set cpuset was already logged.
     kubelet_cpuset_pods: HashSet<String>,
 }
@@ -97,7 +99,8 @@ impl<P: Placer> Engine<P> {
             doc: StateDoc::default(),
             metrics,
             devices,
-            pods: HashMap::new(),
+            pods: observe::PodSet::default(),
+            observer: None,
             kubelet_cpuset_pods: HashSet::new(),
         }
     }
@@ -144,9 +147,12 @@ impl<P: Placer> Engine<P> {
         })
     }
 
-    /// Remembers a pod (RunPodSandbox), for namespaces of later containers.
+    /// Remembers a pod (RunPodSandbox), for namespaces of later containers and the pod set
+    /// observers see.
     pub fn pod_started(&mut self, pod: &PodView) {
-        self.pods.insert(pod.id.clone(), pod.clone());
+        if self.pods.insert(pod) {
+            self.refresh_free();
+        }
     }
 
     /// Decides a new container. `Ok(None)`: the container is exempt and left alone.
@@ -155,7 +161,7 @@ impl<P: Placer> Engine<P> {
         pod: &PodView,
         c: &ContainerView,
     ) -> Result<Option<CreateOutcome>, EngineError> {
-        self.pods.insert(pod.id.clone(), pod.clone());
+        self.pods.insert(pod);
         if self.doc.containers.contains_key(&c.id) {
             // A create for an id we hold (a retried create): start over.
             self.drop_record(&c.id);
@@ -343,7 +349,7 @@ impl<P: Placer> Engine<P> {
     /// Releases every container of a pod (RemovePodSandbox).
     pub fn release_pod(&mut self, sandbox_id: &str) -> Vec<CpusetUpdate> {
         let ids = self.doc.containers.pod_containers(sandbox_id);
-        self.pods.remove(sandbox_id);
+        let pod_gone = self.pods.remove(sandbox_id);
         let mut updates: Vec<CpusetUpdate> = Vec::new();
         for id in ids {
             for u in self.release_container(&id) {
@@ -351,6 +357,9 @@ impl<P: Placer> Engine<P> {
                 updates.retain(|old| old.container_id != u.container_id);
                 updates.push(u);
             }
+        }
+        if pod_gone {
+            self.refresh_free();
         }
         updates
     }
@@ -373,6 +382,7 @@ impl<P: Placer> Engine<P> {
             s.set_fsync(config.state_fsync);
         }
         self.config = config;
+        self.config_changed();
         let updates = self.follow_pool(None);
         self.persist();
         self.refresh_free();
@@ -592,12 +602,6 @@ impl<P: Placer> Engine<P> {
         }
     }
 
-    fn refresh_free(&self) {
-        if let Some(m) = &self.metrics {
-            m.set_free(&self.placer.free_by_node());
-        }
-    }
-
     fn count_rejection(&self, reason: &str, started: Instant) {
         if let Some(m) = &self.metrics {
             m.rejected(reason, started.elapsed());
@@ -647,6 +651,7 @@ fn log_decision(pod: &PodView, c: &ContainerView, a: &Assignment, t: Timing, upd
 }
 
 mod lifecycle;
+mod observe;
 pub mod placer;
 pub mod reconcile;
 mod recovery;

@@ -2,9 +2,9 @@
 //! `placement::Allocator` as that placer (the only place that knows the placement error type,
 //! so the engine and its tests can run on a fake placer).
 
-use crate::metrics::NodeFreeSample;
 use crate::placement::{
-    Allocator, Assignment, GpuMode, PlacementConfig, PlacementError, Plan, PodTotals, Request,
+    Allocator, Assignment, GpuMode, NodeFree, PlacementConfig, PlacementError, Plan, PodTotals,
+    Request,
 };
 use crate::topology::{CpuSet, Topology};
 
@@ -47,7 +47,7 @@ pub trait Placer: Send {
     /// The host.
     fn topology(&self) -> &Topology;
     /// Free resources per NUMA node.
-    fn free_by_node(&self) -> Vec<NodeFreeSample>;
+    fn free_by_node(&self) -> Vec<NodeFree>;
     /// What pod `uid` asks for in all, before its first container is placed (a sizing hint
     /// for pod scope). Placers without pod scope ignore it.
     fn expect_pod(&mut self, _uid: &str, _totals: PodTotals) {}
@@ -92,15 +92,7 @@ impl Placer for Allocator {
     fn expect_pod(&mut self, uid: &str, totals: PodTotals) {
         Allocator::expect_pod(self, uid, totals)
     }
-    fn free_by_node(&self) -> Vec<NodeFreeSample> {
+    fn free_by_node(&self) -> Vec<NodeFree> {
         Allocator::free_by_node(self)
-            .into_iter()
-            .map(|n| NodeFreeSample {
-                node: n.node,
-                cpus: n.cpus.len() as u64,
-                memory_bytes: n.memory_bytes,
-                gpus: n.gpus.len() as u64,
-            })
-            .collect()
     }
 }

@@ -117,9 +117,7 @@ impl<P: Placer> Engine<P> {
         pods: &[PodView],
         containers: &[ContainerView],
     ) -> Vec<CpusetUpdate> {
-        for p in pods {
-            self.pods.insert(p.id.clone(), p.clone());
-        }
+        self.pods.replace(pods);
         let managed: Vec<ContainerView> = containers
             .iter()
             .filter(|c| !self.config.is_exempt(&self.namespace_of(&c.pod_sandbox_id)))
@@ -190,10 +188,11 @@ impl<P: Placer> Engine<P> {
         if self.doc.containers.contains_key(&c.id) {
             return Vec::new();
         }
-        self.pods
-            .entry(pod.id.clone())
-            .or_insert_with(|| pod.clone());
+        let new_pod = self.pods.insert_new(pod);
         if self.config.is_exempt(&pod.namespace) {
+            if new_pod {
+                self.refresh_free();
+            }
             return Vec::new();
         }
         tracing::warn!(container = %c.id, name = %c.name, "started without nri-align's adjustment (created while no plugin was connected, after Synchronize)");

@@ -49,6 +49,12 @@ pub fn read_host(root: &Path) -> Result<Topology, TopologyError> {
     Ok(topo)
 }
 
+/// The huge pages of NUMA node `node` of the machine under `root` right now (`free` changes
+/// as processes map pages; the rest of the topology does not).
+pub fn read_node_hugepages(root: &Path, node: u32) -> Vec<super::model::HugePages> {
+    numa::node_hugepages(&SysFs::new(root), node)
+}
+
 /// Paths and small-file helpers relative to the tree root. Every read is tolerant: `None` means
 /// missing or unreadable, which callers turn into a default.
 pub(crate) struct SysFs {

@@ -122,6 +122,19 @@ fn single_node(fs: &SysFs, online: &CpuSet) -> NumaNode {
     }
 }
 
+/// The huge pages of NUMA node `node` as they are now (free counts change as processes map
+/// them), read under the tree `fs`; the system-wide pools when the kernel exposes no nodes.
+pub(super) fn node_hugepages(fs: &SysFs, node: u32) -> Vec<HugePages> {
+    let dir = fs.sys(&format!("devices/system/node/node{node}/hugepages"));
+    if dir.is_dir() {
+        return hugepages(&dir);
+    }
+    if node == 0 && !fs.sys("devices/system/node").is_dir() {
+        return hugepages(&fs.sys("kernel/mm/hugepages"));
+    }
+    Vec::new()
+}
+
 /// `Node 0 MemTotal:  123 kB` from a node's meminfo.
 fn node_memory(path: &Path) -> Option<u64> {
     let text = std::fs::read_to_string(path).ok()?;

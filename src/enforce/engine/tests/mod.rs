@@ -575,4 +575,5 @@ fn a_container_started_behind_synchronize_is_adopted_into_the_pool() {
 
 mod consistency;
 mod kubernetes;
+mod observe;
 mod props;

@@ -1,0 +1,145 @@
+//! What the engine tells observers outside it (the NodeResourceTopology publisher): the free
+//! resources per NUMA node after every change, the pods on the node for the scheduler's pod-set
+//! fingerprint, and each new configuration. The engine calls observers with its lock held, on
+//! the request path, so an observer only hands the data over (a watch channel) and returns.
+//!
+//! The pod set changes only with pod sandbox events (RunPodSandbox, StopPodSandbox,
+//! RemovePodSandbox, Synchronize), so its list is built once per change and shared, not on
+//! every CreateContainer.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::{Engine, Placer};
+use crate::config::Config;
+use crate::enforce::container::PodView;
+use crate::metrics::NodeFreeSample;
+use crate::nrt::fingerprint::PodId;
+use crate::placement::NodeFree;
+use crate::topology::Topology;
+
+/// Told about every change of what is free, of the pods and of the configuration.
+pub trait StateObserver: Send {
+    /// Free resources per NUMA node now; the pods on the node when they are known (after the
+    /// runtime's Synchronize: before it, pods that started earlier are missing).
+    fn state_changed(&self, free: &[NodeFree], pods: Option<&Arc<[PodId]>>);
+    /// A new configuration is in force (SIGHUP, the runtime's drop-in).
+    fn config_changed(&self, config: &Config);
+}
+
+/// The pods the engine knows (pod sandbox id -> pod) and the shared list observers get.
+#[derive(Default)]
+pub(super) struct PodSet {
+    pods: std::collections::HashMap<String, PodView>,
+    /// The list of `pods`, built on first use after a change.
+    ids: std::cell::OnceCell<Arc<[PodId]>>,
+    /// Whether `pods` holds every pod of the node (a Synchronize was seen).
+    complete: bool,
+}
+
+impl PodSet {
+    /// The pod of sandbox `id`.
+    pub(super) fn get(&self, id: &str) -> Option<&PodView> {
+        self.pods.get(id)
+    }
+
+    /// Adds or replaces `pod`; `true` when the set of pod names changed.
+    pub(super) fn insert(&mut self, pod: &PodView) -> bool {
+        let old = self.pods.insert(pod.id.clone(), pod.clone());
+        let same = old.is_some_and(|p| p.namespace == pod.namespace && p.name == pod.name);
+        if !same {
+            self.ids = Default::default();
+        }
+        !same
+    }
+
+    /// Adds `pod` unless its sandbox is known.
+    pub(super) fn insert_new(&mut self, pod: &PodView) -> bool {
+        !self.pods.contains_key(&pod.id) && self.insert(pod)
+    }
+
+    /// Forgets sandbox `id`; `true` when it was known.
+    pub(super) fn remove(&mut self, id: &str) -> bool {
+        let had = self.pods.remove(id).is_some();
+        if had {
+            self.ids = Default::default();
+        }
+        had
+    }
+
+    /// Makes the set exactly `pods` (the runtime's Synchronize: pods removed while nri-align
+    /// was away go too), and complete from now on.
+    pub(super) fn replace(&mut self, pods: &[PodView]) {
+        self.pods = pods.iter().map(|p| (p.id.clone(), p.clone())).collect();
+        self.ids = Default::default();
+        self.complete = true;
+    }
+
+    /// Namespace and name of every pod, each once (a pod whose sandbox is being replaced can
+    /// have two), sorted; `None` until the set is complete.
+    pub(super) fn ids(&self) -> Option<&Arc<[PodId]>> {
+        if !self.complete {
+            return None;
+        }
+        Some(self.ids.get_or_init(|| {
+            let set: BTreeSet<PodId> = self
+                .pods
+                .values()
+                .map(|p| PodId::new(p.namespace.clone(), p.name.clone()))
+                .collect();
+            set.into_iter().collect()
+        }))
+    }
+}
+
+impl<P: Placer> Engine<P> {
+    /// Hands the observer every later change, starting with the state now.
+    pub fn set_observer(&mut self, observer: Box<dyn StateObserver>) {
+        observer.config_changed(&self.config);
+        self.observer = Some(observer);
+        self.refresh_free();
+    }
+
+    /// Refreshes the free gauges and tells the observer what is free now.
+    pub(super) fn refresh_free(&self) {
+        if self.metrics.is_none() && self.observer.is_none() {
+            return;
+        }
+        let free = self.placer.free_by_node();
+        if let Some(m) = &self.metrics {
+            m.set_free(&samples(self.placer.topology(), &free));
+        }
+        if let Some(o) = &self.observer {
+            o.state_changed(&free, self.pods.ids());
+        }
+    }
+
+    /// Tells the observer about a new configuration.
+    pub(super) fn config_changed(&self) {
+        if let Some(o) = &self.observer {
+            o.config_changed(&self.config);
+        }
+    }
+}
+
+/// The free gauges of `free`: counts, RDMA NICs only (NICs without an RDMA device are never
+/// allocated to containers).
+pub fn samples(topo: &Topology, free: &[NodeFree]) -> Vec<NodeFreeSample> {
+    free.iter()
+        .map(|n| NodeFreeSample {
+            node: n.node,
+            cpus: n.cpus.len() as u64,
+            memory_bytes: n.memory_bytes,
+            gpus: n.gpus.len() as u64,
+            rdma_nics: n
+                .nics
+                .iter()
+                .filter(|name| {
+                    topo.nics
+                        .iter()
+                        .any(|x| &x.name == *name && x.rdma_device.is_some())
+                })
+                .count() as u64,
+        })
+        .collect()
+}

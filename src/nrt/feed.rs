@@ -1,0 +1,117 @@
+//! The daemon's side of publishing: what the engine reports after every decision, release,
+//! pod event, Synchronize and reload becomes a [`Snapshot`] or new settings for the
+//! [`Publisher`], handed over through its watch channel. Nothing here waits for the API
+//! server: [`Feed::state`] runs on the CreateContainer path and only copies the free
+//! resources (a few short vectors) and swaps a value.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::builder::{NrtSettings, ZoneFree};
+use super::fingerprint::PodId;
+use super::publish::{Publisher, Refresh, Snapshot};
+use crate::placement::NodeFree;
+use crate::topology::Topology;
+
+/// Feeds one publisher with the state of this node.
+#[derive(Debug)]
+pub struct Feed {
+    publisher: Publisher,
+    topology: Arc<Topology>,
+}
+
+impl Feed {
+    /// A feed of `publisher` for the host `topology`.
+    pub fn new(publisher: Publisher, topology: Arc<Topology>) -> Feed {
+        Feed {
+            publisher,
+            topology,
+        }
+    }
+
+    /// Hands over what is free now and the pods on the node (when known); returns at once with
+    /// the publisher's input generation.
+    pub fn state(&self, free: &[NodeFree], pods: Option<&Arc<[PodId]>>) -> u64 {
+        self.publisher.update(Snapshot {
+            topology: Arc::clone(&self.topology),
+            free: free.iter().map(ZoneFree::from).collect(),
+            pods: pods.cloned(),
+        })
+    }
+
+    /// New settings (a reload changed policy, scope, reserved CPUs or resource names).
+    pub fn settings(&self, settings: NrtSettings) -> u64 {
+        self.publisher.set_settings(settings)
+    }
+
+    /// The publisher (status, counters).
+    pub fn publisher(&self) -> &Publisher {
+        &self.publisher
+    }
+}
+
+/// A [`Refresh`] reading each NUMA node's free huge pages under `host_root` (sysfs), on the
+/// publisher's task before every attempt.
+pub fn hugepages_refresh(host_root: PathBuf) -> Refresh {
+    Arc::new(move |topo: &Topology, free: &mut [ZoneFree]| {
+        for zone in free.iter_mut() {
+            let has_pools = topo
+                .node(zone.node)
+                .is_some_and(|n| n.hugepages.iter().any(|h| h.total > 0));
+            if !has_pools {
+                continue;
+            }
+            zone.hugepages_free =
+                crate::topology::sysfs::read_node_hugepages(&host_root, zone.node)
+                    .into_iter()
+                    .map(|h| (h.size_kb, h.free))
+                    .collect();
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::{HugePages, NumaNode};
+
+    #[test]
+    fn hugepages_are_read_again_for_nodes_with_pools_only() {
+        let root = tempfile::tempdir().expect("tmp");
+        let dir = root
+            .path()
+            .join("sys/devices/system/node/node1/hugepages/hugepages-2048kB");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("nr_hugepages"), "16\n").expect("nr");
+        std::fs::write(dir.join("free_hugepages"), "5\n").expect("free");
+        let node = |id, total| NumaNode {
+            id,
+            cpus: Default::default(),
+            memory_bytes: 1 << 30,
+            hugepages: vec![HugePages {
+                size_kb: 2048,
+                total,
+                free: total,
+            }],
+            distances: vec![10, 20],
+            memory_kind: None,
+        };
+        let topo = Topology {
+            numa_nodes: vec![node(0, 0), node(1, 16)],
+            ..Default::default()
+        };
+        let mut free = vec![
+            ZoneFree {
+                node: 0,
+                ..Default::default()
+            },
+            ZoneFree {
+                node: 1,
+                ..Default::default()
+            },
+        ];
+        hugepages_refresh(root.path().into())(&topo, &mut free);
+        assert_eq!(free[0].hugepages_free, vec![]);
+        assert_eq!(free[1].hugepages_free, vec![(2048, 5)]);
+    }
+}
