@@ -53,7 +53,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         Some(p) => load_config(p)?,
         None => PlacementConfig::default(),
     };
-    let text = std::fs::read_to_string(&args.workload)
+    let text = crate::limits::read_to_string(&args.workload, crate::limits::MAX_DOCUMENT_BYTES)
         .with_context(|| format!("reading workload {}", args.workload.display()))?;
     let wl = Workload::parse(&text).with_context(|| format!("in {}", args.workload.display()))?;
     let report = simulate::replay(topo, config, &wl, strategy)?;
@@ -67,7 +67,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
 
 /// Reads a PlacementConfig YAML file.
 pub fn load_config(path: &Path) -> anyhow::Result<PlacementConfig> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::limits::read_to_string(path, crate::limits::MAX_CONFIG_BYTES)
         .with_context(|| format!("reading config {}", path.display()))?;
     serde_yaml_ng::from_str(&text).with_context(|| format!("invalid config {}", path.display()))
 }

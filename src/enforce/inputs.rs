@@ -7,18 +7,19 @@ use crate::topology::Topology;
 
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
 use crate::host::devices::{nvidia_minor, uverbs_name};
+use crate::limits::{excerpt, quoted};
 
 /// A container whose resources or devices cannot be understood.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
     /// A GPU reference (index, UUID, minor) matches no GPU of this host.
-    #[error("container {container}: {origin} names GPU {given:?}, which this host does not have")]
+    #[error("container {container}: {origin} names GPU {given}, which this host does not have")]
     UnknownGpu {
         /// Container name.
         container: String,
         /// Where the reference came from (`NVIDIA_VISIBLE_DEVICES`, `device /dev/nvidia3`...).
         origin: String,
-        /// The reference.
+        /// The reference, quoted (cut to its start when long).
         given: String,
     },
 }
@@ -95,10 +96,11 @@ pub fn build_request(
 /// device nodes in the spec, CDI devices, `NVIDIA_VISIBLE_DEVICES`, `CUDA_VISIBLE_DEVICES`.
 /// The device nodes come first because they are what the container will really see.
 fn allocated_gpus(topo: &Topology, c: &ContainerView) -> Result<Vec<String>, RequestError> {
+    // Everything here comes from the runtime: never repeat more than the start of it.
     let unknown = |origin: String, given: &str| RequestError::UnknownGpu {
-        container: c.name.clone(),
-        origin,
-        given: given.to_string(),
+        container: excerpt(&c.name),
+        origin: excerpt(&origin),
+        given: quoted(given),
     };
     let mut out: Vec<String> = Vec::new();
     let mut push = |bus: &str| {

@@ -224,7 +224,7 @@ fn requests(
             pod: pod.name.clone(),
             container: c.name.clone(),
             what,
-            value: value.to_string(),
+            value: crate::limits::excerpt(&value.to_string()),
             hint,
         };
         let request = match &c.cpu {
