@@ -163,13 +163,13 @@ impl Workload {
         for (i, p) in w.pods.iter().enumerate() {
             if w.pods[..i].iter().any(|q| q.name == p.name) {
                 return Err(WorkloadError::Pod {
-                    pod: p.name.clone(),
+                    pod: crate::limits::excerpt(&p.name),
                     reason: "defined twice; pod names must be unique".into(),
                 });
             }
             if p.containers.is_empty() {
                 return Err(WorkloadError::Pod {
-                    pod: p.name.clone(),
+                    pod: crate::limits::excerpt(&p.name),
                     reason: "has no containers".into(),
                 });
             }
