@@ -25,8 +25,8 @@ pub enum HwlocError {
         #[source]
         source: std::io::Error,
     },
-    /// Not well-formed XML.
-    #[error("not valid XML: {0}")]
+    /// Not well-formed XML (roxmltree's message repeats tag names: cut like other outside text).
+    #[error("not valid XML: {}", crate::limits::message(&.0.to_string()))]
     Xml(#[from] roxmltree::Error),
     /// Well-formed, but not an hwloc topology.
     #[error("not an hwloc v2 topology: {0}")]
