@@ -2,10 +2,13 @@
 //! runtime (containerd 1.7, 2.1, CRI-O), on an emulated host with this machine's CPUs and
 //! nodes plus two fake GPUs (fake NVML, /dev/nvidiaN nodes 195:N) and an RDMA NIC, seen in the
 //! container's /dev, environment and runtime spec:
-//! - a GPU named the device plugin's way (NVIDIA_VISIBLE_DEVICES) is given with its node, the
-//!   control nodes that exist, CUDA_VISIBLE_DEVICES and an exclusive CPU on the GPU's node;
+//! - a GPU the kubelet allocated (its PodResources API, served by the test kubelet) and named
+//!   the device plugin's way (NVIDIA_VISIBLE_DEVICES) is given with its node, the control nodes
+//!   that exist, CUDA_VISIBLE_DEVICES and an exclusive CPU on the GPU's node;
 //! - a GPU already held is remapped to the free one, which is the only one the container sees;
 //!   one that arrives as a device node cannot be taken away, so it is refused instead;
+//! - the environment alone grants nothing (issue 18): `NVIDIA_VISIBLE_DEVICES=all` and
+//!   `CUDA_VISIBLE_DEVICES=0` in a container the kubelet gave no GPU bring no device node;
 //! - an RDMA NIC's verbs node is kept and rdma_cm added;
 //! - GPUs stay held across a runtime restart: the restarted runtime's next container is
 //!   aligned, and a GPU request is refused while both are held.
@@ -15,13 +18,15 @@ mod common;
 use std::time::Duration;
 
 use common::suite::{burstable, guaranteed, Enforced};
-use common::{ContainerSpec, PodSpec, Runtime};
+use common::{ContainerSpec, PodSpec, Runtime, UpOptions};
 use nix::sys::signal::Signal;
 
 fn gpus_are_given_remapped_or_refused(rt: Runtime) {
-    let Some(e) = Enforced::start(rt, "gpus", "e2e-gpu", 2, 0, "") else {
+    let Some(e) = Enforced::with_kubelet(rt, "gpus", "e2e-gpu", (2, 0), "", UpOptions::default())
+    else {
         return;
     };
+    let k = e.kubelet.as_ref().expect("test kubelet");
     let (gpu0, gpu1) = (&e.host.gpus[0], &e.host.gpus[1]);
     let online = e.online();
     let cri = e.rt.cri();
@@ -29,6 +34,7 @@ fn gpus_are_given_remapped_or_refused(rt: Runtime) {
     // GPU named through NVIDIA_VISIBLE_DEVICES: its node, the control nodes that exist
     // (nvidia-uvm-tools does not), env, one exclusive CPU on the GPU's node.
     let gpod = e.rt.run_pod(&PodSpec::new("gpu-a")).expect("pod");
+    k.allocate("default", "gpu-a", "g1", "nvidia.com/gpu", &[&gpu0.uuid]);
     let g1 = e.run(
         &gpod,
         &guaranteed("g1", 1).env("NVIDIA_VISIBLE_DEVICES", &gpu0.uuid),
@@ -65,6 +71,7 @@ fn gpus_are_given_remapped_or_refused(rt: Runtime) {
     // A second pod is handed the same GPU by a device plugin that knows nothing of nri-align:
     // remapped to the free GPU, which is the only one it sees.
     let gpod2 = e.rt.run_pod(&PodSpec::new("gpu-b")).expect("pod");
+    k.allocate("default", "gpu-b", "g2", "nvidia.com/gpu", &[&gpu0.uuid]);
     let g2 = e.run(
         &gpod2,
         &ContainerSpec::new("g2")
@@ -107,6 +114,28 @@ fn gpus_are_given_remapped_or_refused(rt: Runtime) {
         msg.contains(&format!("is already held by container {g2}")),
         "{msg}"
     );
+
+    // The environment alone grants nothing: a CUDA base image's `all` and a user's
+    // CUDA_VISIBLE_DEVICES in a container the kubelet lists without devices.
+    let gpod4 = e.rt.run_pod(&PodSpec::new("cuda-base")).expect("pod");
+    k.allocate("default", "cuda-base", "c", "nvidia.com/gpu", &[]);
+    let c = e.run(
+        &gpod4,
+        &burstable("c")
+            .env("NVIDIA_VISIBLE_DEVICES", "all")
+            .env("CUDA_VISIBLE_DEVICES", "0"),
+    );
+    assert!(e.live(&c).devices.is_empty(), "{:?}", e.live(&c).devices);
+    let dev = e.ls(&c, &["/dev"]);
+    assert!(!dev.iter().any(|d| d.starts_with("nvidia")), "{dev:?}");
+    let env = cri.env(&c).expect("env");
+    assert_eq!(
+        env.get("NVIDIA_VISIBLE_DEVICES").map(String::as_str),
+        Some("none")
+    );
+    // TensorFlow's way of hiding GPUs is no allocation either: admitted, nothing added.
+    let t = e.run(&gpod4, &burstable("tf").env("CUDA_VISIBLE_DEVICES", "-1"));
+    assert!(e.live(&t).devices.is_empty());
 }
 
 fn rdma_nic_keeps_its_verbs_node(rt: Runtime) {
@@ -131,12 +160,24 @@ fn rdma_nic_keeps_its_verbs_node(rt: Runtime) {
 }
 
 fn gpus_stay_held_across_a_runtime_restart(rt: Runtime) {
-    let Some(mut e) = Enforced::start(rt, "gpus_restart", "e2e-gpurestart", 2, 0, "") else {
+    let Some(mut e) = Enforced::with_kubelet(
+        rt,
+        "gpus_restart",
+        "e2e-gpurestart",
+        (2, 0),
+        "",
+        UpOptions::default(),
+    ) else {
         return;
     };
     let (gpu0, gpu1) = (&e.host.gpus[0].clone(), &e.host.gpus[1].clone());
     let online = e.online();
     let gpod = e.rt.run_pod(&PodSpec::new("gpu")).expect("pod");
+    if let Some(k) = &e.kubelet {
+        k.allocate("default", "gpu", "g1", "nvidia.com/gpu", &[&gpu0.uuid]);
+        k.allocate("default", "gpu", "g2", "nvidia.com/gpu", &[&gpu1.uuid]);
+        k.allocate("default", "gpu", "g4", "nvidia.com/gpu", &[&gpu1.uuid]);
+    }
     let g1 = e.run(
         &gpod,
         &guaranteed("g1", 1).env("NVIDIA_VISIBLE_DEVICES", &gpu0.uuid),

@@ -25,6 +25,8 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 
 const MIB: i64 = 1 << 20;
+/// The GPUs of these suites are named through NVIDIA_VISIBLE_DEVICES without a kubelet.
+const TRUST: &str = "trust_visible_devices_env: true\n";
 
 /// The kinds of container the load tests create.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,7 +253,10 @@ fn burst_with_plugin_kill(rt: Runtime) {
     let t0 = Instant::now();
     let ctrd = Instance::fresh(rt, "e2e-burst").expect("runtime comes up");
     let host = EmulatedHost::of_this_machine(&ctrd.dir().join("host"), 2, 0).expect("emulate");
-    let run = AlignRun::new(ctrd.dir().join("align-state")).on(&host);
+    let mut run = AlignRun::new(ctrd.dir().join("align-state")).on(&host);
+    // GPUs named the envvar strategy's way without a kubelet: the node vouches for the variable.
+    run.write_config(&ctrd.dir().join("nri-align.yaml"), TRUST)
+        .expect("config");
     let first = Mutex::new(Some(run.start(&ctrd).expect("nri-align registers")));
     let second = Mutex::new(None);
     let parent = ctrd.var("CGROUP_PARENT").expect("parent").to_string();
@@ -417,7 +422,7 @@ fn fifty_concurrent(rt: Runtime) {
     let mut run = AlignRun::new(ctrd.dir().join("align-state")).on(&host);
     run.write_config(
         &ctrd.dir().join("nri-align.yaml"),
-        "metrics_address: \"127.0.0.1:0\"\n",
+        &format!("metrics_address: \"127.0.0.1:0\"\n{TRUST}"),
     )
     .expect("config");
     let plugin = run.start(&ctrd).expect("nri-align registers");

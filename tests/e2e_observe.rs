@@ -11,7 +11,13 @@ mod common;
 use common::suite::{burstable, guaranteed, Enforced};
 use common::{format_list, log_events, metric, scrape, PodSpec, Runtime};
 
-const METRICS: &str = "metrics_address: \"127.0.0.1:0\"\n";
+const METRICS: &str = concat!(
+    "metrics_address: \"127.0.0.1:0\"\n",
+    "trust_visible_devices_env: true\n"
+);
+/// These suites name GPUs the envvar strategy's way without a kubelet: the node vouches for
+/// the variable (tests/e2e_devices.rs covers the kubelet's PodResources path).
+const TRUST: &str = "trust_visible_devices_env: true\n";
 
 fn capabilities_are_dropped(rt: Runtime) {
     let Some(e) = Enforced::start(rt, "capabilities", "e2e-caps", 0, 0, "") else {
@@ -126,7 +132,7 @@ fn metrics_count_what_happened(rt: Runtime) {
 }
 
 fn verify_detects_drift(rt: Runtime) {
-    let Some(e) = Enforced::start(rt, "verify", "e2e-verify", 1, 0, "") else {
+    let Some(e) = Enforced::start(rt, "verify", "e2e-verify", 1, 0, TRUST) else {
         return;
     };
     let online = e.online();

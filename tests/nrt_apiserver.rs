@@ -101,6 +101,7 @@ fn place(
             .into_iter()
             .collect(),
         allocated_nics: vec![],
+        shared_gpus: vec![],
     };
     let a = alloc.place(&req).expect("placement fits");
     let nodes: Vec<u32> = a.numa_nodes.iter().collect();

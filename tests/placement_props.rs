@@ -131,6 +131,7 @@ fn run(topo: Topology, mode: GpuMode, ops: Vec<Op>) {
                         .take(nics)
                         .map(|n| n.name.clone())
                         .collect(),
+                    shared_gpus: Vec::new(),
                 };
                 if a.place(&r).is_ok() {
                     live.push(id);

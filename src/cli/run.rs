@@ -149,6 +149,10 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let allocator = Allocator::new(Arc::new(topology), config.placement.clone());
     let metrics_address = config.metrics_address;
+    let kubelet = config.podresources.clone().map(|c| {
+        tracing::info!(socket = %c.socket.display(), resources = %c.resources.join(","), timeout_ms = c.timeout.as_millis() as u64, "reading allocations from the kubelet's PodResources API");
+        Arc::new(crate::enforce::kubelet::KubeletSource::new(c))
+    });
     let mut engine = Engine::new(
         allocator,
         config,
@@ -170,6 +174,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
+        let plugin_metrics = metrics.clone();
         if let Some(addr) = metrics_address {
             let (bound, _task) = crate::metrics::serve(addr, metrics)
                 .await
@@ -177,7 +182,10 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
             tracing::info!(address = %bound, "serving /metrics");
         }
         let engine = Arc::new(Mutex::new(engine));
-        let plugin = Arc::new(AlignPlugin::new(engine, args.config.is_some()));
+        let plugin = Arc::new(
+            AlignPlugin::new(engine, args.config.is_some())
+                .with_kubelet(kubelet, Some(plugin_metrics)),
+        );
         if let Some(path) = args.config.clone() {
             let plugin = plugin.clone();
             crate::config::spawn_reload_on_sighup(path, move |cfg| {

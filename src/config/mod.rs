@@ -11,7 +11,12 @@
 //! gpu_mode: remap              # remap (nri-align picks the GPUs, same count) | keep
 //! allow_device_annotations: false  # may annotations ask for GPUs/NICs not allocated?
 //! full_pcpus_only: false       # exclusive CPUs only as whole cores
-//! exempt_namespaces: []        # namespaces left untouched (e.g. [kube-system]); default none
+//! exempt_namespaces: []        # namespaces never aligned: shared pool, or reserved_cpus when set
+//! exclusive_annotation_namespaces: []  # may ask cpus: exclusive|isolated without Guaranteed
+//! podresources_socket: /var/lib/kubelet/pod-resources/kubelet.sock  # "" turns it off
+//! podresources_resources: [nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*, rdma/*]
+//! podresources_timeout_ms: 300 # deadline of one PodResources Get (fails open after it)
+//! trust_visible_devices_env: false  # NVIDIA_VISIBLE_DEVICES lists count as allocations
 //! state_dir: /var/lib/nri-align   # default: --state-dir
 //! metrics_address: null        # e.g. "127.0.0.1:9464"; default: no metrics endpoint
 //! log_format: text             # text | json
@@ -84,6 +89,11 @@ struct RawConfig {
     allow_device_annotations: Option<bool>,
     full_pcpus_only: Option<bool>,
     exempt_namespaces: Vec<String>,
+    exclusive_annotation_namespaces: Vec<String>,
+    podresources_socket: Option<PathBuf>,
+    podresources_resources: Option<Vec<String>>,
+    podresources_timeout_ms: Option<u64>,
+    trust_visible_devices_env: Option<bool>,
     state_dir: Option<PathBuf>,
     metrics_address: Option<String>,
     log_format: Option<LogFormat>,
@@ -91,13 +101,50 @@ struct RawConfig {
     plugin_idx: Option<String>,
 }
 
+/// Where and how the kubelet's PodResources API is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodResourcesConfig {
+    /// The kubelet's socket.
+    pub socket: PathBuf,
+    /// Resource names read (a trailing `*` matches any rest).
+    pub resources: Vec<String>,
+    /// Deadline of one lookup (connect and Get together).
+    pub timeout: std::time::Duration,
+}
+
+impl Default for PodResourcesConfig {
+    fn default() -> Self {
+        Self {
+            socket: PathBuf::from(podresources::DEFAULT_SOCKET),
+            resources: podresources::DEFAULT_RESOURCES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            timeout: std::time::Duration::from_millis(DEFAULT_PODRESOURCES_TIMEOUT_MS),
+        }
+    }
+}
+
+/// Default deadline of a PodResources lookup: well inside the 2 s a runtime gives an NRI call,
+/// with room for the decision itself.
+pub const DEFAULT_PODRESOURCES_TIMEOUT_MS: u64 = 300;
+/// Longest deadline accepted.
+pub const MAX_PODRESOURCES_TIMEOUT_MS: u64 = 1500;
+
 /// The effective configuration.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Placement settings (policy, scope, reserved CPUs, GPU mode, annotations, full cores).
     pub placement: PlacementConfig,
-    /// Namespaces whose containers get no adjustment at all (not even the shared pool).
+    /// Namespaces whose containers are never aligned: they run on the shared pool (or the
+    /// reserved CPUs when some are set), never on CPUs held exclusively.
     pub exempt_namespaces: Vec<String>,
+    /// The kubelet's PodResources API; `None` when turned off.
+    pub podresources: Option<PodResourcesConfig>,
+    /// Whether `NVIDIA_VISIBLE_DEVICES` lists are allocations when the kubelet does not say
+    /// (nodes whose admission policy keeps pods from setting the variable). Off: a GPU named
+    /// only there is aligned to, never held, remapped or given.
+    pub trust_visible_devices_env: bool,
     /// State directory; `None` means the command-line default.
     pub state_dir: Option<PathBuf>,
     /// Where to serve `/metrics`; `None` serves nothing.
@@ -108,6 +155,23 @@ pub struct Config {
     pub log_level: Option<String>,
     /// Plugin index (two digits).
     pub plugin_idx: Option<String>,
+}
+
+impl Default for Config {
+    /// What an empty file means (PodResources on, at the kubelet's default socket).
+    fn default() -> Self {
+        Self {
+            placement: PlacementConfig::default(),
+            exempt_namespaces: Vec::new(),
+            podresources: Some(PodResourcesConfig::default()),
+            trust_visible_devices_env: false,
+            state_dir: None,
+            metrics_address: None,
+            log_format: LogFormat::default(),
+            log_level: None,
+            plugin_idx: None,
+        }
+    }
 }
 
 impl Config {
@@ -134,6 +198,7 @@ impl Config {
             message,
         };
         let defaults = PlacementConfig::default();
+        let podresources = podresources_config(&raw).map_err(&invalid)?;
         let placement = PlacementConfig {
             policy: raw.policy.unwrap_or(defaults.policy),
             scope: raw.scope.unwrap_or(defaults.scope),
@@ -143,6 +208,7 @@ impl Config {
                 .allow_device_annotations
                 .unwrap_or(defaults.allow_device_annotations),
             full_pcpus_only: raw.full_pcpus_only.unwrap_or(defaults.full_pcpus_only),
+            exclusive_annotation_namespaces: raw.exclusive_annotation_namespaces.clone(),
         };
         let metrics_address = match raw.metrics_address.as_deref().map(str::trim) {
             None | Some("") => None,
@@ -162,9 +228,20 @@ impl Config {
                 limits::quoted(ns)
             )));
         }
+        if let Some(ns) = raw
+            .exclusive_annotation_namespaces
+            .iter()
+            .find(|n| n.trim().is_empty())
+        {
+            return Err(invalid(format!(
+                "exclusive_annotation_namespaces has an empty entry {ns:?}"
+            )));
+        }
         Ok(Config {
             placement,
             exempt_namespaces: raw.exempt_namespaces,
+            podresources,
+            trust_visible_devices_env: raw.trust_visible_devices_env.unwrap_or(false),
             state_dir: raw.state_dir,
             metrics_address,
             log_format: raw.log_format.unwrap_or_default(),
@@ -240,6 +317,9 @@ impl Config {
         if self.plugin_idx != new.plugin_idx {
             v.push("plugin_idx");
         }
+        if self.podresources != new.podresources {
+            v.push("podresources_*");
+        }
         v
     }
 
@@ -247,6 +327,45 @@ impl Config {
     pub fn is_exempt(&self, namespace: &str) -> bool {
         self.exempt_namespaces.iter().any(|n| n == namespace)
     }
+}
+
+fn podresources_config(raw: &RawConfig) -> Result<Option<PodResourcesConfig>, String> {
+    let defaults = PodResourcesConfig::default();
+    let socket = match &raw.podresources_socket {
+        None => defaults.socket,
+        Some(p) if p.as_os_str().is_empty() => return Ok(None),
+        Some(p) if p.is_absolute() => p.clone(),
+        Some(p) => {
+            return Err(format!(
+                "podresources_socket {} must be an absolute path (or \"\" to turn it off)",
+                p.display()
+            ))
+        }
+    };
+    let resources = raw
+        .podresources_resources
+        .clone()
+        .unwrap_or(defaults.resources);
+    if let Some(r) = resources
+        .iter()
+        .find(|r| r.trim().is_empty() || r.len() > 253)
+    {
+        return Err(format!("podresources_resources has a bad entry {r:?}"));
+    }
+    let ms = raw
+        .podresources_timeout_ms
+        .unwrap_or(DEFAULT_PODRESOURCES_TIMEOUT_MS);
+    if ms == 0 || ms > MAX_PODRESOURCES_TIMEOUT_MS {
+        return Err(format!(
+            "podresources_timeout_ms {ms} must be 1 to {MAX_PODRESOURCES_TIMEOUT_MS} (a runtime \
+             gives a whole NRI call 2 s)"
+        ));
+    }
+    Ok(Some(PodResourcesConfig {
+        socket,
+        resources,
+        timeout: std::time::Duration::from_millis(ms),
+    }))
 }
 
 /// A plugin index must be exactly two digits (the runtime sorts plugins by it).

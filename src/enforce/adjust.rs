@@ -165,7 +165,14 @@ pub fn build_adjustment(
         }
     }
 
-    if !chosen.is_empty() || c.env_var("NVIDIA_VISIBLE_DEVICES").is_some() {
+    // GPUs used shared (MIG parents, replicas, GPUs only the env named) are the runtime's and
+    // the device plugin's to give: their env and nodes stay as they are. Otherwise a container
+    // that names GPUs in its env without holding any (`all` from a CUDA base image) sees none:
+    // only an authoritative allocation ever adds a device (issue 18).
+    let env_names_gpus = c
+        .env_var("NVIDIA_VISIBLE_DEVICES")
+        .is_some_and(|v| !matches!(v.trim(), "" | "void" | "none"));
+    if !chosen.is_empty() || (a.shared_gpus.is_empty() && env_names_gpus) {
         // Inside the container only the chosen nodes exist, so CUDA numbers them 0..n-1.
         let cuda: Vec<String> = (0..chosen.len()).map(|i| i.to_string()).collect();
         let nvidia: Vec<String> = chosen

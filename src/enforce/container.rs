@@ -61,6 +61,27 @@ pub struct ResourcesView {
     pub device_rules: Vec<DeviceRule>,
 }
 
+/// A mount of the container (`Mount`): the device plugin's volume-mounts strategy names GPUs
+/// by the container path of `/dev/null` mounts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountView {
+    /// Path inside the container.
+    pub destination: String,
+    /// Host path (or source).
+    pub source: String,
+}
+
+/// Devices the kubelet reports for one container through its PodResources API, for the
+/// resources nri-align is configured to read (`ContainerDevices`, ids as the plugin named
+/// them).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubeletDevices {
+    /// Resource name (`nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`, `rdma/hca_shared_devices_a`).
+    pub resource: String,
+    /// Device ids of that resource (`GPU-...`, `GPU-...::3`, `MIG-...`, `0`).
+    pub ids: Vec<String>,
+}
+
 /// Container lifecycle state as NRI reports it (`ContainerState`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ContainerState {
@@ -103,6 +124,14 @@ pub struct ContainerView {
     pub devices: Vec<DeviceNode>,
     /// CDI device names (`nvidia.com/gpu=0`).
     pub cdi_devices: Vec<String>,
+    /// Mounts (for the volume-mounts device-list strategy).
+    #[serde(default)]
+    pub mounts: Vec<MountView>,
+    /// What the kubelet's PodResources API says this container was allocated: `None` when it
+    /// was not asked, did not answer, or does not list the container (plain init containers
+    /// are never listed); `Some` (possibly empty) is the kubelet's authoritative answer.
+    #[serde(default)]
+    pub kubelet_devices: Option<Vec<KubeletDevices>>,
     /// Linux resources.
     pub resources: ResourcesView,
     /// cgroups path as the runtime gives it (`linux.cgroups_path`), recorded for `verify`.

@@ -230,6 +230,7 @@ mod tests {
                 applied_cpus: "2-3".parse().expect("set"),
                 devices: vec!["/dev/nvidia1".into()],
                 resources: Default::default(),
+                ..Record::default()
             },
         );
         d

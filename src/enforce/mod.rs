@@ -11,6 +11,7 @@ pub mod container;
 pub mod drift;
 pub mod engine;
 pub mod inputs;
+pub mod kubelet;
 pub mod nri;
 pub mod state;
 #[cfg(test)]

@@ -56,7 +56,7 @@ fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> St
 }
 
 /// One container as recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     /// The decision.
     pub assignment: Assignment,
@@ -78,6 +78,16 @@ pub struct Record {
     /// The resources the decision was made for, so a CRI update re-places only on a change.
     #[serde(default)]
     pub resources: ResourceSummary,
+    /// The container has stopped (StopContainer) but is not removed: it keeps what it holds,
+    /// as the kubelet keeps a container's CPUs until RemoveContainer; a restart of it (same pod
+    /// UID and name) takes the decision over, and another container of the pod may reuse its
+    /// CPUs (a finished init container's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
+    /// A container of an exempt namespace: kept on the shared pool (or the reserved CPUs),
+    /// never aligned.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exempt: bool,
 }
 
 /// The resource numbers of a request.
@@ -218,6 +228,7 @@ mod tests {
             applied_cpus: cpus,
             devices: vec!["/dev/nvidia0".into()],
             resources: ResourceSummary::default(),
+            ..Record::default()
         }
     }
 

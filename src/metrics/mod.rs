@@ -31,6 +31,13 @@ pub struct ReasonLabels {
     pub reason: String,
 }
 
+/// Labels of an input event.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    /// What happened (`unread-device`, `kubelet-cpuset`, `podresources-failed`...).
+    pub event: String,
+}
+
 /// Labels of a per-node gauge.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeLabels {
@@ -60,6 +67,7 @@ pub struct Metrics {
     free_cpus: Family<NodeLabels, Gauge>,
     free_memory: Family<NodeLabels, Gauge>,
     free_gpus: Family<NodeLabels, Gauge>,
+    events: Family<EventLabels, Counter>,
     // Serialises encoding with updates of the node gauges so a scrape sees one snapshot.
     snapshot: Mutex<()>,
 }
@@ -105,6 +113,16 @@ impl Metrics {
             free_memory.clone(),
         );
         registry.register("free_gpus", "Free GPUs per NUMA node", free_gpus.clone());
+        let events = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "input_events",
+            "What nri-align noticed in its inputs: device references it did not use \
+             (unread-device), containers with a cpuset already set by the kubelet \
+             (kubelet-cpuset), PodResources lookups (podresources-ok, podresources-failed, \
+             podresources-skipped), restarted containers given their decision back \
+             (restart-kept), exempt containers (exempt)",
+            events.clone(),
+        );
         Metrics {
             registry,
             admissions,
@@ -113,6 +131,7 @@ impl Metrics {
             free_cpus,
             free_memory,
             free_gpus,
+            events,
             snapshot: Mutex::new(()),
         }
     }
@@ -136,6 +155,15 @@ impl Metrics {
             })
             .inc();
         self.latency.observe(took.as_secs_f64());
+    }
+
+    /// Counts an input event (see the `input_events` help text for the names).
+    pub fn event(&self, event: &str) {
+        self.events
+            .get_or_create(&EventLabels {
+                event: event.to_string(),
+            })
+            .inc();
     }
 
     /// Replaces the per-node free gauges.

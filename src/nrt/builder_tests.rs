@@ -174,6 +174,7 @@ fn available_follows_the_allocator_after_placements() {
         memory_limit_bytes: Some(128 << 20),
         allocated_gpus: vec![gpu],
         allocated_nics: vec![],
+        shared_gpus: vec![],
     };
     let placed = alloc.place(&req).expect("fits node 2");
     let node = placed.numa_nodes.first().expect("one node");

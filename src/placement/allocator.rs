@@ -215,7 +215,12 @@ impl Allocator {
         if r.eff.policy == Policy::None {
             return self.unaligned(config, &r, a);
         }
-        if !r.exclusive && r.gpu_count == 0 && r.nic_count == 0 && pinned.is_none() {
+        if !r.exclusive
+            && r.gpu_count == 0
+            && r.nic_count == 0
+            && r.shared_gpus.is_empty()
+            && pinned.is_none()
+        {
             a.cpus = self.ledger.shared_pool();
             a.mems = self.ledger.topo().cpu_nodes();
             a.aligned = true;
@@ -278,7 +283,7 @@ impl Allocator {
         g.extend(extra);
         let (nic_idx, _) = nics::choose(&self.ledger, &g, &[], r.nic_count, &r.alloc_nics);
         if r.exclusive {
-            let caps = numa::caps(&self.ledger, config.full_pcpus_only);
+            let caps = numa::caps_for(&self.ledger, config.full_pcpus_only, r.isolated);
             let need = Need {
                 cpus: r.cpus,
                 whole: config.full_pcpus_only,
@@ -292,6 +297,8 @@ impl Allocator {
         }
         a.mems = topo.cpu_nodes();
         a.gpus = g.iter().map(|x| topo.gpus[*x].pci_bus_id.clone()).collect();
+        a.shared_gpus = bus_ids(topo, &r.shared_gpus);
+        a.chosen_gpus = chosen(topo, &g, r);
         a.nics = nic_idx.iter().map(|x| topo.nics[*x].name.clone()).collect();
         a.aligned = false;
         a.reason = "policy none: no alignment".into();
@@ -311,6 +318,10 @@ impl Allocator {
         let avail: Vec<CpuSet> = nodes.iter().map(|i| caps[*i].avail.clone()).collect();
         let picked = cpus::pick(self.ledger.topo(), &avail, r.cpus, config.full_pcpus_only)
             .ok_or_else(|| reject::insufficient(&self.ledger, config, r, caps))?;
+        if r.isolated {
+            // Isolated CPUs are never in the shared pool: taking them cannot empty it.
+            return Ok(picked);
+        }
         // The shared pool never goes empty (the kubelet gets the same from its mandatory
         // reserved CPUs): containers without exclusive CPUs must run somewhere, and runtimes
         // ignore a cpuset update with no CPUs, so shared containers would silently stay on
@@ -395,6 +406,8 @@ impl Allocator {
             .map(|x| topo.gpus[*x].pci_bus_id.clone())
             .collect();
         a.nics = c.nics.iter().map(|x| topo.nics[*x].name.clone()).collect();
+        a.shared_gpus = bus_ids(topo, &r.shared_gpus);
+        a.chosen_gpus = chosen(topo, &c.gpus, r);
         a.aligned = search.devices_inside(&c)
             && c.nodes.len() <= numa::min_width(&self.ledger, search.full_need()).max(1);
         a.reason = self.reason(&a, &c);
@@ -434,4 +447,22 @@ impl Allocator {
         }
         reason
     }
+}
+
+/// PCI bus ids of GPU indices.
+fn bus_ids(topo: &Topology, idx: &[usize]) -> Vec<String> {
+    idx.iter()
+        .filter_map(|x| topo.gpus.get(*x))
+        .map(|g| g.pci_bus_id.clone())
+        .collect()
+}
+
+/// Bus ids of the GPUs of `gpus` the device plugin did not allocate.
+fn chosen(topo: &Topology, gpus: &[usize], r: &Resolved) -> Vec<String> {
+    let mine: Vec<usize> = gpus
+        .iter()
+        .copied()
+        .filter(|g| !r.alloc_gpus.contains(g))
+        .collect();
+    bus_ids(topo, &mine)
 }

@@ -90,7 +90,7 @@ impl<'a> Search<'a> {
     ) -> Self {
         let whole = config.full_pcpus_only;
         let keep = config.gpu_mode == GpuMode::Keep;
-        let caps = numa::caps(ledger, whole);
+        let caps = numa::caps_for(ledger, whole, r.isolated);
         let need = Need {
             cpus: if r.exclusive { r.cpus } else { 0 },
             whole,
@@ -170,10 +170,15 @@ impl<'a> Search<'a> {
         numa::fits(&self.caps, &cpu_nodes, &self.full_need) || (self.r.gpu_count > 0 && self.keep)
     }
 
-    /// Whether every GPU and NIC of `c` sits on its nodes.
+    /// Whether every GPU (shared ones included) and NIC of `c` sits on its nodes.
     pub fn devices_inside(&self, c: &Candidate) -> bool {
         let on = |node: Option<usize>| node.is_some_and(|i| c.nodes.contains(&i));
         c.gpus.iter().all(|g| on(self.ledger.gpu_node(*g)))
+            && self
+                .r
+                .shared_gpus
+                .iter()
+                .all(|g| on(self.ledger.gpu_node(*g)))
             && c.nics.iter().all(|n| on(self.ledger.nic_node(*n)))
     }
 
@@ -208,8 +213,12 @@ impl<'a> Search<'a> {
         }
     }
 
-    /// No GPU wanted: the best node set, and the NICs on it.
+    /// No GPU wanted: the best node set, and the NICs on it. GPUs used in shared mode seed
+    /// the set, as whole GPUs do in [`Search::best_with_gpus`].
     pub fn best_without_gpus(&self) -> Option<Candidate> {
+        if !self.r.shared_gpus.is_empty() {
+            return self.around_gpus(Vec::new());
+        }
         let topo = self.topo();
         let for_pod = self
             .pod_need
@@ -288,7 +297,7 @@ impl<'a> Search<'a> {
     fn around_gpus(&self, gpus: Vec<usize>) -> Option<Candidate> {
         let topo = self.topo();
         let mut seed: Vec<usize> = Vec::new();
-        for g in &gpus {
+        for g in gpus.iter().chain(&self.r.shared_gpus) {
             if let Some(i) = self.ledger.gpu_node(*g) {
                 if self.allowed[i] && !seed.contains(&i) {
                     seed.push(i);

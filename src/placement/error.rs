@@ -45,6 +45,29 @@ pub enum PlacementError {
         /// What is wrong and which values are accepted.
         reason: String,
     },
+    /// `cpus: exclusive` (or `isolated`) on a container the scheduler did not account as
+    /// Guaranteed-shaped: granting it would take CPUs the scheduler promised to others.
+    #[error(
+        "{container}: {annotation} asks for {cpus} exclusive CPU(s), but the container is not \
+         Guaranteed-shaped (cpu request {request_milli}m, limit {limit}): an annotation never \
+         widens what the scheduler accounted. Set the CPU request equal to the limit in whole \
+         CPUs (and a memory limit), or have the node administrator add namespace \
+         {namespace:?} to exclusive_annotation_namespaces"
+    )]
+    NotGuaranteed {
+        /// `namespace/pod/container`.
+        container: String,
+        /// The annotation that asked, `key=value` (one field, keeping the error small).
+        annotation: String,
+        /// Exclusive CPUs it would have got.
+        cpus: u32,
+        /// CPU request in millicores.
+        request_milli: u64,
+        /// CPU limit as text (`none` or `1500m`).
+        limit: String,
+        /// The pod's namespace.
+        namespace: String,
+    },
     /// The request cannot be placed on one node set under the policy.
     #[error(
         "cannot align {container} under policy {policy}: {what} {} fit {shape}; asked {}; \
@@ -146,6 +169,7 @@ impl PlacementError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::InvalidAnnotation { .. } => "invalid-annotation",
+            Self::NotGuaranteed { .. } => "not-guaranteed",
             Self::Unalignable { .. } => "unalignable",
             Self::Insufficient { .. } => "insufficient",
             Self::SharedPoolExhausted { .. } => "shared-pool-exhausted",

@@ -35,6 +35,9 @@ pub struct Ledger {
     mem_used: Vec<u64>,
     mem_split: HashMap<String, Vec<(usize, u64)>>,
     gpu_owner: HashMap<usize, String>,
+    /// How many containers use each GPU without holding it alone (MIG parents, replicas,
+    /// unconfirmed env references), by index in `Topology::gpus`.
+    gpu_sharers: HashMap<usize, u32>,
     /// Users of each NIC, by index in `Topology::nics`.
     nic_users: Vec<u32>,
     assignments: BTreeMap<String, Assignment>,
@@ -75,6 +78,7 @@ impl Ledger {
             mem_used: vec![0; n],
             mem_split: HashMap::new(),
             gpu_owner: HashMap::new(),
+            gpu_sharers: HashMap::new(),
             nic_users: vec![0; nic_count],
             assignments: BTreeMap::new(),
         }
@@ -107,6 +111,17 @@ impl Ledger {
         s.subtract(&self.reserved);
         s.subtract(&self.exclusive);
         s
+    }
+
+    /// Free CPUs for one kind of exclusive request: the isolated ones only when `isolated`,
+    /// else every free CPU but the isolated ones (which go only to containers that ask).
+    pub fn free_cpus_for(&self, isolated: bool) -> CpuSet {
+        let free = self.free_cpus();
+        if isolated {
+            free.intersection(&self.topo.isolated_cpus)
+        } else {
+            free.difference(&self.topo.isolated_cpus)
+        }
     }
 
     /// The shared pool: online minus reserved, exclusive and isolated CPUs.
@@ -162,9 +177,15 @@ impl Ledger {
             .map(|(j, _)| j)
     }
 
-    /// Whether GPU `g` (index in `Topology::gpus`) is free.
+    /// Whether GPU `g` (index in `Topology::gpus`) is free: nobody holds it and nobody
+    /// shares it (a GPU in shared use is never handed out whole).
     pub fn gpu_free(&self, g: usize) -> bool {
-        !self.gpu_owner.contains_key(&g)
+        !self.gpu_owner.contains_key(&g) && self.gpu_sharers(g) == 0
+    }
+
+    /// How many containers share GPU `g`.
+    pub fn gpu_sharers(&self, g: usize) -> u32 {
+        self.gpu_sharers.get(&g).copied().unwrap_or(0)
     }
 
     /// Free GPU indices in ascending order.
@@ -258,6 +279,11 @@ impl Ledger {
             .iter()
             .map(|n| self.nic_index(n))
             .collect::<Result<Vec<_>, _>>()?;
+        let shared_gpus = a
+            .shared_gpus
+            .iter()
+            .map(|b| self.gpu_index(b))
+            .collect::<Result<Vec<_>, _>>()?;
         if a.exclusive {
             if let Some(cpu) = a.cpus.intersection(&self.exclusive).first() {
                 return Err(PlacementError::Conflict {
@@ -301,6 +327,9 @@ impl Ledger {
         for g in gpus {
             self.gpu_owner.insert(g, a.container_id.clone());
         }
+        for g in shared_gpus {
+            *self.gpu_sharers.entry(g).or_insert(0) += 1;
+        }
         for n in nics {
             if let Some(c) = self.nic_users.get_mut(n) {
                 *c += 1;
@@ -321,6 +350,16 @@ impl Ledger {
             self.exclusive.subtract(&a.cpus);
         }
         self.gpu_owner.retain(|_, holder| holder != id);
+        for bus in &a.shared_gpus {
+            if let Ok(g) = self.gpu_index(bus) {
+                if let Some(n) = self.gpu_sharers.get_mut(&g) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        self.gpu_sharers.remove(&g);
+                    }
+                }
+            }
+        }
         for name in &a.nics {
             if let Ok(n) = self.nic_index(name) {
                 if let Some(c) = self.nic_users.get_mut(n) {

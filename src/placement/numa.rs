@@ -50,8 +50,14 @@ pub struct Cap {
 
 /// Free capacity of every node, by index.
 pub fn caps(ledger: &Ledger, whole: bool) -> Vec<Cap> {
+    caps_for(ledger, whole, false)
+}
+
+/// Free capacity of every node for an exclusive request that wants the isolated CPUs
+/// (`isolated`) or any other free CPU.
+pub fn caps_for(ledger: &Ledger, whole: bool, isolated: bool) -> Vec<Cap> {
     let topo = ledger.topo();
-    let free = ledger.free_cpus();
+    let free = ledger.free_cpus_for(isolated);
     let pool = ledger.shared_pool();
     let eligible = nics::eligible(ledger);
     let free_gpus = ledger.free_gpus();

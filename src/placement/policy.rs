@@ -44,6 +44,9 @@ pub enum CpuPreference {
     Exclusive,
     /// Shared pool even for a Guaranteed-style request.
     Shared,
+    /// Exclusive CPUs taken only from the CPUs the kernel isolates (`isolcpus=`,
+    /// `/sys/devices/system/cpu/isolated`); no other request ever gets those.
+    Isolated,
 }
 
 /// Who chooses which GPUs a container gets.
@@ -73,6 +76,11 @@ pub struct PlacementConfig {
     pub allow_device_annotations: bool,
     /// Exclusive CPUs only as whole cores (kubelet `full-pcpus-only`).
     pub full_pcpus_only: bool,
+    /// Namespaces whose pods may ask for exclusive (or isolated) CPUs by annotation without a
+    /// Guaranteed-shaped request. Empty by default: an annotation never widens what the
+    /// scheduler accounted.
+    #[serde(default)]
+    pub exclusive_annotation_namespaces: Vec<String>,
 }
 
 impl Default for PlacementConfig {
@@ -84,6 +92,7 @@ impl Default for PlacementConfig {
             gpu_mode: GpuMode::Remap,
             allow_device_annotations: false,
             full_pcpus_only: false,
+            exclusive_annotation_namespaces: Vec::new(),
         }
     }
 }
@@ -135,6 +144,7 @@ named_enum!(CpuPreference, "cpu preference", [
     "auto" => CpuPreference::Auto,
     "exclusive" => CpuPreference::Exclusive,
     "shared" => CpuPreference::Shared,
+    "isolated" => CpuPreference::Isolated,
 ]);
 named_enum!(GpuMode, "gpu mode", ["remap" => GpuMode::Remap, "keep" => GpuMode::Keep]);
 

@@ -40,6 +40,12 @@ pub struct Request {
     pub allocated_gpus: Vec<String>,
     /// RDMA NICs a device plugin allocated, by interface/RDMA name as in `Topology::nics`.
     pub allocated_nics: Vec<String>,
+    /// GPUs the container uses without holding them alone (PCI bus ids): the parent of a MIG
+    /// device, a time-sliced or MPS replica, a GPU several containers were given, or one named
+    /// only by an environment variable no authoritative source confirmed. Placement aligns to
+    /// them and never records, remaps or refuses them as taken.
+    #[serde(default)]
+    pub shared_gpus: Vec<String>,
 }
 
 /// What a container was given. Persisted in the state file, so fields only grow.
@@ -68,6 +74,15 @@ pub struct Assignment {
     pub gpus: Vec<String>,
     /// NICs chosen, by name.
     pub nics: Vec<String>,
+    /// GPUs used but not held alone (see [`Request::shared_gpus`]); not in the exclusive GPU
+    /// ledger, never remapped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_gpus: Vec<String>,
+    /// The GPUs of `gpus` nri-align chose rather than the device plugin (a `remap`, or a count
+    /// asked by annotation): the kubelet believes them free, so a later allocation of one that
+    /// the runtime will give whatever nri-align says is refused, not shared.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chosen_gpus: Vec<String>,
     /// Policy the decision was made under.
     pub policy: Policy,
     /// Whether every resource ended up on the chosen node set.

@@ -23,8 +23,12 @@ pub struct Resolved {
     pub memory: u64,
     /// GPUs wanted.
     pub gpu_count: usize,
-    /// GPUs the device plugin allocated (indices).
+    /// GPUs the device plugin allocated to this container alone (indices).
     pub alloc_gpus: Vec<usize>,
+    /// GPUs it uses without holding them alone (indices): aligned to, never recorded as held.
+    pub shared_gpus: Vec<usize>,
+    /// Whether its exclusive CPUs come from the isolated CPUs (and only from them).
+    pub isolated: bool,
     /// NICs wanted.
     pub nic_count: usize,
     /// NICs the device plugin allocated (indices).
@@ -48,16 +52,40 @@ pub fn resolve(
         excerpt(&req.container_name)
     );
     let req_m = req.cpu_request_milli;
+    // The kubelet's Guaranteed rule for CPUs: a whole number of CPUs, request equal to limit.
+    let guaranteed = req.cpu_limit_milli == Some(req_m) && req_m > 0 && req_m % 1000 == 0;
     let (exclusive, cpus) = match eff.cpus {
         // Counts beyond u32 saturate: such a request then fails as "not enough free cpu"
         // instead of wrapping around to a small one.
-        CpuPreference::Auto => {
-            let g = req.cpu_limit_milli == Some(req_m) && req_m > 0 && req_m % 1000 == 0;
-            (g, if g { saturate(req_m / 1000) } else { 0 })
-        }
-        CpuPreference::Exclusive => {
+        CpuPreference::Auto => (
+            guaranteed,
+            if guaranteed {
+                saturate(req_m / 1000)
+            } else {
+                0
+            },
+        ),
+        CpuPreference::Exclusive | CpuPreference::Isolated => {
             let m = req.cpu_limit_milli.unwrap_or(req_m).max(req_m).max(1);
-            (true, saturate(m.div_ceil(1000)))
+            let n = saturate(m.div_ceil(1000));
+            let allowed = config
+                .exclusive_annotation_namespaces
+                .iter()
+                .any(|ns| ns == &req.pod.namespace);
+            if !guaranteed && !allowed {
+                let (key, value) = cpus_annotation(req);
+                return Err(PlacementError::NotGuaranteed {
+                    container: who,
+                    annotation: format!("{key}={value}"),
+                    cpus: n,
+                    request_milli: req_m,
+                    limit: req
+                        .cpu_limit_milli
+                        .map_or_else(|| "none".to_string(), |l| format!("{l}m")),
+                    namespace: req.pod.namespace.clone(),
+                });
+            }
+            (true, n)
         }
         CpuPreference::Shared => (false, 0),
     };
@@ -75,8 +103,13 @@ pub fn resolve(
             });
         }
     }
-    let alloc_gpus = req
+    let mut alloc_gpus = req
         .allocated_gpus
+        .iter()
+        .map(|b| ledger.gpu_index(b))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut shared_gpus = req
+        .shared_gpus
         .iter()
         .map(|b| ledger.gpu_index(b))
         .collect::<Result<Vec<_>, _>>()?;
@@ -86,18 +119,42 @@ pub fn resolve(
         .map(|n| ledger.nic_index(n))
         .collect::<Result<Vec<_>, _>>()?;
     if config.gpu_mode == GpuMode::Keep {
+        // The kubelet hands a device id to one container at a time, so a kept GPU that
+        // another container already holds (or shares) was advertised more than once: the
+        // device plugin shares it (time-slicing or MPS replicas whose ids the container does
+        // not see). Each holder is aligned to it; none of them holds it alone from now on.
+        // A GPU nri-align itself gave another container (a remap) is different: the kubelet
+        // believes it free and the runtime gives this container it whatever nri-align says,
+        // so sharing it would break the promise made to that container: refused.
+        let topo = ledger.topo();
         for g in &alloc_gpus {
-            if let Some(holder) = ledger.gpu_holder(*g) {
+            let Some(holder) = ledger.gpu_holder(*g) else {
+                continue;
+            };
+            let bus = &topo.gpus[*g].pci_bus_id;
+            if ledger
+                .get(holder)
+                .is_some_and(|a| a.chosen_gpus.contains(bus))
+            {
                 return Err(PlacementError::Conflict {
                     resource: "gpu".into(),
-                    id: ledger.topo().gpus[*g].pci_bus_id.clone(),
+                    id: bus.clone(),
                     holder: holder.to_string(),
                 });
             }
         }
+        alloc_gpus.retain(|g| {
+            let taken = !ledger.gpu_free(*g);
+            if taken && !shared_gpus.contains(g) {
+                shared_gpus.push(*g);
+            }
+            !taken
+        });
     }
+    shared_gpus.retain(|g| !alloc_gpus.contains(g));
     let gpu_count = alloc_gpus.len().max(eff.gpus.unwrap_or(0) as usize);
     let nic_count = alloc_nics.len().max(eff.nics.unwrap_or(0) as usize);
+    let isolated = exclusive && eff.cpus == CpuPreference::Isolated;
     Ok(Resolved {
         eff,
         exclusive,
@@ -105,10 +162,27 @@ pub fn resolve(
         memory: req.memory_limit_bytes.unwrap_or(0),
         gpu_count,
         alloc_gpus,
+        shared_gpus,
+        isolated,
         nic_count,
         alloc_nics,
         who,
     })
+}
+
+/// The `cpus.` annotation that decided the preference: the container's own key if it has one,
+/// else the pod's.
+fn cpus_annotation(req: &Request) -> (String, String) {
+    let own = format!(
+        "cpus.{}/container.{}",
+        super::annotations::DOMAIN,
+        req.container_name
+    );
+    let pod = format!("cpus.{}/pod", super::annotations::DOMAIN);
+    [own, pod]
+        .into_iter()
+        .find_map(|k| req.pod.annotations.get(&k).map(|v| (k.clone(), v.clone())))
+        .unwrap_or_default()
 }
 
 fn saturate(n: u64) -> u32 {

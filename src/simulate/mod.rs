@@ -274,6 +274,7 @@ fn requests(
             memory_limit_bytes: memory,
             allocated_gpus: gpus,
             allocated_nics: nics,
+            shared_gpus: Vec::new(),
         };
         out.push((request, short));
     }

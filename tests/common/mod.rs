@@ -175,6 +175,9 @@ pub struct UpOptions {
     pub request_timeout: Option<String>,
     /// The runtime's log level (default info).
     pub log_level: Option<String>,
+    /// Resolve CDI devices from the instance's `cdi/` dir (containerd's `enable_cdi`; CRI-O
+    /// always does).
+    pub cdi: bool,
 }
 
 /// The name [`Instance`] had while containerd was the only runtime; code written before
@@ -257,6 +260,9 @@ impl Instance {
         }
         if let Some(l) = &self.options.log_level {
             cmd.env("CONTAINERD_LOG_LEVEL", l).env("CRIO_LOG_LEVEL", l);
+        }
+        if self.options.cdi {
+            cmd.env("CONTAINERD_ENABLE_CDI", "true");
         }
         let out = run_cmd(&mut cmd, "hack/*-up")?;
         if !out.status.success() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{
     skip_unless_ready, wait_until, AlignRun, ContainerSpec, EmulatedHost, Instance, Live,
-    PluginProcess, Pod, Runtime,
+    PluginProcess, Pod, Runtime, UpOptions,
 };
 
 const MIB: i64 = 1 << 20;
@@ -24,10 +24,98 @@ pub fn burstable(name: &str) -> ContainerSpec {
     ContainerSpec::new(name).cpu_millis(250, Some(500))
 }
 
+/// The kubelet's PodResources API for a suite: the test kubelet on a socket nri-align is
+/// pointed at (`podresources_socket`), serving what the suite says the kubelet allocated.
+pub struct Kubelet {
+    /// The test kubelet (declared first: it stops before its runtime).
+    server: Option<podresources::TestKubelet>,
+    tokio: tokio::runtime::Runtime,
+    pods: std::sync::Mutex<Vec<podresources::proto::PodResources>>,
+    /// The socket.
+    pub socket: PathBuf,
+}
+
+impl Kubelet {
+    fn start(socket: PathBuf) -> Self {
+        let tokio = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        if let Some(dir) = socket.parent() {
+            std::fs::create_dir_all(dir).expect("kubelet dir");
+        }
+        let server = {
+            let _in = tokio.enter();
+            podresources::TestKubelet::start(&socket, Vec::new()).expect("test kubelet serves")
+        };
+        Self {
+            server: Some(server),
+            tokio,
+            pods: std::sync::Mutex::new(Vec::new()),
+            socket,
+        }
+    }
+
+    /// The kubelet now reports `pod` (replacing an earlier report of the same pod).
+    pub fn report(&self, pod: podresources::proto::PodResources) {
+        let mut pods = self.pods.lock().unwrap_or_else(|p| p.into_inner());
+        pods.retain(|p| !(p.namespace == pod.namespace && p.name == pod.name));
+        pods.push(pod);
+        if let Some(s) = &self.server {
+            s.set_pods(pods.clone());
+        }
+    }
+
+    /// The kubelet reports container `container` of pod `namespace/name` holding `ids` of
+    /// `resource` (an empty `ids`: listed without devices).
+    pub fn allocate(
+        &self,
+        namespace: &str,
+        name: &str,
+        container: &str,
+        resource: &str,
+        ids: &[&str],
+    ) {
+        let ids: Vec<(&str, Option<i64>)> = ids.iter().map(|i| (*i, None)).collect();
+        let devs = if ids.is_empty() {
+            Vec::new()
+        } else {
+            podresources::build::devices(resource, &ids)
+        };
+        let mut pod = {
+            let pods = self.pods.lock().unwrap_or_else(|p| p.into_inner());
+            pods.iter()
+                .find(|p| p.namespace == namespace && p.name == name)
+                .cloned()
+                .unwrap_or_else(|| podresources::build::pod(namespace, name, Vec::new()))
+        };
+        pod.containers.retain(|c| c.name != container);
+        pod.containers
+            .push(podresources::build::container(container, devs));
+        self.report(pod);
+    }
+
+    /// The kubelet goes away (socket removed).
+    pub fn stop(&mut self) {
+        if let Some(s) = self.server.take() {
+            self.tokio.block_on(s.stop());
+        }
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// A runtime instance with nri-align registered as an external plugin, on an emulated host.
 pub struct Enforced {
     /// The running plugin (declared first: it stops before the runtime goes down).
     pub plugin: PluginProcess,
+    /// The test kubelet, when the suite has one.
+    pub kubelet: Option<Kubelet>,
     /// The runtime.
     pub rt: Instance,
     /// The emulated host nri-align reads (this machine's CPUs and nodes, fake GPUs and NICs).
@@ -50,16 +138,55 @@ impl Enforced {
         nics: usize,
         config: &str,
     ) -> Option<Self> {
+        Self::start_with(
+            runtime,
+            test,
+            name,
+            (gpus, nics),
+            config,
+            false,
+            UpOptions::default(),
+        )
+    }
+
+    /// [`Enforced::start`] with a test kubelet serving PodResources to nri-align.
+    pub fn with_kubelet(
+        runtime: Runtime,
+        test: &str,
+        name: &str,
+        (gpus, nics): (usize, usize),
+        config: &str,
+        options: UpOptions,
+    ) -> Option<Self> {
+        Self::start_with(runtime, test, name, (gpus, nics), config, true, options)
+    }
+
+    fn start_with(
+        runtime: Runtime,
+        test: &str,
+        name: &str,
+        (gpus, nics): (usize, usize),
+        config: &str,
+        kubelet: bool,
+        options: UpOptions,
+    ) -> Option<Self> {
         let test = format!("{test}({})", runtime.name());
         if skip_unless_ready(runtime, &test) {
             return None;
         }
-        let rt = Instance::fresh(runtime, name).unwrap_or_else(|e| panic!("{test}: {e}"));
+        let rt =
+            Instance::fresh_with(runtime, name, options).unwrap_or_else(|e| panic!("{test}: {e}"));
+        let kubelet =
+            kubelet.then(|| Kubelet::start(rt.dir().join("kubelet/pod-resources/kubelet.sock")));
+        let config = match &kubelet {
+            Some(k) => format!("{config}\npodresources_socket: {:?}\n", k.socket),
+            None => config.to_string(),
+        };
         let host = EmulatedHost::of_this_machine(&rt.dir().join("host"), gpus, nics)
             .unwrap_or_else(|e| panic!("{test}: emulate: {e}"));
         let mut run = AlignRun::new(rt.dir().join("align-state")).on(&host);
         let path = rt.dir().join("nri-align.yaml");
-        run.write_config(&path, config)
+        run.write_config(&path, &config)
             .unwrap_or_else(|e| panic!("{test}: {e}"));
         let plugin = run
             .start(&rt)
@@ -69,6 +196,7 @@ impl Enforced {
             host,
             run,
             plugin,
+            kubelet,
             config: path,
         })
     }

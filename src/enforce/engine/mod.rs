@@ -3,7 +3,7 @@
 //! persists the decision, counts it and logs one line. `plugin.rs` only converts NRI messages to
 //! and from these calls.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,12 +11,13 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::placement::cpus::shared_on;
 use crate::placement::{Assignment, GpuMode, PodTotals};
+use crate::topology::CpuSet;
 
 use crate::enforce::adjust::{
     build_adjustment, pool_updates, AdjustError, Adjustment, CpusetUpdate,
 };
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
-use crate::enforce::inputs::{build_request, pod_totals, RequestError};
+use crate::enforce::inputs::{build, build_request, pod_totals, RequestError};
 use crate::enforce::state::{Record, ResourceSummary, StateDoc, StateStore};
 use crate::host::devices::{nvidia_minor, uverbs_name, DeviceLookup};
 
@@ -73,6 +74,8 @@ pub struct Engine<P: Placer> {
     metrics: Option<Arc<Metrics>>,
     devices: Box<dyn DeviceLookup + Send>,
     pods: HashMap<String, PodView>,
+    /// Pods (UIDs) whose kubelet-set cpuset was already logged.
+    kubelet_cpuset_pods: HashSet<String>,
 }
 
 impl<P: Placer> Engine<P> {
@@ -92,6 +95,7 @@ impl<P: Placer> Engine<P> {
             metrics,
             devices,
             pods: HashMap::new(),
+            kubelet_cpuset_pods: HashSet::new(),
         }
     }
 
@@ -149,33 +153,52 @@ impl<P: Placer> Engine<P> {
         c: &ContainerView,
     ) -> Result<Option<CreateOutcome>, EngineError> {
         self.pods.insert(pod.id.clone(), pod.clone());
-        if self.config.is_exempt(&pod.namespace) {
-            tracing::info!(pod = %pod_name(pod), container = %c.name, "exempt namespace, not aligned");
-            return Ok(None);
-        }
         if self.doc.containers.contains_key(&c.id) {
             // A create for an id we hold (a retried create): start over.
             self.drop_record(&c.id);
         }
+        self.note_kubelet_cpuset(pod, c);
+        if self.config.is_exempt(&pod.namespace) {
+            return self.create_exempt(pod, c).map(Some);
+        }
         let started = Instant::now();
-        let req = build_request(self.placer.topology(), pod, c).inspect_err(|e| {
+        let trust_env = self.config.trust_visible_devices_env;
+        let built = build(self.placer.topology(), pod, c, trust_env).inspect_err(|e| {
             self.count_rejection("bad-request", started);
             tracing::warn!(pod = %pod_name(pod), container = %c.name, "rejected: {e}");
         })?;
-        // GPUs and RDMA NICs that arrive as device nodes in the spec cannot be taken away:
-        // runtimes drop an adjustment's removal of a device that was in the original spec
-        // and ignore its device-cgroup rules (containerd/nri#216, NRI v0.6.1 to v0.12), so a
-        // remapped container would keep its allocated node, still reachable through the
-        // allow rule CRI wrote, while the ledger gives that GPU to someone else. Such
-        // containers keep their devices, as in `keep` mode; GPUs named only through
-        // NVIDIA_VISIBLE_DEVICES (the device plugin's default) are still remapped.
+        self.note_unread(pod, c, &built);
+        if let Some(source) = built.source {
+            tracing::info!(
+                pod = %pod_name(pod),
+                container = %c.name,
+                source = source.label(),
+                gpus = %built.request.allocated_gpus.join(","),
+                shared_gpus = %built.request.shared_gpus.join(","),
+                "gpus read"
+            );
+        }
+        if let Some(out) = self.take_over(pod, c, &built, started) {
+            return Ok(Some(out));
+        }
+        self.reuse_finished(pod, c);
+        // `remap` moves only whole GPUs the kubelet allocated that reach the container through
+        // NVIDIA_VISIBLE_DEVICES alone, so that nri-align's env and nodes are all it gets.
+        // GPUs and RDMA NICs that arrive as device nodes, CDI devices or volume-mounts mounts
+        // cannot be taken away: runtimes drop an adjustment's removal of a device that was in
+        // the original spec and ignore its device-cgroup rules (containerd/nri#216, NRI
+        // v0.6.1 to v0.12), and CDI edits and the toolkit's mounts are applied whatever the
+        // adjustment says. GPUs named only by the env are not the kubelet's word (the pod's
+        // own env overrides the plugin's) and are used shared, never remapped.
         self.expect_pod(pod);
-        let mode = if self.config.placement.gpu_mode == GpuMode::Remap && has_device_nodes(c) {
-            tracing::debug!(container = %c.name, "devices arrived as nodes: keeping them");
+        let mode = if self.config.placement.gpu_mode == GpuMode::Remap
+            && (!built.remappable || has_device_nodes(c))
+        {
             GpuMode::Keep
         } else {
             self.config.placement.gpu_mode
         };
+        let req = built.request;
         let plan = self.placer.plan(&req, mode).inspect_err(|r| {
             self.count_rejection(&r.reason, started);
             tracing::warn!(pod = %pod_name(pod), container = %c.name, reason = %r.reason, "rejected: {}", r.message);
@@ -193,6 +216,7 @@ impl<P: Placer> Engine<P> {
             applied_cpus: planned.cpus.clone(),
             devices: adjustment.visible_devices.clone(),
             resources: ResourceSummary::of(&req),
+            ..Record::default()
         };
         // Everything that can fail is done: the ledger and the record change together, so
         // neither a failure nor a panic above leaves one holding what the other does not.
@@ -228,6 +252,9 @@ impl<P: Placer> Engine<P> {
         let Some(old) = self.doc.containers.get(&c.id).cloned() else {
             return Ok(Vec::new());
         };
+        if old.exempt {
+            return Ok(Vec::new());
+        }
         let mut updated = c.clone();
         updated.resources = new.clone();
         let req = build_request(self.placer.topology(), pod, &updated)?;
@@ -279,7 +306,7 @@ impl<P: Placer> Engine<P> {
         Ok(updates)
     }
 
-    /// Releases a container (StopContainer, RemoveContainer); idempotent.
+    /// Releases a container (RemoveContainer); idempotent.
     pub fn release_container(&mut self, id: &str) -> Vec<CpusetUpdate> {
         if self.doc.containers.remove(id).is_none() {
             return Vec::new();
@@ -292,7 +319,7 @@ impl<P: Placer> Engine<P> {
         updates
     }
 
-    /// Releases every container of a pod (StopPodSandbox, RemovePodSandbox).
+    /// Releases every container of a pod (RemovePodSandbox).
     pub fn release_pod(&mut self, sandbox_id: &str) -> Vec<CpusetUpdate> {
         let ids: Vec<String> = self
             .doc
@@ -317,6 +344,7 @@ impl<P: Placer> Engine<P> {
     /// reserved CPUs may have changed (the plugin sends them with the next response).
     pub fn reload(&mut self, config: Config) -> Result<Vec<CpusetUpdate>, EngineError> {
         config.validate_for(self.placer.topology())?;
+        self.check_live_allocations(&config)?;
         for key in self.config.restart_only_changes(&config) {
             // A runtime's drop-in only arrives after start-up, so for a pre-launched plugin
             // these keys can only come from flags or --config (a wrapper script works).
@@ -331,6 +359,45 @@ impl<P: Placer> Engine<P> {
         self.persist();
         self.refresh_free();
         Ok(updates)
+    }
+
+    /// Refuses a configuration that, with the CPUs held exclusively now, would leave no shared
+    /// CPU (the next shared container would get an empty cpuset, which runtimes read as
+    /// "every CPU"), or that reserves a CPU a container holds exclusively.
+    fn check_live_allocations(&self, config: &Config) -> Result<(), EngineError> {
+        let topo = self.placer.topology();
+        let reserved = &config.placement.reserved_cpus;
+        let mut held = CpuSet::new();
+        for r in self.doc.containers.values() {
+            if r.assignment.exclusive {
+                held.extend_from(&r.assignment.cpus);
+            }
+        }
+        let invalid = |message: String| {
+            EngineError::Config(crate::config::ConfigError::Invalid {
+                origin: "reload".into(),
+                message: format!("{message}; the configuration in force is kept"),
+            })
+        };
+        let clash = reserved.intersection(&held);
+        if !clash.is_empty() {
+            return Err(invalid(format!(
+                "reserved_cpus {reserved} includes CPUs {clash} that containers hold exclusively \
+                 (they keep them until removed): reserve other CPUs or remove those containers first"
+            )));
+        }
+        let mut pool = topo.online_cpus();
+        pool.subtract(reserved);
+        pool.subtract(&held);
+        pool.subtract(&topo.isolated_cpus);
+        if pool.is_empty() {
+            return Err(invalid(format!(
+                "reserved_cpus {reserved} with the {} CPUs held exclusively ({held}) leaves no \
+                 shared CPU for the other containers",
+                held.len()
+            )));
+        }
+        Ok(())
     }
 
     /// The configuration in force.
@@ -430,12 +497,17 @@ impl<P: Placer> Engine<P> {
             return Vec::new();
         }
         let topo = self.placer.topology();
+        let exempt = self.exempt_cpus();
         let mut updates = Vec::new();
         for (id, r) in &self.doc.containers {
             if r.assignment.exclusive || Some(id.as_str()) == except {
                 continue;
             }
-            let target = shared_on(topo, &pool, &r.assignment.numa_nodes);
+            let target = if r.exempt {
+                exempt.clone()
+            } else {
+                shared_on(topo, &pool, &r.assignment.numa_nodes)
+            };
             updates.extend(pool_updates(&target, [(id.as_str(), &r.applied_cpus)]));
         }
         for u in &updates {
@@ -503,6 +575,7 @@ fn log_decision(
     );
 }
 
+mod lifecycle;
 pub mod placer;
 pub mod reconcile;
 mod recovery;

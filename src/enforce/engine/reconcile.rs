@@ -16,7 +16,8 @@ use crate::host::devices::{nvidia_minor, uverbs_name};
 pub struct Reconciliation {
     /// Recorded and still alive: restore as recorded.
     pub keep: Vec<Record>,
-    /// Recorded but gone (or stopped): release.
+    /// Recorded but gone (no longer listed): release. A listed stopped container keeps its
+    /// record (marked stopped) until it is removed, as the kubelet keeps its CPUs.
     pub release: Vec<String>,
     /// Alive but unknown to the state: restore from what the container has now.
     pub rebuild: Vec<Record>,
@@ -37,10 +38,17 @@ pub fn reconcile(
             .unwrap_or_default()
     };
     for (id, rec) in &doc.containers {
-        let Some(c) = live.iter().find(|c| c.id == *id && c.state.is_live()) else {
+        let Some(c) = live.iter().find(|c| c.id == *id) else {
             out.release.push(id.clone());
             continue;
         };
+        if !c.state.is_live() {
+            out.keep.push(Record {
+                stopped: true,
+                ..rec.clone()
+            });
+            continue;
+        }
         if lost_its_devices(topo, &pod_of(c), c, rec) {
             // Its record names devices it does not have: account for what it really holds.
             out.release.push(id.clone());
@@ -102,9 +110,11 @@ pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> R
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| numa_nodes.clone());
     let mut resources = ResourceSummary::default();
+    let mut shared_gpus = Vec::new();
     let (gpus, nics, request_note, exclusive) = match build_request(topo, pod, c) {
         Ok(r) => {
             resources = ResourceSummary::of(&r);
+            shared_gpus = r.shared_gpus.clone();
             let integer_guaranteed = r.cpu_limit_milli.is_some_and(|l| {
                 l > 0 && l % 1000 == 0 && l == r.cpu_request_milli && cpus.len() as u64 == l / 1000
             });
@@ -139,6 +149,8 @@ pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> R
                 .unwrap_or(0),
             gpus,
             nics,
+            shared_gpus,
+            chosen_gpus: Vec::new(),
             policy: crate::placement::Policy::None,
             aligned: false,
             reason: format!("recorded as running after a restart{request_note}"),
@@ -154,6 +166,7 @@ pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> R
             .map(|d| d.path.clone())
             .collect(),
         resources,
+        ..Record::default()
     }
 }
 
@@ -192,6 +205,7 @@ mod tests {
             applied_cpus: CpuSet::new(),
             devices: Vec::new(),
             resources: Default::default(),
+            ..Record::default()
         }
     }
 
@@ -231,8 +245,13 @@ mod tests {
             live("new", ContainerState::Running, "4-5", 2),
         ];
         let r = reconcile(&doc, &pods, &containers, &topo());
-        assert_eq!(r.keep, vec![rec("kept")]);
-        assert_eq!(r.release, vec!["gone".to_string(), "stopped".to_string()]);
+        // A listed stopped container keeps its record until removed (its restart takes it).
+        let stopped = Record {
+            stopped: true,
+            ..rec("stopped")
+        };
+        assert_eq!(r.keep, vec![rec("kept"), stopped]);
+        assert_eq!(r.release, vec!["gone".to_string()]);
         assert_eq!(r.rebuild.len(), 1);
         let a = &r.rebuild[0].assignment;
         assert_eq!(a.cpus.to_string(), "4-5");

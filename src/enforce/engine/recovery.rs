@@ -133,6 +133,11 @@ impl<P: Placer> Engine<P> {
                 tracing::info!(container = %id, "released: gone while nri-align was away");
             }
         }
+        for rec in plan.keep.iter().filter(|r| r.stopped) {
+            if let Some(r) = self.doc.containers.get_mut(&rec.assignment.container_id) {
+                r.stopped = true;
+            }
+        }
         for rec in plan.rebuild {
             self.track_running(rec);
         }

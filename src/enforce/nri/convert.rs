@@ -8,7 +8,7 @@ use nri_protocol::api::{self, MessageField};
 
 use crate::enforce::adjust::{Adjustment, CpusetUpdate};
 use crate::enforce::container::{
-    ContainerState, ContainerView, DeviceNode, DeviceRule, PodView, ResourcesView,
+    ContainerState, ContainerView, DeviceNode, DeviceRule, MountView, PodView, ResourcesView,
 };
 
 fn sorted(m: &HashMap<String, String>) -> std::collections::BTreeMap<String, String> {
@@ -75,7 +75,16 @@ pub fn container_view(c: &api::Container) -> ContainerView {
     ContainerView {
         id: c.id.clone(),
         pod_sandbox_id: c.pod_sandbox_id.clone(),
-        name: c.name.clone(),
+        // CRI-O names a container to NRI from the kubelet's `io.kubernetes.container.name`
+        // label; a request without it arrives nameless, so the label is the fallback too.
+        name: if c.name.is_empty() {
+            c.labels
+                .get("io.kubernetes.container.name")
+                .cloned()
+                .unwrap_or_default()
+        } else {
+            c.name.clone()
+        },
         state,
         annotations: sorted(&c.annotations),
         env: c.env.clone(),
@@ -96,6 +105,15 @@ pub fn container_view(c: &api::Container) -> ContainerView {
             })
             .unwrap_or_default(),
         cdi_devices: c.CDI_devices.iter().map(|d| d.name.clone()).collect(),
+        mounts: c
+            .mounts
+            .iter()
+            .map(|m| MountView {
+                destination: m.destination.clone(),
+                source: m.source.clone(),
+            })
+            .collect(),
+        kubelet_devices: None,
         resources: resources_view(linux.and_then(|l| l.resources.as_ref())),
         cgroups_path: linux.map(|l| l.cgroups_path.clone()).unwrap_or_default(),
         pid: c.pid,

@@ -18,6 +18,8 @@ use super::convert::{
 use crate::config::Config;
 use crate::enforce::adjust::CpusetUpdate;
 use crate::enforce::engine::{Engine, EngineError, Placer};
+use crate::enforce::kubelet::KubeletSource;
+use crate::metrics::Metrics;
 
 /// The events nri-align handles (all known to NRI v0.6.1, so no version gating is needed).
 pub fn wanted_events() -> EventMask {
@@ -51,6 +53,9 @@ pub struct AlignPlugin<P: Placer> {
     have_config_file: bool,
     /// Containers whose cpuset goes out with the next response that can carry updates.
     pending: Mutex<BTreeSet<String>>,
+    /// The kubelet's PodResources API, asked before the engine is locked.
+    kubelet: Option<Arc<KubeletSource>>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl<P: Placer> AlignPlugin<P> {
@@ -60,7 +65,21 @@ impl<P: Placer> AlignPlugin<P> {
             engine,
             have_config_file,
             pending: Mutex::new(BTreeSet::new()),
+            kubelet: None,
+            metrics: None,
         }
+    }
+
+    /// Reads what the kubelet allocated from `kubelet` (its PodResources API) before each
+    /// container is decided; `metrics` counts the lookups.
+    pub fn with_kubelet(
+        mut self,
+        kubelet: Option<Arc<KubeletSource>>,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Self {
+        self.kubelet = kubelet;
+        self.metrics = metrics;
+        self
     }
 
     fn pending_lock(&self) -> MutexGuard<'_, BTreeSet<String>> {
@@ -155,14 +174,17 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
     }
 
     async fn stop_pod_sandbox(&self, pod: PodSandbox) -> HandlerResult<()> {
-        let ups = self.engine().release_pod(&pod.id);
-        self.queue(ups);
+        // The kubelet keeps what a pod's containers hold until it removes them.
+        self.engine().pod_stopped(&pod.id);
         Ok(())
     }
 
     async fn remove_pod_sandbox(&self, pod: PodSandbox) -> HandlerResult<()> {
         let ups = self.engine().release_pod(&pod.id);
         self.queue(ups);
+        if let Some(k) = &self.kubelet {
+            k.forget_pod(&pod.uid).await;
+        }
         Ok(())
     }
 
@@ -171,9 +193,18 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         pod: PodSandbox,
         container: Container,
     ) -> HandlerResult<CreateContainerResponse> {
+        let pod = pod_view(&pod);
+        let mut container = container_view(&container);
+        if let Some(k) = &self.kubelet {
+            // Before the engine lock: a slow kubelet delays this container only, within the
+            // lookup's deadline, never the engine's other callers.
+            container.kubelet_devices = k
+                .devices_for(&pod, &container.name, self.metrics.as_deref())
+                .await;
+        }
         let mut engine = self.engine();
         let outcome = engine
-            .create_container(&pod_view(&pod), &container_view(&container))
+            .create_container(&pod, &container)
             .map_err(|e| HandlerError::failed(e.to_string()))?;
         let Some(outcome) = outcome else {
             return Ok(CreateContainerResponse {
@@ -254,9 +285,10 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         container: Container,
     ) -> HandlerResult<StopContainerResponse> {
         let mut engine = self.engine();
-        let ups = engine.release_container(&container.id);
+        // Kept until RemoveContainer, as the kubelet keeps a container's CPUs.
+        engine.container_stopped(&container.id);
         Ok(StopContainerResponse {
-            update: self.with_pending(&engine, ups),
+            update: self.with_pending(&engine, Vec::new()),
             ..Default::default()
         })
     }
@@ -389,7 +421,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn rejection_fails_create_and_stop_grows_the_pool() {
+    async fn rejection_fails_create_and_remove_grows_the_pool() {
         let p = plugin();
         let err = p
             .create_container(pod(), container("big", 6, None))
@@ -405,12 +437,23 @@ mod tests {
         p.create_container(pod(), container("x1", 4, None))
             .await
             .expect("x1");
+        // Stopped, x1 keeps its CPUs (the kubelet keeps them until RemoveContainer).
         let stop = p
             .stop_container(pod(), container("x1", 4, None))
             .await
             .expect("stop");
-        assert_eq!(stop.update.len(), 1);
-        assert_eq!(stop.update[0].linux.resources.cpu.cpus, "0-7");
+        assert!(stop.update.is_empty(), "{:?}", stop.update);
+        // Removed, they go back to the pool; the update rides on the next response.
+        p.remove_container(pod(), container("x1", 4, None))
+            .await
+            .expect("remove");
+        let next = p
+            .stop_container(pod(), container("s1", 0, None))
+            .await
+            .expect("stop s1");
+        assert_eq!(next.update.len(), 1);
+        assert_eq!(next.update[0].container_id, "s1");
+        assert_eq!(next.update[0].linux.resources.cpu.cpus, "0-7");
     }
 
     #[tokio::test]

@@ -192,15 +192,22 @@ fn rejection_fails_the_create_with_the_message_and_is_counted() {
 }
 
 #[test]
-fn exempt_namespaces_are_left_alone() {
+fn exempt_namespaces_run_on_the_shared_pool_unaligned() {
     let cfg = Config::parse("exempt_namespaces: [kube-system]", "t").expect("cfg");
     let mut e = engine(None, cfg);
+    // Asks for 2 whole CPUs and a GPU: an exempt container gets neither, only the pool.
+    let out = e
+        .create_container(&pod("kube-system"), &ctr("k", "kube-system", 2, &[0]))
+        .expect("ok")
+        .expect("adjustment");
     assert_eq!(
-        e.create_container(&pod("kube-system"), &ctr("k", "kube-system", 2, &[]))
-            .expect("ok"),
-        None
+        out.adjustment.cpuset_cpus,
+        e.placer().shared_pool().to_string()
     );
-    assert!(e.records().containers.is_empty());
+    assert!(out.adjustment.cpuset_mems.is_empty());
+    assert!(out.adjustment.add_devices.is_empty() && out.adjustment.env.is_empty());
+    let r = &e.records().containers["k"];
+    assert!(r.exempt && !r.assignment.exclusive && r.assignment.gpus.is_empty());
 }
 
 #[test]
@@ -423,13 +430,26 @@ fn gpus_that_arrive_as_device_nodes_are_kept_in_remap_mode() {
     e.create_container(&pod("g"), &ctr("n1", "g", 1, &[0]))
         .expect("ok")
         .expect("adj");
-    // Named only through NVIDIA_VISIBLE_DEVICES: remappable.
+    // Allocated by the kubelet and named only through NVIDIA_VISIBLE_DEVICES: remappable.
     let mut by_env = ctr("e1", "g", 1, &[]);
     by_env.env = vec!["NVIDIA_VISIBLE_DEVICES=1".into()];
+    by_env.kubelet_devices = Some(vec![crate::enforce::container::KubeletDevices {
+        resource: "nvidia.com/gpu".into(),
+        ids: vec!["1".into()],
+    }]);
     e.create_container(&pod("g"), &by_env)
         .expect("ok")
         .expect("adj");
-    assert_eq!(e.placer().modes(), vec![GpuMode::Keep, GpuMode::Remap]);
+    // Named only by the environment (no authoritative source): never remapped.
+    let mut env_only = ctr("e2", "g", 1, &[]);
+    env_only.env = vec!["NVIDIA_VISIBLE_DEVICES=1".into()];
+    e.create_container(&pod("g"), &env_only)
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(
+        e.placer().modes(),
+        vec![GpuMode::Keep, GpuMode::Remap, GpuMode::Keep]
+    );
     assert_eq!(e.config().placement.gpu_mode, GpuMode::Remap);
 }
 
@@ -554,3 +574,5 @@ fn a_container_started_behind_synchronize_is_adopted_into_the_pool() {
 }
 
 mod consistency;
+mod kubernetes;
+mod props;

@@ -1,15 +1,18 @@
-//! From what NRI shows of a container (resources, device nodes, env, CDI devices) to the
-//! placement [`Request`]: CPU request and limit in millicores, memory limit, and the GPUs and
-//! RDMA NICs a device plugin allocated.
+//! From what NRI shows of a container (resources, device nodes, mounts, env, CDI devices) and
+//! what the kubelet reports for it to the placement [`Request`]: CPU request and limit in
+//! millicores, memory limit, and the GPUs and RDMA NICs it was allocated (`devices.rs`).
 
 use crate::placement::{PodInfo, PodTotals, Request};
 use crate::topology::Topology;
 
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
-use crate::host::devices::{nvidia_minor, uverbs_name};
-use crate::limits::{excerpt, quoted};
 
-/// A container whose resources or devices cannot be understood.
+mod devices;
+pub use devices::{GpuSource, Unread};
+
+/// A container whose resources or devices cannot be understood. Only authoritative sources
+/// (the kubelet, CDI, device nodes, volume-mounts mounts) produce one: what only the
+/// environment says is never a reason to refuse a container.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
     /// A GPU reference (index, UUID, minor) matches no GPU of this host.
@@ -65,153 +68,93 @@ pub fn pod_totals(r: &ResourcesView) -> PodTotals {
     }
 }
 
-/// Builds the placement request for container `c` of pod `pod`.
+/// A request with what was learnt on the way.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The placement request.
+    pub request: Request,
+    /// Where its GPUs came from.
+    pub source: Option<GpuSource>,
+    /// Device references that could not be used (logged and counted by the engine).
+    pub unread: Vec<Unread>,
+    /// Whether its GPUs reach it only through `NVIDIA_VISIBLE_DEVICES` (no device node, CDI
+    /// name or volume-mounts mount a runtime would add anyway), so that `remap` can move them
+    /// by rewriting the variable and adding the chosen nodes.
+    pub remappable: bool,
+}
+
+/// Builds the placement request for container `c` of pod `pod` (the environment untrusted).
 pub fn build_request(
     topo: &Topology,
     pod: &PodView,
     c: &ContainerView,
 ) -> Result<Request, RequestError> {
+    build(topo, pod, c, false).map(|b| b.request)
+}
+
+/// [`build_request`] with the source of its GPUs and what could not be read; `trust_env` as
+/// in [`devices::find`].
+pub fn build(
+    topo: &Topology,
+    pod: &PodView,
+    c: &ContainerView,
+    trust_env: bool,
+) -> Result<Built, RequestError> {
     let r = &c.resources;
-    Ok(Request {
-        container_id: c.id.clone(),
-        container_name: c.name.clone(),
-        pod: PodInfo {
-            uid: pod.uid.clone(),
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            annotations: pod.annotations.clone(),
+    let found = devices::find(topo, c, trust_env)?;
+    let source = found.source;
+    let remappable = matches!(source, Some(GpuSource::Kubelet | GpuSource::TrustedEnv))
+        && gpus_reach_only_by_env(c);
+    Ok(Built {
+        request: Request {
+            container_id: c.id.clone(),
+            container_name: c.name.clone(),
+            pod: PodInfo {
+                uid: pod.uid.clone(),
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                annotations: pod.annotations.clone(),
+            },
+            cpu_request_milli: r.cpu_shares.map(shares_to_milli).unwrap_or(0),
+            cpu_limit_milli: quota_to_milli(r.cpu_quota, r.cpu_period),
+            memory_limit_bytes: r
+                .memory_limit
+                .and_then(|m| u64::try_from(m).ok())
+                .filter(|m| *m > 0),
+            allocated_gpus: found.gpus,
+            allocated_nics: found.nics,
+            shared_gpus: found.shared_gpus,
         },
-        cpu_request_milli: r.cpu_shares.map(shares_to_milli).unwrap_or(0),
-        cpu_limit_milli: quota_to_milli(r.cpu_quota, r.cpu_period),
-        memory_limit_bytes: r
-            .memory_limit
-            .and_then(|m| u64::try_from(m).ok())
-            .filter(|m| *m > 0),
-        allocated_gpus: allocated_gpus(topo, c)?,
-        allocated_nics: allocated_nics(topo, c),
+        source,
+        unread: found.unread,
+        remappable,
     })
 }
 
-/// GPUs the container was allocated, as PCI bus ids, from the first source that names any:
-/// device nodes in the spec, CDI devices, `NVIDIA_VISIBLE_DEVICES`, `CUDA_VISIBLE_DEVICES`.
-/// The device nodes come first because they are what the container will really see.
-fn allocated_gpus(topo: &Topology, c: &ContainerView) -> Result<Vec<String>, RequestError> {
-    // Everything here comes from the runtime: never repeat more than the start of it.
-    let unknown = |origin: String, given: &str| RequestError::UnknownGpu {
-        container: excerpt(&c.name),
-        origin: excerpt(&origin),
-        given: quoted(given),
-    };
-    let mut out: Vec<String> = Vec::new();
-    let mut push = |bus: &str| {
-        if !out.iter().any(|b| b == bus) {
-            out.push(bus.to_string());
-        }
-    };
-
-    let mut from_nodes = false;
-    for d in &c.devices {
-        let Some(minor) = nvidia_minor(&d.path) else {
-            continue;
-        };
-        from_nodes = true;
-        let gpu = topo.gpus.iter().find(|g| g.minor == Some(minor));
-        match gpu {
-            Some(g) => push(&g.pci_bus_id),
-            None => return Err(unknown(format!("device {}", d.path), &minor.to_string())),
-        }
-    }
-    if from_nodes {
-        return Ok(out);
-    }
-
-    let cdi: Vec<&str> = c
-        .cdi_devices
+/// Whether no NVIDIA device node, NVIDIA CDI name or volume-mounts mount is in the spec: the
+/// runtime then gives the container no GPU of its own accord, and nri-align's env and nodes
+/// are all it gets.
+pub fn gpus_reach_only_by_env(c: &ContainerView) -> bool {
+    let nodes = c
+        .devices
         .iter()
-        .filter_map(|n| n.strip_prefix("nvidia.com/gpu="))
-        .collect();
-    let sources: [(String, Vec<&str>); 3] = [
-        ("CDI device nvidia.com/gpu".into(), cdi),
-        (
-            "NVIDIA_VISIBLE_DEVICES".into(),
-            env_list(c, "NVIDIA_VISIBLE_DEVICES"),
-        ),
-        (
-            "CUDA_VISIBLE_DEVICES".into(),
-            env_list(c, "CUDA_VISIBLE_DEVICES"),
-        ),
-    ];
-    for (source, refs) in sources {
-        if refs.is_empty() {
-            continue;
-        }
-        for r in refs {
-            match r {
-                "all" => topo.gpus.iter().for_each(|g| push(&g.pci_bus_id)),
-                "none" | "void" => {}
-                // The volume-mounts strategy of the device plugin puts a path here; the GPUs
-                // are then in the mounts, which is not a form nri-align reads.
-                p if p.starts_with('/') => {}
-                r => match find_gpu(topo, r) {
-                    Some(bus) => push(bus),
-                    None => return Err(unknown(source.clone(), r)),
-                },
-            }
-        }
-        return Ok(out);
-    }
-    Ok(out)
-}
-
-/// Comma-separated entries of an env var, trimmed, empty ones dropped.
-fn env_list<'a>(c: &'a ContainerView, key: &str) -> Vec<&'a str> {
-    c.env_var(key)
-        .map(|v| {
-            v.split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// A GPU by index, UUID (`GPU-...`, case-insensitive) or PCI bus id.
-fn find_gpu<'a>(topo: &'a Topology, r: &str) -> Option<&'a str> {
-    let gpu = if let Ok(idx) = r.parse::<u32>() {
-        topo.gpus.iter().find(|g| g.index == idx)
-    } else {
-        topo.gpus.iter().find(|g| {
-            g.uuid.as_deref().is_some_and(|u| u.eq_ignore_ascii_case(r))
-                || g.pci_bus_id.eq_ignore_ascii_case(r)
-        })
-    };
-    gpu.map(|g| g.pci_bus_id.as_str())
-}
-
-/// RDMA NICs whose uverbs device node is in the spec.
-fn allocated_nics(topo: &Topology, c: &ContainerView) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for d in &c.devices {
-        let Some(uverbs) = uverbs_name(&d.path) else {
-            continue;
-        };
-        if let Some(nic) = topo
-            .nics
-            .iter()
-            .find(|n| n.uverbs.iter().any(|u| u == uverbs))
-        {
-            if !out.contains(&nic.name) {
-                out.push(nic.name.clone());
-            }
-        }
-    }
-    out
+        .any(|d| k8s_devices::nvidia::parse_device_node(&d.path).is_some_and(|n| !n.is_control()));
+    let cdi = c.cdi_devices.iter().any(|n| n.starts_with("nvidia.com/"))
+        || c.annotations.iter().any(|(k, v)| {
+            k.starts_with(k8s_devices::cdi::ANNOTATION_PREFIX) && v.contains("nvidia.com/")
+        });
+    let mounts = c
+        .mounts
+        .iter()
+        .any(|m| k8s_devices::nvidia::parse_volume_mount(&m.destination).is_some());
+    !(nodes || cdi || mounts)
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use crate::enforce::container::{DeviceNode, ResourcesView};
+    use crate::host::devices::{nvidia_minor, uverbs_name};
     use crate::topology::{Gpu, Nic};
 
     /// Two GPUs (minors 0 and 1) and one RDMA NIC.
@@ -310,39 +253,6 @@ pub(crate) mod tests {
         };
         let r = build_request(&gpu_topology(), &PodView::default(), &c).expect("ok");
         assert_eq!(r.allocated_gpus, vec!["0000:3b:00.0"]);
-    }
-
-    #[test]
-    fn gpus_from_cdi_env_uuid_index_all_and_none() {
-        let topo = gpu_topology();
-        let pod = PodView::default();
-        let with = |env: &[&str], cdi: &[&str]| ContainerView {
-            env: env.iter().map(|s| s.to_string()).collect(),
-            cdi_devices: cdi.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
-        };
-        let gpus = |c: &ContainerView| build_request(&topo, &pod, c).expect("ok").allocated_gpus;
-        assert_eq!(
-            gpus(&with(&[], &["nvidia.com/gpu=1"])),
-            vec!["0000:3b:00.0"]
-        );
-        assert_eq!(
-            gpus(&with(&["NVIDIA_VISIBLE_DEVICES=gpu-1AAA, 0"], &[])),
-            vec!["0000:3b:00.0", "0000:1b:00.0"]
-        );
-        assert_eq!(gpus(&with(&["NVIDIA_VISIBLE_DEVICES=all"], &[])).len(), 2);
-        assert!(gpus(&with(&["NVIDIA_VISIBLE_DEVICES=none"], &[])).is_empty());
-        assert_eq!(
-            gpus(&with(&["CUDA_VISIBLE_DEVICES=0"], &[])),
-            vec!["0000:1b:00.0"]
-        );
-        let err = build_request(&topo, &pod, &with(&["NVIDIA_VISIBLE_DEVICES=7"], &[]))
-            .expect_err("unknown");
-        assert!(
-            err.to_string()
-                .contains("NVIDIA_VISIBLE_DEVICES names GPU \"7\""),
-            "{err}"
-        );
     }
 
     #[test]

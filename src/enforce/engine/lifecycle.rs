@@ -1,0 +1,266 @@
+//! The kubelet's lifecycle semantics on top of the per-event engine: a container keeps what it
+//! was given until RemoveContainer or its pod's removal (not StopContainer), a restarted
+//! container (same pod UID and name, new id) takes its predecessor's decision over, a finished
+//! container's CPUs are reusable by the other containers of its pod (the kubelet's reuse of
+//! init-container CPUs), exempt namespaces run on the shared pool (or the reserved CPUs), and
+//! a container whose cpuset the kubelet already set (static CPU manager) is noticed.
+
+use std::time::Instant;
+
+use super::{pod_name, CreateOutcome, Engine, EngineError, Placer};
+use crate::enforce::adjust::{build_adjustment, decision_record, Adjustment, DECISION_KEY};
+use crate::enforce::container::{ContainerView, PodView};
+use crate::enforce::inputs::Built;
+use crate::enforce::state::{Record, ResourceSummary};
+use crate::placement::cpus::shared_on;
+use crate::placement::{Assignment, Policy};
+use crate::topology::CpuSet;
+
+impl<P: Placer> Engine<P> {
+    /// StopContainer: the container keeps its decision (the kubelet keeps a container's CPUs
+    /// until it is removed) and is marked stopped, so that its restart takes it over and the
+    /// other containers of its pod may reuse its CPUs.
+    pub fn container_stopped(&mut self, id: &str) {
+        if let Some(r) = self.doc.containers.get_mut(id) {
+            if !r.stopped {
+                r.stopped = true;
+                tracing::info!(container = %id, "stopped: keeps its decision until removed");
+                self.persist();
+            }
+        }
+    }
+
+    /// StopPodSandbox: every container of the pod is stopped; the decisions go at
+    /// RemovePodSandbox (or RemoveContainer).
+    pub fn pod_stopped(&mut self, sandbox_id: &str) {
+        let ids: Vec<String> = self
+            .doc
+            .containers
+            .iter()
+            .filter(|(_, r)| r.pod_sandbox_id == sandbox_id && !r.stopped)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            self.container_stopped(&id);
+        }
+    }
+
+    /// Logs once per pod (and counts every time) a container that arrives with a cpuset
+    /// already set: the kubelet's static CPU manager is on, and it will rewrite the cpuset
+    /// nri-align sets (its reconcile loop runs every 10 s).
+    pub(super) fn note_kubelet_cpuset(&mut self, pod: &PodView, c: &ContainerView) {
+        if c.resources.cpuset_cpus.trim().is_empty() {
+            return;
+        }
+        if let Some(m) = &self.metrics {
+            m.event("kubelet-cpuset");
+        }
+        if self.kubelet_cpuset_pods.insert(pod.uid.clone()) {
+            tracing::warn!(
+                pod = %pod_name(pod),
+                container = %c.name,
+                cpuset = %c.resources.cpuset_cpus,
+                "container arrives with a cpuset already set: the kubelet's static CPU manager \
+                 is on and will fight nri-align's placement; set cpuManagerPolicy: none, \
+                 topologyManagerPolicy: none and memoryManagerPolicy: None on this node"
+            );
+        }
+    }
+
+    /// Logs and counts the device references that were not used.
+    pub(super) fn note_unread(&self, pod: &PodView, c: &ContainerView, built: &Built) {
+        for u in &built.unread {
+            if let Some(m) = &self.metrics {
+                m.event("unread-device");
+            }
+            tracing::warn!(
+                pod = %pod_name(pod),
+                container = %c.name,
+                origin = %u.origin,
+                "device reference not used (no authoritative source allocated it): {}",
+                u.why
+            );
+        }
+    }
+
+    /// A container of an exempt namespace: the shared pool (or the reserved CPUs when some
+    /// are set), never CPUs another container holds exclusively; no devices, no memory nodes.
+    /// Recorded so that it follows the pool.
+    pub(super) fn create_exempt(
+        &mut self,
+        pod: &PodView,
+        c: &ContainerView,
+    ) -> Result<CreateOutcome, EngineError> {
+        let cpus = self.exempt_cpus();
+        let a = Assignment {
+            container_id: c.id.clone(),
+            container_name: c.name.clone(),
+            pod_uid: pod.uid.clone(),
+            pod_name: pod_name(pod),
+            cpus: cpus.clone(),
+            policy: Policy::None,
+            reason: "exempt namespace: shared pool, not aligned".into(),
+            ..Assignment::default()
+        };
+        self.placer
+            .restore(a.clone())
+            .map_err(EngineError::Rejected)?;
+        let record = decision_record(&a);
+        let adjustment = Adjustment {
+            cpuset_cpus: cpus.to_string(),
+            annotations: [(DECISION_KEY.to_string(), record)].into(),
+            ..Adjustment::default()
+        };
+        self.doc.containers.insert(
+            c.id.clone(),
+            Record {
+                assignment: a,
+                pod_sandbox_id: pod.id.clone(),
+                namespace: pod.namespace.clone(),
+                cgroups_path: c.cgroups_path.clone(),
+                applied_cpus: cpus.clone(),
+                exempt: true,
+                ..Record::default()
+            },
+        );
+        let updates = self.follow_pool(Some(&c.id));
+        self.persist();
+        if let Some(m) = &self.metrics {
+            m.event("exempt");
+        }
+        tracing::info!(pod = %pod_name(pod), container = %c.name, cpus = %cpus, "exempt namespace: shared pool, not aligned");
+        Ok(CreateOutcome {
+            adjustment,
+            updates,
+        })
+    }
+
+    /// Where exempt containers run: the reserved CPUs when set (the kubelet's system-reserved
+    /// cores), else the shared pool.
+    pub(super) fn exempt_cpus(&self) -> CpuSet {
+        let reserved = &self.config.placement.reserved_cpus;
+        if reserved.is_empty() {
+            self.placer.shared_pool()
+        } else {
+            reserved.clone()
+        }
+    }
+
+    /// The record of the container this one restarts: same pod UID and container name, another
+    /// id (the kubelet never runs two instances of one container of a pod at once).
+    pub(super) fn predecessor(&self, pod: &PodView, c: &ContainerView) -> Option<String> {
+        if c.name.is_empty() || pod.uid.is_empty() {
+            return None;
+        }
+        self.doc
+            .containers
+            .iter()
+            .find(|(id, r)| {
+                *id != &c.id
+                    && r.assignment.pod_uid == pod.uid
+                    && r.assignment.container_name == c.name
+            })
+            .map(|(id, _)| id.clone())
+    }
+
+    /// A restarted container gets its predecessor's decision back (CPUs, memory nodes, GPUs,
+    /// remapped ones included), when it asks for the same resources and devices. `None` when
+    /// there is no predecessor, or the request changed (then the predecessor is released and
+    /// the container placed anew).
+    pub(super) fn take_over(
+        &mut self,
+        pod: &PodView,
+        c: &ContainerView,
+        built: &Built,
+        started: Instant,
+    ) -> Option<CreateOutcome> {
+        let old_id = self.predecessor(pod, c)?;
+        let old = self.doc.containers.get(&old_id)?.clone();
+        let req = &built.request;
+        let same_devices = {
+            let mut had: Vec<&String> = old.assignment.shared_gpus.iter().collect();
+            let mut now: Vec<&String> = req.shared_gpus.iter().collect();
+            had.sort();
+            now.sort();
+            had == now && old.assignment.gpus.len() == req.allocated_gpus.len()
+        };
+        self.drop_record(&old_id);
+        if old.resources != ResourceSummary::of(req) || !same_devices {
+            tracing::info!(container = %c.name, old = %old_id, "restarted with another request: placed anew");
+            return None;
+        }
+        let mut a = old.assignment.clone();
+        a.container_id = c.id.clone();
+        if !a.exclusive {
+            a.cpus = shared_on(
+                self.placer.topology(),
+                &self.placer.shared_pool(),
+                &a.numa_nodes,
+            );
+        }
+        if let Err(r) = self.placer.restore(a.clone()) {
+            tracing::warn!(container = %c.name, "predecessor's decision not restorable, placed anew: {}", r.message);
+            return None;
+        }
+        let adjustment = match build_adjustment(
+            &a,
+            self.placer.topology(),
+            c,
+            self.devices.as_ref(),
+        ) {
+            Ok(adj) => adj,
+            Err(e) => {
+                tracing::warn!(container = %c.name, "predecessor's devices not available, placed anew: {e}");
+                self.placer.release(&c.id);
+                return None;
+            }
+        };
+        self.doc.containers.insert(
+            c.id.clone(),
+            Record {
+                applied_cpus: a.cpus.clone(),
+                assignment: a.clone(),
+                pod_sandbox_id: pod.id.clone(),
+                namespace: pod.namespace.clone(),
+                cgroups_path: c.cgroups_path.clone(),
+                devices: adjustment.visible_devices.clone(),
+                resources: old.resources,
+                ..Record::default()
+            },
+        );
+        let updates = self.follow_pool(Some(&c.id));
+        self.persist();
+        if let Some(m) = &self.metrics {
+            m.event("restart-kept");
+            m.admitted(&a.policy.to_string(), a.aligned, started.elapsed());
+        }
+        self.refresh_free();
+        tracing::info!(pod = %pod_name(pod), container = %c.name, old = %old_id, cpus = %a.cpus, gpus = %a.gpus.join(","), "restarted: decision kept");
+        Some(CreateOutcome {
+            adjustment,
+            updates,
+        })
+    }
+
+    /// Before a new container of a pod is placed: its stopped siblings (finished init
+    /// containers, above all) give their CPUs back, as the kubelet lets app containers reuse
+    /// the CPUs of finished init containers. A sibling that restarts later is placed anew.
+    pub(super) fn reuse_finished(&mut self, pod: &PodView, c: &ContainerView) {
+        let done: Vec<String> = self
+            .doc
+            .containers
+            .iter()
+            .filter(|(id, r)| {
+                r.stopped
+                    && *id != &c.id
+                    && r.assignment.pod_uid == pod.uid
+                    && r.assignment.container_name != c.name
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in done {
+            tracing::info!(container = %id, for_container = %c.name, "finished container's decision released for its pod");
+            self.drop_record(&id);
+        }
+    }
+}

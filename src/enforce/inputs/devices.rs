@@ -1,0 +1,367 @@
+//! Which GPUs and RDMA NICs a container was given, read from the sources a Kubernetes node
+//! really uses, in order of authority:
+//!
+//! 1. the kubelet's PodResources answer for the container (`ContainerView::kubelet_devices`);
+//! 2. CDI devices: the CRI `CDI_devices` field and `cdi.k8s.io/` annotations;
+//! 3. device nodes in the spec (`/dev/nvidiaN`, `uverbsN`) and the volume-mounts strategy's
+//!    `/var/run/nvidia-container-devices/<id>` mounts;
+//! 4. `NVIDIA_VISIBLE_DEVICES` lists of indices or UUIDs, only when the kubelet was not asked
+//!    or did not answer.
+//!
+//! The first three are authoritative: the kubelet or the device plugin put them there, and the
+//! runtime gives the container those devices whatever nri-align does. A GPU they name that the
+//! host does not have is an error (the container would use a device nri-align cannot align).
+//! The environment is not: the pod's own `env` overrides the device plugin's (the kubelet puts
+//! the plugin's first), and CUDA base images set `NVIDIA_VISIBLE_DEVICES=all` in their ENV. So
+//! GPUs named only there are aligned to as shared GPUs (never held alone, remapped, or given
+//! device nodes), and what cannot be read there is noted, never refused. `all`, `none`,
+//! `void`, empty and `CUDA_VISIBLE_DEVICES` in any form are never allocations.
+//!
+//! A GPU is used *shared* rather than held alone when it is the parent of a MIG device, when
+//! the kubelet reports a replica id (`<uuid>::<n>`, time-slicing or MPS) or a `.shared`
+//! resource, and when only the environment names it.
+
+use k8s_devices::cdi::{self, QualifiedName};
+use k8s_devices::nvidia::{
+    self, GpuRef, MountedDevice, NvidiaNode, VisibleDevices, VISIBLE_DEVICES_ENV,
+};
+use k8s_devices::rdma;
+
+use super::RequestError;
+use crate::enforce::container::ContainerView;
+use crate::topology::Topology;
+
+/// Which source the GPUs of a container came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuSource {
+    /// The kubelet's PodResources API.
+    Kubelet,
+    /// CDI devices (CRI field or annotations).
+    Cdi,
+    /// Device nodes in the spec.
+    DeviceNodes,
+    /// The volume-mounts strategy's mounts.
+    VolumeMounts,
+    /// `NVIDIA_VISIBLE_DEVICES` alone (not authoritative).
+    Env,
+    /// `NVIDIA_VISIBLE_DEVICES` alone, on a node whose administrator vouches for it.
+    TrustedEnv,
+}
+
+impl GpuSource {
+    /// Whether the source is authoritative (may add devices, hold GPUs, refuse on error).
+    pub fn is_authoritative(self) -> bool {
+        self != GpuSource::Env
+    }
+
+    /// Label for logs and metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            GpuSource::Kubelet => "podresources",
+            GpuSource::Cdi => "cdi",
+            GpuSource::DeviceNodes => "device-nodes",
+            GpuSource::VolumeMounts => "volume-mounts",
+            GpuSource::Env => "env",
+            GpuSource::TrustedEnv => "trusted-env",
+        }
+    }
+}
+
+/// A device reference nri-align could not use and no authoritative source vouches for: the
+/// container is placed without it, and the engine logs and counts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unread {
+    /// Where it came from (`NVIDIA_VISIBLE_DEVICES`, `cdi.k8s.io/x`...).
+    pub origin: String,
+    /// Why it was not used.
+    pub why: String,
+}
+
+/// The devices of one container.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Found {
+    /// Whole GPUs held alone (PCI bus ids), from an authoritative source.
+    pub gpus: Vec<String>,
+    /// GPUs used shared (PCI bus ids).
+    pub shared_gpus: Vec<String>,
+    /// RDMA NICs (names as in `Topology::nics`).
+    pub nics: Vec<String>,
+    /// Where the GPUs came from, when any did.
+    pub source: Option<GpuSource>,
+    /// What could not be used.
+    pub unread: Vec<Unread>,
+}
+
+impl Found {
+    fn push(&mut self, bus: &str, shared: bool) {
+        let list = if shared {
+            &mut self.shared_gpus
+        } else {
+            &mut self.gpus
+        };
+        if !list.iter().any(|b| b == bus) {
+            list.push(bus.to_string());
+        }
+    }
+
+    fn note(&mut self, origin: impl Into<String>, why: impl Into<String>) {
+        self.unread.push(Unread {
+            origin: origin.into(),
+            why: why.into(),
+        });
+    }
+
+    fn any_gpu(&self) -> bool {
+        !self.gpus.is_empty() || !self.shared_gpus.is_empty()
+    }
+}
+
+/// How one reference resolved on this host.
+enum Resolved {
+    /// A whole GPU (bus id).
+    Whole(String),
+    /// The parent GPU of a MIG device (bus id).
+    MigParent(String),
+    /// Nothing on this host matches.
+    Unknown,
+    /// A MIG device whose parent cannot be told from its id alone.
+    MigUnknownParent,
+}
+
+fn by_index(topo: &Topology, i: u32) -> Option<String> {
+    topo.gpus
+        .iter()
+        .find(|g| g.index == i)
+        .map(|g| g.pci_bus_id.clone())
+}
+
+fn by_uuid(topo: &Topology, u: &str) -> Option<String> {
+    topo.gpus
+        .iter()
+        .find(|g| g.uuid.as_deref().is_some_and(|x| x.eq_ignore_ascii_case(u)))
+        .map(|g| g.pci_bus_id.clone())
+}
+
+fn resolve_ref(topo: &Topology, r: &GpuRef) -> Resolved {
+    let found = match r {
+        GpuRef::Index(i) => by_index(topo, *i).map(Resolved::Whole),
+        GpuRef::GpuUuid(u) => by_uuid(topo, u).map(Resolved::Whole),
+        GpuRef::MigIndex { gpu, .. } => by_index(topo, *gpu).map(Resolved::MigParent),
+        GpuRef::MigLegacy { gpu_uuid, .. } => by_uuid(topo, gpu_uuid).map(Resolved::MigParent),
+        GpuRef::MigUuid(_) => return Resolved::MigUnknownParent,
+    };
+    found.unwrap_or(Resolved::Unknown)
+}
+
+/// Reads the GPUs and NICs of `c` on `topo`. `Err` only for an authoritative source that
+/// names a GPU this host does not have. `trust_env`: the node administrator vouches that no
+/// pod can set `NVIDIA_VISIBLE_DEVICES` itself (config `trust_visible_devices_env`), so its
+/// lists are allocations like the other sources'.
+pub fn find(topo: &Topology, c: &ContainerView, trust_env: bool) -> Result<Found, RequestError> {
+    let mut f = Found::default();
+    // Everything here comes from the runtime: never repeat more than the start of it.
+    let unknown = |origin: String, given: String| RequestError::UnknownGpu {
+        container: crate::limits::excerpt(&c.name),
+        origin: crate::limits::excerpt(&origin),
+        given: crate::limits::quoted(&given),
+    };
+    // MIG capability nodes beside a GPU node: the GPU node is a MIG device's parent.
+    let has_mig_caps = c.devices.iter().any(|d| {
+        matches!(
+            nvidia::parse_device_node(&d.path),
+            Some(NvidiaNode::Capability(_))
+        )
+    });
+
+    // 1. The kubelet.
+    if let Some(kd) = &c.kubelet_devices {
+        for res in kd.iter().filter(|r| !rdma::is_rdma_resource(&r.resource)) {
+            let shared_resource = res.resource.ends_with(".shared");
+            for id in &res.ids {
+                let (device, replica) = nvidia::split_replica_id(id);
+                let origin = format!("kubelet PodResources {}", res.resource);
+                let Ok(r) = nvidia::parse_gpu_ref(device) else {
+                    f.note(origin, format!("device id {id:?} is no NVIDIA id"));
+                    continue;
+                };
+                match resolve_ref(topo, &r) {
+                    Resolved::Whole(b) => f.push(&b, shared_resource || replica.is_some()),
+                    Resolved::MigParent(b) => f.push(&b, true),
+                    Resolved::MigUnknownParent => {
+                        // The kubelet's answer holds no parent; another source may name it.
+                        f.note(
+                            origin,
+                            format!("MIG device {id}: parent GPU not named by its id"),
+                        )
+                    }
+                    Resolved::Unknown => return Err(unknown(origin, id.clone())),
+                }
+            }
+        }
+        if f.any_gpu() {
+            f.source = Some(GpuSource::Kubelet);
+        }
+    }
+
+    // 2. CDI.
+    let mut cdi_names: Vec<(String, QualifiedName)> = Vec::new();
+    for n in &c.cdi_devices {
+        match cdi::parse_qualified_name(n) {
+            Ok(q) => cdi_names.push(("CDI device".into(), q)),
+            Err(e) => f.note("CDI device", e.to_string()),
+        }
+    }
+    match cdi::parse_annotations(c.annotations.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
+        Ok(reqs) => {
+            for r in reqs {
+                cdi_names.extend(r.devices.into_iter().map(|q| (r.key.clone(), q)));
+            }
+        }
+        Err(e) => f.note("cdi.k8s.io annotations", e.to_string()),
+    }
+    let mut cdi_gpus = Found::default();
+    for (origin, q) in &cdi_names {
+        if q.vendor != "nvidia.com" {
+            continue;
+        }
+        match q.class.as_str() {
+            "gpu" | "mig" => {
+                if q.name == "all" {
+                    f.note(origin.clone(), format!("{q}: `all` is not an allocation"));
+                    continue;
+                }
+                let Ok(r) = nvidia::parse_gpu_ref(&q.name) else {
+                    f.note(origin.clone(), format!("{q}: device name is no NVIDIA id"));
+                    continue;
+                };
+                match resolve_ref(topo, &r) {
+                    Resolved::Whole(b) => cdi_gpus.push(&b, q.class == "mig"),
+                    Resolved::MigParent(b) => cdi_gpus.push(&b, true),
+                    Resolved::MigUnknownParent => f.note(
+                        origin.clone(),
+                        format!("{q}: MIG device whose parent GPU its name does not give"),
+                    ),
+                    Resolved::Unknown => return Err(unknown(origin.clone(), q.to_string())),
+                }
+            }
+            "net-rdma" => {
+                if let Some(nic) = topo.nics.iter().find(|n| {
+                    n.pci_bus_id
+                        .as_deref()
+                        .is_some_and(|b| b.eq_ignore_ascii_case(&q.name))
+                }) {
+                    if !f.nics.contains(&nic.name) {
+                        f.nics.push(nic.name.clone());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if !f.any_gpu() && cdi_gpus.any_gpu() {
+        f.gpus = cdi_gpus.gpus;
+        f.shared_gpus = cdi_gpus.shared_gpus;
+        f.source = Some(GpuSource::Cdi);
+    }
+
+    // 3. Device nodes, then volume-mounts mounts.
+    let mut nodes = Found::default();
+    for d in &c.devices {
+        match nvidia::parse_device_node(&d.path) {
+            Some(NvidiaNode::Gpu(minor)) => {
+                match topo.gpus.iter().find(|g| g.minor == Some(minor)) {
+                    Some(g) => nodes.push(&g.pci_bus_id, has_mig_caps),
+                    None => return Err(unknown(format!("device {}", d.path), minor.to_string())),
+                }
+            }
+            _ => {
+                if let Some(name) = crate::host::devices::uverbs_name(&d.path) {
+                    if let Some(nic) = topo
+                        .nics
+                        .iter()
+                        .find(|n| n.uverbs.iter().any(|u| u == name))
+                    {
+                        if !f.nics.contains(&nic.name) {
+                            f.nics.push(nic.name.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if !f.any_gpu() && nodes.any_gpu() {
+        f.gpus = nodes.gpus;
+        f.shared_gpus = nodes.shared_gpus;
+        f.source = Some(GpuSource::DeviceNodes);
+    }
+    if !f.any_gpu() {
+        let mut mounted = Found::default();
+        for m in &c.mounts {
+            let origin = format!("mount {}", m.destination);
+            match nvidia::parse_volume_mount(&m.destination) {
+                None | Some(Ok(MountedDevice::ImexChannel(_))) => {}
+                Some(Err(e)) => f.note(origin, e.to_string()),
+                Some(Ok(MountedDevice::Gpu(r))) => match resolve_ref(topo, &r) {
+                    Resolved::Whole(b) => mounted.push(&b, false),
+                    Resolved::MigParent(b) => mounted.push(&b, true),
+                    Resolved::MigUnknownParent => {
+                        f.note(origin, format!("MIG device {r}: parent GPU not named"))
+                    }
+                    Resolved::Unknown => return Err(unknown(origin, r.to_string())),
+                },
+            }
+        }
+        if mounted.any_gpu() {
+            f.gpus = mounted.gpus;
+            f.shared_gpus = mounted.shared_gpus;
+            f.source = Some(GpuSource::VolumeMounts);
+        }
+    }
+
+    // 4. The environment, when nothing authoritative spoke and the kubelet was not asked.
+    if !f.any_gpu() && c.kubelet_devices.is_none() {
+        env_gpus(topo, c, &mut f, trust_env);
+    }
+    Ok(f)
+}
+
+/// `NVIDIA_VISIBLE_DEVICES` as shared GPUs (whole ones held alone when `trusted`); what it
+/// cannot give is noted.
+fn env_gpus(topo: &Topology, c: &ContainerView, f: &mut Found, trusted: bool) {
+    let origin = VISIBLE_DEVICES_ENV;
+    let list = match nvidia::parse_visible_devices(c.env_var(VISIBLE_DEVICES_ENV)) {
+        Ok(VisibleDevices::List(l)) => l,
+        // Not allocations: no GPU container, the driver only, the image's `all`, or the
+        // volume-mounts marker whose mounts were read above.
+        Ok(_) => return,
+        Err(e) => {
+            f.note(origin, e.to_string());
+            return;
+        }
+    };
+    for r in &list {
+        match resolve_ref(topo, r) {
+            Resolved::Whole(b) => f.push(&b, !trusted),
+            Resolved::MigParent(b) => f.push(&b, true),
+            Resolved::MigUnknownParent => f.note(
+                origin,
+                format!("MIG device {r}: parent GPU not named by its id"),
+            ),
+            Resolved::Unknown => f.note(
+                origin,
+                format!("names GPU {r:?}, which this host does not have"),
+            ),
+        }
+    }
+    if f.any_gpu() {
+        f.source = Some(if trusted {
+            GpuSource::TrustedEnv
+        } else {
+            GpuSource::Env
+        });
+    }
+}
+
+#[cfg(test)]
+#[path = "devices_tests.rs"]
+mod tests;

@@ -1,0 +1,250 @@
+//! Each source of GPUs and NICs, as the kubelet and the device plugins really fill them.
+
+use super::*;
+use crate::enforce::container::{KubeletDevices, MountView};
+use crate::enforce::inputs::tests::{gpu_topology, node};
+
+const BUS0: &str = "0000:1b:00.0";
+const BUS1: &str = "0000:3b:00.0";
+
+fn env(vars: &[&str]) -> ContainerView {
+    ContainerView {
+        name: "c".into(),
+        env: vars.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn kubelet(resource: &str, ids: &[&str]) -> Option<Vec<KubeletDevices>> {
+    Some(vec![KubeletDevices {
+        resource: resource.into(),
+        ids: ids.iter().map(|s| s.to_string()).collect(),
+    }])
+}
+
+fn found(c: &ContainerView) -> Found {
+    find(&gpu_topology(), c, false).expect("readable")
+}
+
+#[test]
+fn cuda_visible_devices_is_never_an_allocation_in_any_form() {
+    for v in ["-1", "0", "0,1", "GPU-1aaa", "", "none", "all", "7"] {
+        let f = found(&env(&[&format!("CUDA_VISIBLE_DEVICES={v}")]));
+        assert_eq!(f, Found::default(), "CUDA_VISIBLE_DEVICES={v}");
+    }
+}
+
+#[test]
+fn all_none_void_empty_and_the_volume_mounts_marker_are_not_allocations() {
+    for v in [
+        "all",
+        "none",
+        "void",
+        "",
+        " ",
+        "/var/run/nvidia-container-devices",
+    ] {
+        let f = found(&env(&[&format!("NVIDIA_VISIBLE_DEVICES={v}")]));
+        assert!(
+            f.gpus.is_empty() && f.shared_gpus.is_empty(),
+            "{v:?}: {f:?}"
+        );
+        assert!(f.unread.is_empty(), "{v:?} is understood, not unread");
+    }
+}
+
+#[test]
+fn an_env_list_alone_is_aligned_to_as_shared_never_held() {
+    let f = found(&env(&["NVIDIA_VISIBLE_DEVICES=GPU-1aaa, 0"]));
+    assert!(f.gpus.is_empty());
+    assert_eq!(f.shared_gpus, vec![BUS1, BUS0]);
+    assert_eq!(f.source, Some(GpuSource::Env));
+    assert!(!GpuSource::Env.is_authoritative());
+}
+
+#[test]
+fn what_the_env_names_wrongly_is_noted_not_refused() {
+    for v in [
+        "7",
+        "GPU-nope",
+        "MIG-4f1e5b7a-0000-0000-0000-000000000000",
+        "0,,1",
+        "bogus!",
+    ] {
+        let f = found(&env(&[&format!("NVIDIA_VISIBLE_DEVICES={v}")]));
+        assert!(f.gpus.is_empty() && f.shared_gpus.is_empty(), "{v}");
+        assert_eq!(f.unread.len(), 1, "{v}: {f:?}");
+        assert_eq!(f.unread[0].origin, "NVIDIA_VISIBLE_DEVICES");
+    }
+}
+
+#[test]
+fn the_kubelet_is_authoritative_and_silences_the_env() {
+    let mut c = env(&["NVIDIA_VISIBLE_DEVICES=0"]);
+    c.kubelet_devices = kubelet("nvidia.com/gpu", &["GPU-1aaa"]);
+    let f = found(&c);
+    assert_eq!(f.gpus, vec![BUS1]);
+    assert_eq!(f.source, Some(GpuSource::Kubelet));
+    // The kubelet listed the container without GPUs: a forged env grants nothing.
+    c.kubelet_devices = Some(Vec::new());
+    assert_eq!(found(&c), Found::default());
+}
+
+#[test]
+fn kubelet_replicas_and_shared_resources_are_shared_gpus() {
+    let mut c = env(&[]);
+    c.kubelet_devices = kubelet("nvidia.com/gpu", &["GPU-0aaa::3"]);
+    let f = found(&c);
+    assert!(f.gpus.is_empty());
+    assert_eq!(f.shared_gpus, vec![BUS0]);
+    c.kubelet_devices = kubelet("nvidia.com/gpu.shared", &["GPU-0aaa"]);
+    assert_eq!(found(&c).shared_gpus, vec![BUS0]);
+}
+
+#[test]
+fn an_unknown_gpu_from_an_authoritative_source_is_an_error_naming_it() {
+    let mut c = env(&[]);
+    c.kubelet_devices = kubelet("nvidia.com/gpu", &["GPU-nothere"]);
+    let e = find(&gpu_topology(), &c, false).expect_err("unknown");
+    assert!(
+        e.to_string()
+            .contains("kubelet PodResources nvidia.com/gpu names GPU \"GPU-nothere\""),
+        "{e}"
+    );
+    let c = ContainerView {
+        devices: vec![node("/dev/nvidia7", 195, 7)],
+        ..env(&[])
+    };
+    let e = find(&gpu_topology(), &c, false).expect_err("unknown minor");
+    assert!(e.to_string().contains("device /dev/nvidia7"), "{e}");
+}
+
+#[test]
+fn mig_devices_align_to_their_parent_and_are_shared() {
+    // MIG index form (deviceIDStrategy index) and the legacy form name the parent.
+    let mut c = env(&[]);
+    c.kubelet_devices = kubelet("nvidia.com/mig-1g.10gb", &["1:0"]);
+    assert_eq!(found(&c).shared_gpus, vec![BUS1]);
+    c.kubelet_devices = kubelet("nvidia.com/gpu", &["MIG-GPU-0aaa/1/0"]);
+    assert_eq!(found(&c).shared_gpus, vec![BUS0]);
+    // A MIG UUID alone: the parent comes from the device nodes the plugin passes.
+    let c = ContainerView {
+        devices: vec![
+            node("/dev/nvidia1", 195, 1),
+            node("/dev/nvidia-caps/nvidia-cap12", 511, 12),
+        ],
+        kubelet_devices: kubelet(
+            "nvidia.com/gpu",
+            &["MIG-4f1e5b7a-0000-0000-0000-000000000000"],
+        ),
+        ..env(&[])
+    };
+    let f = found(&c);
+    assert!(f.gpus.is_empty());
+    assert_eq!(f.shared_gpus, vec![BUS1]);
+    assert_eq!(f.unread.len(), 1, "the MIG UUID itself is noted");
+}
+
+#[test]
+fn cdi_field_and_annotations_name_gpus_and_rdma_nics() {
+    let c = ContainerView {
+        cdi_devices: vec!["nvidia.com/gpu=1".into()],
+        ..env(&["NVIDIA_VISIBLE_DEVICES=0"])
+    };
+    let f = found(&c);
+    assert_eq!(
+        (f.gpus.clone(), f.source),
+        (vec![BUS1.to_string()], Some(GpuSource::Cdi))
+    );
+    let mut c = env(&[]);
+    c.annotations.insert(
+        "cdi.k8s.io/nvidia-device-plugin_abc".into(),
+        "nvidia.com/gpu=GPU-0aaa,nvidia.com/gpu=GPU-1aaa".into(),
+    );
+    c.annotations.insert(
+        "cdi.k8s.io/nvidia.com_net-rdma".into(),
+        "nvidia.com/net-rdma=0000:1c:00.0".into(),
+    );
+    let f = found(&c);
+    assert_eq!(f.gpus, vec![BUS0, BUS1]);
+    assert_eq!(f.nics, vec!["ib0"]);
+    // `all` through CDI is no allocation either; a malformed annotation is noted.
+    let c = ContainerView {
+        cdi_devices: vec!["nvidia.com/gpu=all".into(), "not a name".into()],
+        ..env(&[])
+    };
+    let f = found(&c);
+    assert!(f.gpus.is_empty() && f.unread.len() == 2, "{f:?}");
+}
+
+#[test]
+fn volume_mounts_name_gpus_by_container_path() {
+    let c = ContainerView {
+        mounts: vec![
+            MountView {
+                destination: "/var/run/nvidia-container-devices/GPU-1aaa".into(),
+                source: "/dev/null".into(),
+            },
+            MountView {
+                destination: "/etc/hosts".into(),
+                source: "/x".into(),
+            },
+        ],
+        ..env(&["NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices"])
+    };
+    let f = found(&c);
+    assert_eq!(f.gpus, vec![BUS1]);
+    assert_eq!(f.source, Some(GpuSource::VolumeMounts));
+}
+
+#[test]
+fn device_nodes_come_before_mounts_and_env() {
+    let c = ContainerView {
+        devices: vec![
+            node("/dev/nvidia0", 195, 0),
+            node("/dev/nvidiactl", 195, 255),
+        ],
+        mounts: vec![MountView {
+            destination: "/var/run/nvidia-container-devices/1".into(),
+            source: "/dev/null".into(),
+        }],
+        ..env(&["NVIDIA_VISIBLE_DEVICES=1"])
+    };
+    let f = found(&c);
+    assert_eq!(
+        (f.gpus, f.source),
+        (vec![BUS0.to_string()], Some(GpuSource::DeviceNodes))
+    );
+}
+
+#[test]
+fn rdma_shared_plugin_nodes_give_the_nic_whatever_the_kubelet_counters_say() {
+    let c = ContainerView {
+        devices: vec![
+            node("/dev/infiniband/uverbs0", 231, 192),
+            node("/dev/infiniband/rdma_cm", 10, 58),
+        ],
+        kubelet_devices: kubelet("rdma/hca_shared_devices_a", &["3"]),
+        ..env(&[])
+    };
+    let f = found(&c);
+    assert_eq!(f.nics, vec!["ib0"]);
+    assert!(f.gpus.is_empty() && f.unread.is_empty(), "{f:?}");
+}
+
+#[test]
+fn a_trusted_env_list_is_an_allocation_but_all_and_cuda_still_are_not() {
+    let topo = gpu_topology();
+    let f = find(&topo, &env(&["NVIDIA_VISIBLE_DEVICES=1"]), true).expect("ok");
+    assert_eq!(
+        (f.gpus, f.source),
+        (vec![BUS1.to_string()], Some(GpuSource::TrustedEnv))
+    );
+    for v in ["NVIDIA_VISIBLE_DEVICES=all", "CUDA_VISIBLE_DEVICES=0"] {
+        assert_eq!(
+            find(&topo, &env(&[v]), true).expect("ok"),
+            Found::default(),
+            "{v}"
+        );
+    }
+}
