@@ -2,6 +2,8 @@
 //! part of the machine.
 //!
 //! The concerns, lowest layer first (docs/architecture.md has what each may touch):
+//! - [`limits`]: how much input from outside is read at all, and how much of a bad value an
+//!   error message repeats.
 //! - [`topology`]: the host model and every way to read it (sysfs under a root, NVML, hwloc XML,
 //!   host descriptions), emulated hosts.
 //! - [`placement`]: the allocator, from a request and the ledger to an assignment or a reason.
@@ -17,6 +19,7 @@ pub mod cli;
 pub mod config;
 pub mod enforce;
 pub mod host;
+pub mod limits;
 pub mod metrics;
 pub mod nrt;
 pub mod placement;

@@ -60,7 +60,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         Some(p) => load_config(p)?,
         None => Config::default(),
     };
-    let text = std::fs::read_to_string(&args.workload)
+    let text = crate::limits::read_to_string(&args.workload, crate::limits::MAX_DOCUMENT_BYTES)
         .with_context(|| format!("reading workload {}", args.workload.display()))?;
     let wl = Workload::parse(&text).with_context(|| format!("in {}", args.workload.display()))?;
     let report = simulate::replay(Arc::clone(&topo), config.placement.clone(), &wl, strategy)?;
@@ -89,7 +89,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
 /// Reads a configuration file in `nri-align run --config` format (a file with only the
 /// placement keys, the format this command read before, is one).
 pub fn load_config(path: &Path) -> anyhow::Result<Config> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::limits::read_to_string(path, crate::limits::MAX_CONFIG_BYTES)
         .with_context(|| format!("reading config {}", path.display()))?;
     Ok(Config::parse(&text, &path.display().to_string())?)
 }

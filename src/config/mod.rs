@@ -36,6 +36,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::limits;
 use crate::placement::{GpuMode, PlacementConfig, Policy, Scope};
 
 mod nrt;
@@ -195,13 +196,20 @@ impl Default for Config {
 impl Config {
     /// Parses YAML text; `origin` names it in error messages.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        limits::check_len("the configuration", text.len(), limits::MAX_CONFIG_BYTES).map_err(
+            |message| ConfigError::Invalid {
+                origin: origin.to_string(),
+                message,
+            },
+        )?;
         // An empty document is `null` to YAML: treat it as "all defaults".
         let raw: RawConfig = if text.trim().is_empty() {
             RawConfig::default()
         } else {
+            // serde repeats a bad value whole: keep the message's start and end only.
             serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse {
                 origin: origin.to_string(),
-                message: e.to_string(),
+                message: limits::message(&e.to_string()),
             })?
         };
         let invalid = |message: String| ConfigError::Invalid {
@@ -221,19 +229,22 @@ impl Config {
             full_pcpus_only: raw.full_pcpus_only.unwrap_or(defaults.full_pcpus_only),
             exclusive_annotation_namespaces: raw.exclusive_annotation_namespaces.clone(),
         };
-        let metrics_address =
-            match raw.metrics_address.as_deref().map(str::trim) {
-                None | Some("") => None,
-                Some(a) => Some(a.parse::<SocketAddr>().map_err(|e| {
-                    invalid(format!("metrics_address {a:?} is not HOST:PORT ({e})"))
-                })?),
-            };
+        let metrics_address = match raw.metrics_address.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(a) => Some(a.parse::<SocketAddr>().map_err(|e| {
+                invalid(format!(
+                    "metrics_address {} is not HOST:PORT ({e})",
+                    limits::quoted(a)
+                ))
+            })?),
+        };
         if let Some(idx) = &raw.plugin_idx {
             validate_idx(idx).map_err(invalid)?;
         }
         if let Some(ns) = raw.exempt_namespaces.iter().find(|n| n.trim().is_empty()) {
             return Err(invalid(format!(
-                "exempt_namespaces has an empty entry {ns:?}"
+                "exempt_namespaces has an empty entry {}",
+                limits::quoted(ns)
             )));
         }
         if let Some(ns) = raw
@@ -268,9 +279,15 @@ impl Config {
             origin: path.display().to_string(),
             message: e.to_string(),
         })?;
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
+        let text = limits::read_to_string(path, limits::MAX_CONFIG_BYTES).map_err(|e| match e {
+            limits::ReadError::Io(source) => ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            },
+            too_large => ConfigError::Invalid {
+                origin: path.display().to_string(),
+                message: too_large.to_string(),
+            },
         })?;
         Config::parse(&text, &path.display().to_string())
     }
@@ -390,7 +407,10 @@ pub fn validate_idx(idx: &str) -> Result<(), String> {
     if idx.len() == 2 && idx.bytes().all(|b| b.is_ascii_digit()) {
         Ok(())
     } else {
-        Err(format!("plugin_idx {idx:?} must be exactly two digits"))
+        Err(format!(
+            "plugin_idx {} must be exactly two digits",
+            limits::quoted(idx)
+        ))
     }
 }
 
@@ -440,6 +460,44 @@ mod tests {
         assert!(err.to_string().contains("two digits"), "{err}");
         let err = Config::parse("metrics_address: localhost\n", "f").expect_err("addr");
         assert!(err.to_string().contains("HOST:PORT"), "{err}");
+    }
+
+    #[test]
+    fn huge_files_and_values_are_refused_and_never_echoed_whole() {
+        // Half a megabyte: under the file limit, so parsing and validation see it.
+        let big = "z".repeat(1 << 19);
+        for text in [
+            format!("policy: {big}\n"),
+            format!("metrics_address: \"{big}\"\n"),
+            format!("plugin_idx: \"{big}\"\n"),
+            format!("{big}: 1\n"),
+        ] {
+            let msg = Config::parse(&text, "f.yaml").expect_err("bad").to_string();
+            assert!(msg.len() < 700, "{} bytes: {}", msg.len(), &msg[..300]);
+        }
+        let msg = Config::parse(&format!("policy: {big}\n"), "f.yaml")
+            .expect_err("bad")
+            .to_string();
+        assert!(msg.contains("expected one of"), "{msg}");
+        let msg = Config::parse(&format!("plugin_idx: \"{big}\"\n"), "f")
+            .expect_err("bad")
+            .to_string();
+        assert!(
+            msg.contains("(524288 bytes) must be exactly two digits"),
+            "{msg}"
+        );
+
+        // Over the size limit: refused before parsing, from a file or from the runtime.
+        let huge = format!("# {}\n", "c".repeat(limits::MAX_CONFIG_BYTES as usize));
+        let msg = Config::from_dropin(&huge, false)
+            .expect_err("huge")
+            .to_string();
+        assert!(msg.contains("more than the 1048576-byte limit"), "{msg}");
+        let t = tempfile::tempdir().expect("tmp");
+        let path = t.path().join("c.yaml");
+        std::fs::write(&path, &huge).expect("write");
+        let msg = Config::load(&path).expect_err("huge file").to_string();
+        assert!(msg.contains("larger than the 1048576-byte limit"), "{msg}");
     }
 
     #[test]

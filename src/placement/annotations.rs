@@ -7,6 +7,7 @@ use std::str::FromStr;
 
 use super::error::PlacementError;
 use super::policy::{CpuPreference, PlacementConfig, Policy, Scope};
+use crate::limits::{excerpt, quoted};
 
 /// The annotation domain.
 pub const DOMAIN: &str = "nri-align.io";
@@ -40,6 +41,13 @@ pub struct Effective {
 
 const KEYS: &str = "policy, scope, cpus, gpus, nics, mems";
 
+/// Longest annotation key Kubernetes accepts: a 253-byte DNS prefix, `/`, a 63-byte name.
+pub const MAX_KEY_BYTES: usize = 253 + 1 + 63;
+
+/// Longest value of an nri-align annotation worth reading (the longest valid one,
+/// `with-memory-only`, has 16 bytes).
+pub const MAX_VALUE_BYTES: usize = 64;
+
 /// Reads the effective settings of container `container` from `annotations`.
 pub fn effective(
     annotations: &BTreeMap<String, String>,
@@ -61,10 +69,23 @@ pub fn effective(
             continue;
         };
         let bad = |reason: String| PlacementError::InvalidAnnotation {
-            key: key.clone(),
-            value: value.clone(),
+            key: excerpt(key),
+            value: quoted(value),
             reason,
         };
+        // Every valid key and value is short: refuse (and never copy) anything longer.
+        if key.len() > MAX_KEY_BYTES {
+            return Err(bad(format!(
+                "the key is {} bytes; Kubernetes allows at most {MAX_KEY_BYTES}",
+                key.len()
+            )));
+        }
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(bad(format!(
+                "the value is {} bytes; no setting takes more than {MAX_VALUE_BYTES}",
+                value.len()
+            )));
+        }
         let level = match target {
             "pod" => 0,
             t => match t.strip_prefix("container.") {
@@ -112,8 +133,8 @@ pub fn effective(
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .unwrap_or_default();
                     return Err(PlacementError::InvalidAnnotation {
-                        key: key.0,
-                        value: key.1,
+                        key: excerpt(&key.0),
+                        value: quoted(&key.1),
                         reason: "the node administrator disabled device annotations \
                                  (allow_device_annotations: false); request the devices \
                                  through the device plugin instead"
@@ -179,7 +200,7 @@ fn parse_setting(what: &str, value: &str) -> Result<Setting, String> {
         "" => Err(format!(
             "missing setting name; known: {KEYS} (as NAME.{DOMAIN}/...)"
         )),
-        other => Err(format!("unknown setting {other:?}; known: {KEYS}")),
+        other => Err(format!("unknown setting {}; known: {KEYS}", quoted(other))),
     }
 }
 
@@ -258,6 +279,37 @@ mod tests {
         }
         // Other domains that merely end alike are not ours.
         assert!(effective(&ann(&[("policy.xnri-align.io", "x")]), "c", &cfg).is_ok());
+    }
+
+    #[test]
+    fn a_megabyte_annotation_is_refused_without_being_echoed() {
+        let cfg = PlacementConfig::default();
+        let big = "x".repeat(1 << 20);
+        let err = effective(&ann(&[("policy.nri-align.io/pod", &big)]), "c", &cfg)
+            .expect_err("huge value");
+        let msg = err.to_string();
+        assert!(msg.len() < 400, "{} bytes: {}", msg.len(), &msg[..200]);
+        assert!(
+            msg.contains("(1048576 bytes)") && msg.contains("the value is 1048576 bytes"),
+            "{msg}"
+        );
+        // A huge key in our domain (a container name nobody can have) and a huge unknown
+        // setting name are cut the same way.
+        let key = format!("policy.nri-align.io/container.{big}");
+        let msg = effective(&ann(&[(&key, "none")]), "c", &cfg)
+            .expect_err("huge key")
+            .to_string();
+        assert!(
+            msg.len() < 400 && msg.contains("Kubernetes allows at most 317"),
+            "{msg}"
+        );
+        let key = format!("{}.nri-align.io/pod", "k".repeat(200));
+        let msg = effective(&ann(&[(&key, "none")]), "c", &cfg)
+            .expect_err("unknown setting")
+            .to_string();
+        assert!(msg.len() < 400 && msg.contains("(200 bytes)"), "{msg}");
+        // Foreign keys are not ours to judge, whatever their size.
+        assert!(effective(&ann(&[("example.com/blob", &big)]), "c", &cfg).is_ok());
     }
 
     #[test]

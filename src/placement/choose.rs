@@ -44,13 +44,13 @@ struct Rank {
     /// Fewer nodes.
     fewer_nodes: Reverse<usize>,
     /// Closer nodes (distance spread).
-    closer_nodes: Reverse<u32>,
+    closer_nodes: Reverse<u64>,
     /// Better NIC-to-GPU paths.
     cheaper_nic_paths: Reverse<u32>,
     /// More link score left among the free GPUs.
     links_left: u32,
     /// The tightest CPU fit: fewer free CPUs left on the chosen nodes.
-    tightest_fit: Reverse<u32>,
+    tightest_fit: Reverse<u64>,
 }
 
 /// Everything one decision's search needs, computed once.
@@ -279,7 +279,7 @@ impl<'a> Search<'a> {
                 closer_nodes: Reverse(numa::spread(self.topo(), &c.nodes)),
                 cheaper_nic_paths: Reverse(c.nic_cost),
                 links_left: self.links.remaining(&free, &c.gpus),
-                tightest_fit: Reverse(c.nodes.iter().map(|i| self.caps[*i].cpu).sum()),
+                tightest_fit: Reverse(c.nodes.iter().map(|i| u64::from(self.caps[*i].cpu)).sum()),
             };
             let better = match &best {
                 None => true,

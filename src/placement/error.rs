@@ -36,11 +36,11 @@ pub struct NodeOffer {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlacementError {
     /// An `*.nri-align.io/` annotation that is unknown or has a bad value.
-    #[error("invalid annotation {key}={value:?}: {reason}")]
+    #[error("invalid annotation {key}={value}: {reason}")]
     InvalidAnnotation {
-        /// The annotation key.
+        /// The annotation key (cut to its start when long).
         key: String,
-        /// Its value.
+        /// Its value, quoted (cut to its start when long).
         value: String,
         /// What is wrong and which values are accepted.
         reason: String,

@@ -2,6 +2,7 @@
 //! joint choice: exact enumeration while it stays small (up to 16 free GPUs is always exact),
 //! a best-link greedy growth from every seed beyond that.
 
+use crate::topology::desc::MAX_NVLINKS;
 use crate::topology::{PcieLevel, Topology};
 
 /// Score of one NVLink link; NVSwitch counts as the best link mesh.
@@ -48,9 +49,12 @@ impl LinkTable {
                 if i == j {
                     continue;
                 }
+                // No GPU has more than 18 links (NVML_NVLINK_MAX_LINKS); a capture that says so
+                // is clamped, which also keeps every score sum far from overflowing.
                 let nv = links
                     .and_then(|l| l.nvlink.get(i).and_then(|r| r.get(j)).copied())
-                    .unwrap_or(0);
+                    .unwrap_or(0)
+                    .min(MAX_NVLINKS);
                 nvlink[i][j] = nv;
                 let pcie =
                     pcie_score(topo.pcie_level(&topo.gpus[i].pci_bus_id, &topo.gpus[j].pci_bus_id));
@@ -91,10 +95,12 @@ impl LinkTable {
 
     /// Sum of the pair scores of a set.
     pub fn set_score(&self, set: &[usize]) -> u32 {
-        let mut s = 0;
+        // Saturating: a pair scores at most ~2,000, but a topology source may list thousands
+        // of GPUs, whose pairs would pass u32.
+        let mut s = 0u32;
         for (a, &i) in set.iter().enumerate() {
             for &j in &set[a + 1..] {
-                s += self.pair(i, j);
+                s = s.saturating_add(self.pair(i, j));
             }
         }
         s
@@ -108,9 +114,15 @@ impl LinkTable {
         // its members, hence adding its own score back once.
         let touching: u32 = taken
             .iter()
-            .map(|&t| free.iter().map(|&f| self.pair(t, f)).sum::<u32>())
-            .sum();
-        (self.set_score(free) + self.set_score(taken)).saturating_sub(touching)
+            .map(|&t| {
+                free.iter()
+                    .map(|&f| self.pair(t, f))
+                    .fold(0, u32::saturating_add)
+            })
+            .fold(0, u32::saturating_add);
+        self.set_score(free)
+            .saturating_add(self.set_score(taken))
+            .saturating_sub(touching)
     }
 }
 

@@ -91,7 +91,13 @@ pub fn caps_for(ledger: &Ledger, whole: bool, isolated: bool) -> Vec<Cap> {
 
 /// Whether the nodes `set` (indices) hold `need` together.
 pub fn fits(caps: &[Cap], set: &[usize], need: &Need) -> bool {
-    let sum = |f: fn(&Cap) -> u64| set.iter().map(|i| f(&caps[*i])).sum::<u64>();
+    // Memory sizes come from sysfs, an hwloc capture or a description: a sum that saturates
+    // still answers "at least `need`" exactly, where a wrapping one would not.
+    let sum = |f: fn(&Cap) -> u64| {
+        set.iter()
+            .map(|i| f(&caps[*i]))
+            .fold(0u64, u64::saturating_add)
+    };
     sum(|c| c.cpu as u64) >= need.cpus as u64
         && sum(|c| c.mem) >= need.memory
         && sum(|c| c.gpus as u64) >= need.gpus as u64
@@ -99,12 +105,15 @@ pub fn fits(caps: &[Cap], set: &[usize], need: &Need) -> bool {
         && (!need.shared || sum(|c| c.shared as u64) > 0)
 }
 
-/// Sum of pairwise distances of a node set (indices): lower is closer.
-pub fn spread(topo: &Topology, set: &[usize]) -> u32 {
-    let mut s = 0;
+/// Sum of pairwise distances of a node set (indices): lower is closer. In u64: distances are
+/// u32 and may be anything a capture says, and the sum must rank sets exactly.
+pub fn spread(topo: &Topology, set: &[usize]) -> u64 {
+    let mut s = 0u64;
     for (a, &i) in set.iter().enumerate() {
         for &j in &set[a + 1..] {
-            s += topo.distance(topo.numa_nodes[i].id, topo.numa_nodes[j].id);
+            s = s.saturating_add(u64::from(
+                topo.distance(topo.numa_nodes[i].id, topo.numa_nodes[j].id),
+            ));
         }
     }
     s
@@ -126,10 +135,10 @@ pub fn grow(
         let next = (0..caps.len())
             .filter(|i| allowed[*i] && caps[*i].has_cpus && !set.contains(i))
             .min_by_key(|&i| {
-                let d: u32 = set
+                let d: u64 = set
                     .iter()
-                    .map(|&j| topo.distance(caps[i].id, caps[j].id))
-                    .sum();
+                    .map(|&j| u64::from(topo.distance(caps[i].id, caps[j].id)))
+                    .fold(0, u64::saturating_add);
                 (d, std::cmp::Reverse(caps[i].cpu), i)
             })?;
         set.push(next);
@@ -159,7 +168,7 @@ pub fn choose(topo: &Topology, caps: &[Cap], allowed: &[bool], need: &Need) -> O
         .filter(|i| allowed[*i] && caps[*i].has_cpus)
         .filter_map(|seed| grow(topo, caps, allowed, vec![seed], need))
         .min_by_key(|set| {
-            let cpu: u32 = set.iter().map(|i| caps[*i].cpu).sum();
+            let cpu: u64 = set.iter().map(|i| u64::from(caps[*i].cpu)).sum();
             (set.len(), spread(topo, set), cpu, set[0])
         })
 }
@@ -204,7 +213,8 @@ pub fn min_width(ledger: &Ledger, need: &Need) -> usize {
                 if sum >= asks[r] {
                     break;
                 }
-                sum += c;
+                // Saturating: "at least the ask" stays exact past u64 (memory sizes).
+                sum = u64::saturating_add(sum, c);
                 width += 1;
             }
             width
@@ -216,7 +226,12 @@ pub fn min_width(ledger: &Ledger, need: &Need) -> usize {
 
 /// The allowed node that comes closest to holding `need` alone, for rejection messages.
 pub fn best_offer(caps: &[Cap], allowed: &[bool], need: &Need) -> NodeOffer {
-    let ratio = |have: u64, want: u64| (have.min(want) * 1000).checked_div(want).unwrap_or(1000);
+    // In u128: `want` is a memory limit from the container, up to 2^63.
+    let ratio = |have: u64, want: u64| {
+        (u128::from(have.min(want)) * 1000)
+            .checked_div(u128::from(want))
+            .map_or(1000, |r| r as u64)
+    };
     let best = (0..caps.len())
         .filter(|i| allowed[*i] && caps[*i].has_cpus)
         .max_by_key(|&i| {

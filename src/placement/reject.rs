@@ -28,7 +28,12 @@ pub fn insufficient(
     caps: &[Cap],
 ) -> PlacementError {
     let free_cpu: u32 = caps.iter().map(|c| c.cpu).sum();
-    let free_mem: u64 = caps.iter().filter(|c| c.has_cpus).map(|c| c.mem).sum();
+    // Memory sizes come from the topology source: saturate rather than wrap past u64.
+    let free_mem: u64 = caps
+        .iter()
+        .filter(|c| c.has_cpus)
+        .map(|c| c.mem)
+        .fold(0, u64::saturating_add);
     let free_gpu = ledger.free_gpus().len();
     let nics = nics::eligible(ledger).len();
     let (resource, asked, free) = if r.exclusive && free_cpu < r.cpus {

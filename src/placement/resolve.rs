@@ -8,6 +8,7 @@ use super::error::PlacementError;
 use super::ledger::Ledger;
 use super::policy::{CpuPreference, GpuMode, PlacementConfig};
 use super::request::Request;
+use crate::limits::excerpt;
 
 /// A request with its settings resolved and its devices turned into indices.
 #[derive(Debug, Clone)]
@@ -43,9 +44,12 @@ pub fn resolve(
     req: &Request,
 ) -> Result<Resolved, PlacementError> {
     let eff = annotations::effective(&req.pod.annotations, &req.container_name, config)?;
+    // Names come from the runtime; every rejection message repeats them.
     let who = format!(
         "{}/{}/{}",
-        req.pod.namespace, req.pod.name, req.container_name
+        excerpt(&req.pod.namespace),
+        excerpt(&req.pod.name),
+        excerpt(&req.container_name)
     );
     let req_m = req.cpu_request_milli;
     // The kubelet's Guaranteed rule for CPUs: a whole number of CPUs, request equal to limit.
@@ -88,11 +92,14 @@ pub fn resolve(
     if exclusive && config.full_pcpus_only {
         let t = cpus::threads_per_core(ledger.topo());
         if cpus % t != 0 {
+            // The next multiple, or for a count near u32::MAX (a saturated request) the one
+            // below: either is a count the rule accepts.
+            let suggest = cpus.div_ceil(t).checked_mul(t).unwrap_or(cpus / t * t);
             return Err(PlacementError::SmtAlignment {
                 container: who,
                 cpus,
                 threads: t,
-                suggest: cpus.div_ceil(t) * t,
+                suggest,
             });
         }
     }

@@ -102,8 +102,13 @@ impl KubeletBaseline {
         total: impl Fn(usize) -> u64,
         single: bool,
     ) -> Vec<Hint> {
-        let sum =
-            |m: u32, f: &dyn Fn(usize) -> u64| self.mask_nodes(m).into_iter().map(f).sum::<u64>();
+        // Saturating: memory sizes come from the topology source and may be anything.
+        let sum = |m: u32, f: &dyn Fn(usize) -> u64| {
+            self.mask_nodes(m)
+                .into_iter()
+                .map(f)
+                .fold(0, u64::saturating_add)
+        };
         let min_width = (1..=self.full())
             .filter(|m| sum(*m, &total) >= ask)
             .map(u32::count_ones)

@@ -220,11 +220,12 @@ fn requests(
     };
     let mut out = Vec::new();
     for c in &pod.containers {
+        // Names and values come from the file: errors repeat only their start.
         let bad = |what, value: &Quantity, hint| WorkloadError::Quantity {
-            pod: pod.name.clone(),
-            container: c.name.clone(),
+            pod: crate::limits::excerpt(&pod.name),
+            container: crate::limits::excerpt(&c.name),
             what,
-            value: value.to_string(),
+            value: crate::limits::excerpt(&value.to_string()),
             hint,
         };
         let request = match &c.cpu {
@@ -322,13 +323,13 @@ pub fn replay(
             .find(|p| &p.name == name)
             .ok_or_else(|| WorkloadError::Event {
                 index: step,
-                reason: format!("no pod named {name:?}"),
+                reason: format!("no pod named {}", crate::limits::quoted(name)),
             })?;
         if add {
             if live.contains_key(name) {
                 return Err(WorkloadError::Event {
                     index: step,
-                    reason: format!("pod {name:?} is already running"),
+                    reason: format!("pod {} is already running", crate::limits::quoted(name)),
                 }
                 .into());
             }

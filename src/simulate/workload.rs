@@ -8,9 +8,12 @@ use serde::{Deserialize, Serialize};
 /// Why a workload file is not usable.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
-    /// YAML/JSON syntax or schema.
-    #[error("invalid workload: {0}")]
+    /// YAML/JSON syntax or schema (serde's message, which repeats a bad value, is cut).
+    #[error("invalid workload: {}", crate::limits::message(&.0.to_string()))]
     Parse(#[from] serde_yaml_ng::Error),
+    /// More text than any workload needs.
+    #[error("invalid workload: {0}")]
+    TooLarge(String),
     /// A quantity that is not a number with a known suffix.
     #[error("pod {pod} container {container}: invalid {what} {value:?} ({hint})")]
     Quantity {
@@ -149,18 +152,24 @@ impl Event {
 impl Workload {
     /// Parses YAML or JSON (JSON is YAML).
     pub fn parse(text: &str) -> Result<Self, WorkloadError> {
+        crate::limits::check_len(
+            "the workload",
+            text.len(),
+            crate::limits::MAX_DOCUMENT_BYTES,
+        )
+        .map_err(WorkloadError::TooLarge)?;
         let w: Workload = serde_yaml_ng::from_str(text)?;
         // Events name pods: two pods with one name would make `remove` ambiguous.
         for (i, p) in w.pods.iter().enumerate() {
             if w.pods[..i].iter().any(|q| q.name == p.name) {
                 return Err(WorkloadError::Pod {
-                    pod: p.name.clone(),
+                    pod: crate::limits::excerpt(&p.name),
                     reason: "defined twice; pod names must be unique".into(),
                 });
             }
             if p.containers.is_empty() {
                 return Err(WorkloadError::Pod {
-                    pod: p.name.clone(),
+                    pod: crate::limits::excerpt(&p.name),
                     reason: "has no containers".into(),
                 });
             }

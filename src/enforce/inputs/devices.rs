@@ -159,10 +159,11 @@ fn resolve_ref(topo: &Topology, r: &GpuRef) -> Resolved {
 /// lists are allocations like the other sources'.
 pub fn find(topo: &Topology, c: &ContainerView, trust_env: bool) -> Result<Found, RequestError> {
     let mut f = Found::default();
+    // Everything here comes from the runtime: never repeat more than the start of it.
     let unknown = |origin: String, given: String| RequestError::UnknownGpu {
-        container: c.name.clone(),
-        origin,
-        given,
+        container: crate::limits::excerpt(&c.name),
+        origin: crate::limits::excerpt(&origin),
+        given: crate::limits::quoted(&given),
     };
     // MIG capability nodes beside a GPU node: the GPU node is a MIG device's parent.
     let has_mig_caps = c.devices.iter().any(|d| {

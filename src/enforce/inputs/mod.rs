@@ -16,13 +16,13 @@ pub use devices::{GpuSource, Unread};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
     /// A GPU reference (index, UUID, minor) matches no GPU of this host.
-    #[error("container {container}: {origin} names GPU {given:?}, which this host does not have")]
+    #[error("container {container}: {origin} names GPU {given}, which this host does not have")]
     UnknownGpu {
         /// Container name.
         container: String,
         /// Where the reference came from (`NVIDIA_VISIBLE_DEVICES`, `device /dev/nvidia3`...).
         origin: String,
-        /// The reference.
+        /// The reference, quoted (cut to its start when long).
         given: String,
     },
 }

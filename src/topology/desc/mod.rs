@@ -18,7 +18,7 @@ mod validate;
 pub use layout::{
     gpu_uuid, FuncRole, HostBridge, Layout, LayoutCpu, LayoutFunc, LayoutNode, LinkPeer,
 };
-pub use validate::parse_bus_id;
+pub use validate::{parse_bus_id, MAX_NVLINKS};
 
 /// A whole machine.
 ///

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use roxmltree::Node;
 
 use super::Walk;
+use crate::topology::desc::MAX_NVLINKS;
 use crate::topology::model::{GpuLinks, NumaNode, Topology};
 
 /// All u64 values of a distances element, in order (hwloc splits long rows over elements).
@@ -115,13 +116,16 @@ pub(super) fn nvlink(root: Node, walk: &Walk, topo: &Topology) -> Option<GpuLink
     for i in 0..n {
         let Some(a) = peers[i].0 else { continue };
         for j in 0..n {
-            let count = u32::try_from(vals[i * n + j] / per_link).unwrap_or(0);
+            // No GPU has more than MAX_NVLINKS links: larger counts are a capture's noise.
+            let count = u32::try_from(vals[i * n + j] / per_link)
+                .unwrap_or(0)
+                .min(MAX_NVLINKS);
             if i == j || count == 0 {
                 continue;
             }
             match peers[j] {
                 (Some(b), _) if b != a => links[a][b] = links[a][b].max(count),
-                (None, true) => to_switch[a] += count,
+                (None, true) => to_switch[a] = to_switch[a].saturating_add(count),
                 _ => {}
             }
         }

@@ -8,8 +8,10 @@ use std::path::{Path, PathBuf};
 
 use roxmltree::Node;
 
-use super::idset::CpuSet;
+use super::idset::{CpuSet, MAX_ID};
 use super::model::{Cpu, HugePages, NumaNode, Topology};
+use crate::limits::MAX_HWLOC_BYTES;
+pub use bounds::{MAX_DEPTH, MAX_GPUS, MAX_NUMA_NODES, MAX_PCI_OBJECTS, MAX_PUS};
 
 /// Why an hwloc XML file could not be imported.
 #[derive(Debug, thiserror::Error)]
@@ -23,19 +25,30 @@ pub enum HwlocError {
         #[source]
         source: std::io::Error,
     },
-    /// Not well-formed XML.
-    #[error("not valid XML: {0}")]
+    /// Not well-formed XML (roxmltree's message repeats tag names: cut like other outside text).
+    #[error("not valid XML: {}", crate::limits::message(&.0.to_string()))]
     Xml(#[from] roxmltree::Error),
     /// Well-formed, but not an hwloc topology.
     #[error("not an hwloc v2 topology: {0}")]
     NotHwloc(String),
+    /// More than any machine's capture: a file over [`MAX_HWLOC_BYTES`], elements nested
+    /// deeper than [`MAX_DEPTH`], or more CPUs, NUMA nodes, PCI objects or GPUs than the
+    /// bounds in [`bounds`] allow.
+    #[error("not a plausible hwloc capture: {0}")]
+    TooLarge(String),
 }
+
+/// Most XML nodes parsed (a 1,000-CPU machine with its I/O tree has under 100,000).
+const MAX_NODES: u32 = 4_000_000;
 
 /// Imports the capture in `path`.
 pub fn import_file(path: &Path) -> Result<Topology, HwlocError> {
-    let text = std::fs::read_to_string(path).map_err(|source| HwlocError::Io {
-        path: path.to_path_buf(),
-        source,
+    let text = crate::limits::read_to_string(path, MAX_HWLOC_BYTES).map_err(|e| match e {
+        crate::limits::ReadError::Io(source) => HwlocError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        too_large => HwlocError::TooLarge(too_large.to_string()),
     })?;
     import_str(&text, &path.display().to_string())
 }
@@ -45,6 +58,7 @@ pub fn import_str(xml: &str, source: &str) -> Result<Topology, HwlocError> {
     // lstopo writes a DOCTYPE line; roxmltree refuses DTDs unless told to accept them.
     let options = roxmltree::ParsingOptions {
         allow_dtd: true,
+        nodes_limit: MAX_NODES,
         ..roxmltree::ParsingOptions::default()
     };
     let doc = roxmltree::Document::parse_with_options(xml, options)?;
@@ -52,9 +66,10 @@ pub fn import_str(xml: &str, source: &str) -> Result<Topology, HwlocError> {
     if root.tag_name().name() != "topology" {
         return Err(HwlocError::NotHwloc(format!(
             "root element is <{}>",
-            root.tag_name().name()
+            crate::limits::excerpt(root.tag_name().name())
         )));
     }
+    bounds::check(root)?;
     let version3 = root
         .attribute("version")
         .is_some_and(|v| v.starts_with('3'));
@@ -70,6 +85,7 @@ pub fn import_str(xml: &str, source: &str) -> Result<Topology, HwlocError> {
         return Err(HwlocError::NotHwloc("no PU objects".into()));
     }
     let mut topo = walk.build(source, machine);
+    bounds::check_gpus(topo.gpus.len())?;
     topo.gpu_links = matrices::nvlink(root, &walk, &topo);
     Ok(topo)
 }
@@ -471,15 +487,21 @@ pub fn parse_hwloc_bitmap(s: &str) -> Option<CpuSet> {
         let v = u32::from_str_radix(w, 16).ok()?;
         for bit in 0..32 {
             if v & (1 << bit) != 0 {
-                set.insert(u32::try_from(i * 32 + bit).ok()?);
+                // Beyond MAX_ID is not a CPU any machine has: refuse, never allocate for it.
+                let id = u32::try_from(i * 32 + bit).ok().filter(|id| *id < MAX_ID)?;
+                set.insert(id);
             }
         }
     }
     Some(set)
 }
 
+pub mod bounds;
 mod devices;
 mod matrices;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod bounds_tests;

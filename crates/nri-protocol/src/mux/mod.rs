@@ -90,6 +90,19 @@ pub enum MuxError {
         /// Text of the underlying error.
         msg: String,
     },
+    /// The peer sent something on a service connection that its ttrpc server cannot follow
+    /// (see [`framing`]): the connection would be out of step for good.
+    #[error("malformed ttrpc message on connection {id}: {reason}")]
+    BadFrame {
+        /// The logical connection.
+        id: ConnId,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The ttrpc server of a service connection let go of it (it failed or ended) while the
+    /// socket stayed up: nobody would answer the peer's requests any more.
+    #[error("the service on connection {0} ended while the socket stayed open")]
+    ServiceEnded(ConnId),
     /// [`Mux::close`] was called.
     #[error("multiplexer closed")]
     Closed,
@@ -114,7 +127,8 @@ impl MuxError {
         let kind = match self {
             MuxError::PeerClosed | MuxError::Closed => io::ErrorKind::BrokenPipe,
             MuxError::Truncated { .. } => io::ErrorKind::UnexpectedEof,
-            MuxError::Oversized { .. } => io::ErrorKind::InvalidData,
+            MuxError::Oversized { .. } | MuxError::BadFrame { .. } => io::ErrorKind::InvalidData,
+            MuxError::ServiceEnded(_) => io::ErrorKind::BrokenPipe,
             MuxError::Io { kind, .. } => *kind,
             MuxError::ReservedId | MuxError::AlreadyOpen(_) => io::ErrorKind::InvalidInput,
         };
@@ -243,6 +257,19 @@ impl Mux {
     /// (then stays pending, so ttrpc's `Server::shutdown` can still stop it).
     pub fn listener(&self, id: ConnId) -> Result<Listener, MuxError> {
         let conn = self.open(id)?;
+        let once = futures::stream::once(async move { Ok::<_, io::Error>(conn) });
+        Ok(Listener::new(once.chain(futures::stream::pending())))
+    }
+
+    /// Opens `id` for the ttrpc server of a service the peer calls (the Plugin service), as a
+    /// listener like [`Mux::listener`]. The connection is essential: the peer's ttrpc headers
+    /// are checked as they arrive ([`framing::RequestFraming`]) and a malformed one stops the
+    /// whole multiplexer with [`MuxError::BadFrame`]; when the server lets go of the
+    /// connection for any other reason it stops with [`MuxError::ServiceEnded`]. Either way
+    /// [`Mux::closed`] returns, and the owner can drop the socket and start again instead of
+    /// leaving a peer whose every request times out.
+    pub fn service_listener(&self, id: ConnId) -> Result<Listener, MuxError> {
+        let conn = service::ServiceConn::new(self.open(id)?);
         let once = futures::stream::once(async move { Ok::<_, io::Error>(conn) });
         Ok(Listener::new(once.chain(futures::stream::pending())))
     }
@@ -521,6 +548,9 @@ impl Drop for MuxConn {
         self.shared.conns().remove(&self.id);
     }
 }
+
+pub mod framing;
+mod service;
 
 #[cfg(test)]
 mod tests;

@@ -23,8 +23,14 @@
 //!   the stub tells the handler ([`Plugin::disconnected`]), reconnects with exponential
 //!   backoff (capped by [`StubOptions::max_backoff`]) and registers again;
 //! - an inherited, already connected socket (plugin launched by the runtime, which sets
-//!   [`ENV_PLUGIN_SOCKET`], [`ENV_PLUGIN_NAME`], [`ENV_PLUGIN_IDX`]): when it breaks the
-//!   runner returns `Ok(())`, since only the runtime can start the plugin again.
+//!   [`ENV_PLUGIN_SOCKET`], [`ENV_PLUGIN_NAME`], [`ENV_PLUGIN_IDX`]): when the runtime closes
+//!   it the runner returns `Ok(())`, when it fails an error, since only the runtime can start
+//!   the plugin again (containerd and CRI-O launch plugins only when they start).
+//!
+//! Either way the connection ends when the runtime's side of it can no longer be followed,
+//! not only when the socket closes: a malformed ttrpc header on the Plugin service's
+//! connection, or that service's ttrpc server ending, stops the session
+//! ([`Mux::service_listener`]).
 
 mod handler;
 mod options;
@@ -42,8 +48,8 @@ use ttrpc::asynchronous::{Client, Server};
 
 pub use handler::{HandlerError, HandlerResult, Plugin};
 pub use options::{
-    Endpoint, StubError, StubOptions, DEFAULT_SOCKET_PATH, ENV_PLUGIN_IDX, ENV_PLUGIN_NAME,
-    ENV_PLUGIN_SOCKET,
+    Endpoint, StubError, StubOptions, SyncLimits, DEFAULT_SOCKET_PATH, ENV_PLUGIN_IDX,
+    ENV_PLUGIN_NAME, ENV_PLUGIN_SOCKET,
 };
 
 use crate::api::{
@@ -194,12 +200,18 @@ impl Stub {
             let launched = self.opts.is_launched();
             let reason = match end {
                 // Registered, then the connection ended.
-                Ok(reason) => {
+                Ok((cause, reason)) => {
                     backoff = self.opts.initial_backoff;
                     plugin.disconnected(&reason).await;
                     if launched {
-                        tracing::info!(%reason, "runtime connection closed; exiting");
-                        return Ok(());
+                        // The runtime starts launched plugins only when it starts itself:
+                        // exit, with an error when the connection broke rather than closed.
+                        if cause.is_clean_close() {
+                            tracing::info!(%reason, "runtime connection closed; exiting");
+                            return Ok(());
+                        }
+                        tracing::error!(%reason, "runtime connection failed; exiting");
+                        return Err(StubError::Mux(cause));
                     }
                     reason
                 }
@@ -237,19 +249,19 @@ impl Stub {
         }
     }
 
-    /// Registers and serves one connection; returns why it ended, or the error that kept
-    /// the plugin from registering.
+    /// Registers and serves one connection; returns why it ended (the multiplexer's reason and
+    /// its description), or the error that kept the plugin from registering.
     async fn session<P: Plugin>(
         &self,
         stream: UnixStream,
         plugin: Arc<P>,
-    ) -> Result<String, StubError> {
+    ) -> Result<(MuxError, String), StubError> {
         let plugin_id = format!("{}-{}", self.opts.index, self.opts.name);
         let mux = Mux::new(stream);
         // The ttrpc tasks keep their connections (and so the socket) alive; close the
         // socket explicitly however this function ends, including cancellation.
         let _close = CloseOnDrop(mux.clone());
-        let session = Arc::new(Session::new(plugin_id.clone()));
+        let session = Arc::new(Session::new(plugin_id.clone(), self.opts.sync_limits));
         let service = PluginService {
             plugin,
             session: session.clone(),
@@ -257,7 +269,8 @@ impl Stub {
         };
         let mut server = Server::new()
             .register_service(create_plugin(Arc::new(service)))
-            .add_listener(mux.listener(PLUGIN_SERVICE_CONN)?);
+            // A runtime whose calls can no longer be followed ends the session, like a hang-up.
+            .add_listener(mux.service_listener(PLUGIN_SERVICE_CONN)?);
         server.start().await.map_err(StubError::Serve)?;
         let runtime = RuntimeClient::new(Client::new(mux.socket(RUNTIME_SERVICE_CONN)?));
 
@@ -268,11 +281,13 @@ impl Stub {
                 let reason = mux.closed().await;
                 self.handle.set_client(None);
                 let shutdown = session.shutdown_received.load(Ordering::SeqCst);
-                Ok(describe_end(&reason, shutdown))
+                let description = describe_end(&reason, shutdown);
+                Ok((reason, description))
             }
             Err(err) => Err(err),
         };
         mux.close();
+        session.release();
         server.shutdown().await.ok();
         end
     }

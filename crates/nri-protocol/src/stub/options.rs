@@ -86,6 +86,34 @@ pub enum Endpoint {
     InheritedFd(RawFd),
 }
 
+/// Bounds on one Synchronize. NRI v0.7+ runtimes split it into chunks marked `more=true`
+/// that the stub joins before calling [`Plugin::synchronize`](super::Plugin::synchronize);
+/// without a bound a runtime (or anything on its socket) could make the plugin hold chunks
+/// without end. A Synchronize over any bound fails with RESOURCE_EXHAUSTED and what was
+/// collected so far is dropped.
+///
+/// The defaults leave room for far more than a node runs: a dense node (250 pods, 1,000
+/// containers with their env, mounts and hooks) sends about 10 MiB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncLimits {
+    /// Most chunks of one Synchronize.
+    pub max_chunks: usize,
+    /// Most pods plus containers in all chunks together.
+    pub max_objects: usize,
+    /// Most bytes of encoded pods and containers in all chunks together.
+    pub max_bytes: u64,
+}
+
+impl Default for SyncLimits {
+    fn default() -> Self {
+        SyncLimits {
+            max_chunks: 1024,
+            max_objects: 65_536,
+            max_bytes: 64 << 20,
+        }
+    }
+}
+
 /// Settings of the stub.
 #[derive(Clone, Debug)]
 pub struct StubOptions {
@@ -101,6 +129,8 @@ pub struct StubOptions {
     pub initial_backoff: Duration,
     /// Longest reconnection delay (dial mode).
     pub max_backoff: Duration,
+    /// Bounds on a chunked Synchronize.
+    pub sync_limits: SyncLimits,
 }
 
 impl StubOptions {
@@ -113,6 +143,7 @@ impl StubOptions {
             registration_timeout: Duration::from_secs(5),
             initial_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(5),
+            sync_limits: SyncLimits::default(),
         }
     }
 

@@ -9,18 +9,75 @@ use async_trait::async_trait;
 use ttrpc::asynchronous::TtrpcContext;
 
 use super::handler::{HandlerError, HandlerResult, Plugin};
+use super::options::SyncLimits;
 use super::{RuntimeHandle, IN_EVENT_HANDLER};
 use crate::api::{
-    self, ConfigureRequest, ConfigureResponse, Container, Empty, Event, MessageField, PodSandbox,
-    StateChangeEvent, SynchronizeRequest, SynchronizeResponse,
+    self, ConfigureRequest, ConfigureResponse, Container, Empty, Event, Message, MessageField,
+    PodSandbox, StateChangeEvent, SynchronizeRequest, SynchronizeResponse,
 };
 use crate::services;
 use crate::version::RuntimeInfo;
 
+/// The chunks of a Synchronize collected so far, and what they add up to.
+#[derive(Default)]
+struct SyncBuffer {
+    pods: Vec<PodSandbox>,
+    containers: Vec<Container>,
+    chunks: usize,
+    /// Encoded size of `pods` and `containers`.
+    bytes: u64,
+}
+
+impl SyncBuffer {
+    /// Adds one chunk, or says which bound it would break (the buffer is then unchanged).
+    fn add(&mut self, req: SynchronizeRequest, limits: &SyncLimits) -> Result<(), String> {
+        let chunks = self.chunks + 1;
+        let objects =
+            self.pods.len() + self.containers.len() + req.pods.len() + req.containers.len();
+        let bytes = req
+            .pods
+            .iter()
+            .map(|p| p.compute_size())
+            .chain(req.containers.iter().map(|c| c.compute_size()))
+            .fold(self.bytes, u64::saturating_add);
+        let over = if chunks > limits.max_chunks {
+            Some(format!(
+                "{chunks} chunks, more than the limit of {}",
+                limits.max_chunks
+            ))
+        } else if objects > limits.max_objects {
+            Some(format!(
+                "{objects} pods and containers in {chunks} chunk(s), more than the limit of {}",
+                limits.max_objects
+            ))
+        } else if bytes > limits.max_bytes {
+            Some(format!(
+                "{bytes} bytes in {chunks} chunk(s), more than the limit of {}",
+                limits.max_bytes
+            ))
+        } else {
+            None
+        };
+        if let Some(over) = over {
+            return Err(format!(
+                "Synchronize from the runtime is too large: {over}; the chunks received so far \
+                 are dropped"
+            ));
+        }
+        self.pods.extend(req.pods);
+        self.containers.extend(req.containers);
+        self.chunks = chunks;
+        self.bytes = bytes;
+        Ok(())
+    }
+}
+
 /// Per-connection state shared between the service and the connection's owner.
 pub(crate) struct Session {
-    /// Pods and containers of a chunked Synchronize collected so far.
-    sync_chunks: Mutex<Option<(Vec<PodSandbox>, Vec<Container>)>>,
+    /// The chunked Synchronize in progress, if any.
+    sync_chunks: Mutex<Option<SyncBuffer>>,
+    /// Bounds on a Synchronize.
+    limits: SyncLimits,
     /// The runtime sent Shutdown.
     pub(crate) shutdown_received: AtomicBool,
     /// `idx-name`, for logs.
@@ -28,11 +85,29 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    pub(crate) fn new(plugin_id: String) -> Self {
+    pub(crate) fn new(plugin_id: String, limits: SyncLimits) -> Self {
         Session {
             sync_chunks: Mutex::new(None),
+            limits,
             shutdown_received: AtomicBool::new(false),
             plugin_id,
+        }
+    }
+
+    /// Drops a half-received Synchronize. Called when the connection ends: the ttrpc tasks
+    /// that hold this session may outlive the connection for a while, its chunks must not.
+    pub(crate) fn release(&self) {
+        let dropped = self
+            .sync_chunks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(buf) = dropped {
+            tracing::debug!(
+                chunks = buf.chunks,
+                bytes = buf.bytes,
+                "dropping an unfinished Synchronize"
+            );
         }
     }
 }
@@ -120,19 +195,27 @@ impl<P: Plugin> PluginService<P> {
     }
 
     async fn synchronize(&self, req: SynchronizeRequest) -> HandlerResult<SynchronizeResponse> {
+        let more = req.more;
         let (pods, containers) = {
             let mut chunks = self
                 .session
                 .sync_chunks
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            let (pods, containers) = chunks.get_or_insert_with(Default::default);
-            pods.extend(req.pods);
-            containers.extend(req.containers);
-            if req.more {
+            let buf = chunks.get_or_insert_with(Default::default);
+            if let Err(message) = buf.add(req, &self.session.limits) {
+                *chunks = None;
+                tracing::warn!(plugin = %self.session.plugin_id, "{message}");
+                return Err(HandlerError::Status {
+                    code: protobuf::Enum::value(&ttrpc::Code::RESOURCE_EXHAUSTED),
+                    message,
+                });
+            }
+            if more {
                 tracing::debug!(
-                    pods = pods.len(),
-                    containers = containers.len(),
+                    pods = buf.pods.len(),
+                    containers = buf.containers.len(),
+                    bytes = buf.bytes,
                     "collecting Synchronize chunk"
                 );
                 // Updates may only be sent with the last chunk.
@@ -141,7 +224,8 @@ impl<P: Plugin> PluginService<P> {
                     ..Default::default()
                 });
             }
-            chunks.take().unwrap_or_default()
+            let buf = chunks.take().unwrap_or_default();
+            (buf.pods, buf.containers)
         };
         tracing::info!(
             pods = pods.len(),

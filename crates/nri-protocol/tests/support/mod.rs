@@ -311,12 +311,18 @@ pub struct Setup {
 
 impl Setup {
     pub fn dial(index: &str) -> Setup {
+        Setup::dial_with(index, |_| {})
+    }
+
+    /// Like [`Setup::dial`], with the stub's options changed by `tune` first.
+    pub fn dial_with(index: &str, tune: impl FnOnce(&mut StubOptions)) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nri.sock");
         let listener = UnixListener::bind(&path).unwrap();
         let mut opts = StubOptions::new("nri-align", index).socket(&path);
         opts.initial_backoff = Duration::from_millis(20);
         opts.max_backoff = Duration::from_millis(200);
+        tune(&mut opts);
         let stub = Stub::new(opts).unwrap();
         let handle = stub.handle();
         let plugin = Arc::new(TestPlugin::default());

@@ -1,0 +1,157 @@
+//! Limits on input from outside the process: how large a file or value nri-align reads at
+//! all, and how much of a bad value an error message repeats (a hostile 1 MB annotation must
+//! not come back whole in a CRI error, a log line or a metric).
+
+use std::io::Read;
+use std::path::Path;
+
+/// Bytes of a bad value an error message repeats; the rest is replaced by an ellipsis and the
+/// full length.
+pub const ECHO_BYTES: usize = 64;
+
+/// Largest configuration file or drop-in (the documented file with every key is under 2 KiB).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Largest workload file of `simulate`, host description or captured topology.
+pub const MAX_DOCUMENT_BYTES: u64 = 16 << 20;
+
+/// Largest hwloc XML capture (lstopo writes 1-5 MB for a large machine with its I/O tree).
+pub const MAX_HWLOC_BYTES: u64 = 64 << 20;
+
+/// Longest error text built around a parser's own message (serde's, which repeats the bad
+/// value); longer ones keep their start and their end.
+pub const MAX_MESSAGE_BYTES: usize = 512;
+
+/// The start of `s` (at most [`ECHO_BYTES`], cut on a character boundary) followed by `…`
+/// and its length in bytes when it is longer; `s` itself otherwise.
+pub fn excerpt(s: &str) -> String {
+    if s.len() <= ECHO_BYTES {
+        return s.to_string();
+    }
+    format!("{}… ({} bytes)", head(s, ECHO_BYTES), s.len())
+}
+
+/// Like [`excerpt`], quoted and escaped as `{:?}` would (`"abc"… (1048576 bytes)`).
+pub fn quoted(s: &str) -> String {
+    if s.len() <= ECHO_BYTES {
+        return format!("{s:?}");
+    }
+    format!("{:?}… ({} bytes)", head(s, ECHO_BYTES), s.len())
+}
+
+/// A parser's message cut to about [`MAX_MESSAGE_BYTES`]: its start (what and where) and its
+/// end (what was expected, the line and column) around a note of how much was left out.
+pub fn message(m: &str) -> String {
+    if m.len() <= MAX_MESSAGE_BYTES {
+        return m.to_string();
+    }
+    let half = MAX_MESSAGE_BYTES / 2;
+    let start = head(m, half);
+    let mut from = m.len() - half;
+    while !m.is_char_boundary(from) {
+        from += 1;
+    }
+    format!(
+        "{start} … ({} bytes left out) … {}",
+        from - start.len(),
+        &m[from..]
+    )
+}
+
+fn head(s: &str, max: usize) -> &str {
+    let mut end = max.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Why a bounded read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// Opening or reading failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The file is larger than the limit.
+    #[error("it is larger than the {limit}-byte limit")]
+    TooLarge {
+        /// The limit.
+        limit: u64,
+    },
+}
+
+/// Reads `path` as UTF-8 text, refusing more than `limit` bytes without reading past them (a
+/// file that grows, or a device, cannot make the daemon allocate without end).
+pub fn read_to_string(path: &Path, limit: u64) -> Result<String, ReadError> {
+    let file = std::fs::File::open(path)?;
+    let mut text = String::new();
+    file.take(limit.saturating_add(1))
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > limit {
+        return Err(ReadError::TooLarge { limit });
+    }
+    Ok(text)
+}
+
+/// Checks a value already in memory (a drop-in config from the runtime) against `limit`.
+pub fn check_len(what: &str, len: usize, limit: u64) -> Result<(), String> {
+    if len as u64 > limit {
+        return Err(format!(
+            "{what} is {len} bytes, more than the {limit}-byte limit"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_megabyte_value_is_echoed_as_its_start_and_length() {
+        let big = "x".repeat(1 << 20);
+        assert_eq!(
+            excerpt(&big),
+            format!("{}… (1048576 bytes)", "x".repeat(64))
+        );
+        assert_eq!(
+            quoted(&big),
+            format!("\"{}\"… (1048576 bytes)", "x".repeat(64))
+        );
+        assert_eq!(excerpt("short"), "short");
+        assert_eq!(quoted("a\"b"), "\"a\\\"b\"");
+        // Cut on a character boundary: 'é' is two bytes.
+        let e = excerpt(&"é".repeat(100));
+        assert!(
+            e.starts_with(&"é".repeat(32)) && e.ends_with("(200 bytes)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn long_messages_keep_their_start_and_end() {
+        let m = format!(
+            "policy: unknown variant `{}`, expected one of `none` at line 1",
+            "y".repeat(5000)
+        );
+        let cut = message(&m);
+        assert!(cut.len() < MAX_MESSAGE_BYTES + 64, "{}", cut.len());
+        assert!(cut.starts_with("policy: unknown variant `yyy"), "{cut}");
+        assert!(cut.ends_with("expected one of `none` at line 1"), "{cut}");
+        assert!(cut.contains("bytes left out"), "{cut}");
+        assert_eq!(message("short"), "short");
+    }
+
+    #[test]
+    fn reads_stop_at_the_limit() {
+        let t = tempfile::tempdir().expect("tmp");
+        let path = t.path().join("f");
+        std::fs::write(&path, "abcdef").expect("write");
+        assert_eq!(read_to_string(&path, 6).expect("fits"), "abcdef");
+        let err = read_to_string(&path, 5).expect_err("too large");
+        assert_eq!(err.to_string(), "it is larger than the 5-byte limit");
+        // A device without end is read only up to the limit.
+        let err = read_to_string(Path::new("/dev/zero"), 1000).expect_err("endless");
+        assert!(matches!(err, ReadError::TooLarge { limit: 1000 }), "{err}");
+    }
+}
