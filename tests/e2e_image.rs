@@ -298,14 +298,8 @@ fn image_runs_as_the_daemonset_runs_it_and_places_containers() {
         .mount("/var/lib/nri-align")
         .map(|m| stand_in_path(m, &work))
         .expect("state mount");
-    let state: Value = serde_json::from_str(
-        &fs::read_to_string(state_dir.join("state.json")).expect("state.json on the host"),
-    )
-    .expect("state JSON");
-    assert!(
-        state["containers"].get(&app).is_some(),
-        "{app} not in {state}"
-    );
+    let state = common::align::read_state(&state_dir).expect("state on the host");
+    assert!(state.contains_key(&app), "{app} not in {:?}", state.keys());
     let body = scrape(&format!("127.0.0.1:{port}")).expect("metrics");
     assert!(
         metric(

@@ -244,13 +244,27 @@ mod tests {
     }
 
     #[test]
+    fn a_second_daemon_on_the_same_state_dir_is_refused_at_start() {
+        let t = tempfile::tempdir().expect("tmp");
+        let first = prepare(&args(None, t.path().join("state"))).expect("first");
+        let err = prepare(&args(None, t.path().join("state"))).expect_err("second");
+        assert!(format!("{err:#}").contains("another nri-align"), "{err:#}");
+        drop(first);
+        assert!(prepare(&args(None, t.path().join("state"))).is_ok());
+    }
+
+    #[test]
     fn prepare_refuses_world_writable_config_and_bad_idx() {
         let t = tempfile::tempdir().expect("tmp");
         let cfg = t.path().join("c.yaml");
         std::fs::write(&cfg, "").expect("write");
         std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o666)).expect("chmod");
-        let err = prepare(&args(Some(cfg), t.path().join("s"))).expect_err("refused");
+        let err = prepare(&args(Some(cfg.clone()), t.path().join("s"))).expect_err("refused");
         assert!(format!("{err:#}").contains("world-writable"), "{err:#}");
+        // Issue 18.3: group-writable was accepted.
+        std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o664)).expect("chmod");
+        let err = prepare(&args(Some(cfg), t.path().join("s"))).expect_err("refused");
+        assert!(format!("{err:#}").contains("group-writable"), "{err:#}");
         let mut a = args(None, t.path().join("s"));
         a.idx = Some("100".into());
         assert!(format!("{:#}", prepare(&a).expect_err("idx")).contains("two digits"));

@@ -22,11 +22,14 @@ pub struct VerifyArgs {
 
 /// Checks every recorded container.
 pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
-    let path = args.state_dir.join(crate::enforce::state::STATE_FILE);
-    if !path.exists() {
-        anyhow::bail!("no decisions recorded: {} does not exist", path.display());
+    // Read only: the daemon may be running (and holds the dir's lock).
+    let mut store = StateStore::open_read_only(&args.state_dir)?;
+    if !store.exists() {
+        anyhow::bail!(
+            "no decisions recorded: {} does not exist",
+            store.path().display()
+        );
     }
-    let store = StateStore::open(&args.state_dir)?;
     let doc = match store.load() {
         Loaded::Doc(d) => d,
         Loaded::Fresh => anyhow::bail!("no decisions recorded in {}", args.state_dir.display()),

@@ -18,6 +18,7 @@
 //! podresources_timeout_ms: 300 # deadline of one PodResources Get (fails open after it)
 //! trust_visible_devices_env: false  # NVIDIA_VISIBLE_DEVICES lists count as allocations
 //! state_dir: /var/lib/nri-align   # default: --state-dir
+//! state_fsync: false           # fdatasync every state write before answering the runtime
 //! metrics_address: null        # e.g. "127.0.0.1:9464"; default: no metrics endpoint
 //! log_format: text             # text | json
 //! log_level: null              # e.g. "info", "nri_align=debug"; default: RUST_LOG or info
@@ -94,6 +95,7 @@ struct RawConfig {
     podresources_timeout_ms: Option<u64>,
     trust_visible_devices_env: Option<bool>,
     state_dir: Option<PathBuf>,
+    state_fsync: Option<bool>,
     metrics_address: Option<String>,
     log_format: Option<LogFormat>,
     log_level: Option<String>,
@@ -146,6 +148,10 @@ pub struct Config {
     pub trust_visible_devices_env: bool,
     /// State directory; `None` means the command-line default.
     pub state_dir: Option<PathBuf>,
+    /// Make every state write durable (fdatasync) before the runtime gets its answer. Off by
+    /// default: the state only has to outlive the plugin and runtime processes
+    /// (`enforce/state`), and an fsync cost milliseconds per decision on a VM disk.
+    pub state_fsync: bool,
     /// Where to serve `/metrics`; `None` serves nothing.
     pub metrics_address: Option<SocketAddr>,
     /// Log format.
@@ -165,6 +171,7 @@ impl Default for Config {
             podresources: Some(PodResourcesConfig::default()),
             trust_visible_devices_env: false,
             state_dir: None,
+            state_fsync: false,
             metrics_address: None,
             log_format: LogFormat::default(),
             log_level: None,
@@ -232,6 +239,7 @@ impl Config {
             podresources,
             trust_visible_devices_env: raw.trust_visible_devices_env.unwrap_or(false),
             state_dir: raw.state_dir,
+            state_fsync: raw.state_fsync.unwrap_or(false),
             metrics_address,
             log_format: raw.log_format.unwrap_or_default(),
             log_level: raw.log_level,
@@ -239,9 +247,10 @@ impl Config {
         })
     }
 
-    /// Reads and parses `path`, refusing a world-writable file (anyone could change policy).
+    /// Reads and parses `path`, refusing a file others could change (group- or world-writable,
+    /// or owned by another user than root or ours: they could change the policy).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        crate::host::perms::refuse_world_writable(path).map_err(|e| ConfigError::Invalid {
+        crate::host::perms::refuse_untrusted(path).map_err(|e| ConfigError::Invalid {
             origin: path.display().to_string(),
             message: e.to_string(),
         })?;

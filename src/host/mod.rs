@@ -1,9 +1,11 @@
 //! The live host: the only code that reads or writes cgroups, scans `/proc`, looks up device
-//! nodes, changes capabilities or checks file permissions. Everything takes a root directory
-//! (`/` in production) so tests run on a tree in a temporary directory.
+//! nodes, changes capabilities, checks file permissions or opens the files nri-align owns.
+//! Everything takes a root directory (`/` in production) so tests run on a tree in a
+//! temporary directory.
 
 pub mod caps;
 pub mod cgroup;
 pub mod devices;
+pub mod files;
 pub mod perms;
 pub mod procfs;

@@ -6,16 +6,32 @@ use std::path::{Path, PathBuf};
 /// Which of `ids` have a process in their cgroup on the host under `root`. `None` when none
 /// has: then either all are gone or this process cannot see the host's processes (no host PID
 /// namespace), and the caller must not conclude anything.
+///
+/// A container's id is a whole component of its cgroup path, or ends one after a `-` and
+/// before an optional `.scope` (`cri-containerd-ID.scope`, `crio-ID.scope` under systemd), so
+/// each process's path is cut into those candidates and looked up: linear in processes, where
+/// searching every path for every id was quadratic at start-up on a full node.
 pub fn live_containers<'a>(
     root: &Path,
     ids: impl IntoIterator<Item = &'a str>,
 ) -> Option<std::collections::HashSet<String>> {
-    let procs = cgroup_lines_by_pid(root);
-    let live: std::collections::HashSet<String> = ids
-        .into_iter()
-        .filter(|id| procs.iter().any(|(_, cg)| cg.contains(id)))
-        .map(str::to_string)
-        .collect();
+    let wanted: std::collections::HashSet<&str> = ids.into_iter().collect();
+    let mut live = std::collections::HashSet::new();
+    for (_, text) in cgroup_lines_by_pid(root) {
+        for line in text.lines() {
+            // `hierarchy:controllers:path`; the path may itself hold colons.
+            let path = line.splitn(3, ':').nth(2).unwrap_or(line);
+            for seg in path.split('/') {
+                let seg = seg.strip_suffix(".scope").unwrap_or(seg);
+                let tail = seg.rsplit_once('-').map(|(_, t)| t);
+                for cand in std::iter::once(seg).chain(tail) {
+                    if let Some(id) = wanted.get(cand) {
+                        live.insert((*id).to_string());
+                    }
+                }
+            }
+        }
+    }
     (!live.is_empty()).then_some(live)
 }
 
@@ -106,6 +122,22 @@ mod tests {
         let live = live_containers(t.path(), ["abc", "gone"]).expect("abc is visible");
         assert!(live.contains("abc") && !live.contains("gone"));
         assert_eq!(live_containers(t.path(), ["gone"]), None);
+        // Part of a longer id or path component is not a match.
+        assert_eq!(live_containers(t.path(), ["ab", "k8s"]), None);
+        write(
+            t.path(),
+            "proc/78/cgroup",
+            "0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-f00d.scope\n",
+        );
+        write(
+            t.path(),
+            "proc/79/cgroup",
+            "0::/system.slice/crio-beef.scope\n",
+        );
+        let live = live_containers(t.path(), ["f00d", "beef", "pod1"]).expect("visible");
+        let mut got: Vec<&String> = live.iter().collect();
+        got.sort();
+        assert_eq!(got, ["beef", "f00d"]);
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub struct Allocator {
     links: LinkTable,
     pod_nodes: HashMap<String, NodeSet>,
     pod_totals: HashMap<String, PodTotals>,
+    /// Containers recorded per pod uid, so a release knows its pod's last container without
+    /// walking every assignment.
+    pod_members: HashMap<String, usize>,
 }
 
 /// A decision not yet recorded: the assignment and how its memory splits over its nodes.
@@ -58,6 +61,7 @@ impl Allocator {
             links,
             pod_nodes: HashMap::new(),
             pod_totals: HashMap::new(),
+            pod_members: HashMap::new(),
         }
     }
 
@@ -106,6 +110,7 @@ impl Allocator {
             split,
         } = plan;
         self.ledger.record(a.clone(), split)?;
+        *self.pod_members.entry(a.pod_uid.clone()).or_default() += 1;
         if !a.numa_nodes.is_empty() {
             self.pod_nodes
                 .entry(a.pod_uid.clone())
@@ -117,7 +122,12 @@ impl Allocator {
     /// Forgets a container; its exclusive CPUs, memory, GPUs and NICs come back.
     pub fn release(&mut self, container_id: &str) -> Option<Assignment> {
         let a = self.ledger.release(container_id)?;
-        if !self.ledger.assignments().any(|x| x.pod_uid == a.pod_uid) {
+        let left = self.pod_members.get_mut(&a.pod_uid).map_or(0, |n| {
+            *n = n.saturating_sub(1);
+            *n
+        });
+        if left == 0 {
+            self.pod_members.remove(&a.pod_uid);
             self.pod_nodes.remove(&a.pod_uid);
             self.pod_totals.remove(&a.pod_uid);
         }
@@ -146,7 +156,7 @@ impl Allocator {
                     ),
                 })?
         };
-        if !a.cpus.is_subset(&topo.online_cpus()) {
+        if !a.cpus.is_subset(self.ledger.online()) {
             return Err(PlacementError::Restore {
                 container: a.container_id.clone(),
                 reason: format!("cpus {} are not all online", a.cpus),
@@ -154,6 +164,7 @@ impl Allocator {
         }
         let (uid, nodes) = (a.pod_uid.clone(), a.numa_nodes.clone());
         self.ledger.record(a, split)?;
+        *self.pod_members.entry(uid.clone()).or_default() += 1;
         if !nodes.is_empty() {
             self.pod_nodes.entry(uid).or_insert(nodes);
         }

@@ -47,6 +47,9 @@ pub struct Ledger {
     nic_gpu: Arc<Vec<Vec<PcieLevel>>>,
     /// NICs placement hands out: the RDMA-capable ones when the host has any, else all.
     eligible_nics: Arc<Vec<usize>>,
+    /// Online CPUs, computed once: the free CPUs and the shared pool start from them at every
+    /// decision, and building the set walks every CPU of the topology.
+    online: Arc<CpuSet>,
 }
 
 impl Ledger {
@@ -72,6 +75,7 @@ impl Ledger {
         Self {
             nic_gpu: Arc::new(nic_gpu),
             eligible_nics: Arc::new(eligible_nics),
+            online: Arc::new(topo.online_cpus()),
             topo,
             reserved,
             exclusive: CpuSet::new(),
@@ -104,10 +108,15 @@ impl Ledger {
         &self.reserved
     }
 
+    /// Online CPUs of the topology.
+    pub fn online(&self) -> &CpuSet {
+        &self.online
+    }
+
     /// CPUs that can still be given exclusively (isolated CPUs included: they are only ever
     /// used exclusively).
     pub fn free_cpus(&self) -> CpuSet {
-        let mut s = self.topo.online_cpus();
+        let mut s = (*self.online).clone();
         s.subtract(&self.reserved);
         s.subtract(&self.exclusive);
         s

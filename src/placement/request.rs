@@ -60,13 +60,16 @@ pub struct Assignment {
     /// Pod namespace/name, for messages and metrics.
     pub pod_name: String,
     /// CPUs the container may run on.
+    #[serde(serialize_with = "crate::topology::idset::serialize_as_list")]
     pub cpus: CpuSet,
     /// Whether `cpus` are exclusively this container's (else they are the shared pool at the
     /// time of the decision, and follow the pool as it changes).
     pub exclusive: bool,
     /// Memory nodes (cpuset.mems).
+    #[serde(serialize_with = "crate::topology::idset::serialize_as_list")]
     pub mems: NodeSet,
     /// NUMA nodes the decision aligned on.
+    #[serde(serialize_with = "crate::topology::idset::serialize_as_list")]
     pub numa_nodes: NodeSet,
     /// Memory accounted against `numa_nodes` (bytes).
     pub memory_bytes: u64,

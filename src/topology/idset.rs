@@ -8,9 +8,32 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A set of ids stored as a bitmap: 1024 CPUs cost 16 words, and union / intersection /
 /// count are a handful of word operations, which keeps placement linear in CPUs.
-#[derive(Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Default)]
 pub struct IdSet {
     words: Vec<u64>,
+}
+
+/// Equal when they hold the same ids, whatever zero words `remove` or `subtract` left at the
+/// end (a derived comparison of the words would call such sets different, and the engine would
+/// send cpuset updates that change nothing).
+impl PartialEq for IdSet {
+    fn eq(&self, other: &Self) -> bool {
+        let n = self.words.len().max(other.words.len());
+        (0..n).all(|i| self.word(i) == other.word(i))
+    }
+}
+
+impl Eq for IdSet {}
+
+impl std::hash::Hash for IdSet {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        let used = self
+            .words
+            .iter()
+            .rposition(|w| *w != 0)
+            .map_or(0, |i| i + 1);
+        self.words[..used].hash(h);
+    }
 }
 
 /// A set of logical CPU ids.
@@ -271,6 +294,12 @@ impl Serialize for IdSet {
     }
 }
 
+/// Serialises `set` as a Linux list string (`"0-1023"`): the compact form the state log keeps
+/// (a shared container's thousand CPUs are one short string, not a thousand numbers).
+pub fn serialize_as_list<S: Serializer>(set: &IdSet, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(set)
+}
+
 /// Accepts a list of integers or a Linux list string.
 impl<'de> Deserialize<'de> for IdSet {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -321,5 +350,20 @@ mod tests {
         c.subtract(&b);
         assert_eq!(c, a.difference(&b));
         assert_eq!(a.difference(&a), IdSet::new());
+    }
+
+    #[test]
+    fn trailing_zero_words_do_not_make_sets_differ() {
+        use std::hash::{BuildHasher, RandomState};
+        let mut a: IdSet = "1,200".parse().expect("a");
+        a.remove(200);
+        let b: IdSet = "1".parse().expect("b");
+        assert_eq!(a, b);
+        let h = RandomState::new();
+        assert_eq!(h.hash_one(&a), h.hash_one(&b));
+        let mut e: IdSet = "130".parse().expect("e");
+        e.subtract(&"130".parse().expect("same"));
+        assert_eq!(e, IdSet::new());
+        assert_ne!(a, IdSet::new());
     }
 }

@@ -126,17 +126,9 @@ impl AlignRun {
         Ok(())
     }
 
-    /// The decisions nri-align persisted (`STATE_DIR/state.json`): container id -> record.
+    /// The decisions nri-align persisted (`STATE_DIR/state.log`): container id -> record.
     pub fn state(&self) -> HResult<BTreeMap<String, Value>> {
-        let path = self.state_dir.join("state.json");
-        let text = fs::read_to_string(&path)
-            .map_err(|e| HarnessError(format!("read {}: {e}", path.display())))?;
-        let doc: Value = serde_json::from_str(&text)
-            .map_err(|e| HarnessError(format!("bad {}: {e}", path.display())))?;
-        Ok(doc["containers"]
-            .as_object()
-            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-            .unwrap_or_default())
+        read_state(&self.state_dir)
     }
 
     /// `nri-align verify --state-dir S [ARGS]` on the real host.
@@ -485,4 +477,43 @@ pub fn container_devices(dev: &Path) -> Vec<String> {
     }
     devices.sort();
     devices
+}
+
+/// The records in a state dir, as the daemon left them: its log (`state.log`: a header line,
+/// then `CHECKSUM {"put":ID,"rec":RECORD}` or `CHECKSUM {"del":ID}` lines replayed in order),
+/// else a 0.1.0 `state.json`. Read here from the files, not through the crate, so a change of
+/// format that breaks old readers shows.
+pub fn read_state(state_dir: &Path) -> HResult<BTreeMap<String, Value>> {
+    let log = state_dir.join("state.log");
+    let legacy = state_dir.join("state.json");
+    let path = if log.exists() { &log } else { &legacy };
+    let text = fs::read_to_string(path)
+        .map_err(|e| HarnessError(format!("read {}: {e}", path.display())))?;
+    if path == &legacy {
+        let doc: Value = serde_json::from_str(&text)
+            .map_err(|e| HarnessError(format!("bad {}: {e}", path.display())))?;
+        return Ok(doc["containers"]
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default());
+    }
+    let mut lines = text.lines();
+    if lines.next() != Some("nri-align state log 2") {
+        return Err(HarnessError(format!(
+            "{}: no state log header",
+            path.display()
+        )));
+    }
+    let mut out = BTreeMap::new();
+    for line in lines {
+        let json = line.split_once(' ').map_or("", |(_, j)| j);
+        let v: Value = serde_json::from_str(json)
+            .map_err(|e| HarnessError(format!("bad line in {}: {e}: {line}", path.display())))?;
+        if let (Some(id), Some(rec)) = (v["put"].as_str(), v.get("rec")) {
+            out.insert(id.to_string(), rec.clone());
+        } else if let Some(id) = v["del"].as_str() {
+            out.remove(id);
+        }
+    }
+    Ok(out)
 }

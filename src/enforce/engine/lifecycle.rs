@@ -21,25 +21,23 @@ impl<P: Placer> Engine<P> {
     /// until it is removed) and is marked stopped, so that its restart takes it over and the
     /// other containers of its pod may reuse its CPUs.
     pub fn container_stopped(&mut self, id: &str) {
-        if let Some(r) = self.doc.containers.get_mut(id) {
-            if !r.stopped {
+        let newly_stopped = match self.doc.containers.get_mut(id) {
+            Some(mut r) if !r.stopped => {
                 r.stopped = true;
-                tracing::info!(container = %id, "stopped: keeps its decision until removed");
-                self.persist();
+                true
             }
+            _ => false,
+        };
+        if newly_stopped {
+            tracing::info!(container = %id, "stopped: keeps its decision until removed");
+            self.persist();
         }
     }
 
     /// StopPodSandbox: every container of the pod is stopped; the decisions go at
     /// RemovePodSandbox (or RemoveContainer).
     pub fn pod_stopped(&mut self, sandbox_id: &str) {
-        let ids: Vec<String> = self
-            .doc
-            .containers
-            .iter()
-            .filter(|(_, r)| r.pod_sandbox_id == sandbox_id && !r.stopped)
-            .map(|(id, _)| id.clone())
-            .collect();
+        let ids = self.doc.containers.pod_containers(sandbox_id);
         for id in ids {
             self.container_stopped(&id);
         }

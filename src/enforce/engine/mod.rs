@@ -83,10 +83,13 @@ impl<P: Placer> Engine<P> {
     pub fn new(
         placer: P,
         config: Config,
-        store: Option<StateStore>,
+        mut store: Option<StateStore>,
         metrics: Option<Arc<Metrics>>,
         devices: Box<dyn DeviceLookup + Send>,
     ) -> Self {
+        if let Some(s) = store.as_mut() {
+            s.set_fsync(config.state_fsync);
+        }
         Self {
             placer,
             config,
@@ -226,14 +229,24 @@ impl<P: Placer> Engine<P> {
             .inspect_err(|r| self.count_rejection(&r.reason, started))
             .map_err(EngineError::Rejected)?;
         self.doc.containers.insert(c.id.clone(), rec);
+        let decided = started.elapsed();
         let updates = self.follow_pool(Some(&c.id));
+        let pool_moved = started.elapsed();
         self.persist();
         let took = started.elapsed();
         if let Some(m) = &self.metrics {
             m.admitted(&a.policy.to_string(), a.aligned, took);
         }
-        self.refresh_free();
-        log_decision(pod, c, &a, took, updates.len());
+        if a.exclusive || !updates.is_empty() {
+            // A shared container changes no node's free CPUs or devices.
+            self.refresh_free();
+        }
+        let timing = Timing {
+            took,
+            pool: pool_moved - decided,
+            persist: took - pool_moved,
+        };
+        log_decision(pod, c, &a, timing, updates.len());
         Ok(Some(CreateOutcome {
             adjustment,
             updates,
@@ -296,13 +309,21 @@ impl<P: Placer> Engine<P> {
             ..old
         };
         self.doc.containers.insert(c.id.clone(), rec);
+        let decided = started.elapsed();
         updates.extend(self.follow_pool(Some(&c.id)));
+        let pool_moved = started.elapsed();
         self.persist();
+        let took = started.elapsed();
         if let Some(m) = &self.metrics {
-            m.admitted(&a.policy.to_string(), a.aligned, started.elapsed());
+            m.admitted(&a.policy.to_string(), a.aligned, took);
         }
         self.refresh_free();
-        log_decision(pod, c, &a, started.elapsed(), updates.len());
+        let timing = Timing {
+            took,
+            pool: pool_moved - decided,
+            persist: took - pool_moved,
+        };
+        log_decision(pod, c, &a, timing, updates.len());
         Ok(updates)
     }
 
@@ -321,13 +342,7 @@ impl<P: Placer> Engine<P> {
 
     /// Releases every container of a pod (RemovePodSandbox).
     pub fn release_pod(&mut self, sandbox_id: &str) -> Vec<CpusetUpdate> {
-        let ids: Vec<String> = self
-            .doc
-            .containers
-            .iter()
-            .filter(|(_, r)| r.pod_sandbox_id == sandbox_id)
-            .map(|(id, _)| id.clone())
-            .collect();
+        let ids = self.doc.containers.pod_containers(sandbox_id);
         self.pods.remove(sandbox_id);
         let mut updates: Vec<CpusetUpdate> = Vec::new();
         for id in ids {
@@ -354,6 +369,9 @@ impl<P: Placer> Engine<P> {
             );
         }
         self.placer.set_config(config.placement.clone());
+        if let Some(s) = self.store.as_mut() {
+            s.set_fsync(config.state_fsync);
+        }
         self.config = config;
         let updates = self.follow_pool(None);
         self.persist();
@@ -412,11 +430,7 @@ impl<P: Placer> Engine<P> {
         let Some(totals) = pod.resources.as_ref().map(pod_totals) else {
             return;
         };
-        let first = !self
-            .doc
-            .containers
-            .values()
-            .any(|r| r.pod_sandbox_id == pod.id);
+        let first = !self.doc.containers.has_pod(&pod.id);
         if first && totals != PodTotals::default() {
             self.placer.expect_pod(&pod.uid, totals);
         }
@@ -487,6 +501,11 @@ impl<P: Placer> Engine<P> {
     /// (pod scope, or its GPUs' node) follows the pool on those nodes only: moving it onto the
     /// whole pool would take a pod-scoped sidecar off its pod's node at the next exclusive
     /// allocation.
+    ///
+    /// The cost is proportional to what moves: the shared containers are grouped by the nodes
+    /// they follow, and a group whose members all run on what the pool gives its nodes now
+    /// is skipped whole (a shared container's creation moves nobody; an exclusive one moves
+    /// the groups whose nodes lost CPUs, each member once).
     fn follow_pool(&mut self, except: Option<&str>) -> Vec<CpusetUpdate> {
         let pool = self.placer.shared_pool();
         if pool.is_empty() {
@@ -497,33 +516,79 @@ impl<P: Placer> Engine<P> {
             return Vec::new();
         }
         let topo = self.placer.topology();
-        let exempt = self.exempt_cpus();
         let mut updates = Vec::new();
-        for (id, r) in &self.doc.containers {
-            if r.assignment.exclusive || Some(id.as_str()) == except {
+        let mut aligned: Vec<(crate::topology::NodeSet, crate::topology::CpuSet)> = Vec::new();
+        for (nodes, group) in self.doc.containers.shared_groups() {
+            let target = shared_on(topo, &pool, nodes);
+            if group.aligned_to() == Some(&target) {
                 continue;
             }
-            let target = if r.exempt {
-                exempt.clone()
-            } else {
-                shared_on(topo, &pool, &r.assignment.numa_nodes)
-            };
-            updates.extend(pool_updates(&target, [(id.as_str(), &r.applied_cpus)]));
+            let (moved, all) = self.group_updates(group, &target, except);
+            updates.extend(moved);
+            if all {
+                aligned.push((nodes.clone(), target));
+            }
+        }
+        // Exempt containers follow the reserved CPUs (or the pool) as a group of their own.
+        let exempt_target = self.exempt_cpus();
+        let exempt_group = self.doc.containers.exempt_group();
+        let exempt_aligned = exempt_group.aligned_to() == Some(&exempt_target)
+            || exempt_group.members().next().is_none();
+        let mut exempt_all = exempt_aligned;
+        if !exempt_aligned {
+            let (moved, all) = self.group_updates(exempt_group, &exempt_target, except);
+            updates.extend(moved);
+            exempt_all = all;
         }
         for u in &updates {
-            if let Some(r) = self.doc.containers.get_mut(&u.container_id) {
+            if let Some(mut r) = self.doc.containers.get_mut(&u.container_id) {
                 r.applied_cpus = u.cpus.clone();
             }
         }
+        for (nodes, target) in aligned {
+            self.doc.containers.mark_aligned(&nodes, target);
+        }
+        if exempt_all {
+            self.doc.containers.mark_exempt_aligned(exempt_target);
+        }
+        // Runtimes apply updates in the order given; a stable order keeps logs comparable.
+        updates.sort_by(|a, b| a.container_id.cmp(&b.container_id));
         updates
     }
 
-    fn persist(&self) {
-        if let Some(store) = &self.store {
-            // Not fatal: Synchronize rebuilds from the running containers after a restart.
-            if let Err(e) = store.save(&self.doc) {
-                tracing::error!("decision not persisted: {e}");
+    /// The moves that bring `group` onto `target` (never `except`'s, which rides on its own
+    /// adjustment), and whether every member then runs on `target`.
+    fn group_updates(
+        &self,
+        group: &crate::enforce::state::SharedGroup,
+        target: &crate::topology::CpuSet,
+        except: Option<&str>,
+    ) -> (Vec<CpusetUpdate>, bool) {
+        let mut updates = Vec::new();
+        let mut all = true;
+        for id in group.members() {
+            let Some(r) = self.doc.containers.get(id) else {
+                continue;
+            };
+            if Some(id) == except {
+                all &= r.applied_cpus == *target;
+                continue;
             }
+            updates.extend(pool_updates(target, [(id, &r.applied_cpus)]));
+        }
+        (updates, all)
+    }
+
+    /// Writes the records changed since the last call (all of them only when the store
+    /// compacts its log).
+    fn persist(&mut self) {
+        let Some(store) = self.store.as_mut() else {
+            self.doc.containers.clear_dirty();
+            return;
+        };
+        // Not fatal: Synchronize rebuilds from the running containers after a restart.
+        if let Err(e) = store.write(&mut self.doc.containers) {
+            tracing::error!("decision not persisted: {e}");
         }
     }
 
@@ -551,13 +616,17 @@ fn pod_name(pod: &PodView) -> String {
     format!("{}/{}", pod.namespace, pod.name)
 }
 
-fn log_decision(
-    pod: &PodView,
-    c: &ContainerView,
-    a: &Assignment,
+/// Where a decision's time went, for its log line.
+struct Timing {
+    /// From the request to the persisted record (the plugin's own time, as `latency_us`).
     took: std::time::Duration,
-    updates: usize,
-) {
+    /// Moving shared containers onto the pool.
+    pool: std::time::Duration,
+    /// Writing the state.
+    persist: std::time::Duration,
+}
+
+fn log_decision(pod: &PodView, c: &ContainerView, a: &Assignment, t: Timing, updates: usize) {
     tracing::info!(
         pod = %pod_name(pod),
         container = %c.name,
@@ -568,7 +637,9 @@ fn log_decision(
         gpus = %a.gpus.join(","),
         nics = %a.nics.join(","),
         aligned = a.aligned,
-        latency_us = took.as_micros() as u64,
+        latency_us = t.took.as_micros() as u64,
+        pool_us = t.pool.as_micros() as u64,
+        persist_us = t.persist.as_micros() as u64,
         pool_updates = updates,
         reason = %a.reason,
         "decision"

@@ -2,6 +2,8 @@
 //! runtime reports (Synchronize) and decide what to keep, release and rebuild. A running
 //! container is never re-placed: one the state does not know is recorded as it runs.
 
+use std::collections::HashMap;
+
 use crate::placement::Assignment;
 use crate::topology::{CpuSet, NodeSet, Topology};
 
@@ -31,28 +33,34 @@ pub fn reconcile(
     topo: &Topology,
 ) -> Reconciliation {
     let mut out = Reconciliation::default();
-    let pod_of = |c: &ContainerView| {
-        pods.iter()
-            .find(|p| p.id == c.pod_sandbox_id)
-            .cloned()
-            .unwrap_or_default()
+    // Indexed once: a restart with thousands of containers must stay linear.
+    let pods_by_id: HashMap<&str, &PodView> = pods.iter().map(|p| (p.id.as_str(), p)).collect();
+    let by_id: HashMap<&str, &ContainerView> = live.iter().map(|c| (c.id.as_str(), c)).collect();
+    let no_pod = PodView::default();
+    let pod_of = |c: &ContainerView| -> &PodView {
+        pods_by_id
+            .get(c.pod_sandbox_id.as_str())
+            .copied()
+            .unwrap_or(&no_pod)
     };
     for (id, rec) in &doc.containers {
-        let Some(c) = live.iter().find(|c| c.id == *id) else {
+        let Some(c) = by_id.get(id.as_str()).copied() else {
             out.release.push(id.clone());
             continue;
         };
         if !c.state.is_live() {
+            // Stopped, not removed: it keeps what it holds until RemoveContainer, as the
+            // kubelet keeps a container's CPUs.
             out.keep.push(Record {
                 stopped: true,
                 ..rec.clone()
             });
             continue;
         }
-        if lost_its_devices(topo, &pod_of(c), c, rec) {
+        if lost_its_devices(topo, pod_of(c), c, rec) {
             // Its record names devices it does not have: account for what it really holds.
             out.release.push(id.clone());
-            out.rebuild.push(record_as_running(topo, &pod_of(c), c));
+            out.rebuild.push(record_as_running(topo, pod_of(c), c));
         } else {
             out.keep.push(rec.clone());
         }
@@ -61,7 +69,7 @@ pub fn reconcile(
         if doc.containers.contains_key(&c.id) {
             continue;
         }
-        out.rebuild.push(record_as_running(topo, &pod_of(c), c));
+        out.rebuild.push(record_as_running(topo, pod_of(c), c));
     }
     out
 }

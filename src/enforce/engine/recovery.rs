@@ -39,7 +39,7 @@ impl<P: Placer> Engine<P> {
     /// Loads the state file and restores its decisions. Without a Synchronize (pre-launched
     /// plugins on NRI v0.6.1) this is all the engine will know.
     pub fn start(&mut self) -> StartState {
-        let Some(store) = &self.store else {
+        let Some(store) = self.store.as_mut() else {
             return StartState::Fresh;
         };
         let doc = match store.load() {
@@ -56,11 +56,14 @@ impl<P: Placer> Engine<P> {
                 Ok(()) => {
                     self.doc.containers.insert(id, rec);
                 }
-                Err(r) => dropped.push(format!("{id}: {}", r.message)),
+                Err(r) => dropped.push((id, r.message)),
             }
         }
-        for d in &dropped {
-            tracing::warn!("recorded decision not restored: {d}");
+        // What was restored is what the file has; only the refused records change it.
+        self.doc.containers.clear_dirty();
+        for (id, why) in &dropped {
+            tracing::warn!("recorded decision not restored: {id}: {why}");
+            self.doc.containers.mark_dirty(id);
         }
         if !dropped.is_empty() {
             // The file must not bring back what the placer refused.
@@ -69,7 +72,10 @@ impl<P: Placer> Engine<P> {
         self.refresh_free();
         StartState::Restored {
             restored: self.doc.containers.len(),
-            dropped,
+            dropped: dropped
+                .into_iter()
+                .map(|(id, why)| format!("{id}: {why}"))
+                .collect(),
         }
     }
 
@@ -120,21 +126,22 @@ impl<P: Placer> Engine<P> {
             .cloned()
             .collect();
         let plan = reconcile(&self.doc, pods, &managed, self.placer.topology());
+        let rebuilt: HashSet<&str> = plan
+            .rebuild
+            .iter()
+            .map(|r| r.assignment.container_id.as_str())
+            .collect();
         for id in &plan.release {
             self.placer.release(id);
             self.doc.containers.remove(id);
-            if plan
-                .rebuild
-                .iter()
-                .any(|r| r.assignment.container_id == *id)
-            {
+            if rebuilt.contains(id.as_str()) {
                 tracing::warn!(container = %id, "runs without its adjustment and with other devices than recorded: re-recording it as it runs");
             } else {
                 tracing::info!(container = %id, "released: gone while nri-align was away");
             }
         }
         for rec in plan.keep.iter().filter(|r| r.stopped) {
-            if let Some(r) = self.doc.containers.get_mut(&rec.assignment.container_id) {
+            if let Some(mut r) = self.doc.containers.get_mut(&rec.assignment.container_id) {
                 r.stopped = true;
             }
         }
@@ -142,6 +149,7 @@ impl<P: Placer> Engine<P> {
             self.track_running(rec);
         }
         let mut updates = self.follow_pool(None);
+        let moving: HashSet<String> = updates.iter().map(|u| u.container_id.clone()).collect();
         // A recorded container that does not run with the recorded cpuset lost its adjustment
         // or an update: nri-align died after deciding and before the runtime applied the
         // answer (the runtime then creates the container without the plugin). The record is
@@ -151,7 +159,7 @@ impl<P: Placer> Engine<P> {
             let Some(rec) = self.doc.containers.get(&c.id) else {
                 continue;
             };
-            if updates.iter().any(|u| u.container_id == c.id) {
+            if moving.contains(&c.id) {
                 continue;
             }
             let has = CpuSet::parse_list(&c.resources.cpuset_cpus)

@@ -103,11 +103,12 @@ impl<P: Placer> AlignPlugin<P> {
     /// container that moved again meanwhile gets where it is now), as NRI updates.
     fn with_pending(&self, engine: &Engine<P>, mut ups: Vec<CpusetUpdate>) -> Vec<ContainerUpdate> {
         let queued = std::mem::take(&mut *self.pending_lock());
-        for id in queued {
-            if ups.iter().any(|u| u.container_id == id) {
-                continue;
+        if !queued.is_empty() {
+            let sent: std::collections::HashSet<String> =
+                ups.iter().map(|u| u.container_id.clone()).collect();
+            for id in queued.into_iter().filter(|id| !sent.contains(id)) {
+                ups.extend(engine.current_cpuset(&id));
             }
-            ups.extend(engine.current_cpuset(&id));
         }
         updates(&ups)
     }

@@ -77,7 +77,7 @@ fn a_panic_while_recording_in_the_placer_leaves_no_record() {
 fn a_panic_during_an_update_is_repaired_from_the_records() {
     let dir = tempfile::tempdir().expect("tmp");
     let store = StateStore::open(dir.path()).expect("store");
-    let mut e = engine(Some(store.clone()), Config::default());
+    let mut e = engine(Some(store), Config::default());
     e.create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
         .expect("ok");
     e.create_container(&pod("a"), &ctr("x2", "a", 2, &[]))
@@ -120,7 +120,7 @@ fn a_panic_during_an_update_is_repaired_from_the_records() {
 fn a_decision_only_the_placer_holds_is_released_and_the_record_taken_back() {
     let dir = tempfile::tempdir().expect("tmp");
     let store = StateStore::open(dir.path()).expect("store");
-    let mut e = engine(Some(store.clone()), Config::default());
+    let mut e = engine(Some(store), Config::default());
     e.create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
         .expect("ok");
     // As if a panic had left another container holding x1's CPUs in the placer only.
@@ -131,22 +131,29 @@ fn a_decision_only_the_placer_holds_is_released_and_the_record_taken_back() {
     // The ghost goes (no record), x1 comes back.
     assert_eq!(e.resync_placer(), 2);
     assert_eq!(both(&e), (vec!["x1".to_string()], vec!["x1".to_string()]));
-    let Loaded::Doc(doc) = store.load() else {
+    let Loaded::Doc(doc) = reader(dir.path()).load() else {
         panic!("state written")
     };
     assert_eq!(doc.containers.keys().collect::<Vec<_>>(), vec!["x1"]);
+}
+
+/// A second look at the state while the engine holds it (as `verify` does).
+fn reader(dir: &std::path::Path) -> StateStore {
+    StateStore::open_read_only(dir).expect("reader")
 }
 
 #[test]
 fn records_dropped_at_start_are_dropped_from_the_file() {
     let dir = tempfile::tempdir().expect("tmp");
     let store = StateStore::open(dir.path()).expect("store");
-    let mut first = engine(Some(store.clone()), Config::default());
+    let mut first = engine(Some(store), Config::default());
     first
         .create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
         .expect("ok");
+    drop(first);
     // A second record claiming the same exclusive CPUs (a file edited by hand, or two
     // plugins): the placer refuses it at start.
+    let mut store = StateStore::open(dir.path()).expect("store");
     let Loaded::Doc(mut doc) = store.load() else {
         panic!("state written")
     };
@@ -154,12 +161,14 @@ fn records_dropped_at_start_are_dropped_from_the_file() {
     twin.assignment.container_id = "x9".into();
     doc.containers.insert("x9".into(), twin);
     store.save(&doc).expect("save");
-    let mut second = engine(Some(store.clone()), Config::default());
+    drop(store);
+    let store = StateStore::open(dir.path()).expect("store");
+    let mut second = engine(Some(store), Config::default());
     let StartState::Restored { restored, dropped } = second.start() else {
         panic!("restored")
     };
     assert_eq!((restored, dropped.len()), (1, 1));
-    let Loaded::Doc(after) = store.load() else {
+    let Loaded::Doc(after) = reader(dir.path()).load() else {
         panic!("state written")
     };
     assert_eq!(after.containers.keys().collect::<Vec<_>>(), vec!["x1"]);
@@ -173,14 +182,14 @@ fn records_dropped_at_start_are_dropped_from_the_file() {
 fn a_retried_create_that_fails_leaves_neither_the_old_record_nor_its_file_entry() {
     let dir = tempfile::tempdir().expect("tmp");
     let store = StateStore::open(dir.path()).expect("store");
-    let mut e = engine(Some(store.clone()), Config::default());
+    let mut e = engine(Some(store), Config::default());
     e.create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
         .expect("ok");
     // The runtime retries the create, now asking for more than a node has.
     e.create_container(&pod("a"), &ctr("x1", "a", 6, &[]))
         .expect_err("does not fit");
     assert_eq!(both(&e), (Vec::new(), Vec::new()));
-    let Loaded::Doc(doc) = store.load() else {
+    let Loaded::Doc(doc) = reader(dir.path()).load() else {
         panic!("state written")
     };
     assert!(doc.containers.is_empty(), "{:?}", doc.containers.keys());

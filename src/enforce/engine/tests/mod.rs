@@ -311,7 +311,7 @@ fn prune_releases_only_when_liveness_is_known() {
 fn corrupt_state_is_rebuilt_from_running_containers() {
     let dir = tempfile::tempdir().expect("tmp");
     let store = StateStore::open(dir.path()).expect("s");
-    std::fs::write(store.path(), "not json").expect("write");
+    std::fs::write(store.path(), "not a state log").expect("write");
     let mut e = engine(Some(store), Config::default());
     assert!(matches!(e.start(), StartState::Corrupt(_)));
     let mut pinned = ctr("x1", "a", 2, &[]);
@@ -331,7 +331,7 @@ fn corrupt_state_is_rebuilt_from_running_containers() {
         .expect("adj");
     assert_eq!(next.adjustment.cpuset_cpus, "0-1");
     assert!(
-        matches!(StateStore::open(dir.path()).expect("s").load(), Loaded::Doc(d) if d.containers.len() == 3)
+        matches!(StateStore::open_read_only(dir.path()).expect("s").load(), Loaded::Doc(d) if d.containers.len() == 3)
     );
 }
 

@@ -1,0 +1,473 @@
+//! What the daemon costs per container as the node fills up: the release `nri-align run`
+//! driven through its NRI socket by a simulated runtime (`support/runtime.rs`) on an emulated
+//! 1024-CPU host (`nri-align emulate --host numa16-1024`, the fake NVML), with 10, 100, 1,000
+//! and 5,000 live containers (shared-pool ones, every tenth exclusive with one CPU).
+//!
+//! At each size the live set is held steady while WINDOW containers are created (each followed
+//! by the removal of the oldest one of its kind), and the bench reads:
+//! - the daemon's own time per CreateContainer, from its `decision` log lines (`latency_us`:
+//!   request in, decision, adjustment, pool updates, state written; `pool_us` is the part
+//!   spent building the updates of shared containers, which an exclusive admission must send,
+//!   so the exclusive column gives the time without it and the updates apart);
+//! - the round trip the runtime sees, and the size of the responses;
+//! - the daemon's resident memory.
+//!
+//! Then it restarts the daemon on the state of the largest size and times start-up plus a
+//! Synchronize of every live container, against a start with no state and nothing to
+//! synchronize in the same run.
+//!
+//! Ratios in the tables compare sizes measured in the same run (flat cost = ratio ~1).
+//! `NRI_ALIGN_BENCH_SIZES=10,100` picks the sizes; `NRI_ALIGN_BENCH_BINARY=PATH` drives another
+//! build of the daemon (an older one, for before/after figures).
+//!
+//! `cargo bench --bench daemon_scale`
+
+#[path = "support/runtime.rs"]
+mod runtime;
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+use nri_protocol::api::{self, Message, MessageField};
+use runtime::{container, ctx, load, pod, quantiles, BoxError, Connection};
+
+/// Creates measured at each size.
+const WINDOW: usize = 300;
+/// Containers per Synchronize chunk at restart.
+const SYNC_CHUNK: usize = 500;
+
+struct Daemon {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn start(setup: &Setup, state: &Path, log_name: &str) -> Result<Daemon, BoxError> {
+        let log = setup.dir.join(log_name);
+        let err = std::fs::File::create(&log)?;
+        let mut cmd = Command::new(&setup.binary);
+        cmd.arg("run")
+            .arg("--socket")
+            .arg(setup.dir.join("nri.sock"))
+            .arg("--host-root")
+            .arg(&setup.host)
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--config")
+            .arg(&setup.config)
+            .stdout(Stdio::null())
+            .stderr(err);
+        if let Some(lib) = &setup.nvml_lib {
+            cmd.arg("--nvml-lib")
+                .arg(lib)
+                .env("FAKE_NVML_FIXTURE", setup.host.join("nvml.json"));
+        }
+        Ok(Daemon {
+            child: cmd.spawn()?,
+            log,
+        })
+    }
+
+    fn rss_kib(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn stop(mut self) -> PathBuf {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+        self.log
+    }
+}
+
+struct Setup {
+    dir: PathBuf,
+    binary: PathBuf,
+    host: PathBuf,
+    config: PathBuf,
+    nvml_lib: Option<PathBuf>,
+}
+
+/// What the daemon logged for one decision.
+#[derive(Default, Clone, Copy)]
+struct Logged {
+    latency_us: f64,
+    pool_us: Option<f64>,
+}
+
+fn decisions(log: &Path) -> HashMap<String, Logged> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut out = HashMap::new();
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let field = |k: &str| v.get(k).or_else(|| v.get("fields").and_then(|f| f.get(k)));
+        if field("message").and_then(|m| m.as_str()) != Some("decision") {
+            continue;
+        }
+        let (Some(name), Some(lat)) = (
+            field("container").and_then(|c| c.as_str()),
+            field("latency_us").and_then(|l| l.as_f64()),
+        ) else {
+            continue;
+        };
+        out.insert(
+            name.to_string(),
+            Logged {
+                latency_us: lat,
+                pool_us: field("pool_us").and_then(|l| l.as_f64()),
+            },
+        );
+    }
+    out
+}
+
+/// One timed create.
+struct Sample {
+    name: String,
+    exclusive: bool,
+    rtt_us: f64,
+    updates: usize,
+    bytes: usize,
+}
+
+/// The simulated node: what runs and on which CPUs the runtime has each container.
+#[derive(Default)]
+struct Node {
+    next: u64,
+    shared: VecDeque<u64>,
+    exclusive: VecDeque<u64>,
+    cpus: HashMap<String, String>,
+}
+
+impl Node {
+    fn len(&self) -> usize {
+        self.shared.len() + self.exclusive.len()
+    }
+
+    fn apply(&mut self, updates: &[api::ContainerUpdate]) {
+        for u in updates {
+            if let Some(cpus) = u
+                .linux
+                .as_ref()
+                .and_then(|l| l.resources.as_ref())
+                .and_then(|r| r.cpu.as_ref())
+            {
+                self.cpus.insert(u.container_id.clone(), cpus.cpus.clone());
+            }
+        }
+    }
+
+    async fn create(&mut self, conn: &Connection) -> Result<Sample, BoxError> {
+        let n = self.next;
+        self.next += 1;
+        let exclusive = n % 10 == 9;
+        let req = api::CreateContainerRequest {
+            pod: MessageField::some(pod(n)),
+            container: MessageField::some(container(n, i64::from(exclusive))),
+            ..Default::default()
+        };
+        let t = Instant::now();
+        let reply = conn.plugin.create_container(ctx(), &req).await?;
+        let rtt_us = t.elapsed().as_secs_f64() * 1e6;
+        let cpus = reply
+            .adjust
+            .as_ref()
+            .and_then(|a| a.linux.as_ref())
+            .and_then(|l| l.resources.as_ref())
+            .and_then(|r| r.cpu.as_ref())
+            .map(|c| c.cpus.clone())
+            .unwrap_or_default();
+        self.cpus.insert(container(n, 0).id, cpus);
+        self.apply(&reply.update);
+        if exclusive {
+            self.exclusive.push_back(n);
+        } else {
+            self.shared.push_back(n);
+        }
+        Ok(Sample {
+            name: format!("c{n}"),
+            exclusive,
+            rtt_us,
+            updates: reply.update.len(),
+            bytes: reply.compute_size() as usize,
+        })
+    }
+
+    async fn remove_oldest(&mut self, conn: &Connection, exclusive: bool) -> Result<(), BoxError> {
+        let q = if exclusive {
+            &mut self.exclusive
+        } else {
+            &mut self.shared
+        };
+        let Some(n) = q.pop_front() else {
+            return Ok(());
+        };
+        let c = container(n, i64::from(exclusive));
+        self.cpus.remove(&c.id);
+        let stop = api::StopContainerRequest {
+            pod: MessageField::some(pod(n)),
+            container: MessageField::some(c.clone()),
+            ..Default::default()
+        };
+        let reply = conn.plugin.stop_container(ctx(), &stop).await?;
+        self.apply(&reply.update);
+        let remove = api::RemoveContainerRequest {
+            pod: MessageField::some(pod(n)),
+            container: MessageField::some(c),
+            ..Default::default()
+        };
+        conn.plugin.remove_container(ctx(), &remove).await?;
+        Ok(())
+    }
+
+    /// Every live pod and container as a runtime lists them at Synchronize, with the cpuset
+    /// each runs on.
+    fn listing(&self) -> (Vec<api::PodSandbox>, Vec<api::Container>) {
+        let mut pods = Vec::new();
+        let mut ctrs = Vec::new();
+        for (n, excl) in self
+            .shared
+            .iter()
+            .map(|n| (*n, false))
+            .chain(self.exclusive.iter().map(|n| (*n, true)))
+        {
+            pods.push(pod(n));
+            let mut c = container(n, i64::from(excl));
+            if let Some(cpus) = self.cpus.get(&c.id) {
+                if let Some(cpu) = c
+                    .linux
+                    .as_mut()
+                    .and_then(|l| l.resources.as_mut())
+                    .and_then(|r| r.cpu.as_mut())
+                {
+                    cpu.cpus = cpus.clone();
+                }
+            }
+            ctrs.push(c);
+        }
+        (pods, ctrs)
+    }
+}
+
+struct SizeResult {
+    live: usize,
+    samples: Vec<Sample>,
+    rss_kib: u64,
+}
+
+fn setup(dir: &Path) -> Result<Setup, BoxError> {
+    let binary = std::env::var_os("NRI_ALIGN_BENCH_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_nri-align")));
+    let host = dir.join("host");
+    let out = Command::new(&binary)
+        .args(["emulate", "--host", "numa16-1024", "--out"])
+        .arg(&host)
+        .output()?;
+    if !out.status.success() {
+        return Err(format!("emulate: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    let config = dir.join("config.yaml");
+    std::fs::write(&config, "log_format: json\nlog_level: info\n")?;
+    let nvml_lib = std::env::current_exe()?
+        .parent()
+        .map(|d| d.join("libfake_nvml.so"))
+        .filter(|p| p.is_file());
+    Ok(Setup {
+        dir: dir.to_path_buf(),
+        binary,
+        host,
+        config,
+        nvml_lib,
+    })
+}
+
+fn sizes() -> Vec<usize> {
+    std::env::var("NRI_ALIGN_BENCH_SIZES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .filter(|v: &Vec<usize>| !v.is_empty())
+        .unwrap_or_else(|| vec![10, 100, 1000, 5000])
+}
+
+async fn scale(setup: &Setup, node: &mut Node) -> Result<(Vec<SizeResult>, PathBuf), BoxError> {
+    let listener = runtime::listen(&setup.dir.join("nri.sock"))?;
+    let daemon = Daemon::start(setup, &setup.dir.join("state"), "scale.log")?;
+    let mut conn = Connection::accept(&listener).await?;
+    conn.register_and_configure().await?;
+    conn.synchronize(&[], &[], SYNC_CHUNK).await?;
+    let mut results = Vec::new();
+    for live in sizes() {
+        while node.len() < live {
+            node.create(&conn).await?;
+        }
+        let mut samples = Vec::with_capacity(WINDOW);
+        for _ in 0..WINDOW {
+            let s = node.create(&conn).await?;
+            let excl = s.exclusive;
+            samples.push(s);
+            node.remove_oldest(&conn, excl).await?;
+        }
+        results.push(SizeResult {
+            live,
+            samples,
+            rss_kib: daemon.rss_kib(),
+        });
+        eprintln!("  {live} live containers measured (load {})", load());
+    }
+    conn.close().await;
+    drop(listener);
+    let _ = std::fs::remove_file(setup.dir.join("nri.sock"));
+    Ok((results, daemon.stop()))
+}
+
+/// Spawn to the Synchronize reply, with `state`: (to registration, total, updates sent).
+async fn restart(
+    setup: &Setup,
+    state: &Path,
+    pods: &[api::PodSandbox],
+    ctrs: &[api::Container],
+    log: &str,
+) -> Result<(f64, f64, usize), BoxError> {
+    let listener = runtime::listen(&setup.dir.join("nri.sock"))?;
+    let t = Instant::now();
+    let daemon = Daemon::start(setup, state, log)?;
+    let mut conn = Connection::accept(&listener).await?;
+    conn.register_and_configure().await?;
+    let registered = t.elapsed().as_secs_f64();
+    let updates = conn.synchronize(pods, ctrs, SYNC_CHUNK).await?;
+    let total = t.elapsed().as_secs_f64();
+    conn.close().await;
+    drop(listener);
+    let _ = std::fs::remove_file(setup.dir.join("nri.sock"));
+    daemon.stop();
+    Ok((registered, total, updates))
+}
+
+fn ms(secs: f64) -> String {
+    format!("{:.0} ms", secs * 1e3)
+}
+
+fn us(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{:.2} ms", v / 1000.0)
+    } else {
+        format!("{v:.0} µs")
+    }
+}
+
+fn report(results: &[SizeResult], logged: &HashMap<String, Logged>) {
+    println!(
+        "\n| live containers | shared create, daemon p50 / p99 | p50 ratio to {} | exclusive create without pool updates, p50 / p99 | pool updates per exclusive create | building them, p50 | exclusive response, p50 | runtime round trip p50 shared / exclusive | daemon RSS |",
+        results.first().map_or(0, |r| r.live)
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mut base_p50 = None;
+    for r in results {
+        let pick = |excl: bool| r.samples.iter().filter(move |s| s.exclusive == excl);
+        let lat = |s: &Sample| logged.get(&s.name).copied();
+        let mut shared: Vec<f64> = pick(false).filter_map(lat).map(|l| l.latency_us).collect();
+        let mut excl_wo: Vec<f64> = pick(true)
+            .filter_map(lat)
+            .map(|l| l.latency_us - l.pool_us.unwrap_or(0.0))
+            .collect();
+        let mut pool: Vec<f64> = pick(true)
+            .filter_map(lat)
+            .filter_map(|l| l.pool_us)
+            .collect();
+        let mut updates: Vec<f64> = pick(true).map(|s| s.updates as f64).collect();
+        let mut bytes: Vec<f64> = pick(true).map(|s| s.bytes as f64).collect();
+        let mut rtt_s: Vec<f64> = pick(false).map(|s| s.rtt_us).collect();
+        let mut rtt_x: Vec<f64> = pick(true).map(|s| s.rtt_us).collect();
+        let (s50, s99) = quantiles(&mut shared, 0.99);
+        let (x50, x99) = quantiles(&mut excl_wo, 0.99);
+        let base = *base_p50.get_or_insert(s50);
+        println!(
+            "| {} | {} / {} | {:.2} | {} / {} | {:.0} | {} | {:.1} KiB | {} / {} | {:.1} MiB |",
+            r.live,
+            us(s50),
+            us(s99),
+            s50 / base,
+            us(x50),
+            us(x99),
+            quantiles(&mut updates, 0.5).0,
+            if pool.is_empty() {
+                "-".to_string()
+            } else {
+                us(quantiles(&mut pool, 0.5).0)
+            },
+            quantiles(&mut bytes, 0.5).0 / 1024.0,
+            us(quantiles(&mut rtt_s, 0.5).0),
+            us(quantiles(&mut rtt_x, 0.5).0),
+            r.rss_kib as f64 / 1024.0
+        );
+    }
+}
+
+fn main() -> Result<(), BoxError> {
+    // `cargo test --benches` runs bench targets without --bench: nothing to time then.
+    if !std::env::args().any(|a| a == "--bench") {
+        return Ok(());
+    }
+    let tmp = tempfile::tempdir()?;
+    let setup = setup(tmp.path())?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    println!(
+        "daemon: {}; host numa16-1024 (emulated, 1024 CPUs, 16 nodes); {} CPUs here, load {} at start",
+        setup.binary.display(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load()
+    );
+    let mut node = Node::default();
+    let (results, log) = rt.block_on(scale(&setup, &mut node))?;
+    let logged = decisions(&log);
+    report(&results, &logged);
+
+    let (pods, ctrs) = node.listing();
+    let empty = tmp.path().join("empty-state");
+    let (base_reg, base_total, _) =
+        rt.block_on(restart(&setup, &empty, &[], &[], "restart-empty.log"))?;
+    let state = tmp.path().join("state");
+    let (reg, total, updates) =
+        rt.block_on(restart(&setup, &state, &pods, &ctrs, "restart-full.log"))?;
+    println!("\n| start-up | to registered | to Synchronize answered | ratio to the empty start |");
+    println!("|---|---|---|---|");
+    println!(
+        "| no state, empty Synchronize | {} | {} | 1.00 |",
+        ms(base_reg),
+        ms(base_total)
+    );
+    println!(
+        "| {} records, Synchronize of {} containers ({} updates sent) | {} | {} | {:.2} |",
+        ctrs.len(),
+        ctrs.len(),
+        updates,
+        ms(reg),
+        ms(total),
+        total / base_total
+    );
+    println!("\nload at end {}", load());
+    // Keep the logs when asked (the tempdir goes otherwise).
+    if let Some(keep) = std::env::var_os("NRI_ALIGN_BENCH_KEEP") {
+        let keep = PathBuf::from(keep);
+        std::fs::create_dir_all(&keep)?;
+        for name in ["scale.log", "restart-empty.log", "restart-full.log"] {
+            let _ = std::fs::copy(tmp.path().join(name), keep.join(name));
+        }
+    }
+    Ok(())
+}

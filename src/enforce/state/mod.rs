@@ -1,0 +1,148 @@
+//! Persisted decisions: one record per container, kept in an append-only log under the state
+//! dir (`store.rs`, format in `journal.rs`), so persisting a decision writes that decision's
+//! record and nothing else, whatever the number of containers. The engine keeps the records
+//! in a [`Records`] table that knows which ones changed since the last write.
+//!
+//! There is deliberately no fsync unless the configuration asks for it (`state_fsync`): the
+//! log only has to outlive the plugin and runtime processes, and the page cache does. Only a
+//! host crash can lose a write, and a host crash also ends every container the log describes;
+//! a tail torn by power loss is dropped and Synchronize brings back what it held. An fsync
+//! cost 1.4-8 ms per decision on this project's VM disk, inside the runtime's CreateContainer
+//! call (docs/performance.md), for no gain in what the state protects.
+//!
+//! The state dir is checked and locked by `host::files`: nothing in it is opened through a
+//! symlink, temporary files get names nobody can guess, and a second daemon on the same dir
+//! fails at start.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::host::files::FileError;
+use crate::host::perms::PermissionError;
+use crate::placement::Assignment;
+use crate::topology::CpuSet;
+
+mod journal;
+mod records;
+mod store;
+
+pub use records::{RecordMut, Records, SharedGroup};
+pub use store::{StateStore, LEGACY_FILE, STATE_FILE};
+
+/// Version of the 0.1.0 document layout (`state.json`), read to migrate it.
+pub const STATE_VERSION: u32 = 1;
+
+/// State I/O and permission failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// An I/O call failed on `path`.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The state dir could be changed by others, or could not be checked.
+    #[error(transparent)]
+    Permissions(#[from] PermissionError),
+    /// The state dir or a file in it could not be used safely (symlink, lock...).
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// Serialising failed (should not happen with these types).
+    #[error("cannot encode state: {0}")]
+    Encode(String),
+}
+
+/// One container as recorded.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// The decision.
+    pub assignment: Assignment,
+    /// Pod sandbox id (for pod removal).
+    #[serde(default)]
+    pub pod_sandbox_id: String,
+    /// Pod namespace (for exempt checks and metrics).
+    #[serde(default)]
+    pub namespace: String,
+    /// `linux.cgroups_path` as the runtime gave it, for `verify`.
+    #[serde(default)]
+    pub cgroups_path: String,
+    /// The cpus last sent to the runtime (differs from `assignment.cpus` for shared containers
+    /// once the pool moved).
+    #[serde(serialize_with = "crate::topology::idset::serialize_as_list")]
+    pub applied_cpus: CpuSet,
+    /// Device nodes (GPU, RDMA) the container should see, for `verify`.
+    #[serde(default)]
+    pub devices: Vec<String>,
+    /// The resources the decision was made for, so a CRI update re-places only on a change.
+    #[serde(default)]
+    pub resources: ResourceSummary,
+    /// The container has stopped (StopContainer) but is not removed: it keeps what it holds,
+    /// as the kubelet keeps a container's CPUs until RemoveContainer; a restart of it (same pod
+    /// UID and name) takes the decision over, and another container of the pod may reuse its
+    /// CPUs (a finished init container's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
+    /// A container of an exempt namespace: kept on the shared pool (or the reserved CPUs),
+    /// never aligned.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exempt: bool,
+}
+
+/// The resource numbers of a request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceSummary {
+    /// CPU request (millicores).
+    pub cpu_request_milli: u64,
+    /// CPU limit (millicores).
+    pub cpu_limit_milli: Option<u64>,
+    /// Memory limit (bytes).
+    pub memory_limit_bytes: Option<u64>,
+}
+
+impl ResourceSummary {
+    /// The numbers of `r`.
+    pub fn of(r: &crate::placement::Request) -> Self {
+        Self {
+            cpu_request_milli: r.cpu_request_milli,
+            cpu_limit_milli: r.cpu_limit_milli,
+            memory_limit_bytes: r.memory_limit_bytes,
+        }
+    }
+}
+
+/// All records, as the 0.1.0 document had them and `verify` reads them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateDoc {
+    /// Layout version (of the 0.1.0 document; the log has its own header).
+    pub version: u32,
+    /// Records by container id.
+    pub containers: Records,
+}
+
+impl Default for StateDoc {
+    fn default() -> Self {
+        Self {
+            version: STATE_VERSION,
+            containers: Records::new(),
+        }
+    }
+}
+
+/// What loading found.
+#[derive(Debug)]
+pub enum Loaded {
+    /// No state: a fresh start.
+    Fresh,
+    /// The records.
+    Doc(StateDoc),
+    /// A state that could not be used; the caller rebuilds from Synchronize.
+    Corrupt(String),
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,379 @@
+//! The engine's table of records: a map by container id that also remembers which records
+//! changed since they were last persisted (so a decision writes its own record, not the whole
+//! table) and keeps two indexes the event handlers need without walking every container: the
+//! records of each pod, and the shared-pool records grouped by the NUMA nodes they follow,
+//! each group knowing the cpuset all its members were last moved to.
+//!
+//! Every change goes through `insert`, `remove` or the guard `get_mut` returns, so the dirty
+//! set and the indexes cannot miss one.
+
+use std::collections::btree_map;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::{Deref, DerefMut, Index};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::Record;
+use crate::topology::{CpuSet, NodeSet};
+
+/// Shared-pool records following the pool on the same NUMA nodes.
+#[derive(Debug, Clone, Default)]
+pub struct SharedGroup {
+    members: BTreeSet<String>,
+    /// When known: the cpuset every member runs on (`applied_cpus`).
+    aligned_to: Option<CpuSet>,
+}
+
+impl SharedGroup {
+    /// Container ids of the group.
+    pub fn members(&self) -> impl Iterator<Item = &str> {
+        self.members.iter().map(String::as_str)
+    }
+
+    /// The cpuset every member runs on, when that is known.
+    pub fn aligned_to(&self) -> Option<&CpuSet> {
+        self.aligned_to.as_ref()
+    }
+}
+
+/// Records by container id, with what changed since the last persist and the indexes.
+#[derive(Debug, Clone, Default)]
+pub struct Records {
+    map: BTreeMap<String, Record>,
+    dirty: BTreeSet<String>,
+    by_pod: HashMap<String, BTreeSet<String>>,
+    shared: HashMap<NodeSet, SharedGroup>,
+    /// Containers of exempt namespaces: they follow their own target (the reserved CPUs when
+    /// set), not the pool of any node set, so they are a group of their own.
+    exempt: SharedGroup,
+}
+
+impl PartialEq for Records {
+    fn eq(&self, other: &Self) -> bool {
+        self.map == other.map
+    }
+}
+
+impl Eq for Records {}
+
+impl Records {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Whether container `id` has a record.
+    pub fn contains_key(&self, id: &str) -> bool {
+        self.map.contains_key(id)
+    }
+
+    /// The record of container `id`.
+    pub fn get(&self, id: &str) -> Option<&Record> {
+        self.map.get(id)
+    }
+
+    /// Records in container id order.
+    pub fn iter(&self) -> btree_map::Iter<'_, String, Record> {
+        self.map.iter()
+    }
+
+    /// Container ids in order.
+    pub fn keys(&self) -> btree_map::Keys<'_, String, Record> {
+        self.map.keys()
+    }
+
+    /// Records in container id order.
+    pub fn values(&self) -> btree_map::Values<'_, String, Record> {
+        self.map.values()
+    }
+
+    /// Adds or replaces the record of `id`; returns the one it replaced.
+    pub fn insert(&mut self, id: String, rec: Record) -> Option<Record> {
+        self.unindex(&id);
+        self.index(&id, &rec);
+        self.dirty.insert(id.clone());
+        self.map.insert(id, rec)
+    }
+
+    /// Removes the record of `id`.
+    pub fn remove(&mut self, id: &str) -> Option<Record> {
+        if !self.unindex(id) {
+            return None;
+        }
+        self.dirty.insert(id.to_string());
+        self.map.remove(id)
+    }
+
+    /// The record of `id`, to change in place: the change is persisted and indexed when the
+    /// guard is dropped.
+    pub fn get_mut(&mut self, id: &str) -> Option<RecordMut<'_>> {
+        let rec = self.remove(id)?;
+        Some(RecordMut {
+            table: self,
+            id: id.to_string(),
+            rec,
+        })
+    }
+
+    /// Whether pod sandbox `pod_id` has any record.
+    pub fn has_pod(&self, pod_id: &str) -> bool {
+        self.by_pod.contains_key(pod_id)
+    }
+
+    /// Container ids recorded for pod sandbox `pod_id`.
+    pub fn pod_containers(&self, pod_id: &str) -> Vec<String> {
+        self.by_pod
+            .get(pod_id)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The shared-pool records, grouped by the NUMA nodes they follow the pool on.
+    pub fn shared_groups(&self) -> impl Iterator<Item = (&NodeSet, &SharedGroup)> {
+        self.shared.iter()
+    }
+
+    /// Notes that every member of the group on `nodes` now runs on `cpus` (the caller moved
+    /// the ones that did not).
+    pub fn mark_aligned(&mut self, nodes: &NodeSet, cpus: CpuSet) {
+        if let Some(g) = self.shared.get_mut(nodes) {
+            g.aligned_to = Some(cpus);
+        }
+    }
+
+    /// The records of exempt-namespace containers.
+    pub fn exempt_group(&self) -> &SharedGroup {
+        &self.exempt
+    }
+
+    /// Notes that every exempt container now runs on `cpus`.
+    pub fn mark_exempt_aligned(&mut self, cpus: CpuSet) {
+        if !self.exempt.members.is_empty() {
+            self.exempt.aligned_to = Some(cpus);
+        }
+    }
+
+    /// The ids changed since the last call (removed ones included), for the store to write.
+    pub fn take_dirty(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// Marks `id` changed (a record the file has and the table does not, to delete there).
+    pub fn mark_dirty(&mut self, id: &str) {
+        self.dirty.insert(id.to_string());
+    }
+
+    /// Forgets what changed: the table now matches the file (it was just loaded from it).
+    pub fn clear_dirty(&mut self) {
+        self.dirty.clear();
+    }
+
+    fn index(&mut self, id: &str, rec: &Record) {
+        self.by_pod
+            .entry(rec.pod_sandbox_id.clone())
+            .or_default()
+            .insert(id.to_string());
+        if rec.assignment.exclusive {
+            return;
+        }
+        let g = if rec.exempt {
+            &mut self.exempt
+        } else {
+            self.shared
+                .entry(rec.assignment.numa_nodes.clone())
+                .or_default()
+        };
+        g.aligned_to = if g.members.is_empty() {
+            Some(rec.applied_cpus.clone())
+        } else {
+            g.aligned_to.take().filter(|t| *t == rec.applied_cpus)
+        };
+        g.members.insert(id.to_string());
+    }
+
+    /// Takes `id` out of the indexes; whether it had a record.
+    fn unindex(&mut self, id: &str) -> bool {
+        let Some(old) = self.map.get(id) else {
+            return false;
+        };
+        if let Some(ids) = self.by_pod.get_mut(&old.pod_sandbox_id) {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.by_pod.remove(&old.pod_sandbox_id);
+            }
+        }
+        if old.exempt {
+            self.exempt.members.remove(id);
+            if self.exempt.members.is_empty() {
+                self.exempt.aligned_to = None;
+            }
+        } else if !old.assignment.exclusive {
+            if let Some(g) = self.shared.get_mut(&old.assignment.numa_nodes) {
+                g.members.remove(id);
+                if g.members.is_empty() {
+                    self.shared.remove(&old.assignment.numa_nodes);
+                }
+            }
+        }
+        true
+    }
+}
+
+/// A record being changed in place; written back (indexed, marked for persisting) on drop.
+pub struct RecordMut<'a> {
+    table: &'a mut Records,
+    id: String,
+    rec: Record,
+}
+
+impl Deref for RecordMut<'_> {
+    type Target = Record;
+    fn deref(&self) -> &Record {
+        &self.rec
+    }
+}
+
+impl DerefMut for RecordMut<'_> {
+    fn deref_mut(&mut self) -> &mut Record {
+        &mut self.rec
+    }
+}
+
+impl Drop for RecordMut<'_> {
+    fn drop(&mut self) {
+        let rec = std::mem::take(&mut self.rec);
+        self.table.insert(std::mem::take(&mut self.id), rec);
+    }
+}
+
+impl Index<&str> for Records {
+    type Output = Record;
+    fn index(&self, id: &str) -> &Record {
+        &self.map[id]
+    }
+}
+
+impl IntoIterator for Records {
+    type Item = (String, Record);
+    type IntoIter = btree_map::IntoIter<String, Record>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.map.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Records {
+    type Item = (&'a String, &'a Record);
+    type IntoIter = btree_map::Iter<'a, String, Record>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.map.iter()
+    }
+}
+
+impl FromIterator<(String, Record)> for Records {
+    fn from_iter<I: IntoIterator<Item = (String, Record)>>(iter: I) -> Self {
+        let mut t = Records::new();
+        for (id, rec) in iter {
+            t.insert(id, rec);
+        }
+        t
+    }
+}
+
+impl Serialize for Records {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.map.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Records {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let map = BTreeMap::<String, Record>::deserialize(d)?;
+        let mut t: Records = map.into_iter().collect();
+        t.clear_dirty();
+        Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(pod: &str, exclusive: bool, nodes: &str, applied: &str) -> Record {
+        let mut r = Record {
+            pod_sandbox_id: pod.into(),
+            applied_cpus: applied.parse().expect("cpus"),
+            ..Default::default()
+        };
+        r.assignment.exclusive = exclusive;
+        r.assignment.numa_nodes = nodes.parse().expect("nodes");
+        r
+    }
+
+    fn group<'a>(t: &'a Records, nodes: &str) -> Option<&'a SharedGroup> {
+        let key: NodeSet = nodes.parse().expect("nodes");
+        t.shared_groups().find(|(k, _)| **k == key).map(|(_, g)| g)
+    }
+
+    #[test]
+    fn changes_are_tracked_and_indexes_follow_them() {
+        let mut t = Records::new();
+        t.insert("a".into(), rec("p1", false, "", "4-7"));
+        t.insert("b".into(), rec("p1", true, "0", "0-1"));
+        t.insert("c".into(), rec("p2", false, "", "4-7"));
+        assert_eq!(t.take_dirty().len(), 3);
+        assert!(t.take_dirty().is_empty());
+        assert_eq!(t.pod_containers("p1"), vec!["a", "b"]);
+        let g = group(&t, "").expect("group");
+        assert_eq!(g.members().collect::<Vec<_>>(), vec!["a", "c"]);
+        assert_eq!(g.aligned_to().map(ToString::to_string), Some("4-7".into()));
+
+        // A member on other CPUs makes the group's cpuset unknown until marked again.
+        t.insert("d".into(), rec("p2", false, "", "2-7"));
+        assert_eq!(group(&t, "").expect("group").aligned_to(), None);
+        assert_eq!(t.take_dirty(), BTreeSet::from(["d".to_string()]));
+        t.mark_aligned(&NodeSet::new(), "2-7".parse().expect("cpus"));
+
+        // A change through the guard moves the record between indexes and is persisted.
+        {
+            let mut r = t.get_mut("a").expect("a");
+            r.assignment.exclusive = true;
+            r.pod_sandbox_id = "p3".into();
+        }
+        assert_eq!(t.take_dirty(), BTreeSet::from(["a".to_string()]));
+        assert_eq!(t.pod_containers("p1"), vec!["b"]);
+        assert!(t.has_pod("p3"));
+        assert_eq!(
+            group(&t, "").expect("group").members().collect::<Vec<_>>(),
+            vec!["c", "d"]
+        );
+
+        t.remove("b");
+        t.remove("nope");
+        assert!(!t.has_pod("p1"));
+        assert_eq!(t.take_dirty(), BTreeSet::from(["b".to_string()]));
+        t.remove("c");
+        t.remove("d");
+        assert!(group(&t, "").is_none(), "empty groups go");
+    }
+
+    #[test]
+    fn loaded_tables_start_clean() {
+        let mut t = Records::new();
+        t.insert("a".into(), rec("p1", false, "1", "8-9"));
+        let json = serde_json::to_string(&t).expect("json");
+        let mut back: Records = serde_json::from_str(&json).expect("parse");
+        assert_eq!(back, t);
+        assert!(back.take_dirty().is_empty());
+        assert!(group(&back, "1").is_some());
+    }
+}
