@@ -64,10 +64,21 @@ fn shared_pool_follows_exclusive_containers(rt: Runtime) {
         )),
         "{msg}"
     );
-    // Released one by one: the pool grows back in the running container.
-    for id in &excl {
+    // Released one by one: the pool grows back in the running container. The kubelet keeps a
+    // container's CPUs until RemoveContainer, which has no response: the update rides on the
+    // node's next container event.
+    for (i, id) in excl.iter().enumerate() {
         let mine = e.live(id).cpus;
-        e.remove(id);
+        e.rt.cri().ok(&["stop", id]).expect("stop");
+        e.next_event(&spod, &format!("tick-stop{i}"));
+        let still: Vec<u32> = online
+            .iter()
+            .copied()
+            .filter(|c| !taken.contains(c))
+            .collect();
+        e.wait_cpus(&s1, &still);
+        e.rt.cri().ok(&["rm", id]).expect("rm");
+        e.next_event(&spod, &format!("tick-rm{i}"));
         taken.retain(|c| !mine.contains(c));
         let pool: Vec<u32> = online
             .iter()
@@ -171,8 +182,14 @@ fn cri_update_gives_a_cpu_of_its_own(rt: Runtime) {
         .filter(|c| !mine.contains(c))
         .collect();
     e.wait_cpus(&s1, &rest);
-    // Its CPU comes back to the pool when it stops.
+    // Its CPU stays its own while it is stopped (the kubelet keeps it until RemoveContainer)
+    // and comes back to the pool when it is removed, with the next container event.
     e.rt.cri().ok(&["stop", &s2]).expect("stop s2");
+    let opod = e.rt.run_pod(&PodSpec::new("other")).expect("pod");
+    e.next_event(&opod, "tick-stop");
+    e.wait_cpus(&s1, &rest);
+    e.rt.cri().ok(&["rm", &s2]).expect("rm s2");
+    e.next_event(&opod, "tick-rm");
     e.wait_cpus(&s1, &online);
 }
 

@@ -289,6 +289,14 @@ impl Enforced {
         r.stdout.lines().map(str::to_string).collect()
     }
 
+    /// One more container event: a shared container `name` in `pod`, created and removed. Its
+    /// responses carry the pool updates a RemoveContainer queued (RemoveContainer has no
+    /// response, and nri-align never calls UpdateContainers, which can deadlock containerd).
+    pub fn next_event(&self, pod: &Pod, name: &str) {
+        let id = self.run(pod, &burstable(name));
+        self.remove(&id);
+    }
+
     /// Stops and removes container `id`.
     pub fn remove(&self, id: &str) {
         let cri = self.rt.cri();

@@ -206,12 +206,26 @@ proptest! {
                 Event::Restart { pick } => {
                     if let Some(id) = nth(&e, pick) {
                         if let Some((p, c)) = specs.get(&id).cloned() {
+                            let before = e.records().containers[&id].assignment.clone();
+                            let asked = e.records().containers[&id].resources.clone();
                             e.container_stopped(&id);
                             next += 1;
                             let c = ContainerView { id: format!("c{next}"), ..c };
                             if let Ok(Some(out)) = e.create_container(&p, &c) {
                                 adj = Some(out.adjustment.cpuset_cpus.clone());
                                 sent = out.updates;
+                                // The kubelet's semantics: a restart gets its exclusive CPUs
+                                // and its GPUs back.
+                                let after = &e.records().containers[&c.id].assignment;
+                                // (Unless a reload made its namespace exempt since, or a CRI
+                                // update changed what the predecessor had asked for.)
+                                let now = &e.records().containers[&c.id];
+                                if e.config().is_exempt(&p.namespace) {
+                                    prop_assert!(!after.exclusive);
+                                } else if before.exclusive && now.resources == asked {
+                                    prop_assert_eq!(&before.cpus, &after.cpus, "{} restarted elsewhere", c.name);
+                                    prop_assert_eq!(&before.gpus, &after.gpus);
+                                }
                                 specs.insert(c.id.clone(), (p, c));
                             }
                         }
