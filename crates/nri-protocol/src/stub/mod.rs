@@ -25,8 +25,13 @@
 //! - an inherited, already connected socket (plugin launched by the runtime, which sets
 //!   [`ENV_PLUGIN_SOCKET`], [`ENV_PLUGIN_NAME`], [`ENV_PLUGIN_IDX`]): when it breaks the
 //!   runner returns `Ok(())`, since only the runtime can start the plugin again.
+//!
+//! [`RuntimeHandle::link`] follows the connection through its phases ([`LinkState`]):
+//! connecting, registered, configured, synchronized; readiness for health checks and service
+//! managers is [`LinkState::is_ready`].
 
 mod handler;
+mod link;
 mod options;
 mod service;
 
@@ -41,6 +46,7 @@ use tokio::net::UnixStream;
 use ttrpc::asynchronous::{Client, Server};
 
 pub use handler::{HandlerError, HandlerResult, Plugin};
+pub use link::{LinkPhase, LinkState};
 pub use options::{
     Endpoint, StubError, StubOptions, DEFAULT_SOCKET_PATH, ENV_PLUGIN_IDX, ENV_PLUGIN_NAME,
     ENV_PLUGIN_SOCKET,
@@ -52,6 +58,7 @@ use crate::api::{
 use crate::mux::{Mux, MuxError, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use crate::services::{create_plugin, RuntimeClient};
 use crate::version::RuntimeInfo;
+use link::LinkTracker;
 use service::{PluginService, Session};
 
 /// Timeout of unsolicited UpdateContainers requests.
@@ -69,12 +76,37 @@ struct HandleState {
 }
 
 /// Handle to the current runtime connection, usable from any task.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct RuntimeHandle {
     state: Arc<Mutex<HandleState>>,
+    link: Arc<LinkTracker>,
+}
+
+impl Default for RuntimeHandle {
+    fn default() -> Self {
+        Self::new(String::new(), false)
+    }
 }
 
 impl RuntimeHandle {
+    fn new(endpoint: String, launched: bool) -> Self {
+        RuntimeHandle {
+            state: Arc::default(),
+            link: Arc::new(LinkTracker::new(endpoint, launched)),
+        }
+    }
+
+    /// Follows the connection's phases: the receiver sees every change (and always the
+    /// latest state), from any task, across reconnections.
+    pub fn link(&self) -> tokio::sync::watch::Receiver<LinkState> {
+        self.link.subscribe()
+    }
+
+    /// The connection's state now.
+    pub fn link_state(&self) -> LinkState {
+        self.link.current()
+    }
+
     fn lock(&self) -> MutexGuard<'_, HandleState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -148,9 +180,14 @@ impl Stub {
     /// Validates `opts` and builds a stub.
     pub fn new(opts: StubOptions) -> Result<Self, StubError> {
         opts.validate()?;
+        let endpoint = match &opts.endpoint {
+            Endpoint::Socket(path) => path.display().to_string(),
+            Endpoint::InheritedFd(fd) => format!("inherited fd {fd}"),
+        };
+        let handle = RuntimeHandle::new(endpoint, opts.is_launched());
         Ok(Stub {
             opts,
-            handle: RuntimeHandle::default(),
+            handle,
             inherited_used: false,
         })
     }
@@ -175,10 +212,12 @@ impl Stub {
         stop: impl Future<Output = ()>,
     ) -> Result<(), StubError> {
         tokio::pin!(stop);
+        let link = self.handle.link.clone();
         tokio::select! {
             result = self.connection_loop(plugin) => result,
             () = &mut stop => {
                 tracing::info!("stopping NRI plugin");
+                link.stopped("stop requested".into());
                 Ok(())
             }
         }
@@ -186,9 +225,11 @@ impl Stub {
 
     async fn connection_loop<P: Plugin>(&mut self, plugin: Arc<P>) -> Result<(), StubError> {
         let mut backoff = self.opts.initial_backoff;
+        let link = self.handle.link.clone();
         loop {
+            let connection = link.attempt();
             let end = match self.connect().await {
-                Ok(stream) => self.session(stream, plugin.clone()).await,
+                Ok(stream) => self.session(stream, plugin.clone(), connection).await,
                 Err(err) => Err(err),
             };
             let launched = self.opts.is_launched();
@@ -199,18 +240,24 @@ impl Stub {
                     plugin.disconnected(&reason).await;
                     if launched {
                         tracing::info!(%reason, "runtime connection closed; exiting");
+                        link.stopped(reason);
                         return Ok(());
                     }
                     reason
                 }
-                Err(err) if launched => return Err(err),
+                Err(err) if launched => {
+                    link.stopped(err.to_string());
+                    return Err(err);
+                }
                 Err(err) => {
                     tracing::warn!(error = %err, retry_in = ?backoff, "cannot register with the runtime");
+                    link.failed(err.to_string(), backoff, false);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(self.opts.max_backoff);
                     continue;
                 }
             };
+            link.failed(reason.clone(), backoff, true);
             tracing::warn!(%reason, retry_in = ?backoff, "NRI connection lost; reconnecting");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(self.opts.max_backoff);
@@ -243,13 +290,14 @@ impl Stub {
         &self,
         stream: UnixStream,
         plugin: Arc<P>,
+        connection: u64,
     ) -> Result<String, StubError> {
         let plugin_id = format!("{}-{}", self.opts.index, self.opts.name);
         let mux = Mux::new(stream);
         // The ttrpc tasks keep their connections (and so the socket) alive; close the
         // socket explicitly however this function ends, including cancellation.
         let _close = CloseOnDrop(mux.clone());
-        let session = Arc::new(Session::new(plugin_id.clone()));
+        let session = Arc::new(Session::new(plugin_id.clone(), connection));
         let service = PluginService {
             plugin,
             session: session.clone(),
@@ -265,6 +313,7 @@ impl Stub {
         let end = match registered {
             Ok(()) => {
                 self.handle.set_client(Some(runtime));
+                self.handle.link.registered(connection);
                 let reason = mux.closed().await;
                 self.handle.set_client(None);
                 let shutdown = session.shutdown_received.load(Ordering::SeqCst);
