@@ -5,7 +5,10 @@
 //! packaging/kubernetes/daemonset.yaml; each hostPath stands in for the node's directory, the
 //! ConfigMap is laid out the way the kubelet writes one). The containerized nri-align dials that
 //! containerd's NRI socket through the mount, registers, and places a container created after
-//! it, as seen from inside that container; its decision lands in the state dir on the host.
+//! it, as seen from inside that container; its decision lands in the state dir on the host. The
+//! probes the DaemonSet declares answer through the host network as the kubelet would call
+//! them, `--version` in the image names the revision of its label, and swapping the ConfigMap's
+//! `..data` as the kubelet does reloads the configuration without a restart or a signal.
 
 mod common;
 
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant};
 use common::daemonset::{Mount, NodeAgent, Source};
 use common::{
     log_events, metric, nri_align_bin, repo_root, scrape, skip_unless_root, status_field,
-    wait_until, ContainerSpec, Containerd, Flavor, PodSpec,
+    wait_probe, wait_until, ContainerSpec, Containerd, Flavor, PodSpec,
 };
 use serde_json::{json, Value};
 
@@ -46,6 +49,24 @@ fn configmap_volume(dir: &Path, data: &[(String, String)]) {
     }
     std::os::unix::fs::symlink(stamp.file_name().expect("stamp name"), dir.join("..data"))
         .expect("..data link");
+}
+
+/// The kubelet's update of a ConfigMap volume: the new data in a new timestamped directory, a
+/// `..data_tmp` link to it renamed over `..data` (atomic), the old directory removed.
+fn swap_configmap(dir: &Path, data: &[(String, String)]) {
+    let old = fs::read_link(dir.join("..data")).expect("..data");
+    let stamp = dir.join("..2026_01_01_00_05_00.000000002");
+    fs::create_dir_all(&stamp).expect("mkdir generation");
+    for (key, text) in data {
+        fs::write(stamp.join(key), text).expect("write configmap key");
+    }
+    std::os::unix::fs::symlink(
+        stamp.file_name().expect("stamp name"),
+        dir.join("..data_tmp"),
+    )
+    .expect("tmp link");
+    fs::rename(dir.join("..data_tmp"), dir.join("..data")).expect("swap ..data");
+    fs::remove_dir_all(dir.join(old)).expect("remove the old generation");
 }
 
 /// What stands in for each of the manifest's mounts on this test host. A hostPath this test
@@ -267,6 +288,42 @@ fn image_runs_as_the_daemonset_runs_it_and_places_containers() {
     );
     assert!(out.contains("/etc/nri-align/config.yaml"), "{out}");
 
+    // The DaemonSet's probes, as the kubelet calls them: the port is the container's `metrics`
+    // port on the host network.
+    let addr = format!("127.0.0.1:{port}");
+    let manifest = &agent.daemonset["spec"]["template"]["spec"]["containers"][0];
+    for probe in ["livenessProbe", "readinessProbe"] {
+        let get = &manifest[probe]["httpGet"];
+        assert_eq!(get["port"], "metrics", "{probe}: {get}");
+        let path = get["path"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{probe}: {get}"));
+        let (code, body) = wait_probe(&addr, path, 200, Duration::from_secs(30));
+        assert_eq!(code, 200, "{probe} probe {path}: {body}\n{}", logs());
+        eprintln!("{test}: {probe} probe {path}: {}", body.trim());
+    }
+    // --version in the image names the revision its label carries.
+    let version = cri
+        .exec(&agent_id, &["/usr/bin/nri-align", "--version"])
+        .expect("exec --version");
+    let revision = version
+        .stdout
+        .trim()
+        .rsplit_once(" (")
+        .and_then(|(_, r)| r.strip_suffix(')'))
+        .unwrap_or_default()
+        .trim_end_matches("-dirty")
+        .to_string();
+    assert!(
+        revision.len() >= 12
+            && labels["org.opencontainers.image.revision"]
+                .as_str()
+                .is_some_and(|l| l.starts_with(&revision)),
+        "--version {:?} vs label {}",
+        version.stdout,
+        labels["org.opencontainers.image.revision"]
+    );
+
     // 3. A Guaranteed container created now is placed: one exclusive CPU and its node's
     // memory, seen from inside it.
     let app_pod = ctrd.run_pod(&PodSpec::new("app")).expect("app pod");
@@ -330,6 +387,53 @@ fn image_runs_as_the_daemonset_runs_it_and_places_containers() {
     eprintln!(
         "{test}: the runtime's error for a refused container: {}",
         line.trim()
+    );
+
+    // 4b. The kubelet swaps in a new version of the ConfigMap: nri-align reloads it by itself
+    // (no signal, no restart), and the next container follows it (its namespace is exempt now:
+    // no decision, no adjustment).
+    let Some((cm_dir, cm_data)) = agent.mounts.iter().find_map(|m| match &m.source {
+        Source::ConfigMap { name, data } => Some((work.join(format!("configmap-{name}")), data)),
+        Source::HostPath(_) => None,
+    }) else {
+        panic!("the DaemonSet mounts no ConfigMap");
+    };
+    let swapped: Vec<(String, String)> = cm_data
+        .iter()
+        .map(|(k, v)| {
+            let v = v
+                .replace(SHIPPED_METRICS, &metrics)
+                .replace("exempt_namespaces: []", "exempt_namespaces: [swapped-in]");
+            assert!(
+                v.contains("swapped-in"),
+                "{k} has no `exempt_namespaces: []` line"
+            );
+            (k.clone(), v)
+        })
+        .collect();
+    swap_configmap(&cm_dir, &swapped);
+    assert!(
+        wait_until(Duration::from_secs(30), || log_events(
+            &logs(),
+            "configuration reloaded"
+        )
+        .iter()
+        .any(|e| e.get("trigger").is_some_and(|t| t == "file changed"))),
+        "the swapped ConfigMap was not reloaded:\n{}",
+        logs()
+    );
+    let exempt_pod = ctrd
+        .run_pod(&PodSpec::new("exempt").namespace("swapped-in"))
+        .expect("exempt pod");
+    let exempt = ctrd
+        .run_container(&exempt_pod, &ContainerSpec::new("untouched"))
+        .expect("exempt container");
+    assert!(
+        !cri.env(&exempt)
+            .expect("env")
+            .contains_key("NRI_ALIGN_DECISION"),
+        "a container of an exempt namespace was placed:\n{}",
+        logs()
     );
 
     // 5. The running daemon: no capability left although privileged, and its memory (the

@@ -116,7 +116,10 @@ fn metrics_count_what_happened(rt: Runtime) {
     // g1 holds one CPU of its node; both GPUs are held.
     let g1_node = m.node_of(e.live(&g1).cpus[0]).expect("node");
     assert_eq!(
-        metric(&body, &format!("nri_align_free_cpus{{node=\"{g1_node}\"}}")),
+        metric(
+            &body,
+            &format!("nri_align_free_cpus{{numa_node=\"{g1_node}\"}}")
+        ),
         Some((m.nodes[&g1_node].len() - 1) as f64),
         "{body}"
     );
@@ -124,7 +127,7 @@ fn metrics_count_what_happened(rt: Runtime) {
     assert_eq!(
         metric(
             &body,
-            &format!("nri_align_free_gpus{{node=\"{gpu_node}\"}}")
+            &format!("nri_align_free_gpus{{numa_node=\"{gpu_node}\"}}")
         ),
         Some(0.0),
         "{body}"

@@ -2,8 +2,11 @@
 //! with no warning (and does warn about a broken copy), its offline security review scores it
 //! as hardened, and the daemon really works with the privileges the unit leaves it: uid 0 with
 //! the unit's capability bounding set (empty) and no_new_privs, against a real containerd, it
-//! registers and places a container. Starting the unit under systemd as PID 1 (ProtectSystem and
-//! the rest enforced) is the systemd guest's job.
+//! registers and places a container. Its `Type=notify` contract holds: on a notification socket
+//! of its own, as systemd passes one, the daemon sends `READY=1` only once registered and
+//! synchronized with a real containerd, `STATUS=` while the runtime is away, `WATCHDOG=1` while
+//! alive and `STOPPING=1` on SIGTERM. Starting the unit under systemd as PID 1 (ProtectSystem
+//! and the rest enforced) is the systemd guest's job (tests/vm_numa).
 //!
 //! `systemd-analyze verify` insists that ExecStart's binary exists, so it runs in a private mount
 //! namespace where this test's nri-align is bind-mounted at the unit's path; the host is not
@@ -130,6 +133,8 @@ fn unit_declares_what_the_daemon_needs() {
     let d = directives(&fs::read_to_string(unit_path()).expect("unit"));
     let one = |k: &str| value(&d, k).first().copied().unwrap_or("<unset>");
     assert_eq!(one("Type"), "notify");
+    assert_eq!(one("NotifyAccess"), "main");
+    assert_eq!(one("WatchdogSec"), "30s");
     assert_eq!(one("Restart"), "on-failure");
     let after = one("After");
     assert!(
@@ -237,4 +242,111 @@ fn daemon_registers_and_places_with_the_units_privileges() {
         "{}",
         plugin.output()
     );
+}
+
+/// Datagrams received on a notification socket, collected by a thread.
+struct NotifySocket {
+    path: PathBuf,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl NotifySocket {
+    fn bind(path: PathBuf) -> NotifySocket {
+        let _ = fs::remove_file(&path);
+        let sock = std::os::unix::net::UnixDatagram::bind(&path).expect("bind notify socket");
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s = seen.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 4096];
+            while let Ok(n) = sock.recv(&mut buf) {
+                s.lock()
+                    .expect("lock")
+                    .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+        });
+        NotifySocket { path, seen }
+    }
+
+    fn messages(&self) -> Vec<String> {
+        self.seen.lock().expect("lock").clone()
+    }
+
+    /// Waits for a datagram with a line starting with `prefix`; returns its index.
+    fn wait_for(&self, prefix: &str, after: usize) -> usize {
+        let mut found = None;
+        common::wait_until(Duration::from_secs(30), || {
+            found = self
+                .messages()
+                .iter()
+                .enumerate()
+                .skip(after)
+                .find(|(_, m)| m.lines().any(|l| l.starts_with(prefix)))
+                .map(|(i, _)| i);
+            found.is_some()
+        });
+        found.unwrap_or_else(|| panic!("no {prefix:?} after #{after} in {:#?}", self.messages()))
+    }
+
+    fn count(&self, line: &str) -> usize {
+        self.messages()
+            .iter()
+            .filter(|m| m.lines().any(|l| l == line))
+            .count()
+    }
+}
+
+#[test]
+fn daemon_tells_systemd_ready_only_once_registered_and_its_status_while_reconnecting() {
+    let test = "daemon_tells_systemd_ready_only_once_registered_and_its_status_while_reconnecting";
+    if skip_unless_root(test) {
+        return;
+    }
+    let mut ctrd = Containerd::fresh(Flavor::Sid, "e2e-notify").expect("containerd comes up");
+    let notify = NotifySocket::bind(ctrd.dir().join("notify.sock"));
+    // Not up yet when nri-align starts, as at boot when the unit starts before containerd.
+    ctrd.kill(nix::sys::signal::Signal::SIGKILL)
+        .expect("stop containerd");
+    let run = AlignRun::new(ctrd.dir().join("notify-state"));
+    let args = run.args().expect("args");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut envs = run.envs();
+    envs.push(("NOTIFY_SOCKET".into(), notify.path.display().to_string()));
+    envs.push(("WATCHDOG_USEC".into(), "3000000".into()));
+    let mut plugin = ctrd
+        .start_external_plugin_with_env(&nri_align_bin(), &args, &envs)
+        .expect("start");
+    let connecting = notify.wait_for("STATUS=connecting to ", 0);
+    assert_eq!(notify.count("READY=1"), 0, "{:#?}", notify.messages());
+
+    // containerd comes: READY=1 with the status, once registered and synchronized.
+    ctrd.start().expect("containerd starts");
+    let ready = notify.wait_for("READY=1", connecting);
+    let msg = &notify.messages()[ready];
+    assert!(
+        msg.contains("STATUS=registered and synchronized with containerd"),
+        "{msg}"
+    );
+    assert!(plugin.registrations() >= 1, "{}", plugin.output());
+    // The watchdog: pinged every second while alive.
+    let watchdog_before = notify.count("WATCHDOG=1");
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        notify.count("WATCHDOG=1") >= watchdog_before + 2,
+        "{:#?}",
+        notify.messages()
+    );
+
+    // containerd restarts: the status says so, no second READY=1 (systemd has no "unready").
+    ctrd.kill(nix::sys::signal::Signal::SIGKILL)
+        .expect("kill containerd");
+    let lost = notify.wait_for("STATUS=connecting to ", ready + 1);
+    ctrd.start().expect("containerd back");
+    notify.wait_for(
+        "STATUS=registered and synchronized with containerd",
+        lost + 1,
+    );
+    assert_eq!(notify.count("READY=1"), 1, "{:#?}", notify.messages());
+
+    plugin.stop(nix::sys::signal::Signal::SIGTERM);
+    notify.wait_for("STOPPING=1", 0);
 }

@@ -1,6 +1,9 @@
 //! `nri-align run`: the plugin daemon. Reads the configuration, sets up logging, state and
 //! metrics, drops capabilities, then serves NRI until the runtime or a signal ends it. With API
-//! access it also publishes the node's NodeResourceTopology ([`NrtPlan`], docs/nrt.md).
+//! access it also publishes the node's NodeResourceTopology ([`NrtPlan`], docs/nrt.md). What it
+//! reports about itself while it runs (health, readiness, systemd) is in `run/lifecycle.rs`.
+
+mod lifecycle;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,7 +27,7 @@ pub const PLUGIN_NAME: &str = "nri-align";
 /// Arguments of `nri-align run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Configuration file (YAML); reloaded on SIGHUP.
+    /// Configuration file (YAML); reloaded on SIGHUP and when it changes.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Runtime NRI socket to dial (ignored when launched by the runtime with NRI_PLUGIN_SOCKET).
@@ -61,6 +64,8 @@ pub struct RunArgs {
 pub struct Prepared {
     /// Effective configuration.
     pub config: Config,
+    /// Hash of the configuration file's bytes (`config::content_hash`), 0 without a file.
+    pub config_hash: u64,
     /// Opened state store.
     pub store: StateStore,
     /// Plugin index.
@@ -78,9 +83,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 /// Loads and checks everything that does not need the runtime: configuration, logging,
 /// plugin index, state dir.
 pub fn prepare(args: &RunArgs) -> anyhow::Result<Prepared> {
-    let config = match &args.config {
-        Some(path) => Config::load(path)?,
-        None => Config::default(),
+    let (config, config_hash) = match &args.config {
+        Some(path) => {
+            let bytes = crate::config::read_config_file(path)?;
+            (
+                Config::from_bytes(&bytes, path)?,
+                crate::config::content_hash(&bytes),
+            )
+        }
+        None => (Config::default(), 0),
     };
     init_logging(args.log_level.as_deref(), &config);
     let idx = args
@@ -99,6 +110,7 @@ pub fn prepare(args: &RunArgs) -> anyhow::Result<Prepared> {
     let host_root = args.host_root.clone().unwrap_or_else(|| PathBuf::from("/"));
     Ok(Prepared {
         config,
+        config_hash,
         store,
         idx,
         host_root,
@@ -147,12 +159,13 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     use crate::enforce::nri::AlignPlugin;
     use crate::host::caps::drop_capabilities;
     use crate::host::devices::HostDevices;
-    use crate::metrics::Metrics;
+    use crate::metrics::{Health, Metrics, ServeLimits};
     use crate::placement::Allocator;
 
     log_start(args.config.as_deref(), &prepared);
     let Prepared {
         config,
+        config_hash,
         store,
         idx,
         host_root,
@@ -194,11 +207,16 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let plugin_metrics = metrics.clone();
+        let health = Arc::new(Health::default());
         if let Some(addr) = metrics_address {
-            let (bound, _task) = crate::metrics::serve(addr, metrics)
-                .await
-                .with_context(|| format!("metrics on {addr}"))?;
+            let (bound, _task) = crate::metrics::serve(
+                addr,
+                metrics.clone(),
+                health.clone(),
+                ServeLimits::default(),
+            )
+            .await
+            .with_context(|| format!("metrics on {addr}"))?;
             tracing::info!(address = %bound, "serving /metrics");
         }
         if let Some(plan) = nrt {
@@ -206,22 +224,39 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
             engine.set_observer(Box::new(plan.start(nrt_metrics)?));
         }
         let engine = Arc::new(Mutex::new(engine));
+        lifecycle::spawn_link_follower(connection.watch(), health.clone(), metrics.clone());
+        let probe = engine.clone();
+        lifecycle::spawn_heartbeat(health, move || {
+            !matches!(probe.try_lock(), Err(std::sync::TryLockError::WouldBlock))
+        });
         let plugin = Arc::new(
             AlignPlugin::new(engine, args.config.is_some())
-                .with_kubelet(kubelet, Some(plugin_metrics)),
+                .with_kubelet(kubelet, Some(metrics.clone())),
         );
         if let Some(path) = args.config.clone() {
             let plugin = plugin.clone();
-            crate::config::spawn_reload_on_sighup(path, move |cfg| {
-                let moving = plugin.reload(cfg).map_err(|e| e.to_string())?;
-                if moving > 0 {
-                    tracing::info!(
-                        containers = moving,
-                        "shared containers follow the new pool with the next container event"
-                    );
-                }
-                Ok(())
-            })?;
+            let counted = metrics.clone();
+            crate::config::spawn_reloader(
+                path,
+                config_hash,
+                crate::config::ReloadOptions::default(),
+                move |cfg| {
+                    let moving = plugin.reload(cfg).map_err(|e| e.to_string())?;
+                    if moving > 0 {
+                        tracing::info!(
+                            containers = moving,
+                            "shared containers follow the new pool with the next container event"
+                        );
+                    }
+                    Ok(())
+                },
+                move |outcome| match outcome {
+                    crate::config::Outcome::Applied(_) => counted.config_reloaded(true),
+                    crate::config::Outcome::Rejected(..) => counted.config_reloaded(false),
+                    crate::config::Outcome::BackToApplied => counted.config_file_back(),
+                    crate::config::Outcome::Unchanged => {}
+                },
+            )?;
         }
         let stop = async {
             use tokio::signal::unix::{signal, SignalKind};
@@ -233,6 +268,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
                     let _ = tokio::signal::ctrl_c().await;
                 }
             }
+            lifecycle::notify_stopping();
         };
         connection.serve(plugin, stop).await?;
         Ok(())

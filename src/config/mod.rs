@@ -1,5 +1,7 @@
 //! The configuration file of `nri-align run` (YAML): what it may contain, its defaults, how it is
-//! validated, and how it is reloaded on SIGHUP without restarting.
+//! validated (`mod.rs`), how it is read without trusting what sits at its path (`read.rs`), and
+//! how it is reloaded without restarting: on SIGHUP and when the file changes, as a mounted
+//! ConfigMap does (`reload.rs`, `watch.rs`).
 //!
 //! Every key is optional; an empty file (or none) means the defaults below. Unknown keys are an
 //! error naming the key, so a typo never silently falls back to a default.
@@ -40,11 +42,15 @@ use crate::limits;
 use crate::placement::{GpuMode, PlacementConfig, Policy, Scope};
 
 mod nrt;
+mod read;
 mod reload;
+mod watch;
 
 use crate::topology::{CpuSet, Topology};
 pub use nrt::NrtConfig;
-pub use reload::spawn_reload_on_sighup;
+pub use read::{read_config_file, FileReader, MAX_CONFIG_BYTES};
+pub use reload::{content_hash, spawn_reloader, Outcome, ReloadOptions, Trigger};
+pub use watch::DirWatch;
 
 /// Why a configuration could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +78,39 @@ pub enum ConfigError {
         origin: String,
         /// What is wrong.
         message: String,
+    },
+    /// What sits at the path is not a regular file (a FIFO, a device...).
+    #[error("cannot read config {path}: it is {kind}, not a regular file")]
+    NotRegular {
+        /// File.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// The file is larger than any configuration.
+    #[error("cannot read config {path}: larger than {limit} bytes")]
+    TooLarge {
+        /// File.
+        path: PathBuf,
+        /// The limit.
+        limit: u64,
+    },
+    /// The read did not return in time (a hung network mount?); the reading thread is left
+    /// behind, no async worker is blocked.
+    #[error("cannot read config {path}: no answer within {after:?}; is its file system hung?")]
+    ReadTimeout {
+        /// File.
+        path: PathBuf,
+        /// The time limit.
+        after: std::time::Duration,
+    },
+    /// An earlier read of the file still hangs; no second one is started.
+    #[error("cannot read config {path}: an earlier read has not returned for {since:.1?}; is its file system hung?")]
+    ReadHung {
+        /// File.
+        path: PathBuf,
+        /// How long it has been hanging.
+        since: std::time::Duration,
     },
 }
 
@@ -272,24 +311,20 @@ impl Config {
         })
     }
 
-    /// Reads and parses `path`, refusing a file others could change (group- or world-writable,
-    /// or owned by another user than root or ours: they could change the policy).
+    /// Reads and parses `path` on this thread ([`read_config_file`]: a world-writable file, a
+    /// FIFO, a device or a huge file is refused).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        crate::host::perms::refuse_untrusted(path).map_err(|e| ConfigError::Invalid {
-            origin: path.display().to_string(),
-            message: e.to_string(),
+        Config::from_bytes(&read_config_file(path)?, path)
+    }
+
+    /// Parses the bytes of file `path`.
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Config, ConfigError> {
+        let origin = path.display().to_string();
+        let text = std::str::from_utf8(bytes).map_err(|e| ConfigError::Parse {
+            origin: origin.clone(),
+            message: format!("not UTF-8 text ({e})"),
         })?;
-        let text = limits::read_to_string(path, limits::MAX_CONFIG_BYTES).map_err(|e| match e {
-            limits::ReadError::Io(source) => ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            },
-            too_large => ConfigError::Invalid {
-                origin: path.display().to_string(),
-                message: too_large.to_string(),
-            },
-        })?;
-        Config::parse(&text, &path.display().to_string())
+        Config::parse(text, &origin)
     }
 
     /// The configuration a runtime passes in `ConfigureRequest.config` (pre-launched plugins get
@@ -497,7 +532,7 @@ mod tests {
         let path = t.path().join("c.yaml");
         std::fs::write(&path, &huge).expect("write");
         let msg = Config::load(&path).expect_err("huge file").to_string();
-        assert!(msg.contains("larger than the 1048576-byte limit"), "{msg}");
+        assert!(msg.contains("larger than 1048576 bytes"), "{msg}");
     }
 
     #[test]

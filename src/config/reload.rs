@@ -1,65 +1,267 @@
-//! SIGHUP reload: re-reads the configuration file on every hangup and hands each valid one to
-//! the plugin; a file that does not parse or validate leaves the previous configuration in force.
+//! Reloading the configuration file while running: on SIGHUP, when the file changes (the
+//! directory watch of [`super::watch`], for a swapped ConfigMap, after a short quiet time so a
+//! burst of events is one reload), and by a slow poll where no watch is possible.
+//!
+//! One rule for all three: the file is read off the async workers ([`FileReader`]), parsed,
+//! validated and applied; a file that fails any step leaves the previous configuration in
+//! force and the log says why. A changed file is only reloaded when its bytes differ from the
+//! applied ones, and a bad version is reported once, not at every poll; SIGHUP always reloads
+//! and always says what happened.
 
-use std::path::PathBuf;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use super::Config;
+use super::read::FileReader;
+use super::watch::DirWatch;
+use super::{Config, ConfigError};
 
-/// Reloads the configuration on every SIGHUP until the process ends. `apply` gets each new
-/// configuration that parsed and validated; when it (or parsing) fails the old configuration
-/// stays and the reason is logged.
-pub fn spawn_reload_on_sighup<F>(path: PathBuf, mut apply: F) -> std::io::Result<()>
+/// What asked for a reload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// SIGHUP (`systemctl reload`, `kill -HUP`).
+    Signal,
+    /// A change in the file's directory.
+    FileChanged,
+    /// The slow poll.
+    Poll,
+}
+
+impl std::fmt::Display for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Trigger::Signal => "SIGHUP",
+            Trigger::FileChanged => "file changed",
+            Trigger::Poll => "poll",
+        })
+    }
+}
+
+/// What a check of the file did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A new configuration is in force.
+    Applied(Trigger),
+    /// The file could not be read, parsed, validated or applied; the previous configuration
+    /// stays.
+    Rejected(Trigger, String),
+    /// The file holds what is in force (or the bad version already reported): nothing done.
+    Unchanged,
+    /// The file went back to what is in force after a rejected version.
+    BackToApplied,
+}
+
+/// Timing of the reloader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReloadOptions {
+    /// Quiet time after a directory event before the file is read (an atomic swap or an
+    /// editor's save is several events).
+    pub debounce: Duration,
+    /// How often the file is read and compared anyway.
+    pub poll_every: Duration,
+    /// How long a read may take before the reload gives up on it.
+    pub read_timeout: Duration,
+    /// Whether to watch the directory (off: SIGHUP and the poll only).
+    pub watch: bool,
+}
+
+impl Default for ReloadOptions {
+    fn default() -> Self {
+        ReloadOptions {
+            debounce: Duration::from_millis(250),
+            // The kubelet itself takes up to a minute (its sync period plus the ConfigMap
+            // cache) to swap a changed ConfigMap in; a poll at the same pace costs one small
+            // read a minute.
+            poll_every: Duration::from_secs(60),
+            read_timeout: super::read::READ_TIMEOUT,
+            watch: true,
+        }
+    }
+}
+
+/// A hash of a file's bytes (`DefaultHasher::new()` has fixed keys: the same bytes give the
+/// same hash for the life of the process, which is all a comparison with the applied version
+/// needs).
+pub fn content_hash(bytes: &[u8]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+/// The reloader's memory: which version of the file is in force and which was last refused.
+struct Versions {
+    path: PathBuf,
+    reader: FileReader,
+    applied: u64,
+    rejected: Option<u64>,
+}
+
+impl Versions {
+    async fn check<A>(&mut self, trigger: Trigger, apply: &mut A) -> Outcome
+    where
+        A: FnMut(Config) -> Result<(), String>,
+    {
+        let (key, parsed) = match self.reader.read(&self.path).await {
+            Ok(bytes) => (
+                content_hash(&bytes),
+                Config::from_bytes(&bytes, &self.path).map_err(|e| e.to_string()),
+            ),
+            Err(e) => (error_key(&e), Err(e.to_string())),
+        };
+        if trigger != Trigger::Signal {
+            if key == self.applied {
+                return match self.rejected.take() {
+                    Some(_) => Outcome::BackToApplied,
+                    None => Outcome::Unchanged,
+                };
+            }
+            if self.rejected == Some(key) {
+                return Outcome::Unchanged;
+            }
+        }
+        match parsed.and_then(apply) {
+            Ok(()) => {
+                self.applied = key;
+                self.rejected = None;
+                Outcome::Applied(trigger)
+            }
+            Err(why) => {
+                self.rejected = Some(key);
+                Outcome::Rejected(trigger, why)
+            }
+        }
+    }
+}
+
+/// A read error stands for a version of the file, so that the same error is reported once:
+/// keyed by its text, except a hung read, whose text changes with the time it has hung.
+fn error_key(e: &ConfigError) -> u64 {
+    match e {
+        ConfigError::ReadTimeout { .. } | ConfigError::ReadHung { .. } => {
+            content_hash(b"\0read hangs")
+        }
+        other => content_hash(format!("\0{other}").as_bytes()),
+    }
+}
+
+/// Logs an outcome the way operators read it.
+fn log(path: &Path, outcome: &Outcome) {
+    match outcome {
+        Outcome::Applied(trigger) => {
+            tracing::info!(config = %path.display(), %trigger, "configuration reloaded")
+        }
+        Outcome::Rejected(trigger, why) => tracing::warn!(
+            config = %path.display(),
+            %trigger,
+            "configuration not reloaded, keeping the previous one: {why}"
+        ),
+        Outcome::BackToApplied => tracing::info!(
+            config = %path.display(),
+            "configuration file is back to the configuration in force"
+        ),
+        Outcome::Unchanged => {}
+    }
+}
+
+/// Keeps `path` and the running configuration in step until the process ends: on SIGHUP, on a
+/// change in the file's directory and every `poll_every`. `applied` is the hash
+/// ([`content_hash`]) of the bytes the running configuration came from. `apply` gets each new
+/// configuration that parsed (validation against the host is its job); `report` sees every
+/// outcome (for metrics). Must be called inside a tokio runtime.
+pub fn spawn_reloader<A, R>(
+    path: PathBuf,
+    applied: u64,
+    opts: ReloadOptions,
+    mut apply: A,
+    mut report: R,
+) -> std::io::Result<tokio::task::JoinHandle<()>>
 where
-    F: FnMut(Config) -> Result<(), String> + Send + 'static,
+    A: FnMut(Config) -> Result<(), String> + Send + 'static,
+    R: FnMut(&Outcome) + Send + 'static,
 {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = signal(SignalKind::hangup())?;
-    tokio::spawn(async move {
-        while hup.recv().await.is_some() {
-            let outcome = Config::load(&path)
-                .map_err(|e| e.to_string())
-                .and_then(&mut apply);
-            match outcome {
-                Ok(()) => tracing::info!(config = %path.display(), "configuration reloaded"),
-                Err(why) => tracing::warn!(
-                    config = %path.display(),
-                    "configuration not reloaded, keeping the previous one: {why}"
-                ),
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut watch = if opts.watch {
+        match DirWatch::new(&dir) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    "cannot watch the configuration's directory ({e}); the file is checked every {:?} and on SIGHUP",
+                    opts.poll_every
+                );
+                None
             }
         }
-    });
+    } else {
+        None
+    };
+    let mut versions = Versions {
+        reader: FileReader::new(opts.read_timeout),
+        path,
+        applied,
+        rejected: None,
+    };
+    Ok(tokio::spawn(async move {
+        let mut poll = tokio::time::interval(opts.poll_every);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let trigger = tokio::select! {
+                got = hup.recv() => match got {
+                    Some(()) => Trigger::Signal,
+                    None => return,
+                },
+                changed = next_change(&mut watch, opts.debounce) => {
+                    if let Err(e) = changed {
+                        tracing::warn!("configuration directory watch failed ({e}); checking every {:?} instead", opts.poll_every);
+                        watch = None;
+                    }
+                    Trigger::FileChanged
+                },
+                // The first tick is at once: it catches a change made between start-up and
+                // the watch.
+                _ = poll.tick() => {
+                    if let Some(w) = watch.as_mut() {
+                        if !w.is_watching() && w.rewatch().is_ok() {
+                            tracing::info!(dir = %w.dir().display(), "watching the configuration's directory again");
+                        }
+                    }
+                    Trigger::Poll
+                },
+            };
+            let outcome = versions.check(trigger, &mut apply).await;
+            log(&versions.path, &outcome);
+            report(&outcome);
+        }
+    }))
+}
+
+/// Waits for a change in the watched directory and then for `debounce` of quiet (at most ten
+/// times as long in all, so a directory that never settles still reloads). Never returns
+/// without a watch.
+async fn next_change(watch: &mut Option<DirWatch>, debounce: Duration) -> std::io::Result<()> {
+    let Some(w) = watch.as_mut().filter(|w| w.is_watching()) else {
+        return std::future::pending().await;
+    };
+    let names = w.changed().await?;
+    tracing::debug!(?names, "change in the configuration's directory");
+    let deadline = tokio::time::Instant::now() + debounce * 10;
+    while w.is_watching() {
+        let quiet = tokio::time::sleep(debounce);
+        tokio::select! {
+            more = w.changed() => { more?; }
+            () = quiet => break,
+        }
+        if tokio::time::Instant::now() >= deadline {
+            break;
+        }
+    }
     Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::placement::Policy;
-
-    #[tokio::test]
-    async fn sighup_applies_a_valid_file_and_keeps_the_old_one_otherwise() {
-        let t = tempfile::tempdir().expect("tmp");
-        let path = t.path().join("c.yaml");
-        std::fs::write(&path, "policy: restricted\n").expect("write");
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        spawn_reload_on_sighup(path.clone(), move |c| {
-            let _ = tx.send(c.placement.policy);
-            Ok(())
-        })
-        .expect("watch");
-        let within = std::time::Duration::from_millis(500);
-        nix::sys::signal::raise(nix::sys::signal::Signal::SIGHUP).expect("raise");
-        assert_eq!(
-            tokio::time::timeout(within, rx.recv())
-                .await
-                .expect("applied"),
-            Some(Policy::Restricted)
-        );
-        std::fs::write(&path, "policy: sometimes\n").expect("write");
-        nix::sys::signal::raise(nix::sys::signal::Signal::SIGHUP).expect("raise");
-        assert!(
-            tokio::time::timeout(within, rx.recv()).await.is_err(),
-            "a bad file is not applied"
-        );
-    }
-}
+mod tests;

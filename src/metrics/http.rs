@@ -1,126 +1,293 @@
-//! The tiny HTTP/1.1 responder of the metrics: `GET /metrics` on the configured address, one
-//! request per connection, a bounded read and a time limit per connection.
+//! The tiny HTTP/1.1 responder of the metrics listener: `GET /metrics`, `/healthz` and
+//! `/readyz` (and `HEAD` of each), one request per connection.
+//!
+//! It faces whatever can reach the port (the DaemonSet serves it on the node's address), so
+//! every resource it takes is bounded ([`ServeLimits`]): at most `max_connections` at once (a
+//! connection is only accepted once a slot is free, so waiting clients sit in the kernel's
+//! backlog and cost no file descriptor), at most `max_per_peer` from one address (a client
+//! holding connections open cannot starve the kubelet's probes), a request head of at most
+//! `max_request_bytes`, and `request_timeout` for the whole exchange (slow clients are cut
+//! off). An accept error (out of file descriptors, out of memory) is retried after a growing
+//! pause instead of at once, which spun a core and starved the rest of the daemon.
 
-use std::net::SocketAddr;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 
-use super::Metrics;
+use super::{Health, Metrics};
 
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Binds `addr` and serves `GET /metrics` until the task is dropped. Returns the bound address
-/// (useful with port 0) and the server task.
+/// Bounds of the responder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// Connections served at once for one client address; more are closed at once.
+    pub max_per_peer: usize,
+    /// Largest request head (request line and headers) read.
+    pub max_request_bytes: usize,
+    /// Time for one whole exchange: reading the request and writing the answer.
+    pub request_timeout: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        ServeLimits {
+            max_connections: 64,
+            max_per_peer: 16,
+            max_request_bytes: 8 * 1024,
+            // The kubelet's probes time out after 1-2 s and Prometheus scrapes after 10 s; a
+            // client that has not sent its request line and headers within 5 s never will.
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Binds `addr` and serves metrics and health until the task is dropped. Returns the bound
+/// address (useful with port 0) and the server task.
 pub async fn serve(
     addr: SocketAddr,
-    metrics: std::sync::Arc<Metrics>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    limits: ServeLimits,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((mut conn, _)) = listener.accept().await else {
-                continue;
-            };
-            let metrics = metrics.clone();
-            tokio::spawn(async move {
-                let _ = tokio::time::timeout(Duration::from_secs(5), async {
-                    let response = match read_request_line(&mut conn).await {
-                        Some(line) => respond(&line, &metrics),
-                        None => return,
-                    };
-                    let _ = conn.write_all(response.as_bytes()).await;
-                    let _ = conn.shutdown().await;
-                })
-                .await;
-            });
-        }
-    });
+    let task = tokio::spawn(accept_loop(listener, metrics, health, limits));
     Ok((local, task))
 }
 
-/// Reads up to the end of the headers (at most 8 KiB) and returns the request line.
-async fn read_request_line(conn: &mut tokio::net::TcpStream) -> Option<String> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
-        let n = conn.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
+async fn accept_loop(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    limits: ServeLimits,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let peers = Arc::new(PeerCount::default());
+    let mut failures = AcceptFailures::default();
+    loop {
+        // The slot first: at the cap nothing is accepted, so no descriptor is taken.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (conn, peer) = match listener.accept().await {
+            Ok(accepted) => {
+                failures.recovered();
+                accepted
+            }
+            Err(err) => {
+                drop(slot);
+                let pause = failures.failed(&err);
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+        };
+        let Some(peer_slot) = peers.take(peer.ip(), limits.max_per_peer) else {
+            tracing::debug!(%peer, "metrics listener: too many connections from this address; closing");
+            continue;
+        };
+        let (metrics, health) = (metrics.clone(), health.clone());
+        tokio::spawn(async move {
+            let _held = (slot, peer_slot);
+            let _ = tokio::time::timeout(
+                limits.request_timeout,
+                exchange(conn, &metrics, &health, limits.max_request_bytes),
+            )
+            .await;
+        });
     }
-    let text = String::from_utf8_lossy(&buf);
-    text.lines().next().map(str::to_string)
 }
 
-fn respond(request_line: &str, metrics: &Metrics) -> String {
+/// One request and its answer.
+async fn exchange(mut conn: TcpStream, metrics: &Metrics, health: &Health, max: usize) {
+    let response = match read_request_head(&mut conn, max).await {
+        Head::Line(line) => respond(&line, metrics, health),
+        Head::TooLarge => response(
+            "431 Request Header Fields Too Large",
+            "text/plain",
+            format!("request head over {max} bytes\n"),
+            false,
+        ),
+        Head::Gone => return,
+    };
+    let _ = conn.write_all(response.as_bytes()).await;
+    let _ = conn.shutdown().await;
+}
+
+enum Head {
+    /// The request line of a complete head.
+    Line(String),
+    /// The head passed the limit.
+    TooLarge,
+    /// The client closed or the read failed before a complete head.
+    Gone,
+}
+
+/// Reads up to the end of the request head (at most `max` bytes) and returns its first line.
+async fn read_request_head(conn: &mut TcpStream, max: usize) -> Head {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        if let Some(end) = find_head_end(&buf) {
+            let text = String::from_utf8_lossy(&buf[..end]);
+            return Head::Line(text.lines().next().unwrap_or("").to_string());
+        }
+        if buf.len() >= max {
+            return Head::TooLarge;
+        }
+        let room = (max - buf.len()).min(chunk.len());
+        match conn.read(&mut chunk[..room]).await {
+            Ok(0) | Err(_) => return Head::Gone,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+fn find_head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n")
+}
+
+fn respond(request_line: &str, metrics: &Metrics, health: &Health) -> String {
     let mut parts = request_line.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
-    let (status, ctype, body) = match (method, path) {
-        ("GET", "/metrics") => ("200 OK", CONTENT_TYPE, metrics.encode()),
-        (_, "/metrics") => ("405 Method Not Allowed", "text/plain", "GET only\n".into()),
-        _ => ("404 Not Found", "text/plain", "try /metrics\n".into()),
+    let head_only = method == "HEAD";
+    if !matches!(path, "/metrics" | "/healthz" | "/readyz") {
+        return response(
+            "404 Not Found",
+            "text/plain",
+            "try /metrics, /healthz or /readyz\n".into(),
+            head_only,
+        );
+    }
+    if !matches!(method, "GET" | "HEAD") {
+        return response(
+            "405 Method Not Allowed",
+            "text/plain",
+            "GET or HEAD only\n".into(),
+            false,
+        );
+    }
+    let (status, body) = match path {
+        "/metrics" => return response("200 OK", CONTENT_TYPE, metrics.encode(), head_only),
+        "/healthz" => match health.liveness() {
+            Ok(text) => ("200 OK", format!("{text}\n")),
+            Err(why) => ("503 Service Unavailable", format!("unhealthy: {why}\n")),
+        },
+        _ => match health.readiness() {
+            Ok(text) => ("200 OK", format!("ready: {text}\n")),
+            Err(why) => ("503 Service Unavailable", format!("not ready: {why}\n")),
+        },
     };
-    format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+    response(status, "text/plain; charset=utf-8", body, head_only)
+}
+
+fn response(status: &str, ctype: &str, body: String, head_only: bool) -> String {
+    let mut text = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n",
         body.len()
-    )
+    );
+    if status.starts_with("405") {
+        text.push_str("Allow: GET, HEAD\r\n");
+    }
+    text.push_str("\r\n");
+    if !head_only {
+        text.push_str(&body);
+    }
+    text
+}
+
+/// Open connections per client address.
+#[derive(Default)]
+struct PeerCount(Mutex<HashMap<IpAddr, usize>>);
+
+impl PeerCount {
+    fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<PeerSlot> {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = map.entry(ip).or_insert(0);
+        if *n >= max.max(1) {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            count: self.clone(),
+            ip,
+        })
+    }
+}
+
+/// One connection of a client address; gives its place back when dropped.
+struct PeerSlot {
+    count: Arc<PeerCount>,
+    ip: IpAddr,
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut map = self.count.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// A run of failed accepts: how long to pause before the next one, and what to log (the first
+/// failure, then at most one line every 30 s, then the recovery).
+#[derive(Default)]
+struct AcceptFailures {
+    count: u64,
+    pause: Duration,
+    last_log: Option<Instant>,
+}
+
+const FIRST_PAUSE: Duration = Duration::from_millis(10);
+const MAX_PAUSE: Duration = Duration::from_secs(1);
+const LOG_EVERY: Duration = Duration::from_secs(30);
+
+impl AcceptFailures {
+    fn failed(&mut self, err: &std::io::Error) -> Duration {
+        self.count += 1;
+        self.pause = if self.pause.is_zero() {
+            FIRST_PAUSE
+        } else {
+            (self.pause * 2).min(MAX_PAUSE)
+        };
+        let due = match self.last_log {
+            None => true,
+            Some(t) => t.elapsed() >= LOG_EVERY,
+        };
+        if due {
+            self.last_log = Some(Instant::now());
+            tracing::warn!(
+                error = %err,
+                failures = self.count,
+                pause = ?self.pause,
+                "metrics listener cannot accept connections; pausing"
+            );
+        }
+        self.pause
+    }
+
+    fn recovered(&mut self) {
+        if self.count > 0 {
+            tracing::info!(
+                failures = self.count,
+                "metrics listener accepts connections again"
+            );
+        }
+        *self = AcceptFailures::default();
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::metrics::NodeFreeSample;
-    use std::sync::Arc;
-
-    async fn get(addr: SocketAddr, request: &str) -> String {
-        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-        s.write_all(request.as_bytes()).await.expect("write");
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.expect("read");
-        out
-    }
-
-    #[tokio::test]
-    async fn serves_counters_histogram_and_node_gauges_over_loopback() {
-        let m = Arc::new(Metrics::new());
-        m.admitted("single-numa-node", true, Duration::from_micros(300));
-        m.admitted("single-numa-node", true, Duration::from_micros(300));
-        m.rejected("unalignable", Duration::from_millis(1));
-        m.set_free(&[NodeFreeSample {
-            node: 1,
-            cpus: 6,
-            memory_bytes: 1 << 30,
-            gpus: 2,
-            rdma_nics: 1,
-        }]);
-        let (addr, task) = serve("127.0.0.1:0".parse().expect("addr"), m.clone())
-            .await
-            .expect("bind");
-        let resp = get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
-        assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
-        assert!(
-            resp.contains(
-                "nri_align_admissions_total{policy=\"single-numa-node\",aligned=\"true\"} 2"
-            ),
-            "{resp}"
-        );
-        assert!(resp.contains("nri_align_rejections_total{reason=\"unalignable\"} 1"));
-        assert!(resp.contains("nri_align_decision_duration_seconds_count 3"));
-        assert!(resp.contains("nri_align_free_cpus{node=\"1\"} 6"));
-        assert!(resp.contains("nri_align_free_gpus{node=\"1\"} 2"));
-        assert!(resp.contains("nri_align_free_rdma_nics{numa_node=\"1\"} 1"));
-        assert!(resp.contains("nri_align_free_memory_bytes{node=\"1\"} 1073741824"));
-        let body = resp.split("\r\n\r\n").nth(1).expect("body");
-        assert!(resp.contains(&format!("Content-Length: {}", body.len())));
-        let missing = get(addr, "GET / HTTP/1.1\r\n\r\n").await;
-        assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
-        let post = get(addr, "POST /metrics HTTP/1.1\r\n\r\n").await;
-        assert!(post.starts_with("HTTP/1.1 405"), "{post}");
-        task.abort();
-    }
-}
+mod tests;

@@ -1,9 +1,12 @@
-//! Prometheus metrics of the plugin: the registry and what the engine counts. The HTTP
-//! responder that serves them is [`http`].
+//! Prometheus metrics of the plugin: the registry, what the engine counts, the build and the
+//! state of the runtime connection. The HTTP responder that serves them, with the health
+//! endpoints, is [`http`]; what those endpoints report is [`health`].
 
+pub mod health;
 pub mod http;
 
-pub use http::serve;
+pub use health::Health;
+pub use http::{serve, ServeLimits};
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -13,6 +16,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 /// Labels of an admission.
@@ -38,20 +42,36 @@ pub struct EventLabels {
     pub event: String,
 }
 
-/// Labels of a per-node gauge.
+/// Labels of a per-NUMA-node gauge. The label is `numa_node`, not `node`: Kubernetes tooling
+/// (kube-state-metrics, the kubelet's own metrics, relabelling rules) uses `node` for the name
+/// of the node, and a scrape config that adds it would clash with a NUMA id.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeLabels {
     /// NUMA node id.
-    pub node: String,
-}
-
-/// Labels of a per-node gauge added after the `node` ones: `numa_node`, the name every NUMA
-/// label moves to.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NumaNodeLabels {
-    /// NUMA node id.
     pub numa_node: String,
 }
+
+/// Labels of `nri_align_build_info`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// The package version (`0.2.0`).
+    pub version: String,
+    /// The git revision the binary was built from (`1a2b3c4d5e6f`, `-dirty` when the sources
+    /// differed from it, `unknown` outside git).
+    pub revision: String,
+}
+
+/// Labels of a configuration reload.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `applied` or `rejected`.
+    pub outcome: String,
+}
+
+/// The package version and the git revision of this build (build.rs).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// See [`BuildLabels::revision`].
+pub const REVISION: &str = env!("NRI_ALIGN_GIT_REVISION");
 
 /// Free resources of one NUMA node (filled from the allocator).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -78,7 +98,11 @@ pub struct Metrics {
     free_memory: Family<NodeLabels, Gauge>,
     free_gpus: Family<NodeLabels, Gauge>,
     events: Family<EventLabels, Counter>,
-    free_rdma_nics: Family<NumaNodeLabels, Gauge>,
+    free_rdma_nics: Family<NodeLabels, Gauge>,
+    runtime_connected: Gauge,
+    runtime_connections: Counter,
+    config_reloads: Family<OutcomeLabels, Counter>,
+    config_last_reload_ok: Gauge,
     // Serialises encoding with updates of the node gauges so a scrape sees one snapshot.
     snapshot: Mutex<()>,
 }
@@ -140,13 +164,46 @@ impl Metrics {
              (restart-kept), exempt containers (exempt)",
             events.clone(),
         );
-        let free_rdma_nics = Family::<NumaNodeLabels, Gauge>::default();
+        let free_rdma_nics = Family::<NodeLabels, Gauge>::default();
         registry.register(
             "free_rdma_nics",
             "Free RDMA NICs per NUMA node",
             free_rdma_nics.clone(),
         );
         extra(&mut registry);
+        registry.register(
+            "build",
+            "Version and git revision of nri-align",
+            Info::new(BuildLabels {
+                version: VERSION.into(),
+                revision: REVISION.into(),
+            }),
+        );
+        let runtime_connected = Gauge::default();
+        registry.register(
+            "runtime_connected",
+            "1 while registered with the runtime and synchronized (what /readyz reports), else 0",
+            runtime_connected.clone(),
+        );
+        let runtime_connections = Counter::default();
+        registry.register(
+            "runtime_connections",
+            "Successful registrations with the runtime; every one after the first is a reconnection",
+            runtime_connections.clone(),
+        );
+        let config_reloads = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Configuration reloads (SIGHUP or a changed file), applied or rejected",
+            config_reloads.clone(),
+        );
+        let config_last_reload_ok = Gauge::default();
+        config_last_reload_ok.set(1);
+        registry.register(
+            "config_last_reload_successful",
+            "0 while the configuration file holds a version that was rejected, else 1",
+            config_last_reload_ok.clone(),
+        );
         Metrics {
             registry,
             admissions,
@@ -157,8 +214,34 @@ impl Metrics {
             free_gpus,
             events,
             free_rdma_nics,
+            runtime_connected,
+            runtime_connections,
+            config_reloads,
+            config_last_reload_ok,
             snapshot: Mutex::new(()),
         }
+    }
+
+    /// Follows the runtime connection: `ready` is what `/readyz` reports, `registrations` the
+    /// number of successful registrations so far (the counter only ever grows to it).
+    pub fn set_runtime_link(&self, ready: bool, registrations: u64) {
+        self.runtime_connected.set(i64::from(ready));
+        let seen = self.runtime_connections.get();
+        if registrations > seen {
+            self.runtime_connections.inc_by(registrations - seen);
+        }
+    }
+
+    /// Counts a configuration reload; `applied` false: the file was rejected and the previous
+    /// configuration stays.
+    pub fn config_reloaded(&self, applied: bool) {
+        let outcome = if applied { "applied" } else { "rejected" };
+        self.config_reloads
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.into(),
+            })
+            .inc();
+        self.config_last_reload_ok.set(i64::from(applied));
     }
 
     /// Counts an admission and its decision time.
@@ -191,13 +274,19 @@ impl Metrics {
             .inc();
     }
 
+    /// The configuration file went back to the configuration in force after a rejected
+    /// version: nothing to reload, and nothing rejected any more.
+    pub fn config_file_back(&self) {
+        self.config_last_reload_ok.set(1);
+    }
+
     /// Replaces the per-node free gauges.
     pub fn set_free(&self, nodes: &[NodeFreeSample]) {
         let _guard = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
         let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         for n in nodes {
             let l = NodeLabels {
-                node: n.node.to_string(),
+                numa_node: n.node.to_string(),
             };
             self.free_cpus.get_or_create(&l).set(gauge(n.cpus));
             self.free_memory
@@ -205,9 +294,7 @@ impl Metrics {
                 .set(gauge(n.memory_bytes));
             self.free_gpus.get_or_create(&l).set(gauge(n.gpus));
             self.free_rdma_nics
-                .get_or_create(&NumaNodeLabels {
-                    numa_node: n.node.to_string(),
-                })
+                .get_or_create(&l)
                 .set(gauge(n.rdma_nics));
         }
     }

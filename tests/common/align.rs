@@ -269,6 +269,41 @@ pub fn scrape(addr: &str) -> HResult<String> {
     }
 }
 
+/// `GET PATH` from `addr` as the kubelet's HTTP probe sends it: the status code and the body.
+pub fn probe(addr: &str, path: &str) -> HResult<(u16, String)> {
+    let mut conn = std::net::TcpStream::connect(addr)
+        .map_err(|e| HarnessError(format!("connect {addr}: {e}")))?;
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| HarnessError(e.to_string()))?;
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: kube-probe/1.33\r\nAccept: */*\r\nConnection: close\r\n\r\n");
+    conn.write_all(request.as_bytes())
+        .map_err(|e| HarnessError(format!("send to {addr}: {e}")))?;
+    let mut text = String::new();
+    conn.read_to_string(&mut text)
+        .map_err(|e| HarnessError(format!("read from {addr}: {e}")))?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| HarnessError(format!("no HTTP answer from {addr}: {text:?}")))?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| HarnessError(format!("bad status line from {addr}: {head}")))?;
+    Ok((code, body.to_string()))
+}
+
+/// Polls `probe(addr, path)` every 100 ms until its status is `code`; returns the last answer
+/// (status and body) either way.
+pub fn wait_probe(addr: &str, path: &str, code: u16, timeout: Duration) -> (u16, String) {
+    let mut last = (0, String::new());
+    wait_until(timeout, || {
+        last = probe(addr, path).unwrap_or_else(|e| (0, e.to_string()));
+        last.0 == code
+    });
+    last
+}
+
 /// The value of one sample line `name{labels} value` of a Prometheus text body.
 pub fn metric(body: &str, series: &str) -> Option<f64> {
     body.lines().find_map(|l| {

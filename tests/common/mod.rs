@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub use align::{
-    container_devices, container_of_cgroup, cpuset_dir, log_events, metric, scan_cgroup, scrape,
-    write_private, AlignRun, Live, Seen,
+    container_devices, container_of_cgroup, cpuset_dir, log_events, metric, probe, scan_cgroup,
+    scrape, wait_probe, write_private, AlignRun, Live, Seen,
 };
 pub use cri::{Cri, ExecResult, Pod};
 pub use host::{format_list, parse_list, EmulatedHost, FakeGpu, RealMachine};

@@ -4,10 +4,10 @@
 use std::fs;
 use std::io::Read;
 use std::path::PathBuf;
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::wait_until;
+use super::{wait_until, HResult, HarnessError};
 
 /// An NRI plugin process started by the harness; killed (by PID) on drop.
 pub struct PluginProcess {
@@ -17,6 +17,21 @@ pub struct PluginProcess {
 }
 
 impl PluginProcess {
+    /// Starts `cmd` (any `nri-align` invocation, possibly behind a wrapper such as `prlimit`)
+    /// with stdin closed and stdout and stderr appended to `log`.
+    pub fn spawn_logged(mut cmd: Command, log: PathBuf) -> HResult<Self> {
+        let file = fs::File::create(&log)
+            .map_err(|e| HarnessError(format!("create {}: {e}", log.display())))?;
+        let file2 = file.try_clone().map_err(|e| HarnessError(e.to_string()))?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(file2)
+            .spawn()
+            .map_err(|e| HarnessError(format!("start {cmd:?}: {e}")))?;
+        Ok(PluginProcess { child, log })
+    }
+
     /// PID of the plugin.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -65,6 +65,9 @@ pub const NRI_POD_UPDATE_EVENTS: SemVer = SemVer::new(0, 10, 0);
 /// only when the plugin answers Unimplemented; it also reports its NRI version and reads
 /// `ConfigureResponse.request_timeout`.
 pub const NRI_PER_EVENT_RPCS: SemVer = SemVer::new(0, 12, 0);
+/// First NRI release that sends Synchronize to the plugins the runtime launched itself
+/// (`startPlugins` of pkg/adaptation); earlier ones only synchronize plugins that connect.
+pub const NRI_SYNC_LAUNCHED: SemVer = SemVer::new(0, 7, 0);
 
 /// Events a runtime speaking NRI `nri` accepts in a subscription. An unknown version gets
 /// the set every NRI v0.2+ runtime knows.
@@ -175,6 +178,12 @@ impl RuntimeInfo {
     /// Events this runtime accepts in a subscription.
     pub fn supported_events(&self) -> EventMask {
         supported_events(self.nri_version)
+    }
+
+    /// Whether the runtime sends Synchronize to a plugin it launched (NRI v0.7.0 and later).
+    /// An unknown NRI version counts as the oldest, which does not.
+    pub fn synchronizes_launched_plugins(&self) -> bool {
+        self.nri_at_least(NRI_SYNC_LAUNCHED)
     }
 
     /// Whether the runtime's NRI is at least `version`.

@@ -417,3 +417,100 @@ async fn notifications_reach_the_handler_through_rpc_and_state_change() {
     );
     setup.task.abort();
 }
+
+/// Waits until the stub's link state satisfies `cond`.
+async fn wait_link(
+    rx: &mut tokio::sync::watch::Receiver<nri_protocol::stub::LinkState>,
+    what: &str,
+    cond: impl Fn(&nri_protocol::stub::LinkState) -> bool,
+) -> nri_protocol::stub::LinkState {
+    let waited = tokio::time::timeout(STEP, async {
+        rx.wait_for(|s| cond(s)).await.map(|s| s.clone())
+    })
+    .await;
+    match waited {
+        Ok(state) => state.expect("the stub is alive"),
+        Err(_) => panic!("link never {what}: {}", *rx.borrow()),
+    }
+}
+
+#[tokio::test]
+async fn link_state_is_ready_after_synchronize_and_not_while_reconnecting() {
+    use nri_protocol::stub::LinkPhase;
+    let setup = Setup::dial("44");
+    let mut link = setup.handle.link();
+    assert_eq!(link.borrow().phase, LinkPhase::Connecting);
+    let mut rt = setup.accept().await;
+    rt.expect_registration().await;
+    rt.configure("containerd", "v2.1.9", "", "").await.unwrap();
+    let s = wait_link(&mut link, "configured", |s| {
+        s.phase == LinkPhase::Configured
+    })
+    .await;
+    assert!(
+        !s.is_ready(),
+        "configured is not ready for a dialing plugin: {s}"
+    );
+    // A chunked Synchronize: ready only after the last chunk.
+    let chunk = |more| api::SynchronizeRequest {
+        containers: vec![container("c1", "app")],
+        more,
+        ..Default::default()
+    };
+    rt.plugin.synchronize(ctx(), &chunk(true)).await.unwrap();
+    assert!(!setup.handle.link_state().is_ready());
+    rt.plugin.synchronize(ctx(), &chunk(false)).await.unwrap();
+    let s = wait_link(&mut link, "ready", |s| s.is_ready()).await;
+    assert_eq!(s.registrations, 1);
+    assert_eq!(
+        s.to_string(),
+        "registered and synchronized with containerd v2.1.9 (NRI v0.8.0, inferred)"
+    );
+
+    // The runtime goes away: not ready, with the reason, until the next connection syncs.
+    rt.hang_up().await;
+    let s = wait_link(&mut link, "lost", |s| !s.is_ready()).await;
+    let mut rt2 = setup.accept().await;
+    assert!(s.to_string().contains("connecting to "), "{s}");
+    rt2.expect_registration().await;
+    rt2.configure("containerd", "v2.1.9", "", "").await.unwrap();
+    assert!(!setup.handle.link_state().is_ready());
+    rt2.plugin.synchronize(ctx(), &chunk(false)).await.unwrap();
+    let s = wait_link(&mut link, "ready again", |s| s.is_ready()).await;
+    assert_eq!(s.registrations, 2);
+    assert!(
+        s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("runtime closed the connection")),
+        "{s:?}"
+    );
+    setup.task.abort();
+}
+
+#[tokio::test]
+async fn link_state_of_a_plugin_launched_by_nri_v0_6_is_ready_after_configure() {
+    use std::os::unix::io::IntoRawFd;
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let fd = theirs.into_raw_fd();
+    let opts = StubOptions::new("nri-align", "05")
+        .from_env_with(|var| (var == "NRI_PLUGIN_SOCKET").then(|| fd.to_string()))
+        .unwrap();
+    let stub = Stub::new(opts).unwrap();
+    let mut link = stub.handle().link();
+    let task = tokio::spawn(stub.run(Arc::new(TestPlugin::default())));
+    ours.set_nonblocking(true).unwrap();
+    let mut rt = RuntimeSide::start(UnixStream::from_std(ours).unwrap()).await;
+    rt.expect_registration().await;
+    rt.configure("containerd", "1.7.24~ds1", "", "")
+        .await
+        .unwrap();
+    let s = wait_link(&mut link, "ready", |s| s.is_ready()).await;
+    assert_eq!(format!("inherited fd {fd}"), s.endpoint);
+    rt.hang_up().await;
+    let s = wait_link(&mut link, "stopped", |s| {
+        s.phase == nri_protocol::stub::LinkPhase::Stopped
+    })
+    .await;
+    assert!(!s.is_ready());
+    let _ = tokio::time::timeout(STEP, task).await;
+}

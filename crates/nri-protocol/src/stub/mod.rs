@@ -31,8 +31,13 @@
 //! not only when the socket closes: a malformed ttrpc header on the Plugin service's
 //! connection, or that service's ttrpc server ending, stops the session
 //! ([`Mux::service_listener`]).
+//!
+//! [`RuntimeHandle::link`] follows the connection through its phases ([`LinkState`]):
+//! connecting, registered, configured, synchronized; readiness for health checks and service
+//! managers is [`LinkState::is_ready`].
 
 mod handler;
+mod link;
 mod options;
 mod service;
 
@@ -47,6 +52,7 @@ use tokio::net::UnixStream;
 use ttrpc::asynchronous::{Client, Server};
 
 pub use handler::{HandlerError, HandlerResult, Plugin};
+pub use link::{LinkPhase, LinkState};
 pub use options::{
     Endpoint, StubError, StubOptions, SyncLimits, DEFAULT_SOCKET_PATH, ENV_PLUGIN_IDX,
     ENV_PLUGIN_NAME, ENV_PLUGIN_SOCKET,
@@ -58,6 +64,7 @@ use crate::api::{
 use crate::mux::{Mux, MuxError, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use crate::services::{create_plugin, RuntimeClient};
 use crate::version::RuntimeInfo;
+use link::LinkTracker;
 use service::{PluginService, Session};
 
 /// Timeout of unsolicited UpdateContainers requests.
@@ -75,12 +82,37 @@ struct HandleState {
 }
 
 /// Handle to the current runtime connection, usable from any task.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct RuntimeHandle {
     state: Arc<Mutex<HandleState>>,
+    link: Arc<LinkTracker>,
+}
+
+impl Default for RuntimeHandle {
+    fn default() -> Self {
+        Self::new(String::new(), false)
+    }
 }
 
 impl RuntimeHandle {
+    fn new(endpoint: String, launched: bool) -> Self {
+        RuntimeHandle {
+            state: Arc::default(),
+            link: Arc::new(LinkTracker::new(endpoint, launched)),
+        }
+    }
+
+    /// Follows the connection's phases: the receiver sees every change (and always the
+    /// latest state), from any task, across reconnections.
+    pub fn link(&self) -> tokio::sync::watch::Receiver<LinkState> {
+        self.link.subscribe()
+    }
+
+    /// The connection's state now.
+    pub fn link_state(&self) -> LinkState {
+        self.link.current()
+    }
+
     fn lock(&self) -> MutexGuard<'_, HandleState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -154,9 +186,14 @@ impl Stub {
     /// Validates `opts` and builds a stub.
     pub fn new(opts: StubOptions) -> Result<Self, StubError> {
         opts.validate()?;
+        let endpoint = match &opts.endpoint {
+            Endpoint::Socket(path) => path.display().to_string(),
+            Endpoint::InheritedFd(fd) => format!("inherited fd {fd}"),
+        };
+        let handle = RuntimeHandle::new(endpoint, opts.is_launched());
         Ok(Stub {
             opts,
-            handle: RuntimeHandle::default(),
+            handle,
             inherited_used: false,
         })
     }
@@ -181,10 +218,12 @@ impl Stub {
         stop: impl Future<Output = ()>,
     ) -> Result<(), StubError> {
         tokio::pin!(stop);
+        let link = self.handle.link.clone();
         tokio::select! {
             result = self.connection_loop(plugin) => result,
             () = &mut stop => {
                 tracing::info!("stopping NRI plugin");
+                link.stopped("stop requested".into());
                 Ok(())
             }
         }
@@ -192,9 +231,11 @@ impl Stub {
 
     async fn connection_loop<P: Plugin>(&mut self, plugin: Arc<P>) -> Result<(), StubError> {
         let mut backoff = self.opts.initial_backoff;
+        let link = self.handle.link.clone();
         loop {
+            let connection = link.attempt();
             let end = match self.connect().await {
-                Ok(stream) => self.session(stream, plugin.clone()).await,
+                Ok(stream) => self.session(stream, plugin.clone(), connection).await,
                 Err(err) => Err(err),
             };
             let launched = self.opts.is_launched();
@@ -206,6 +247,7 @@ impl Stub {
                     if launched {
                         // The runtime starts launched plugins only when it starts itself:
                         // exit, with an error when the connection broke rather than closed.
+                        link.stopped(reason.clone());
                         if cause.is_clean_close() {
                             tracing::info!(%reason, "runtime connection closed; exiting");
                             return Ok(());
@@ -215,14 +257,19 @@ impl Stub {
                     }
                     reason
                 }
-                Err(err) if launched => return Err(err),
+                Err(err) if launched => {
+                    link.stopped(err.to_string());
+                    return Err(err);
+                }
                 Err(err) => {
                     tracing::warn!(error = %err, retry_in = ?backoff, "cannot register with the runtime");
+                    link.failed(err.to_string(), backoff, false);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(self.opts.max_backoff);
                     continue;
                 }
             };
+            link.failed(reason.clone(), backoff, true);
             tracing::warn!(%reason, retry_in = ?backoff, "NRI connection lost; reconnecting");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(self.opts.max_backoff);
@@ -255,13 +302,18 @@ impl Stub {
         &self,
         stream: UnixStream,
         plugin: Arc<P>,
+        connection: u64,
     ) -> Result<(MuxError, String), StubError> {
         let plugin_id = format!("{}-{}", self.opts.index, self.opts.name);
         let mux = Mux::new(stream);
         // The ttrpc tasks keep their connections (and so the socket) alive; close the
         // socket explicitly however this function ends, including cancellation.
         let _close = CloseOnDrop(mux.clone());
-        let session = Arc::new(Session::new(plugin_id.clone(), self.opts.sync_limits));
+        let session = Arc::new(Session::new(
+            plugin_id.clone(),
+            self.opts.sync_limits,
+            connection,
+        ));
         let service = PluginService {
             plugin,
             session: session.clone(),
@@ -278,6 +330,7 @@ impl Stub {
         let end = match registered {
             Ok(()) => {
                 self.handle.set_client(Some(runtime));
+                self.handle.link.registered(connection);
                 let reason = mux.closed().await;
                 self.handle.set_client(None);
                 let shutdown = session.shutdown_received.load(Ordering::SeqCst);

@@ -82,15 +82,18 @@ pub(crate) struct Session {
     pub(crate) shutdown_received: AtomicBool,
     /// `idx-name`, for logs.
     pub(crate) plugin_id: String,
+    /// Which connection attempt this is (see `LinkTracker`).
+    pub(crate) connection: u64,
 }
 
 impl Session {
-    pub(crate) fn new(plugin_id: String, limits: SyncLimits) -> Self {
+    pub(crate) fn new(plugin_id: String, limits: SyncLimits, connection: u64) -> Self {
         Session {
             sync_chunks: Mutex::new(None),
             limits,
             shutdown_received: AtomicBool::new(false),
             plugin_id,
+            connection,
         }
     }
 
@@ -187,7 +190,8 @@ impl<P: Plugin> PluginService<P> {
             )));
         }
         tracing::info!(plugin = %self.session.plugin_id, events = %mask, "subscribing");
-        self.handle.set_runtime(info);
+        self.handle.set_runtime(info.clone());
+        self.handle.link.configured(self.session.connection, info);
         Ok(ConfigureResponse {
             events: mask.bits(),
             ..Default::default()
@@ -233,6 +237,7 @@ impl<P: Plugin> PluginService<P> {
             "synchronizing"
         );
         let update = self.plugin.synchronize(pods, containers).await?;
+        self.handle.link.synchronized(self.session.connection);
         Ok(SynchronizeResponse {
             update,
             more: false,

@@ -65,7 +65,7 @@ fn every_admission_and_release_reaches_the_observer_with_what_the_gauges_say() {
     assert_eq!(last(&seen).0, vec![2, 4]);
     let metrics = e.metrics.clone().expect("metrics").encode();
     assert!(
-        metrics.contains("nri_align_free_cpus{node=\"0\"} 2"),
+        metrics.contains("nri_align_free_cpus{numa_node=\"0\"} 2"),
         "{metrics}"
     );
     e.release_container("x1");

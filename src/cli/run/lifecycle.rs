@@ -1,0 +1,141 @@
+//! What the running daemon tells the world about itself, besides its log: readiness and
+//! liveness for `/readyz` and `/healthz` (the kubelet's probes), the connection metrics, and
+//! systemd's notifications (`Type=notify`: `READY=1` once first ready, `STATUS=` on every
+//! change, `WATCHDOG=1` while alive when the unit sets `WatchdogSec=`, `STOPPING=1`).
+//!
+//! Readiness follows the NRI stub's connection state, so every way a connection ends (the
+//! runtime restarting, a dead stream noticed by the stub) reaches all three the same way.
+//! systemd's notifications go through the `sd-notify` crate: small, no dependencies beyond
+//! libc, handles the abstract-namespace sockets systemd uses in containers, and is a no-op
+//! without `NOTIFY_SOCKET`, so the same binary runs under systemd, in a DaemonSet and
+//! launched by a runtime.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sd_notify::NotifyState;
+
+use crate::enforce::nri::LinkWatch;
+use crate::metrics::{Health, Metrics};
+
+/// How often the heartbeat runs.
+const BEAT_EVERY: Duration = Duration::from_secs(1);
+/// How long the heartbeat waits for the engine lock before counting a missed beat.
+const ENGINE_WAIT: Duration = Duration::from_secs(2);
+
+/// Sends `states` to systemd, when it is listening; a failure is logged, never fatal.
+fn notify(states: &[NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::debug!("systemd notification failed: {e}");
+    }
+}
+
+/// Follows the runtime connection until the stub is gone: readiness, the connection gauge
+/// and counter, and systemd's `READY=1` (once) and `STATUS=`.
+pub fn spawn_link_follower(
+    mut link: LinkWatch,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut told_ready = false;
+        let mut state = link.current();
+        loop {
+            health.set_readiness(state.ready, state.description.clone());
+            metrics.set_runtime_link(state.ready, state.registrations);
+            // One line: a newline would end the STATUS= assignment.
+            let line = state.description.replace('\n', " ");
+            let status = NotifyState::Status(&line);
+            if state.ready && !told_ready {
+                told_ready = true;
+                notify(&[NotifyState::Ready, status]);
+            } else {
+                notify(&[status]);
+            }
+            match link.changed().await {
+                Some(next) => state = next,
+                None => return,
+            }
+        }
+    })
+}
+
+/// Stamps the heartbeat every second while the event loop runs and `engine_free` (the engine
+/// lock is not held right now) turns true within two seconds; sends systemd `WATCHDOG=1`
+/// while alive, when the unit asked for it (`WATCHDOG_USEC`).
+pub fn spawn_heartbeat<F>(health: Arc<Health>, engine_free: F) -> tokio::task::JoinHandle<()>
+where
+    F: Fn() -> bool + Send + Sync + 'static,
+{
+    let watchdog = sd_notify::watchdog_enabled();
+    if let Some(every) = watchdog {
+        tracing::info!(timeout = ?every, "systemd watchdog enabled: pinging while healthy");
+    }
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(BEAT_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if wait_for(&engine_free, ENGINE_WAIT).await {
+                health.beat();
+            } else {
+                health.missed_beat(format!(
+                    "the engine lock was held for more than {}s",
+                    ENGINE_WAIT.as_secs()
+                ));
+            }
+            if watchdog.is_some() && health.liveness().is_ok() {
+                notify(&[NotifyState::Watchdog]);
+            }
+        }
+    })
+}
+
+/// Polls `free` every 20 ms for at most `limit`: the engine lock is a plain mutex held for
+/// microseconds per event, so waiting on it from the event loop would be wrong and a blocking
+/// thread per beat wasteful.
+async fn wait_for(free: &impl Fn() -> bool, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if free() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Tells systemd the daemon is stopping (SIGTERM), so `systemctl status` says so at once.
+pub fn notify_stopping() {
+    notify(&[
+        NotifyState::Stopping,
+        NotifyState::Status("stopping on request"),
+    ]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    // Real time (tokio's paused clock needs its test-util feature, which would rebuild every
+    // crate on tokio for tests): ~6 s, the heartbeat's own pace.
+    #[tokio::test]
+    async fn a_held_engine_lock_stops_the_heartbeat_until_it_is_free() {
+        let health = Arc::new(Health::new(Duration::from_secs(2)));
+        let busy = Arc::new(AtomicBool::new(true));
+        let b = busy.clone();
+        let task = spawn_heartbeat(health.clone(), move || !b.load(Ordering::SeqCst));
+        // The first beat waits 2 s for the lock in vain; the limit is 2 s.
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        let err = health.liveness().expect_err("stalled");
+        assert!(err.contains("engine lock was held"), "{err}");
+        busy.store(false, Ordering::SeqCst);
+        // The beat after the next tick finds the lock free at once.
+        tokio::time::sleep(Duration::from_millis(3000)).await;
+        assert_eq!(health.liveness(), Ok("ok".into()));
+        task.abort();
+    }
+}

@@ -1,0 +1,274 @@
+//! Reading the configuration file without letting it wedge the daemon.
+//!
+//! The file is named by the operator, but what sits at that path is not guaranteed to be a
+//! small regular file: a FIFO blocks `open` until a writer comes, `/dev/zero` never ends, a
+//! hung network mount blocks any system call on it. Read on an async worker, each of these
+//! stopped every NRI call and SIGTERM. So the file is opened without waiting (`O_NONBLOCK`),
+//! refused unless it is a regular file, read up to [`MAX_CONFIG_BYTES`], and a reload reads it
+//! on a thread of its own with a time limit ([`FileReader`]): a read that hangs in the kernel
+//! leaves that one thread behind, never an async worker, and no second thread is started for
+//! the same path while it hangs.
+
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::ConfigError;
+
+/// The largest configuration file read (the shipped one with every comment is ~3 KiB).
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// How long a reload waits for the file before giving up on it.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Reads `path` on the calling thread: refused when others than root and us may change it
+/// (group- or world-writable, or another user's), when it is not a
+/// regular file (FIFO, device, socket, directory), or when it is larger than
+/// [`MAX_CONFIG_BYTES`]. Symbolic links are followed (a mounted ConfigMap's file is one).
+pub fn read_config_file(path: &Path) -> Result<Vec<u8>, ConfigError> {
+    let read_err = |source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    // What it is first (stat opens nothing): "it is a FIFO" says more than "world-writable"
+    // about /dev/null or a pipe, and a device is never opened at all.
+    let kind = std::fs::metadata(path).map_err(read_err)?.file_type();
+    if !kind.is_file() {
+        return Err(ConfigError::NotRegular {
+            path: path.to_path_buf(),
+            kind: describe(kind),
+        });
+    }
+    crate::host::perms::refuse_untrusted(path).map_err(|e| ConfigError::Invalid {
+        origin: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    // O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a writer;
+    // it changes nothing for a regular file. O_NOCTTY: a terminal never becomes ours.
+    let flags = nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOCTTY;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits())
+        .open(path)
+        .map_err(read_err)?;
+    // Checked again on what was opened: the path may have been swapped in between.
+    let kind = file.metadata().map_err(read_err)?.file_type();
+    if !kind.is_file() {
+        return Err(ConfigError::NotRegular {
+            path: path.to_path_buf(),
+            kind: describe(kind),
+        });
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(ConfigError::TooLarge {
+            path: path.to_path_buf(),
+            limit: MAX_CONFIG_BYTES,
+        });
+    }
+    Ok(bytes)
+}
+
+fn describe(kind: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Reads configuration files on a thread of its own, at most one at a time: while a read
+/// hangs (a dead NFS server), later reads fail at once instead of piling up threads.
+#[derive(Debug, Clone)]
+pub struct FileReader {
+    timeout: Duration,
+    /// When the read in flight started, if one is.
+    in_flight: Arc<Mutex<Option<Instant>>>,
+    /// What runs on the thread: [`read_config_file`], or a stand-in that hangs in tests.
+    read: fn(&Path) -> Result<Vec<u8>, ConfigError>,
+}
+
+impl Default for FileReader {
+    fn default() -> Self {
+        Self::new(READ_TIMEOUT)
+    }
+}
+
+impl FileReader {
+    /// A reader that waits at most `timeout` per read.
+    pub fn new(timeout: Duration) -> Self {
+        FileReader {
+            timeout,
+            in_flight: Arc::default(),
+            read: read_config_file,
+        }
+    }
+
+    /// [`read_config_file`] of `path` off the async workers, within the time limit.
+    pub async fn read(&self, path: &Path) -> Result<Vec<u8>, ConfigError> {
+        {
+            let mut busy = lock(&self.in_flight);
+            if let Some(since) = *busy {
+                return Err(ConfigError::ReadHung {
+                    path: path.to_path_buf(),
+                    since: since.elapsed(),
+                });
+            }
+            *busy = Some(Instant::now());
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let owned: PathBuf = path.to_path_buf();
+        let in_flight = self.in_flight.clone();
+        let read = self.read;
+        // A plain thread, not spawn_blocking: the runtime waits for its blocking pool when it
+        // shuts down, so a read stuck in the kernel would keep SIGTERM from ending the process.
+        let spawned = std::thread::Builder::new()
+            .name("config-read".into())
+            .spawn(move || {
+                let result = read(&owned);
+                *lock(&in_flight) = None;
+                let _ = tx.send(result);
+            });
+        if let Err(source) = spawned {
+            *lock(&self.in_flight) = None;
+            return Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+        match tokio::time::timeout(self.timeout, rx).await {
+            Ok(Ok(result)) => result,
+            // The thread ended without an answer (it panicked): report it as a read error.
+            Ok(Err(_)) => Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source: std::io::Error::other("the reading thread failed"),
+            }),
+            Err(_) => Err(ConfigError::ReadTimeout {
+                path: path.to_path_buf(),
+                after: self.timeout,
+            }),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn file(dir: &Path, name: &str, text: &[u8]) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        p
+    }
+
+    #[test]
+    fn regular_files_are_read_and_everything_else_is_refused_at_once() {
+        let t = tempfile::tempdir().expect("tmp");
+        let ok = file(t.path(), "c.yaml", b"policy: none\n");
+        assert_eq!(read_config_file(&ok).expect("read"), b"policy: none\n");
+        // Through a symlink, as a mounted ConfigMap's key is.
+        std::os::unix::fs::symlink(&ok, t.path().join("link.yaml")).expect("link");
+        assert!(read_config_file(&t.path().join("link.yaml")).is_ok());
+
+        // A FIFO with no writer: refused without waiting for one.
+        let fifo = t.path().join("fifo.yaml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .expect("mkfifo");
+        let err = read_config_file(&fifo).expect_err("a FIFO is refused");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cannot read config {}: it is a FIFO, not a regular file",
+                fifo.display()
+            )
+        );
+        let err = read_config_file(t.path()).expect_err("a directory is refused");
+        assert!(err.to_string().contains("a directory"), "{err}");
+        let err = read_config_file(Path::new("/dev/zero")).expect_err("a device is refused");
+        assert!(err.to_string().contains("a character device"), "{err}");
+
+        let big = file(
+            t.path(),
+            "big.yaml",
+            &vec![b'#'; usize::try_from(MAX_CONFIG_BYTES).expect("size") + 1],
+        );
+        let err = read_config_file(&big).expect_err("too large");
+        assert!(
+            err.to_string().contains("larger than 1048576 bytes"),
+            "{err}"
+        );
+    }
+
+    /// Stands in for a read that hangs in the kernel (a dead NFS server): blocks in open()
+    /// of the FIFO `hang.fifo` next to the path until a writer opens it.
+    fn hanging_read(path: &Path) -> Result<Vec<u8>, ConfigError> {
+        let fifo = path.with_file_name("hang.fifo");
+        let _ = std::fs::File::open(fifo);
+        read_config_file(path)
+    }
+
+    #[tokio::test]
+    async fn a_hung_read_times_out_without_blocking_a_worker_and_is_not_started_twice() {
+        let t = tempfile::tempdir().expect("tmp");
+        let fifo = t.path().join("hang.fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .expect("mkfifo");
+        let path = file(t.path(), "c.yaml", b"policy: none\n");
+        let mut reader = FileReader::new(Duration::from_millis(200));
+        reader.read = hanging_read;
+        // A current-thread runtime: had the read blocked this thread, the timeout could
+        // never fire.
+        match reader.read(&path).await {
+            Err(ConfigError::ReadTimeout { after, .. }) => {
+                assert_eq!(after, Duration::from_millis(200))
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        // While that thread still hangs, a second read is refused at once.
+        let err = reader.read(&path).await.expect_err("busy");
+        assert!(
+            err.to_string()
+                .contains("an earlier read has not returned for"),
+            "{err}"
+        );
+        // The kernel returns (a writer opens the FIFO): the reader works again.
+        let _writer = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&fifo)
+            .expect("writer");
+        let mut bytes = None;
+        for _ in 0..100 {
+            match reader.read(&path).await {
+                Ok(b) => {
+                    bytes = Some(b);
+                    break;
+                }
+                Err(ConfigError::ReadHung { .. }) => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                Err(other) => panic!("{other}"),
+            }
+        }
+        assert_eq!(bytes.as_deref(), Some(&b"policy: none\n"[..]));
+    }
+}

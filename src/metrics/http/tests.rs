@@ -1,0 +1,246 @@
+//! The responder over real loopback sockets: what each endpoint answers, and that clients
+//! holding connections open neither block other clients nor keep their slots.
+
+use super::*;
+use crate::metrics::NodeFreeSample;
+
+async fn start(
+    limits: ServeLimits,
+) -> (
+    SocketAddr,
+    Arc<Metrics>,
+    Arc<Health>,
+    tokio::task::JoinHandle<()>,
+) {
+    let m = Arc::new(Metrics::new());
+    let h = Arc::new(Health::default());
+    let (addr, task) = serve(
+        "127.0.0.1:0".parse().expect("addr"),
+        m.clone(),
+        h.clone(),
+        limits,
+    )
+    .await
+    .expect("bind");
+    (addr, m, h, task)
+}
+
+/// A connection from `source` (any address of 127.0.0.0/8) to `addr`.
+async fn connect_from(source: &str, addr: SocketAddr) -> TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().expect("socket");
+    sock.bind(format!("{source}:0").parse().expect("source"))
+        .expect("bind source");
+    sock.connect(addr).await.expect("connect")
+}
+
+async fn get_from(source: &str, addr: SocketAddr, request: &str) -> String {
+    let mut s = connect_from(source, addr).await;
+    s.write_all(request.as_bytes()).await.expect("write");
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.expect("read");
+    out
+}
+
+async fn get(addr: SocketAddr, request: &str) -> String {
+    get_from("127.0.0.1", addr, request).await
+}
+
+/// Whether the server closed `conn` (a read returns end of file or a reset).
+async fn closed_by_server(conn: &mut TcpStream, within: Duration) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(
+        tokio::time::timeout(within, conn.read(&mut byte)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+#[tokio::test]
+async fn serves_counters_histogram_node_gauges_and_build_info() {
+    let (addr, m, _h, task) = start(ServeLimits::default()).await;
+    m.admitted("single-numa-node", true, Duration::from_micros(300));
+    m.admitted("single-numa-node", true, Duration::from_micros(300));
+    m.rejected("unalignable", Duration::from_millis(1));
+    m.set_free(&[NodeFreeSample {
+        node: 1,
+        cpus: 6,
+        memory_bytes: 1 << 30,
+        gpus: 2,
+        rdma_nics: 1,
+    }]);
+    m.set_runtime_link(true, 2);
+    m.config_reloaded(false);
+    let resp = get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
+    for line in [
+        "nri_align_admissions_total{policy=\"single-numa-node\",aligned=\"true\"} 2",
+        "nri_align_rejections_total{reason=\"unalignable\"} 1",
+        "nri_align_decision_duration_seconds_count 3",
+        "nri_align_free_cpus{numa_node=\"1\"} 6",
+        "nri_align_free_gpus{numa_node=\"1\"} 2",
+        "nri_align_free_rdma_nics{numa_node=\"1\"} 1",
+        "nri_align_free_memory_bytes{numa_node=\"1\"} 1073741824",
+        "nri_align_runtime_connected 1",
+        "nri_align_runtime_connections_total 2",
+        "nri_align_config_reloads_total{outcome=\"rejected\"} 1",
+        "nri_align_config_last_reload_successful 0",
+    ] {
+        assert!(resp.lines().any(|l| l == line), "{line} not in\n{resp}");
+    }
+    let build = format!(
+        "nri_align_build_info{{version=\"{}\",revision=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        env!("NRI_ALIGN_GIT_REVISION")
+    );
+    assert!(resp.lines().any(|l| l == build), "{build} not in\n{resp}");
+    let body = resp.split("\r\n\r\n").nth(1).expect("body");
+    assert!(resp.contains(&format!("Content-Length: {}", body.len())));
+    task.abort();
+}
+
+#[tokio::test]
+async fn health_endpoints_answer_get_and_head_with_their_reason() {
+    let (addr, _m, h, task) = start(ServeLimits::default()).await;
+    let healthz = get(addr, "GET /healthz HTTP/1.1\r\n\r\n").await;
+    assert!(
+        healthz.starts_with("HTTP/1.1 200 OK") && healthz.ends_with("\r\n\r\nok\n"),
+        "{healthz}"
+    );
+    let readyz = get(addr, "GET /readyz HTTP/1.1\r\n\r\n").await;
+    assert!(
+        readyz.starts_with("HTTP/1.1 503") && readyz.ends_with("not ready: starting\n"),
+        "{readyz}"
+    );
+    h.set_readiness(
+        true,
+        "registered and synchronized with containerd 2.1.9".into(),
+    );
+    let readyz = get(addr, "GET /readyz?verbose HTTP/1.1\r\n\r\n").await;
+    assert!(
+        readyz.starts_with("HTTP/1.1 200 OK")
+            && readyz.ends_with("ready: registered and synchronized with containerd 2.1.9\n"),
+        "{readyz}"
+    );
+    // HEAD: the same status and length, no body.
+    let head = get(addr, "HEAD /readyz HTTP/1.1\r\n\r\n").await;
+    assert!(
+        head.starts_with("HTTP/1.1 200 OK") && head.ends_with("\r\n\r\n"),
+        "{head}"
+    );
+    assert!(!head.contains("Content-Length: 0"), "{head}");
+    h.set_readiness(false, "connecting to /run/nri.sock".into());
+    let head = get(addr, "HEAD /readyz HTTP/1.1\r\n\r\n").await;
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    // Other paths and methods.
+    let missing = get(addr, "GET / HTTP/1.1\r\n\r\n").await;
+    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+    let post = get(addr, "POST /healthz HTTP/1.1\r\n\r\n").await;
+    assert!(
+        post.starts_with("HTTP/1.1 405") && post.contains("Allow: GET, HEAD"),
+        "{post}"
+    );
+    task.abort();
+}
+
+#[tokio::test]
+async fn an_oversized_request_head_is_refused() {
+    let limits = ServeLimits {
+        max_request_bytes: 512,
+        ..ServeLimits::default()
+    };
+    let (addr, _m, _h, task) = start(limits).await;
+    let big = format!(
+        "GET /metrics HTTP/1.1\r\nX-Pad: {}\r\n\r\n",
+        "a".repeat(4096)
+    );
+    let mut s = connect_from("127.0.0.1", addr).await;
+    // The server may close before reading everything: a failed write is fine.
+    let _ = s.write_all(big.as_bytes()).await;
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.starts_with("HTTP/1.1 431"), "{out}");
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_client_holding_connections_open_does_not_block_others_and_is_cut_off() {
+    let limits = ServeLimits {
+        max_connections: 8,
+        max_per_peer: 3,
+        // Long enough that the checks below run before it cuts the 3 served connections off.
+        request_timeout: Duration::from_secs(3),
+        ..ServeLimits::default()
+    };
+    let (addr, _m, _h, task) = start(limits).await;
+    // A slow client on 127.0.0.2 opens 10 connections and sends half a request on each.
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        let mut c = connect_from("127.0.0.2", addr).await;
+        let _ = c.write_all(b"GET /metrics HTTP/1.1\r\n").await;
+        held.push(c);
+    }
+    // Another address is answered at once, while the slow one's connections are still open.
+    let resp = get(addr, "GET /healthz HTTP/1.1\r\n\r\n").await;
+    assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
+    // Past its 3 slots the slow client was closed right away; its 3 served connections are
+    // closed by the time limit.
+    let mut closed_at_once = 0;
+    for c in held.iter_mut() {
+        if closed_by_server(c, Duration::from_millis(100)).await {
+            closed_at_once += 1;
+        }
+    }
+    assert_eq!(closed_at_once, 7, "connections beyond the per-address cap");
+    for c in held.iter_mut() {
+        assert!(
+            closed_by_server(c, Duration::from_secs(5)).await,
+            "a connection outlived the request time limit"
+        );
+    }
+    task.abort();
+}
+
+#[tokio::test]
+async fn at_the_connection_cap_new_clients_wait_in_the_backlog_until_a_slot_frees() {
+    let limits = ServeLimits {
+        max_connections: 4,
+        max_per_peer: 16,
+        request_timeout: Duration::from_millis(500),
+        ..ServeLimits::default()
+    };
+    let (addr, _m, _h, task) = start(limits).await;
+    let mut held = Vec::new();
+    for i in 0..4 {
+        held.push(connect_from(&format!("127.0.0.{}", 2 + i), addr).await);
+    }
+    // The probe connects (the kernel's backlog) and is answered once the time limit has freed
+    // the slots the idle clients held.
+    let resp = tokio::time::timeout(
+        Duration::from_secs(10),
+        get(addr, "GET /healthz HTTP/1.1\r\n\r\n"),
+    )
+    .await
+    .expect("answered once a slot freed");
+    assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
+    for c in held.iter_mut() {
+        assert!(closed_by_server(c, Duration::from_secs(5)).await);
+    }
+    task.abort();
+}
+
+#[test]
+fn accept_failures_pause_longer_each_time_up_to_a_second() {
+    let mut f = AcceptFailures::default();
+    let err = std::io::Error::from_raw_os_error(libc_emfile());
+    let pauses: Vec<Duration> = (0..10).map(|_| f.failed(&err)).collect();
+    assert_eq!(pauses[0], FIRST_PAUSE);
+    assert!(pauses.windows(2).all(|w| w[1] >= w[0]));
+    assert_eq!(*pauses.last().expect("pauses"), MAX_PAUSE);
+    f.recovered();
+    assert_eq!(f.failed(&err), FIRST_PAUSE);
+}
+
+/// EMFILE, "Too many open files".
+fn libc_emfile() -> i32 {
+    nix::errno::Errno::EMFILE as i32
+}
