@@ -17,7 +17,8 @@
 //! synchronize in the same run.
 //!
 //! Ratios in the tables compare sizes measured in the same run (flat cost = ratio ~1).
-//! `NRI_ALIGN_BENCH_SIZES=10,100` picks the sizes; `NRI_ALIGN_BENCH_BINARY=PATH` drives another
+//! `NRI_ALIGN_BENCH_SIZES=10,100` picks the sizes, `NRI_ALIGN_BENCH_WINDOW=100` the creates
+//! measured at each; `NRI_ALIGN_BENCH_BINARY=PATH` drives another
 //! build of the daemon (an older one, for before/after figures).
 //!
 //! `cargo bench --bench daemon_scale`
@@ -33,8 +34,16 @@ use std::time::Instant;
 use nri_protocol::api::{self, Message, MessageField};
 use runtime::{container, ctx, load, pod, quantiles, BoxError, Connection};
 
-/// Creates measured at each size.
+/// Creates measured at each size (`NRI_ALIGN_BENCH_WINDOW` overrides it).
 const WINDOW: usize = 300;
+
+fn window() -> usize {
+    std::env::var("NRI_ALIGN_BENCH_WINDOW")
+        .ok()
+        .and_then(|w| w.parse().ok())
+        .filter(|w| *w > 0)
+        .unwrap_or(WINDOW)
+}
 /// Containers per Synchronize chunk at restart.
 const SYNC_CHUNK: usize = 500;
 
@@ -312,8 +321,8 @@ async fn scale(setup: &Setup, node: &mut Node) -> Result<(Vec<SizeResult>, PathB
         while node.len() < live {
             node.create(&conn).await?;
         }
-        let mut samples = Vec::with_capacity(WINDOW);
-        for _ in 0..WINDOW {
+        let mut samples = Vec::with_capacity(window());
+        for _ in 0..window() {
             let s = node.create(&conn).await?;
             let excl = s.exclusive;
             samples.push(s);
