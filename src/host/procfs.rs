@@ -1,22 +1,104 @@
-//! `/proc` under a root: which process is in which cgroup, which containers still have a
-//! process, and a process's status fields.
+//! `/proc` under a root: which process is in which cgroup, which processes are a container's
+//! (matched by its cgroup, component by component), which containers still have a process,
+//! and a process's status fields.
 
+use std::collections::HashSet;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// Which of `ids` have a process in their cgroup on the host under `root`. `None` when none
-/// has: then either all are gone or this process cannot see the host's processes (no host PID
-/// namespace), and the caller must not conclude anything.
+use crate::host::cgroup::{names_container, CgroupPathError, ContainerCgroup};
+
+/// Largest `/proc/PID/cgroup` or `status` read.
+const MAX_PROC_FILE: u64 = 256 << 10;
+
+/// How a recorded container is found among the host's processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContainerKey {
+    /// By its cgroup, from the cgroups path the runtime gave (both drivers): a process is the
+    /// container's when its cgroup is that one or below it, compared component by component.
+    Cgroup(ContainerCgroup),
+    /// Records without a cgroups path: by its id as a whole cgroup name (`ID`, `crio-ID`,
+    /// `PREFIX-ID.scope`), never as a substring and never a monitor's (`crio-conmon-ID`).
+    Id(String),
+}
+
+impl ContainerKey {
+    /// The key of container `id` whose runtime-given cgroups path is `cgroups_path` (may be
+    /// empty). A path that would leave the cgroup root is refused.
+    pub fn new(id: &str, cgroups_path: &str) -> Result<Self, CgroupPathError> {
+        if cgroups_path.is_empty() {
+            return Ok(ContainerKey::Id(id.to_string()));
+        }
+        ContainerCgroup::parse(cgroups_path).map(ContainerKey::Cgroup)
+    }
+
+    /// Whether a process whose `/proc/PID/cgroup` is `cgroup_text` belongs to the container.
+    pub fn matches(&self, cgroup_text: &str) -> bool {
+        let Some(path) = cpuset_line(cgroup_text) else {
+            return false;
+        };
+        match self {
+            ContainerKey::Cgroup(cg) => cg.holds(path),
+            ContainerKey::Id(id) => path.split('/').any(|c| names_container(c, id)),
+        }
+    }
+}
+
+/// The cgroup path of the hierarchy the cpuset controller is in, from `/proc/PID/cgroup`: the
+/// v1 line listing `cpuset` (legacy and hybrid hosts), else the unified `0::` line.
+pub fn cpuset_line(cgroup_text: &str) -> Option<&str> {
+    let mut unified = None;
+    for line in cgroup_text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(hid), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if ctrls.split(',').any(|c| c == "cpuset") {
+            return Some(path);
+        }
+        if hid == "0" && ctrls.is_empty() {
+            unified = Some(path);
+        }
+    }
+    unified
+}
+
+/// The pids of `procs` (from [`cgroup_lines_by_pid`]) that belong to the container `key`.
+pub fn pids_of(procs: &[(u32, String)], key: &ContainerKey) -> Vec<u32> {
+    procs
+        .iter()
+        .filter(|(_, cg)| key.matches(cg))
+        .map(|(pid, _)| *pid)
+        .collect()
+}
+
+/// Which of `containers` (id, runtime-given cgroups path) have a process in their cgroup on
+/// the host under `root`. `None` when none has: then either all are gone or this process
+/// cannot see the host's processes (no host PID namespace), and the caller must not conclude
+/// anything. A container whose cgroups path is refused counts as live (never released on a
+/// guess).
 pub fn live_containers<'a>(
     root: &Path,
-    ids: impl IntoIterator<Item = &'a str>,
-) -> Option<std::collections::HashSet<String>> {
+    containers: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Option<HashSet<String>> {
     let procs = cgroup_lines_by_pid(root);
-    let live: std::collections::HashSet<String> = ids
-        .into_iter()
-        .filter(|id| procs.iter().any(|(_, cg)| cg.contains(id)))
-        .map(str::to_string)
-        .collect();
-    (!live.is_empty()).then_some(live)
+    let mut live = HashSet::new();
+    let mut refused = Vec::new();
+    for (id, path) in containers {
+        match ContainerKey::new(id, path) {
+            Ok(key) if procs.iter().any(|(_, cg)| key.matches(cg)) => {
+                live.insert(id.to_string());
+            }
+            Ok(_) => {}
+            Err(_) => refused.push(id.to_string()),
+        }
+    }
+    if live.is_empty() {
+        return None;
+    }
+    live.extend(refused);
+    Some(live)
 }
 
 /// `(pid, content of /proc/PID/cgroup)` for every process.
@@ -27,11 +109,7 @@ pub fn cgroup_lines_by_pid(root: &Path) -> Vec<(u32, String)> {
     let mut out: Vec<(u32, String)> = dir
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
-        .filter_map(|pid| {
-            std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup")))
-                .ok()
-                .map(|t| (pid, t))
-        })
+        .filter_map(|pid| read_bounded(&root.join(format!("proc/{pid}/cgroup"))).map(|t| (pid, t)))
         .collect();
     out.sort();
     out
@@ -39,7 +117,17 @@ pub fn cgroup_lines_by_pid(root: &Path) -> Vec<(u32, String)> {
 
 /// `/proc/PID/status` of `pid` under `root`, when readable.
 pub fn status(root: &Path, pid: u32) -> Option<String> {
-    std::fs::read_to_string(root.join(format!("proc/{pid}/status"))).ok()
+    read_bounded(&root.join(format!("proc/{pid}/status")))
+}
+
+fn read_bounded(path: &Path) -> Option<String> {
+    let mut buf = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(MAX_PROC_FILE)
+        .read_to_end(&mut buf)
+        .ok()?;
+    String::from_utf8(buf).ok()
 }
 
 /// The value of field `name` (with its colon, as `Cpus_allowed_list:`) in a status text.
@@ -103,9 +191,12 @@ mod tests {
     fn live_containers_needs_at_least_one_visible() {
         let t = tempfile::tempdir().expect("tmp");
         host(t.path(), "abc", "2-3", "2", &[]);
-        let live = live_containers(t.path(), ["abc", "gone"]).expect("abc is visible");
+        let live = live_containers(t.path(), [("abc", "/k8s.io/abc"), ("gone", "")])
+            .expect("abc is visible");
         assert!(live.contains("abc") && !live.contains("gone"));
-        assert_eq!(live_containers(t.path(), ["gone"]), None);
+        assert_eq!(live_containers(t.path(), [("gone", "/k8s.io/gone")]), None);
+        // Issue 18.4: an id is a whole cgroup name, never a substring of another path.
+        assert_eq!(live_containers(t.path(), [("a", ""), ("b", "")]), None);
     }
 
     #[test]
@@ -116,5 +207,47 @@ mod tests {
         assert_eq!(status_field(&s, "Cpus_allowed_list:").as_deref(), Some("2"));
         assert_eq!(status_field(&s, "Nope:"), None);
         assert_eq!(status(t.path(), 1), None);
+    }
+
+    #[test]
+    fn a_containers_processes_are_its_cgroups_and_never_its_monitors() {
+        // CRI-O under systemd: the container in crio-ID.scope, conmon in crio-conmon-ID.scope
+        // beside it, and an unrelated unit whose name contains the id.
+        let procs: Vec<(u32, String)> = [
+            (
+                10,
+                "0::/kubepods.slice/kubepods-pod1.slice/crio-abc.scope\n",
+            ),
+            (
+                11,
+                "0::/kubepods.slice/kubepods-pod1.slice/crio-conmon-abc.scope\n",
+            ),
+            (12, "0::/system.slice/abcd.service\n"),
+            (
+                13,
+                "0::/kubepods.slice/kubepods-pod1.slice/crio-abc.scope/sub\n",
+            ),
+        ]
+        .into_iter()
+        .map(|(p, t)| (p, t.to_string()))
+        .collect();
+        let by_path = ContainerKey::new("abc", "kubepods-pod1.slice:crio:abc").expect("key");
+        assert_eq!(pids_of(&procs, &by_path), vec![10, 13]);
+        let by_id = ContainerKey::new("abc", "").expect("key");
+        assert_eq!(pids_of(&procs, &by_id), vec![10, 13]);
+        // Issue 18.4: id `a` matched every process whose cgroup path contained an `a`.
+        assert!(pids_of(&procs, &ContainerKey::new("a", "").expect("key")).is_empty());
+        assert!(ContainerKey::new("x", "/../../tmp/x").is_err());
+    }
+
+    #[test]
+    fn the_cpuset_hierarchy_line_is_v1_cpuset_on_hybrid_hosts_and_unified_on_v2() {
+        let hybrid = "12:pids:/a\n5:cpuset:/k8s.io/abc\n0::/other\n";
+        assert_eq!(cpuset_line(hybrid), Some("/k8s.io/abc"));
+        assert_eq!(
+            cpuset_line("0::/k.slice/x.scope\n"),
+            Some("/k.slice/x.scope")
+        );
+        assert_eq!(cpuset_line("1:name=systemd:/x\n"), None);
     }
 }
