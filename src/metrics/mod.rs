@@ -38,6 +38,13 @@ pub struct NodeLabels {
     pub node: String,
 }
 
+/// Labels of a device counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeviceLabels {
+    /// Device node path in the container (`/dev/nvidia0`).
+    pub device: String,
+}
+
 /// Free resources of one NUMA node (filled from the allocator).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeFreeSample {
@@ -60,6 +67,7 @@ pub struct Metrics {
     free_cpus: Family<NodeLabels, Gauge>,
     free_memory: Family<NodeLabels, Gauge>,
     free_gpus: Family<NodeLabels, Gauge>,
+    device_link_missing: Family<DeviceLabels, Counter>,
     // Serialises encoding with updates of the node gauges so a scrape sees one snapshot.
     snapshot: Mutex<()>,
 }
@@ -105,6 +113,13 @@ impl Metrics {
             free_memory.clone(),
         );
         registry.register("free_gpus", "Free GPUs per NUMA node", free_gpus.clone());
+        let device_link_missing = Family::<DeviceLabels, Counter>::default();
+        registry.register(
+            "systemd_device_link_missing",
+            "Containers in a systemd scope holding a device without /dev/char/MAJ:MIN (runc \
+             leaves it out of DeviceAllow=: access is lost at the next cpuset update)",
+            device_link_missing.clone(),
+        );
         Metrics {
             registry,
             admissions,
@@ -113,6 +128,7 @@ impl Metrics {
             free_cpus,
             free_memory,
             free_gpus,
+            device_link_missing,
             snapshot: Mutex::new(()),
         }
     }
@@ -136,6 +152,16 @@ impl Metrics {
             })
             .inc();
         self.latency.observe(took.as_secs_f64());
+    }
+
+    /// Counts a container under the systemd cgroup driver holding `device`, which has no
+    /// `/dev/char/MAJ:MIN` link.
+    pub fn device_link_missing(&self, device: &str) {
+        self.device_link_missing
+            .get_or_create(&DeviceLabels {
+                device: device.to_string(),
+            })
+            .inc();
     }
 
     /// Replaces the per-node free gauges.

@@ -3,7 +3,7 @@
 //! persists the decision, counts it and logs one line. `plugin.rs` only converts NRI messages to
 //! and from these calls.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -73,6 +73,8 @@ pub struct Engine<P: Placer> {
     metrics: Option<Arc<Metrics>>,
     devices: Box<dyn DeviceLookup + Send>,
     pods: HashMap<String, PodView>,
+    /// Devices already warned about for lacking a `/dev/char` link (`devlinks.rs`).
+    device_links_warned: HashSet<String>,
 }
 
 impl<P: Placer> Engine<P> {
@@ -92,6 +94,7 @@ impl<P: Placer> Engine<P> {
             metrics,
             devices,
             pods: HashMap::new(),
+            device_links_warned: HashSet::new(),
         }
     }
 
@@ -185,6 +188,7 @@ impl<P: Placer> Engine<P> {
         let adjustment =
             build_adjustment(planned, self.placer.topology(), c, self.devices.as_ref())
                 .inspect_err(|_| self.count_rejection("device", started))?;
+        self.check_systemd_device_links(c, &adjustment.add_devices);
         let rec = Record {
             assignment: planned.clone(),
             pod_sandbox_id: pod.id.clone(),
@@ -503,6 +507,7 @@ fn log_decision(
     );
 }
 
+mod devlinks;
 pub mod placer;
 pub mod reconcile;
 mod recovery;
