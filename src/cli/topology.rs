@@ -51,6 +51,15 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
         (None, Some(xml)) => Source::HwlocXml(xml),
         (None, None) => Source::HostRoot(args.host_root.unwrap_or_else(|| PathBuf::from("/"))),
     };
+    // What the reader had to repair in the tree (overlapping nodes, NUL-padded lists,
+    // unusable distances...) is logged as warnings: show them on stderr.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .try_init();
     let topo = load(&source, args.nvml_lib.as_deref())?;
     let text = if let Some(node) = &args.nrt {
         let config = match &args.config {

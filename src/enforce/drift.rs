@@ -8,9 +8,11 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::enforce::state::{Record, StateDoc};
-use crate::host::cgroup::{read_cpuset, CgroupMounts};
+use crate::host::cgroup::{CgroupMounts, ContainerCgroup};
 use crate::host::devices::{nvidia_minor, uverbs_name, visible_devices};
-use crate::host::procfs::{cgroup_lines_by_pid, dev_of, status, status_field};
+use crate::host::procfs::{
+    cgroup_lines_by_pid, cpuset_line, dev_of, pids_of, status, status_field, ContainerKey,
+};
 use crate::topology::IdSet;
 
 /// How one container compares.
@@ -68,23 +70,41 @@ fn check_one(
         verdict: Verdict::NotRunning,
         problems: Vec::new(),
     };
-    // containerd puts the container id in the cgroup path with either cgroup driver
-    // (`/k8s.io/ID`, `cri-containerd-ID.scope`).
-    let mine: Vec<&(u32, String)> = procs.iter().filter(|(_, cg)| cg.contains(id)).collect();
-    check.pids = mine.iter().map(|(p, _)| *p).collect();
-    let Some((first, cgroup_text)) = mine.first() else {
+    // The container's processes are those in its cgroup (from the cgroups path the runtime
+    // gave, either driver), compared component by component: never a process whose path merely
+    // contains the id, never CRI-O's conmon beside it (`crio-conmon-ID.scope`).
+    let key = match ContainerKey::new(id, &rec.cgroups_path) {
+        Ok(key) => key,
+        Err(e) => {
+            check
+                .problems
+                .push(format!("recorded cgroups path refused: {e}"));
+            check.verdict = Verdict::Drift;
+            return check;
+        }
+    };
+    check.pids = pids_of(procs, &key);
+    let Some(first) = check.pids.first().copied() else {
         return check;
     };
     let want_cpus = &rec.applied_cpus;
     let want_mems = &a.mems;
 
-    match mounts.cpuset_dir(root, cgroup_text) {
-        Some(dir) => {
-            let value = |base: &str| read_cpuset(&dir, base);
+    // Without a recorded path, the cgroup is the one the first process is in.
+    let cgroup = match &key {
+        ContainerKey::Cgroup(cg) => Some(cg.clone()),
+        ContainerKey::Id(_) => procs
+            .iter()
+            .find(|(p, _)| *p == first)
+            .and_then(|(_, text)| cpuset_line(text))
+            .and_then(|path| ContainerCgroup::parse(path).ok()),
+    };
+    match cgroup.map(|cg| mounts.read_cpuset(&cg)) {
+        Some(Ok(Some(state))) => {
             compare(
                 &mut check.problems,
                 "cgroup cpuset.cpus",
-                value("cpuset.cpus"),
+                state.cpus,
                 want_cpus,
                 false,
             );
@@ -92,24 +112,25 @@ fn check_one(
                 compare(
                     &mut check.problems,
                     "cgroup cpuset.mems",
-                    value("cpuset.mems"),
+                    state.mems,
                     want_mems,
                     false,
                 );
             }
         }
-        None => check
+        Some(Err(e)) => check.problems.push(format!("cpuset cgroup: {e}")),
+        Some(Ok(None)) | None => check
             .problems
             .push("cpuset cgroup of the container not found".into()),
     }
-    for (pid, _) in &mine {
+    for pid in &check.pids {
         let status = status(root, *pid);
         let field = |name: &str| status.as_deref().and_then(|s| status_field(s, name));
         // A process may narrow its own affinity (taskset); only CPUs outside the decision count.
         compare(
             &mut check.problems,
             &format!("pid {pid} Cpus_allowed_list"),
-            field("Cpus_allowed_list:"),
+            parse_field(field("Cpus_allowed_list:").ok_or_else(|| "unreadable".to_string())),
             want_cpus,
             true,
         );
@@ -117,13 +138,13 @@ fn check_one(
             compare(
                 &mut check.problems,
                 &format!("pid {pid} Mems_allowed_list"),
-                field("Mems_allowed_list:"),
+                parse_field(field("Mems_allowed_list:").ok_or_else(|| "unreadable".to_string())),
                 want_mems,
                 true,
             );
         }
     }
-    let seen = visible_devices(&dev_of(root, *first));
+    let seen = visible_devices(&dev_of(root, first));
     let mut want: Vec<String> = rec
         .devices
         .iter()
@@ -151,19 +172,20 @@ fn check_one(
 fn compare(
     problems: &mut Vec<String>,
     what: &str,
-    got: Option<String>,
+    got: Result<IdSet, String>,
     want: &IdSet,
     subset: bool,
 ) {
-    let Some(text) = got else {
-        problems.push(format!("{what}: unreadable"));
-        return;
-    };
-    match IdSet::parse_list(text.trim()) {
+    match got {
         Ok(set) if (subset && set.is_subset(want)) || set == *want => {}
         Ok(set) => problems.push(format!("{what} is {set}, decided {want}")),
         Err(e) => problems.push(format!("{what}: {e}")),
     }
+}
+
+/// A status field's list, parsed.
+fn parse_field(text: Result<String, String>) -> Result<IdSet, String> {
+    text.and_then(|t| IdSet::parse_list(t.trim()).map_err(|e| e.to_string()))
 }
 
 #[cfg(test)]
@@ -275,10 +297,10 @@ mod tests {
         );
     }
 
-    #[test]
-    fn cgroup_v2_and_absent_containers() {
-        let t = tempfile::tempdir().expect("tmp");
-        let root = t.path();
+    /// cgroup v2 with the systemd driver: `kubepods-pod1.slice:RUNTIME:abc` is the scope
+    /// `PREFIX-abc.scope` in `kubepods.slice/kubepods-pod1.slice`, `cpuset.cpus` unset.
+    fn v2_systemd_host(root: &Path, scope: &str) {
+        let dir = format!("sys/fs/cgroup/kubepods.slice/kubepods-pod1.slice/{scope}");
         write(
             root,
             "proc/self/mountinfo",
@@ -287,34 +309,98 @@ mod tests {
         write(
             root,
             "proc/9/cgroup",
-            "0::/kubepods/cri-containerd-abc.scope\n",
+            &format!("0::/kubepods.slice/kubepods-pod1.slice/{scope}\n"),
         );
         write(
             root,
             "proc/9/status",
             "Cpus_allowed_list:\t2-3\nMems_allowed_list:\t0\n",
         );
-        write(
-            root,
-            "sys/fs/cgroup/kubepods/cri-containerd-abc.scope/cpuset.cpus",
-            "\n",
-        );
-        write(
-            root,
-            "sys/fs/cgroup/kubepods/cri-containerd-abc.scope/cpuset.cpus.effective",
-            "2-3\n",
-        );
-        write(
-            root,
-            "sys/fs/cgroup/kubepods/cri-containerd-abc.scope/cpuset.mems",
-            "0\n",
-        );
-        let mut d = doc("abc");
-        d.containers.get_mut("abc").expect("rec").devices.clear();
+        write(root, &format!("{dir}/cpuset.cpus"), "\n");
+        write(root, &format!("{dir}/cpuset.cpus.effective"), "2-3\n");
+        write(root, &format!("{dir}/cpuset.mems"), "0\n");
+    }
+
+    fn doc_at(id: &str, cgroups_path: &str) -> StateDoc {
+        let mut d = doc(id);
+        {
+            let mut rec = d.containers.get_mut(id).expect("rec");
+            rec.cgroups_path = cgroups_path.to_string();
+            rec.devices.clear();
+        }
+        d
+    }
+
+    #[test]
+    fn systemd_scopes_on_cgroup_v2_and_absent_containers() {
+        let t = tempfile::tempdir().expect("tmp");
+        let root = t.path();
+        v2_systemd_host(root, "cri-containerd-abc.scope");
+        let mut d = doc_at("abc", "kubepods-pod1.slice:cri-containerd:abc");
         d.containers
             .insert("gone".into(), doc("gone").containers["gone"].clone());
         let r = verify(&d, root);
         assert_eq!(r[0].verdict, Verdict::Ok, "{:?}", r[0].problems);
+        assert_eq!(r[0].pids, vec![9]);
         assert_eq!(r[1].verdict, Verdict::NotRunning);
+        // A record without a cgroups path finds the scope by the id as a whole name.
+        let r = verify(&doc_at("abc", ""), root);
+        assert_eq!((r[0].verdict, r[0].pids.clone()), (Verdict::Ok, vec![9]));
+    }
+
+    #[test]
+    fn crio_conmon_beside_the_container_is_not_the_container() {
+        let t = tempfile::tempdir().expect("tmp");
+        let root = t.path();
+        v2_systemd_host(root, "crio-abc.scope");
+        // conmon, in its own scope next to the container's, on every CPU.
+        write(
+            root,
+            "proc/8/cgroup",
+            "0::/kubepods.slice/kubepods-pod1.slice/crio-conmon-abc.scope\n",
+        );
+        write(
+            root,
+            "proc/8/status",
+            "Cpus_allowed_list:\t0-7\nMems_allowed_list:\t0-1\n",
+        );
+        for path in ["kubepods-pod1.slice:crio:abc", ""] {
+            let r = verify(&doc_at("abc", path), root);
+            assert_eq!(r[0].pids, vec![9], "{path:?}");
+            assert_eq!(r[0].verdict, Verdict::Ok, "{path:?}: {:?}", r[0].problems);
+        }
+    }
+
+    #[test]
+    fn a_short_id_matches_no_unrelated_process() {
+        // Issue 18.4: id `a` matched 80 unrelated processes as substrings of their paths.
+        let t = tempfile::tempdir().expect("tmp");
+        let root = t.path();
+        write(
+            root,
+            "proc/self/mountinfo",
+            "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+        );
+        for pid in 100..180 {
+            write(
+                root,
+                &format!("proc/{pid}/cgroup"),
+                &format!("0::/system.slice/app-{pid}.scope\n"),
+            );
+        }
+        for path in ["", "/k8s.io/a"] {
+            let r = verify(&doc_at("a", path), root);
+            assert!(r[0].pids.is_empty(), "{path:?}: {:?}", r[0].pids);
+            assert_eq!(r[0].verdict, Verdict::NotRunning);
+        }
+    }
+
+    #[test]
+    fn a_recorded_path_that_leaves_the_cgroup_root_is_reported_not_followed() {
+        let t = tempfile::tempdir().expect("tmp");
+        host(t.path(), "abc", "2-3", "2", &[]);
+        let r = verify(&doc_at("abc", "/../../../../tmp/x"), t.path());
+        assert_eq!(r[0].verdict, Verdict::Drift);
+        assert!(r[0].problems[0].contains("`..`"), "{:?}", r[0].problems);
     }
 }

@@ -30,6 +30,17 @@ pub struct DeviceNode {
 pub trait DeviceLookup {
     /// The node at `path` (a host path like `/dev/nvidia0`), or `None` when absent.
     fn lookup(&self, path: &str) -> Option<DeviceNode>;
+
+    /// Whether runc's systemd cgroup driver can name `node` to systemd. It passes devices as
+    /// `DeviceAllow=/dev/char/MAJ:MIN` (`/dev/block/...`), falls back to
+    /// `/sys/dev/char/MAJ:MIN`, and leaves out a device for which neither exists
+    /// (libcontainer/cgroups/devices/systemd.go): NVIDIA's nodes have neither unless
+    /// `nvidia-ctk system create-dev-char-symlinks` made the links. Such a device works until
+    /// systemd re-applies the scope's device policy (every `runc update`), then is denied.
+    fn systemd_can_name(&self, node: &DeviceNode) -> bool {
+        let _ = node;
+        true
+    }
 }
 
 /// Reads device nodes under a host root (`/` normally).
@@ -67,6 +78,17 @@ impl DeviceLookup for HostDevices {
             uid: Some(md.uid()),
             gid: Some(md.gid()),
         })
+    }
+
+    fn systemd_can_name(&self, node: &DeviceNode) -> bool {
+        let dir = match node.kind.as_str() {
+            "c" => "char",
+            "b" => "block",
+            _ => return true,
+        };
+        let rel = format!("{dir}/{}:{}", node.major, node.minor);
+        // `exists` follows the link, as runc's os.Stat does: a dangling link does not count.
+        self.root.join("dev").join(&rel).exists() || self.root.join("sys/dev").join(&rel).exists()
     }
 }
 
@@ -122,6 +144,30 @@ mod tests {
         assert!(HostDevices::new("/nonexistent-root")
             .lookup("/dev/null")
             .is_none());
+    }
+
+    #[test]
+    fn systemd_can_name_a_device_with_a_dev_char_link_or_a_sys_dev_char_entry() {
+        let t = tempfile::tempdir().expect("tmp");
+        let node = |minor| DeviceNode {
+            path: format!("/dev/nvidia{minor}"),
+            kind: "c".into(),
+            major: 195,
+            minor,
+            file_mode: None,
+            uid: None,
+            gid: None,
+        };
+        std::fs::create_dir_all(t.path().join("dev/char")).expect("mkdir");
+        std::fs::create_dir_all(t.path().join("sys/dev/char/195:1")).expect("mkdir");
+        std::fs::write(t.path().join("dev/nvidia0"), "").expect("node stand-in");
+        std::os::unix::fs::symlink("../nvidia0", t.path().join("dev/char/195:0")).expect("link");
+        std::os::unix::fs::symlink("../nvidia9", t.path().join("dev/char/195:9")).expect("link");
+        let host = HostDevices::new(t.path());
+        assert!(host.systemd_can_name(&node(0)), "link");
+        assert!(host.systemd_can_name(&node(1)), "/sys/dev/char entry");
+        assert!(!host.systemd_can_name(&node(2)), "neither");
+        assert!(!host.systemd_can_name(&node(9)), "dangling link");
     }
 
     #[test]

@@ -1,38 +1,104 @@
-//! `/proc` under a root: which process is in which cgroup, which containers still have a
-//! process, and a process's status fields.
+//! `/proc` under a root: which process is in which cgroup, which processes are a container's
+//! (matched by its cgroup, component by component), which containers still have a process,
+//! and a process's status fields.
 
+use std::collections::HashSet;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// Which of `ids` have a process in their cgroup on the host under `root`. `None` when none
-/// has: then either all are gone or this process cannot see the host's processes (no host PID
-/// namespace), and the caller must not conclude anything.
-///
-/// A container's id is a whole component of its cgroup path, or ends one after a `-` and
-/// before an optional `.scope` (`cri-containerd-ID.scope`, `crio-ID.scope` under systemd), so
-/// each process's path is cut into those candidates and looked up: linear in processes, where
-/// searching every path for every id was quadratic at start-up on a full node.
-pub fn live_containers<'a>(
-    root: &Path,
-    ids: impl IntoIterator<Item = &'a str>,
-) -> Option<std::collections::HashSet<String>> {
-    let wanted: std::collections::HashSet<&str> = ids.into_iter().collect();
-    let mut live = std::collections::HashSet::new();
-    for (_, text) in cgroup_lines_by_pid(root) {
-        for line in text.lines() {
-            // `hierarchy:controllers:path`; the path may itself hold colons.
-            let path = line.splitn(3, ':').nth(2).unwrap_or(line);
-            for seg in path.split('/') {
-                let seg = seg.strip_suffix(".scope").unwrap_or(seg);
-                let tail = seg.rsplit_once('-').map(|(_, t)| t);
-                for cand in std::iter::once(seg).chain(tail) {
-                    if let Some(id) = wanted.get(cand) {
-                        live.insert((*id).to_string());
-                    }
-                }
-            }
+use crate::host::cgroup::{names_container, CgroupPathError, ContainerCgroup};
+
+/// Largest `/proc/PID/cgroup` or `status` read.
+const MAX_PROC_FILE: u64 = 256 << 10;
+
+/// How a recorded container is found among the host's processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContainerKey {
+    /// By its cgroup, from the cgroups path the runtime gave (both drivers): a process is the
+    /// container's when its cgroup is that one or below it, compared component by component.
+    Cgroup(ContainerCgroup),
+    /// Records without a cgroups path: by its id as a whole cgroup name (`ID`, `crio-ID`,
+    /// `PREFIX-ID.scope`), never as a substring and never a monitor's (`crio-conmon-ID`).
+    Id(String),
+}
+
+impl ContainerKey {
+    /// The key of container `id` whose runtime-given cgroups path is `cgroups_path` (may be
+    /// empty). A path that would leave the cgroup root is refused.
+    pub fn new(id: &str, cgroups_path: &str) -> Result<Self, CgroupPathError> {
+        if cgroups_path.is_empty() {
+            return Ok(ContainerKey::Id(id.to_string()));
+        }
+        ContainerCgroup::parse(cgroups_path).map(ContainerKey::Cgroup)
+    }
+
+    /// Whether a process whose `/proc/PID/cgroup` is `cgroup_text` belongs to the container.
+    pub fn matches(&self, cgroup_text: &str) -> bool {
+        let Some(path) = cpuset_line(cgroup_text) else {
+            return false;
+        };
+        match self {
+            ContainerKey::Cgroup(cg) => cg.holds(path),
+            ContainerKey::Id(id) => path.split('/').any(|c| names_container(c, id)),
         }
     }
-    (!live.is_empty()).then_some(live)
+}
+
+/// The cgroup path of the hierarchy the cpuset controller is in, from `/proc/PID/cgroup`: the
+/// v1 line listing `cpuset` (legacy and hybrid hosts), else the unified `0::` line.
+pub fn cpuset_line(cgroup_text: &str) -> Option<&str> {
+    let mut unified = None;
+    for line in cgroup_text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(hid), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if ctrls.split(',').any(|c| c == "cpuset") {
+            return Some(path);
+        }
+        if hid == "0" && ctrls.is_empty() {
+            unified = Some(path);
+        }
+    }
+    unified
+}
+
+/// The pids of `procs` (from [`cgroup_lines_by_pid`]) that belong to the container `key`.
+pub fn pids_of(procs: &[(u32, String)], key: &ContainerKey) -> Vec<u32> {
+    procs
+        .iter()
+        .filter(|(_, cg)| key.matches(cg))
+        .map(|(pid, _)| *pid)
+        .collect()
+}
+
+/// Which of `containers` (id, runtime-given cgroups path) have a process in their cgroup on
+/// the host under `root`. `None` when none has: then either all are gone or this process
+/// cannot see the host's processes (no host PID namespace), and the caller must not conclude
+/// anything. A container whose cgroups path is refused counts as live (never released on a
+/// guess).
+pub fn live_containers<'a>(
+    root: &Path,
+    containers: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Option<HashSet<String>> {
+    let procs = cgroup_lines_by_pid(root);
+    let mut live = HashSet::new();
+    let mut refused = Vec::new();
+    for (id, path) in containers {
+        match ContainerKey::new(id, path) {
+            Ok(key) if procs.iter().any(|(_, cg)| key.matches(cg)) => {
+                live.insert(id.to_string());
+            }
+            Ok(_) => {}
+            Err(_) => refused.push(id.to_string()),
+        }
+    }
+    if live.is_empty() {
+        return None;
+    }
+    live.extend(refused);
+    Some(live)
 }
 
 /// `(pid, content of /proc/PID/cgroup)` for every process.
@@ -43,11 +109,7 @@ pub fn cgroup_lines_by_pid(root: &Path) -> Vec<(u32, String)> {
     let mut out: Vec<(u32, String)> = dir
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
-        .filter_map(|pid| {
-            std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup")))
-                .ok()
-                .map(|t| (pid, t))
-        })
+        .filter_map(|pid| read_bounded(&root.join(format!("proc/{pid}/cgroup"))).map(|t| (pid, t)))
         .collect();
     out.sort();
     out
@@ -55,7 +117,17 @@ pub fn cgroup_lines_by_pid(root: &Path) -> Vec<(u32, String)> {
 
 /// `/proc/PID/status` of `pid` under `root`, when readable.
 pub fn status(root: &Path, pid: u32) -> Option<String> {
-    std::fs::read_to_string(root.join(format!("proc/{pid}/status"))).ok()
+    read_bounded(&root.join(format!("proc/{pid}/status")))
+}
+
+fn read_bounded(path: &Path) -> Option<String> {
+    let mut buf = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(MAX_PROC_FILE)
+        .read_to_end(&mut buf)
+        .ok()?;
+    String::from_utf8(buf).ok()
 }
 
 /// The value of field `name` (with its colon, as `Cpus_allowed_list:`) in a status text.
@@ -119,11 +191,13 @@ mod tests {
     fn live_containers_needs_at_least_one_visible() {
         let t = tempfile::tempdir().expect("tmp");
         host(t.path(), "abc", "2-3", "2", &[]);
-        let live = live_containers(t.path(), ["abc", "gone"]).expect("abc is visible");
+        let live = live_containers(t.path(), [("abc", "/k8s.io/abc"), ("gone", "")])
+            .expect("abc is visible");
         assert!(live.contains("abc") && !live.contains("gone"));
-        assert_eq!(live_containers(t.path(), ["gone"]), None);
-        // Part of a longer id or path component is not a match.
-        assert_eq!(live_containers(t.path(), ["ab", "k8s"]), None);
+        assert_eq!(live_containers(t.path(), [("gone", "/k8s.io/gone")]), None);
+        // Issue 18.4: an id is a whole cgroup name, never a substring of another path.
+        assert_eq!(live_containers(t.path(), [("a", ""), ("b", "")]), None);
+        // Systemd scopes name the id after the runtime's prefix; a pod slice is no container.
         write(
             t.path(),
             "proc/78/cgroup",
@@ -134,7 +208,8 @@ mod tests {
             "proc/79/cgroup",
             "0::/system.slice/crio-beef.scope\n",
         );
-        let live = live_containers(t.path(), ["f00d", "beef", "pod1"]).expect("visible");
+        let live =
+            live_containers(t.path(), [("f00d", ""), ("beef", ""), ("pod1", "")]).expect("visible");
         let mut got: Vec<&String> = live.iter().collect();
         got.sort();
         assert_eq!(got, ["beef", "f00d"]);
@@ -148,5 +223,47 @@ mod tests {
         assert_eq!(status_field(&s, "Cpus_allowed_list:").as_deref(), Some("2"));
         assert_eq!(status_field(&s, "Nope:"), None);
         assert_eq!(status(t.path(), 1), None);
+    }
+
+    #[test]
+    fn a_containers_processes_are_its_cgroups_and_never_its_monitors() {
+        // CRI-O under systemd: the container in crio-ID.scope, conmon in crio-conmon-ID.scope
+        // beside it, and an unrelated unit whose name contains the id.
+        let procs: Vec<(u32, String)> = [
+            (
+                10,
+                "0::/kubepods.slice/kubepods-pod1.slice/crio-abc.scope\n",
+            ),
+            (
+                11,
+                "0::/kubepods.slice/kubepods-pod1.slice/crio-conmon-abc.scope\n",
+            ),
+            (12, "0::/system.slice/abcd.service\n"),
+            (
+                13,
+                "0::/kubepods.slice/kubepods-pod1.slice/crio-abc.scope/sub\n",
+            ),
+        ]
+        .into_iter()
+        .map(|(p, t)| (p, t.to_string()))
+        .collect();
+        let by_path = ContainerKey::new("abc", "kubepods-pod1.slice:crio:abc").expect("key");
+        assert_eq!(pids_of(&procs, &by_path), vec![10, 13]);
+        let by_id = ContainerKey::new("abc", "").expect("key");
+        assert_eq!(pids_of(&procs, &by_id), vec![10, 13]);
+        // Issue 18.4: id `a` matched every process whose cgroup path contained an `a`.
+        assert!(pids_of(&procs, &ContainerKey::new("a", "").expect("key")).is_empty());
+        assert!(ContainerKey::new("x", "/../../tmp/x").is_err());
+    }
+
+    #[test]
+    fn the_cpuset_hierarchy_line_is_v1_cpuset_on_hybrid_hosts_and_unified_on_v2() {
+        let hybrid = "12:pids:/a\n5:cpuset:/k8s.io/abc\n0::/other\n";
+        assert_eq!(cpuset_line(hybrid), Some("/k8s.io/abc"));
+        assert_eq!(
+            cpuset_line("0::/k.slice/x.scope\n"),
+            Some("/k.slice/x.scope")
+        );
+        assert_eq!(cpuset_line("1:name=systemd:/x\n"), None);
     }
 }

@@ -73,6 +73,13 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// See [`BuildLabels::revision`].
 pub const REVISION: &str = env!("NRI_ALIGN_GIT_REVISION");
 
+/// Labels of a device counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeviceLabels {
+    /// Device node path in the container (`/dev/nvidia0`).
+    pub device: String,
+}
+
 /// Free resources of one NUMA node (filled from the allocator).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeFreeSample {
@@ -103,6 +110,7 @@ pub struct Metrics {
     runtime_connections: Counter,
     config_reloads: Family<OutcomeLabels, Counter>,
     config_last_reload_ok: Gauge,
+    device_link_missing: Family<DeviceLabels, Counter>,
     // Serialises encoding with updates of the node gauges so a scrape sees one snapshot.
     snapshot: Mutex<()>,
 }
@@ -204,6 +212,13 @@ impl Metrics {
             "0 while the configuration file holds a version that was rejected, else 1",
             config_last_reload_ok.clone(),
         );
+        let device_link_missing = Family::<DeviceLabels, Counter>::default();
+        registry.register(
+            "systemd_device_link_missing",
+            "Containers in a systemd scope holding a device without /dev/char/MAJ:MIN (runc \
+             leaves it out of DeviceAllow=: access is lost at the next cpuset update)",
+            device_link_missing.clone(),
+        );
         Metrics {
             registry,
             admissions,
@@ -218,6 +233,7 @@ impl Metrics {
             runtime_connections,
             config_reloads,
             config_last_reload_ok,
+            device_link_missing,
             snapshot: Mutex::new(()),
         }
     }
@@ -270,6 +286,16 @@ impl Metrics {
         self.events
             .get_or_create(&EventLabels {
                 event: event.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts a container under the systemd cgroup driver holding `device`, which has no
+    /// `/dev/char/MAJ:MIN` link.
+    pub fn device_link_missing(&self, device: &str) {
+        self.device_link_missing
+            .get_or_create(&DeviceLabels {
+                device: device.to_string(),
             })
             .inc();
     }

@@ -233,7 +233,9 @@ impl Allocator {
             && pinned.is_none()
         {
             a.cpus = self.ledger.shared_pool();
-            a.mems = self.ledger.topo().cpu_nodes();
+            // A CPU node without memory stands for its nearest node with memory.
+            let topo = self.ledger.topo();
+            a.mems = topo.memory_nodes_for(&topo.cpu_nodes());
             a.aligned = true;
             a.reason = "shared pool; nothing to align".into();
             return Ok(Plan {
@@ -306,7 +308,7 @@ impl Allocator {
         } else {
             a.cpus = self.ledger.shared_pool();
         }
-        a.mems = topo.cpu_nodes();
+        a.mems = topo.memory_nodes_for(&topo.cpu_nodes());
         a.gpus = g.iter().map(|x| topo.gpus[*x].pci_bus_id.clone()).collect();
         a.shared_gpus = bus_ids(topo, &r.shared_gpus);
         a.chosen_gpus = chosen(topo, &g, r);
@@ -405,7 +407,9 @@ impl Allocator {
             .ledger
             .split_memory(&c.nodes, r.memory)
             .ok_or_else(|| reject::insufficient(&self.ledger, config, r, caps))?;
-        a.mems = a.numa_nodes.clone();
+        // The chosen nodes' memory; a chosen node without memory (memory-side initiators,
+        // CXL and HBM systems) is bound to its nearest node with memory.
+        a.mems = topo.memory_nodes_for(&a.numa_nodes);
         if r.eff.mems == super::annotations::MemNodes::WithMemoryOnly {
             a.mems
                 .extend_from(&numa::attached_memory_nodes(topo, &a.numa_nodes));

@@ -310,7 +310,13 @@ impl<'de> Deserialize<'de> for IdSet {
             Text(String),
         }
         match Repr::deserialize(d)? {
-            Repr::List(v) => Ok(v.into_iter().collect()),
+            // The same bound as the text form: `[4294967295]` would otherwise allocate 512 MiB.
+            Repr::List(v) => match v.iter().find(|id| **id >= MAX_ID) {
+                Some(id) => Err(serde::de::Error::custom(format!(
+                    "id {id} too large (ids must be below {MAX_ID})"
+                ))),
+                None => Ok(v.into_iter().collect()),
+            },
             Repr::Text(t) => IdSet::parse_list(&t).map_err(serde::de::Error::custom),
         }
     }
@@ -365,5 +371,16 @@ mod tests {
         e.subtract(&"130".parse().expect("same"));
         assert_eq!(e, IdSet::new());
         assert_ne!(a, IdSet::new());
+    }
+
+    #[test]
+    fn ids_beyond_the_bound_are_refused_in_both_serialised_forms() {
+        // Issue 18.5: `[4294967295]` allocated 512 MiB and aborted.
+        let e = serde_json::from_str::<IdSet>("[0, 4294967295]").expect_err("refused");
+        assert!(e.to_string().contains("too large"), "{e}");
+        assert!(serde_json::from_str::<IdSet>(&format!("[{MAX_ID}]")).is_err());
+        assert!(serde_json::from_str::<IdSet>("\"0-4294967295\"").is_err());
+        let ok: IdSet = serde_json::from_str(&format!("[1, {}]", MAX_ID - 1)).expect("ok");
+        assert_eq!(ok.len(), 2);
     }
 }

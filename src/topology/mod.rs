@@ -15,7 +15,7 @@ pub mod testing;
 
 pub use idset::{CpuSet, IdSet, NodeSet};
 pub use model::*;
-pub use sysfs::{read_host, TopologyError};
+pub use sysfs::{read_host, read_host_checked, TopologyError};
 
 use std::path::Path;
 

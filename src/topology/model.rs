@@ -225,6 +225,32 @@ impl Topology {
             .collect()
     }
 
+    /// The memory nodes (`cpuset.mems`) for containers placed on `nodes`: each node with
+    /// memory stands for itself; a node with CPUs but no memory (memory-side initiators, CXL
+    /// and HBM systems, where the kernel would refuse it in `cpuset.mems`) is replaced by the
+    /// nearest node that has memory (ties: a node with CPUs first, then the lowest id). When no
+    /// node reports any memory (a description or tree without meminfo), nothing is replaced.
+    pub fn memory_nodes_for(&self, nodes: &NodeSet) -> NodeSet {
+        let with_memory: Vec<&NumaNode> = self
+            .numa_nodes
+            .iter()
+            .filter(|n| n.memory_bytes > 0)
+            .collect();
+        if with_memory.is_empty() {
+            return nodes.clone();
+        }
+        nodes
+            .iter()
+            .map(|id| match self.node(id) {
+                Some(n) if n.memory_bytes == 0 => with_memory
+                    .iter()
+                    .min_by_key(|m| (self.distance(id, m.id), m.is_memory_only(), m.id))
+                    .map_or(id, |m| m.id),
+                _ => id,
+            })
+            .collect()
+    }
+
     /// Distance between nodes `a` and `b` (10 when unknown and equal, 20 when unknown).
     pub fn distance(&self, a: u32, b: u32) -> u32 {
         let d = self

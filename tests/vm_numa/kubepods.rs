@@ -10,8 +10,12 @@
 //! (`/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`, what
 //! `CgroupName.ToSystemd` returns); containerd keeps its last element and runc's systemd driver
 //! puts each container in `<prefix>-<id>.scope` under it (cgroupsPath `slice:prefix:id`).
+//! Where that scope is comes from nri-align itself (`host::cgroup::ContainerCgroup`, what its
+//! repair and `verify` use), so the suite proves the product's mapping against real runc.
 
 use std::path::PathBuf;
+
+use nri_align::host::cgroup::{expand_slice, ContainerCgroup};
 
 /// The pod's QoS class, which picks its cgroup under `kubepods`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,43 +86,15 @@ pub fn pod_cgroup_parent(systemd: bool, cgroupfs_root: &str, qos: Qos, uid: &str
 /// The slice names from the root down to `slice` (`a-b.slice` -> `a.slice`, `a-b.slice`), as
 /// systemd nests them in the cgroup tree; `None` for a name that is not a slice.
 pub fn slice_path(slice: &str) -> Option<PathBuf> {
-    let stem = slice.strip_suffix(".slice")?;
-    if stem == "-" {
-        return Some(PathBuf::new());
-    }
-    if stem.is_empty() || stem.starts_with('-') || stem.ends_with('-') || stem.contains("--") {
-        return None;
-    }
-    let mut path = PathBuf::new();
-    let mut prefix = String::new();
-    for part in stem.split('-') {
-        if !prefix.is_empty() {
-            prefix.push('-');
-        }
-        prefix.push_str(part);
-        path.push(format!("{prefix}.slice"));
-    }
-    Some(path)
+    expand_slice(slice).ok().map(|parts| parts.iter().collect())
 }
 
 /// A container's cgroup directory, relative to the unified hierarchy's mount, from its OCI
-/// `linux.cgroupsPath`: `slice:prefix:name` (systemd driver: the scope `prefix-name.scope` in
-/// the slice) or a path (cgroupfs driver). `None` for a systemd form whose slice is malformed.
+/// `linux.cgroupsPath`, as nri-align maps it; `None` for a path it refuses.
 pub fn container_cgroup(cgroups_path: &str) -> Option<PathBuf> {
-    let parts: Vec<&str> = cgroups_path.split(':').collect();
-    match parts.as_slice() {
-        [slice, prefix, name] => {
-            let mut dir = slice_path(if slice.is_empty() { "-.slice" } else { slice })?;
-            dir.push(if prefix.is_empty() {
-                format!("{name}.scope")
-            } else {
-                format!("{prefix}-{name}.scope")
-            });
-            Some(dir)
-        }
-        [path] => Some(PathBuf::from(path.trim_start_matches('/'))),
-        _ => None,
-    }
+    ContainerCgroup::parse(cgroups_path)
+        .ok()
+        .map(|c| c.relative())
 }
 
 #[cfg(test)]
@@ -166,9 +142,10 @@ mod tests {
                 "kubepods.slice/kubepods-podu.slice/crio-9.scope"
             ))
         );
+        // runc's default slice for an empty one.
         assert_eq!(
             container_cgroup(":cri-containerd:1"),
-            Some(PathBuf::from("cri-containerd-1.scope"))
+            Some(PathBuf::from("system.slice/cri-containerd-1.scope"))
         );
         assert_eq!(
             container_cgroup("/nri-align-x/kubepods/podu/0123"),
@@ -176,6 +153,7 @@ mod tests {
         );
         assert_eq!(container_cgroup("kubepods--x.slice:p:1"), None);
         assert_eq!(container_cgroup("notaslice:p:1"), None);
+        assert_eq!(container_cgroup("/../../tmp/x"), None);
         assert_eq!(slice_path("-.slice"), Some(PathBuf::new()));
     }
 

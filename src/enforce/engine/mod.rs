@@ -78,6 +78,8 @@ pub struct Engine<P: Placer> {
     observer: Option<Box<dyn StateObserver>>,
     /// Pods (UIDs) whose kubelet-set cpuset was already logged.
     kubelet_cpuset_pods: HashSet<String>,
+    /// Devices already warned about for lacking a `/dev/char` link (`devlinks.rs`).
+    device_links_warned: HashSet<String>,
 }
 
 impl<P: Placer> Engine<P> {
@@ -102,6 +104,7 @@ impl<P: Placer> Engine<P> {
             pods: observe::PodSet::default(),
             observer: None,
             kubelet_cpuset_pods: HashSet::new(),
+            device_links_warned: HashSet::new(),
         }
     }
 
@@ -217,6 +220,7 @@ impl<P: Placer> Engine<P> {
         let adjustment =
             build_adjustment(planned, self.placer.topology(), c, self.devices.as_ref())
                 .inspect_err(|_| self.count_rejection("device", started))?;
+        self.check_systemd_device_links(c, &adjustment.add_devices);
         let rec = Record {
             assignment: planned.clone(),
             pod_sandbox_id: pod.id.clone(),
@@ -650,6 +654,7 @@ fn log_decision(pod: &PodView, c: &ContainerView, a: &Assignment, t: Timing, upd
     );
 }
 
+mod devlinks;
 mod lifecycle;
 mod observe;
 pub mod placer;

@@ -30,8 +30,14 @@ impl<P: Placer> Engine<P> {
             ),
             StartState::Corrupt(why) => tracing::warn!("previous state unusable: {why}"),
         }
-        let ids: Vec<String> = self.doc.containers.keys().cloned().collect();
-        let live = crate::host::procfs::live_containers(host_root, ids.iter().map(String::as_str));
+        // Each record by its own cgroup (or its id as a whole cgroup name), never by substring.
+        let live = crate::host::procfs::live_containers(
+            host_root,
+            self.doc
+                .containers
+                .iter()
+                .map(|(id, r)| (id.as_str(), r.cgroups_path.as_str())),
+        );
         self.prune_gone(live.as_ref());
         state
     }
@@ -152,6 +158,9 @@ impl<P: Placer> Engine<P> {
         // or an update: nri-align died after deciding and before the runtime applied the
         // answer (the runtime then creates the container without the plugin). The record is
         // what the ledger accounts for, so it is re-asserted.
+        for c in managed.iter().filter(|c| c.state.is_live()) {
+            self.check_systemd_device_links(c, &[]);
+        }
         let online = self.placer.topology().online_cpus();
         for c in managed.iter().filter(|c| c.state.is_live()) {
             let Some(rec) = self.doc.containers.get(&c.id) else {
@@ -196,6 +205,7 @@ impl<P: Placer> Engine<P> {
             return Vec::new();
         }
         tracing::warn!(container = %c.id, name = %c.name, "started without nri-align's adjustment (created while no plugin was connected, after Synchronize)");
+        self.check_systemd_device_links(c, &[]);
         let rec = record_as_running(self.placer.topology(), pod, c);
         if !self.track_running(rec) {
             return Vec::new();

@@ -239,8 +239,15 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         // here, and UpdateContainers can deadlock containerd), so the cgroup is put in line
         // with the spec now. This runs inside the runtime's NRI call, so no update of ours is
         // being applied at the same time; the engine lock keeps the record still.
+        // Either driver's path (`slice:prefix:name` is the systemd scope); a path that would
+        // leave the cgroup root is refused and nothing is written.
         let path = engine.cgroups_path(&container.id).unwrap_or_default();
-        match crate::host::cgroup::repair_cpuset(path, &u.cpus) {
+        let repaired = if path.is_empty() {
+            Ok(None)
+        } else {
+            crate::host::cgroup::repair_cpuset(path, &u.cpus)
+        };
+        match repaired {
             Ok(Some(had)) => tracing::warn!(
                 container = %container.id,
                 had = %had,

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use super::{numbered_entries, read_list, read_list_or_mask, read_mask, read_str, read_u32};
-use super::{SysFs, TopologyError};
+use super::{numbered_entries, read_list, read_list_or_mask, read_mask, read_str, read_u32, shown};
+use super::{SysFs, TopologyError, MAX_CPU_ID};
 use crate::topology::idset::CpuSet;
 use crate::topology::model::Cpu;
 
@@ -20,10 +20,27 @@ pub(super) fn read_cpus(fs: &SysFs) -> Result<CpuInfo, TopologyError> {
     let dir = fs.sys("devices/system/cpu");
     let online = match read_list(&dir.join("online")) {
         Some(set) => set,
-        None => online_from_dirs(&dir),
+        None => {
+            if let Some(text) = read_str(&dir.join("online")) {
+                fs.warn(format!(
+                    "cpu/online {:?} is not a CPU list: counting the cpuN directories instead",
+                    shown(&text)
+                ));
+            }
+            online_from_dirs(&dir)
+        }
     };
     if online.is_empty() {
         return Err(TopologyError::NoCpus { path: dir });
+    }
+    if let Some(max) = online.iter().last().filter(|id| *id >= MAX_CPU_ID) {
+        return Err(TopologyError::Inconsistent {
+            path: dir,
+            why: format!(
+                "online CPU {max} is beyond any kernel's CPU ids (below {MAX_CPU_ID}): not a \
+                 real tree"
+            ),
+        });
     }
     let offline = read_list(&dir.join("offline"))
         .or_else(|| read_list(&dir.join("present")).map(|p| p.difference(&online)))

@@ -2,21 +2,37 @@
 //! host (`/`), a copied tree of another machine, or an emulated tree all read the same way.
 //!
 //! Real trees are messy (offline CPUs without `topology/`, sparse ids, `numa_node` of -1, no
-//! cache information, class links that point at a child of the PCI function), so every missing
-//! or malformed file degrades to a default; only a tree without any usable CPU is an error.
+//! cache information, class links that point at a child of the PCI function, trailing NUL
+//! bytes, firmware that gives two nodes the same CPUs), so the reader trims what the kernel
+//! pads, validates and cross-checks what it reads, repairs what hwloc repairs (saying so in a
+//! warning: [`read_host_checked`] returns them, [`read_host`] logs them) and refuses what it
+//! cannot repair ([`TopologyError::Inconsistent`]). Every read is bounded: files to
+//! [`MAX_FILE`] bytes, ids to [`MAX_ID`], so a hostile tree cannot allocate gigabytes.
 
 mod cpu;
+mod distance;
 mod numa;
 mod pci;
 
 pub(crate) use pci::root_bus;
 
+use std::cell::RefCell;
 use std::fs;
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use super::idset::CpuSet;
+use super::idset::{CpuSet, MAX_ID};
 use super::model::Topology;
+
+/// Largest sysfs/procfs file read (a cpulist of 8192 sparse CPUs is ~40 KiB).
+pub const MAX_FILE: u64 = 1 << 20;
+
+/// CPU ids must be below this: the kernel's NR_CPUS is at most 8192 (x86 MAXSMP, powerpc),
+/// so a larger id is garbage, and one CPU set per CPU stays small.
+pub const MAX_CPU_ID: u32 = 16384;
+
+/// Node ids must be below this: the kernel's MAX_NUMNODES is at most 1 << 10.
+pub const MAX_NODE_ID: u32 = 1024;
 
 /// Why a host tree could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -27,16 +43,34 @@ pub enum TopologyError {
         /// The CPU directory that was searched.
         path: PathBuf,
     },
+    /// What the tree says contradicts itself beyond what can be repaired.
+    #[error("inconsistent NUMA description under {path}: {why}")]
+    Inconsistent {
+        /// The node directory.
+        path: PathBuf,
+        /// What contradicts what, and what to do.
+        why: String,
+    },
 }
 
 /// Reads the topology of the machine whose sysfs and procfs live under `root/sys` and
-/// `root/proc` (`/` for this host).
+/// `root/proc` (`/` for this host). What had to be repaired is logged as warnings.
 pub fn read_host(root: &Path) -> Result<Topology, TopologyError> {
+    let (topo, warnings) = read_host_checked(root)?;
+    for w in &warnings {
+        tracing::warn!(root = %root.display(), "topology: {w}");
+    }
+    Ok(topo)
+}
+
+/// [`read_host`], returning the warnings (what was repaired and how) instead of logging them.
+pub fn read_host_checked(root: &Path) -> Result<(Topology, Vec<String>), TopologyError> {
     let fs = SysFs::new(root);
     let cpus = cpu::read_cpus(&fs)?;
-    let numa_nodes = numa::read_nodes(&fs, &cpus.online);
     let mut cpu_list = cpus.cpus;
+    let numa_nodes = numa::read_nodes(&fs, &cpus.online, &cpu_list)?;
     numa::assign_cpu_nodes(&mut cpu_list, &numa_nodes);
+    numa::cross_check(&fs, &cpu_list, &numa_nodes)?;
     let mut topo = Topology {
         source: root.display().to_string(),
         cpus: cpu_list,
@@ -46,7 +80,8 @@ pub fn read_host(root: &Path) -> Result<Topology, TopologyError> {
         ..Topology::default()
     };
     pci::read_devices(&fs, &mut topo);
-    Ok(topo)
+    numa::warn_memoryless(&fs, &topo);
+    Ok((topo, fs.warnings.into_inner()))
 }
 
 /// The huge pages of NUMA node `node` of the machine under `root` right now (`free` changes
@@ -59,13 +94,20 @@ pub fn read_node_hugepages(root: &Path, node: u32) -> Vec<super::model::HugePage
 /// missing or unreadable, which callers turn into a default.
 pub(crate) struct SysFs {
     root: PathBuf,
+    warnings: RefCell<Vec<String>>,
 }
 
 impl SysFs {
     pub(crate) fn new(root: &Path) -> Self {
         SysFs {
             root: root.to_path_buf(),
+            warnings: RefCell::new(Vec::new()),
         }
+    }
+
+    /// Notes something that was repaired or ignored.
+    pub(crate) fn warn(&self, msg: String) {
+        self.warnings.borrow_mut().push(msg);
     }
 
     /// `root/sys/<rel>`.
@@ -85,9 +127,32 @@ impl SysFs {
     }
 }
 
-/// The trimmed content of a small file.
+/// The content of a small file, at most [`MAX_FILE`] bytes, without the whitespace and NUL
+/// bytes around it (some kernels and sysfs snapshots pad attributes with NULs: `0-3\0\0`).
+/// `None` when missing, unreadable, too long or not text.
 pub(crate) fn read_str(path: &Path) -> Option<String> {
-    fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+    let mut buf = Vec::new();
+    fs::File::open(path)
+        .ok()?
+        .take(MAX_FILE + 1)
+        .read_to_end(&mut buf)
+        .ok()?;
+    if buf.len() as u64 > MAX_FILE {
+        return None;
+    }
+    let text = String::from_utf8(buf).ok()?;
+    Some(
+        text.trim_matches(|c: char| c.is_whitespace() || c == '\0')
+            .to_string(),
+    )
+}
+
+/// A file's text in a message: at most 80 characters of it.
+pub(crate) fn shown(s: &str) -> String {
+    match s.char_indices().nth(80) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
+    }
 }
 
 /// A decimal number file (`core_id`, `nr_hugepages`); `-1` and garbage are `None`.
@@ -126,7 +191,9 @@ pub(crate) fn parse_mask(s: &str) -> Option<CpuSet> {
         let nibble = ch.to_digit(16)?;
         for bit in 0..4 {
             if nibble & (1 << bit) != 0 {
-                set.insert(u32::try_from(i * 4 + bit).ok()?);
+                // Ids are bounded like every list: a mask with a bit past MAX_ID is garbage.
+                let id = u32::try_from(i * 4 + bit).ok().filter(|id| *id < MAX_ID)?;
+                set.insert(id);
             }
         }
     }
@@ -138,14 +205,20 @@ pub(crate) fn read_list_or_mask(dir: &Path, list: &str, mask: &str) -> Option<Cp
     read_list(&dir.join(list)).or_else(|| read_mask(&dir.join(mask)))
 }
 
-/// Entries of `dir` whose name is `prefix` followed by a number, with that number, sorted by it.
+/// Entries of `dir` whose name is `prefix` followed by a number below [`MAX_ID`], with that
+/// number, sorted by it (a `cpu4294967295` directory is not a CPU anyone can have).
 pub(crate) fn numbered_entries(dir: &Path, prefix: &str) -> io::Result<Vec<(u32, PathBuf)>> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if let Some(id) = name.strip_prefix(prefix).and_then(|n| n.parse().ok()) {
+        if let Some(id) = name
+            .strip_prefix(prefix)
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|n| n.parse::<u32>().ok())
+            .filter(|id| *id < MAX_ID)
+        {
             out.push((id, entry.path()));
         }
     }
@@ -165,5 +238,40 @@ mod tests {
             Some("0-3,64".into())
         );
         assert!(parse_mask("zz").is_none());
+        // A bit past MAX_ID (issue 18.5): garbage, not a 512 MiB set.
+        let huge = format!("1{}", "0".repeat((MAX_ID / 4) as usize));
+        assert!(parse_mask(&huge).is_none());
+    }
+
+    #[test]
+    fn files_lose_trailing_nul_padding_and_huge_files_are_not_read() {
+        let t = tempfile::tempdir().expect("tmp");
+        let f = t.path().join("cpulist");
+        fs::write(&f, b"0-3\n\0\0\0\0").expect("write");
+        assert_eq!(read_str(&f).as_deref(), Some("0-3"));
+        assert_eq!(read_list(&f).map(|s| s.to_string()), Some("0-3".into()));
+        fs::write(&f, vec![b'1'; MAX_FILE as usize + 1]).expect("write");
+        assert_eq!(read_str(&f), None);
+    }
+
+    #[test]
+    fn numbered_entries_skip_ids_no_machine_has() {
+        let t = tempfile::tempdir().expect("tmp");
+        for d in [
+            "cpu0",
+            "cpu2",
+            "cpu4294967295",
+            "cpu1048576",
+            "cpu+1",
+            "cpufreq",
+        ] {
+            fs::create_dir(t.path().join(d)).expect("mkdir");
+        }
+        let ids: Vec<u32> = numbered_entries(t.path(), "cpu")
+            .expect("read")
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(ids, vec![0, 2]);
     }
 }

@@ -1,45 +1,111 @@
 //! NUMA nodes from `sys/devices/system/node`: CPUs, memory, huge pages, distances; memory-only
 //! nodes; one synthetic node 0 when the kernel exposes no nodes (non-NUMA builds, containers).
+//!
+//! What firmware and snapshots get wrong, and what is done about it (each with a warning):
+//! - a node whose CPUs overlap an earlier node's (buggy SRAT): each CPU stays on the first
+//!   node (in id order) that lists it, so every CPU has exactly one node; a node left with none
+//!   of its own (hwloc's `8em64t-2s2ca2c-buggynuma` tree, where all eight nodes claim CPUs
+//!   0-7) is ignored, as hwloc ignores it;
+//! - a node whose `cpulist` and `cpumap` are both unreadable: ignored, as hwloc ignores it;
+//! - online CPUs no node claims (hwloc's `offline-cpu0-node0` tree, node directories missing):
+//!   given the node of the other CPUs of their package, or the only node with CPUs; when
+//!   neither says where they are, the tree is refused ([`TopologyError::Inconsistent`]);
+//! - a distance row the kernel would never print (short, garbage, not 10 on the diagonal):
+//!   refused, see `distance.rs`;
+//! - a node with CPUs and no memory (memory-side initiators, CXL and HBM systems): kept, and
+//!   `Topology::memory_nodes_for` binds it to the nearest node with memory.
 
 use std::path::Path;
 
-use super::{numbered_entries, read_list_or_mask, read_str, read_u64, SysFs};
+use super::{distance, numbered_entries, parse_mask, read_list, read_str, read_u64, shown};
+use super::{SysFs, TopologyError, MAX_NODE_ID};
 use crate::topology::idset::CpuSet;
-use crate::topology::model::{Cpu, HugePages, NumaNode};
+use crate::topology::model::{Cpu, HugePages, NumaNode, Topology};
 
-pub(super) fn read_nodes(fs: &SysFs, online: &CpuSet) -> Vec<NumaNode> {
+pub(super) fn read_nodes(
+    fs: &SysFs,
+    online: &CpuSet,
+    cpu_list: &[Cpu],
+) -> Result<Vec<NumaNode>, TopologyError> {
     let dir = fs.sys("devices/system/node");
-    let entries = numbered_entries(&dir, "node").unwrap_or_default();
+    let mut entries = numbered_entries(&dir, "node").unwrap_or_default();
+    // The kernel has at most 1 << NODES_SHIFT (10) nodes: a larger id is not a node, and a
+    // matrix over it would be quadratic in garbage.
+    if let Some(pos) = entries.iter().position(|(id, _)| *id >= MAX_NODE_ID) {
+        let skipped: Vec<String> = entries[pos..]
+            .iter()
+            .map(|(id, _)| format!("node{id}"))
+            .take(4)
+            .collect();
+        fs.warn(format!(
+            "ignoring {} node director(ies) with ids at or above the kernel's limit {MAX_NODE_ID} ({}...)",
+            entries.len() - pos,
+            skipped.join(" ")
+        ));
+        entries.truncate(pos);
+    }
     if entries.is_empty() {
-        return vec![single_node(fs, online)];
+        return Ok(vec![single_node(fs, online)]);
     }
     // `distance` has one column per online node in id order, which is the order of `entries`.
     let ids: Vec<u32> = entries.iter().map(|(id, _)| *id).collect();
-    let mut nodes: Vec<NumaNode> = entries
-        .iter()
-        .map(|(id, path)| {
-            let cpus = read_list_or_mask(path, "cpulist", "cpumap")
-                .unwrap_or_default()
-                .intersection(online);
-            let memory_only = cpus.is_empty();
-            NumaNode {
-                id: *id,
-                cpus,
-                memory_bytes: node_memory(&path.join("meminfo")).unwrap_or(0),
-                hugepages: hugepages(&path.join("hugepages")),
-                distances: distance_row(&path.join("distance"), &ids, *id),
-                memory_kind: memory_only.then(|| "unknown".to_string()),
+    let paths: Vec<&Path> = entries.iter().map(|(_, p)| p.as_path()).collect();
+    let matrix = distance::read_matrix(fs, &ids, &paths)?;
+    // Which node holds each CPU so far, in id order: a later node claiming a CPU an earlier
+    // one holds is the firmware's mistake.
+    let mut claimed = CpuSet::new();
+    let mut keep = Vec::with_capacity(entries.len());
+    let mut nodes = Vec::with_capacity(entries.len());
+    for ((id, path), distances) in entries.iter().zip(matrix) {
+        let memory_bytes = node_memory(&path.join("meminfo")).unwrap_or(0);
+        let Some(cpus) = node_cpus(fs, *id, path) else {
+            keep.push(false);
+            continue;
+        };
+        let mut cpus = cpus.intersection(online);
+        let overlap = cpus.intersection(&claimed);
+        if !overlap.is_empty() {
+            let holders: Vec<String> = nodes
+                .iter()
+                .filter(|n: &&NumaNode| !n.cpus.is_disjoint(&overlap))
+                .map(|n| n.id.to_string())
+                .collect();
+            if overlap == cpus {
+                fs.warn(format!(
+                    "node{id} claims only CPUs {overlap}, which node {} already holds (a \
+                     firmware bug): ignoring node{id} as hwloc does",
+                    holders.join(",")
+                ));
+                keep.push(false);
+                continue;
             }
-        })
-        .collect();
-    // Nodes with neither CPUs nor memory (GH200 reserves several for MIG) are not places
-    // anything can go; drop them and their distance columns.
-    let keep: Vec<bool> = nodes
-        .iter()
-        .map(|n| !n.cpus.is_empty() || n.memory_bytes > 0)
-        .collect();
+            cpus = cpus.difference(&overlap);
+            fs.warn(format!(
+                "node{id} also claims CPUs {overlap}, which node {} already holds (a firmware \
+                 bug): they stay on the first node that lists them, node{id} keeps {cpus}",
+                holders.join(",")
+            ));
+        }
+        claimed.extend_from(&cpus);
+        // Nodes with neither CPUs nor memory (GH200 reserves several for MIG, generic
+        // initiators) are not places anything can go.
+        let placeable = !cpus.is_empty() || memory_bytes > 0;
+        keep.push(placeable);
+        if !placeable {
+            continue;
+        }
+        let memory_only = cpus.is_empty();
+        nodes.push(NumaNode {
+            id: *id,
+            cpus,
+            memory_bytes,
+            hugepages: hugepages(&path.join("hugepages")),
+            distances,
+            memory_kind: memory_only.then(|| "unknown".to_string()),
+        });
+    }
+    // Every distance row loses the columns of the nodes that were left out.
     if keep.iter().any(|k| !k) {
-        nodes.retain(|n| !n.cpus.is_empty() || n.memory_bytes > 0);
         for n in &mut nodes {
             n.distances = n
                 .distances
@@ -50,26 +116,193 @@ pub(super) fn read_nodes(fs: &SysFs, online: &CpuSet) -> Vec<NumaNode> {
                 .collect();
         }
     }
+    if nodes.is_empty() {
+        return Err(TopologyError::Inconsistent {
+            path: dir,
+            why: "no node directory has usable CPUs or memory".into(),
+        });
+    }
     // CXL memory onlined through dax/kmem: the dax device of a CXL region names its node.
     for node in cxl_nodes(fs) {
         if let Some(n) = nodes.iter_mut().find(|n| n.id == node && n.cpus.is_empty()) {
             n.memory_kind = Some("cxl".to_string());
         }
     }
-    // CPUs that no node claims (broken trees) go to the first CPU node so every CPU has one.
+    place_orphans(fs, &dir, online, cpu_list, &mut nodes)?;
+    Ok(nodes)
+}
+
+/// A node's CPUs from `cpulist`, else its `cpumap` twin; `None` (with a warning) when neither
+/// can be read, as hwloc ignores a node whose cpumap it cannot read.
+fn node_cpus(fs: &SysFs, id: u32, path: &Path) -> Option<CpuSet> {
+    if let Some(set) = read_list(&path.join("cpulist")) {
+        return Some(set);
+    }
+    let list = read_str(&path.join("cpulist"));
+    let map = read_str(&path.join("cpumap"));
+    if let Some(set) = map.as_deref().and_then(parse_mask) {
+        if let Some(text) = list {
+            fs.warn(format!(
+                "node{id}/cpulist {:?} is not a CPU list: using node{id}/cpumap",
+                shown(&text)
+            ));
+        }
+        return Some(set);
+    }
+    fs.warn(format!(
+        "node{id} has no readable cpulist ({}) or cpumap ({}): ignoring node{id} as hwloc does",
+        list.map_or("missing".to_string(), |t| format!("{:?}", shown(&t))),
+        map.map_or("missing".to_string(), |t| format!("{:?}", shown(&t))),
+    ));
+    None
+}
+
+/// Online CPUs that no node claims get the node of their package's other CPUs, else the only
+/// node with CPUs; anything else is refused, since a wrong guess would bind memory badly.
+fn place_orphans(
+    fs: &SysFs,
+    dir: &Path,
+    online: &CpuSet,
+    cpu_list: &[Cpu],
+    nodes: &mut [NumaNode],
+) -> Result<(), TopologyError> {
     let claimed = nodes
         .iter()
         .fold(CpuSet::new(), |acc, n| acc.union(&n.cpus));
     let orphans = online.difference(&claimed);
-    if !orphans.is_empty() {
-        if let Some(first) = nodes.iter_mut().find(|n| !n.cpus.is_empty()) {
-            first.cpus.extend_from(&orphans);
-        } else if let Some(first) = nodes.first_mut() {
-            first.cpus.extend_from(&orphans);
-            first.memory_kind = None;
+    if orphans.is_empty() {
+        return Ok(());
+    }
+    let package_of: std::collections::HashMap<u32, u32> =
+        cpu_list.iter().map(|c| (c.id, c.package)).collect();
+    let cpu_nodes: Vec<usize> = (0..nodes.len())
+        .filter(|i| !nodes[*i].cpus.is_empty())
+        .collect();
+    // The packages each CPU node's CPUs are in.
+    let node_packages: Vec<std::collections::HashSet<u32>> = cpu_nodes
+        .iter()
+        .map(|i| {
+            nodes[*i]
+                .cpus
+                .iter()
+                .filter_map(|c| package_of.get(&c).copied())
+                .collect()
+        })
+        .collect();
+    let mut placed: Vec<(u32, u32)> = Vec::new();
+    let mut lost = CpuSet::new();
+    for cpu in orphans.iter() {
+        let by_package: Vec<usize> = match package_of.get(&cpu) {
+            Some(pkg) => cpu_nodes
+                .iter()
+                .zip(&node_packages)
+                .filter(|(_, pkgs)| pkgs.contains(pkg))
+                .map(|(i, _)| *i)
+                .collect(),
+            None => Vec::new(),
+        };
+        let target = match (by_package.as_slice(), cpu_nodes.as_slice()) {
+            ([only], _) => Some(*only),
+            ([], [only]) => Some(*only),
+            // No node has CPUs at all: the first node is all there is to run on.
+            ([], []) if nodes.len() == 1 => Some(0),
+            _ => None,
+        };
+        match target {
+            Some(i) => placed.push((cpu, nodes[i].id)),
+            None => {
+                lost.insert(cpu);
+            }
         }
     }
-    nodes
+    if !lost.is_empty() {
+        return Err(TopologyError::Inconsistent {
+            path: dir.to_path_buf(),
+            why: format!(
+                "online CPUs {lost} belong to no NUMA node and neither their package nor a \
+                single CPU node says which they are on; fix the firmware's NUMA tables, or \
+                describe the host with --host FILE"
+            ),
+        });
+    }
+    for (cpu, node) in &placed {
+        if let Some(n) = nodes.iter_mut().find(|n| n.id == *node) {
+            n.cpus.insert(*cpu);
+            n.memory_kind = None;
+        }
+    }
+    let mut by_node: Vec<(u32, CpuSet)> = Vec::new();
+    for (cpu, node) in placed {
+        match by_node.iter_mut().find(|(n, _)| *n == node) {
+            Some((_, set)) => {
+                set.insert(cpu);
+            }
+            None => by_node.push((node, [cpu].into_iter().collect())),
+        }
+    }
+    for (node, cpus) in by_node {
+        fs.warn(format!(
+            "online CPUs {cpus} belong to no NUMA node (a node directory is missing): counted \
+                on node {node}, the node of their package or the only one with CPUs (hwloc leaves \
+                them outside any node; nri-align needs one)"
+        ));
+    }
+    Ok(())
+}
+
+/// Every CPU on exactly the node that lists it: `numa_nodes[].cpus` and `cpus[].numa_node`
+/// must agree, or placement would bind a container's memory to one node and its CPUs to
+/// another.
+pub(super) fn cross_check(
+    fs: &SysFs,
+    cpus: &[Cpu],
+    nodes: &[NumaNode],
+) -> Result<(), TopologyError> {
+    for cpu in cpus {
+        let holders: Vec<u32> = nodes
+            .iter()
+            .filter(|n| n.cpus.contains(cpu.id))
+            .map(|n| n.id)
+            .collect();
+        if holders != [cpu.numa_node] {
+            return Err(TopologyError::Inconsistent {
+                path: fs.sys("devices/system/node"),
+                why: format!(
+                    "CPU {} is on node {} but listed by node(s) {holders:?}",
+                    cpu.id, cpu.numa_node
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Warns about nodes with CPUs and no memory, naming the node their containers' memory will
+/// come from (`Topology::memory_nodes_for`).
+pub(super) fn warn_memoryless(fs: &SysFs, topo: &Topology) {
+    if topo.numa_nodes.iter().all(|n| n.memory_bytes == 0) {
+        if topo.numa_nodes.len() > 1 {
+            fs.warn(
+                "no NUMA node reports its memory (node meminfo missing): memory nodes are \
+                     taken as the CPU nodes"
+                    .into(),
+            );
+        }
+        return;
+    }
+    for n in topo
+        .numa_nodes
+        .iter()
+        .filter(|n| !n.cpus.is_empty() && n.memory_bytes == 0)
+    {
+        let one = [n.id].into_iter().collect();
+        let to = topo.memory_nodes_for(&one);
+        fs.warn(format!(
+            "node{} has CPUs {} but no memory (a memory-side initiator, CXL or HBM system): \
+             containers placed on it get cpuset.mems {to}, the nearest node with memory",
+            n.id, n.cpus
+        ));
+    }
 }
 
 /// Nodes backed by CXL memory: `bus/dax/devices/daxX.Y` links into a CXL region
@@ -185,21 +418,4 @@ fn hugepages(dir: &Path) -> Vec<HugePages> {
         .collect();
     out.sort_by_key(|h| h.size_kb);
     out
-}
-
-/// One row of the distance matrix; a missing or short row falls back to 10 local / 20 remote.
-fn distance_row(path: &Path, ids: &[u32], me: u32) -> Vec<u32> {
-    let parsed: Vec<u32> = read_str(path)
-        .map(|s| {
-            s.split_whitespace()
-                .filter_map(|d| d.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    if parsed.len() == ids.len() {
-        return parsed;
-    }
-    ids.iter()
-        .map(|&other| if other == me { 10 } else { 20 })
-        .collect()
 }

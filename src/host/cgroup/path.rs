@@ -1,0 +1,341 @@
+//! A container's cgroup as the runtime names it (OCI `linux.cgroupsPath`), turned into a path
+//! below a cgroup hierarchy's root that cannot leave it. Two forms exist:
+//!
+//! - cgroupfs driver: a path, `/k8s.io/ID` (containerd), `/kubepods/burstable/podUID/ID`,
+//!   `PARENT/crio-ID` (CRI-O);
+//! - systemd driver: `slice:prefix:name`, which runc turns into the scope `prefix-name.scope`
+//!   inside the nested slices of `slice` (`kubepods-burstable-podUID.slice:cri-containerd:ID`
+//!   -> `kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podUID.slice/
+//!   cri-containerd-ID.scope`; CRI-O: `crio-ID.scope`, its conmon in `crio-conmon-ID.scope`).
+//!
+//! cgroups-rs has no notion of either form (it takes a path below its hierarchy and would
+//! follow an absolute one or `..` anywhere: its controllers `PathBuf::push` what they are
+//! given), so the mapping lives here, written from runc's `ExpandSlice` and `getUnitName`
+//! (libcontainer/cgroups/systemd/common.go). Runtime input is never trusted: `..`, NUL bytes,
+//! slashes inside a systemd unit name, malformed slices and over-long paths are errors, so no
+//! later join can leave the hierarchy.
+
+use std::path::PathBuf;
+
+/// Longest `cgroupsPath` accepted (PATH_MAX).
+pub const MAX_CGROUPS_PATH: usize = 4096;
+
+/// Which cgroup driver named the container's cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupDriver {
+    /// A plain path (`SystemdCgroup = false`, `cgroup_manager = "cgroupfs"`).
+    Cgroupfs,
+    /// `slice:prefix:name` (runc's systemd driver).
+    Systemd,
+}
+
+/// Why a runtime's cgroups path was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CgroupPathError {
+    /// Nothing given.
+    #[error("empty cgroups path")]
+    Empty,
+    /// Longer than any real path.
+    #[error("cgroups path of {len} bytes is longer than {MAX_CGROUPS_PATH}")]
+    TooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// A `..` component: it would leave the cgroup root.
+    #[error("cgroups path {path:?} has a `..` component (it would leave the cgroup root)")]
+    Escapes {
+        /// The path (shortened).
+        path: String,
+    },
+    /// A NUL byte (no real path has one).
+    #[error("cgroups path {path:?} has a NUL byte")]
+    Nul {
+        /// The path (shortened).
+        path: String,
+    },
+    /// A malformed systemd form.
+    #[error("systemd cgroups path {path:?}: {why}")]
+    Systemd {
+        /// The path (shortened).
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+/// A container's cgroup, relative to a hierarchy root: every component a single name, none
+/// of them `.` or `..`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerCgroup {
+    driver: CgroupDriver,
+    components: Vec<String>,
+}
+
+/// Runtime input in error messages: at most 160 characters of it.
+pub(crate) fn shown(s: &str) -> String {
+    match s.char_indices().nth(160) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+impl ContainerCgroup {
+    /// Parses `linux.cgroupsPath` as the runtime gave it.
+    pub fn parse(cgroups_path: &str) -> Result<Self, CgroupPathError> {
+        if cgroups_path.len() > MAX_CGROUPS_PATH {
+            return Err(CgroupPathError::TooLong {
+                len: cgroups_path.len(),
+            });
+        }
+        if cgroups_path.contains('\0') {
+            return Err(CgroupPathError::Nul {
+                path: shown(cgroups_path),
+            });
+        }
+        if cgroups_path.trim().is_empty() {
+            return Err(CgroupPathError::Empty);
+        }
+        if cgroups_path.contains(':') {
+            return Self::parse_systemd(cgroups_path);
+        }
+        let mut components = Vec::new();
+        for c in cgroups_path.split('/') {
+            match c {
+                "" | "." => {}
+                ".." => {
+                    return Err(CgroupPathError::Escapes {
+                        path: shown(cgroups_path),
+                    })
+                }
+                c => components.push(c.to_string()),
+            }
+        }
+        // `/` alone is the root cgroup: no container lives there.
+        if components.is_empty() {
+            return Err(CgroupPathError::Empty);
+        }
+        Ok(Self {
+            driver: CgroupDriver::Cgroupfs,
+            components,
+        })
+    }
+
+    /// `slice:prefix:name`, as runc's systemd driver reads it: an empty slice is
+    /// `system.slice`, the unit is `prefix-name.scope` unless `name` is itself a slice.
+    fn parse_systemd(path: &str) -> Result<Self, CgroupPathError> {
+        let bad = |why: &str| CgroupPathError::Systemd {
+            path: shown(path),
+            why: why.to_string(),
+        };
+        let parts: Vec<&str> = path.split(':').collect();
+        let [slice, prefix, name] = parts.as_slice() else {
+            return Err(bad("expected slice:prefix:name"));
+        };
+        let slice = if slice.is_empty() {
+            "system.slice"
+        } else {
+            slice
+        };
+        let mut components = expand_slice(slice).map_err(|why| bad(&why))?;
+        for (what, part) in [("prefix", prefix), ("name", name)] {
+            if part.contains('/') || *part == "." || *part == ".." {
+                return Err(bad(&format!("{what} {:?} is not a unit name", shown(part))));
+            }
+        }
+        if name.is_empty() {
+            return Err(bad("empty container name"));
+        }
+        components.push(if name.ends_with(".slice") {
+            name.to_string()
+        } else {
+            format!("{prefix}-{name}.scope")
+        });
+        Ok(Self {
+            driver: CgroupDriver::Systemd,
+            components,
+        })
+    }
+
+    /// The driver that named it.
+    pub fn driver(&self) -> CgroupDriver {
+        self.driver
+    }
+
+    /// The path below the hierarchy root (no leading `/`).
+    pub fn relative(&self) -> PathBuf {
+        self.components.iter().collect()
+    }
+
+    /// The path as `/proc/PID/cgroup` lists it (`/a/b`).
+    pub fn proc_path(&self) -> String {
+        format!("/{}", self.components.join("/"))
+    }
+
+    /// The components below the hierarchy root.
+    pub fn components(&self) -> &[String] {
+        &self.components
+    }
+
+    /// Whether a process whose cgroup is `proc_path` (as `/proc/PID/cgroup` lists it) runs in
+    /// this cgroup or below it: whole components compare, so `/k8s.io/a` does not hold
+    /// `/k8s.io/ab`, and `crio-ID.scope` does not hold `crio-conmon-ID.scope`.
+    pub fn holds(&self, proc_path: &str) -> bool {
+        let mut theirs = proc_path.split('/').filter(|c| !c.is_empty());
+        self.components
+            .iter()
+            .all(|mine| theirs.next() == Some(mine.as_str()))
+    }
+}
+
+/// The nested slices systemd makes of a slice name (`a-b.slice` -> `a.slice`, `a-b.slice`),
+/// with runc's `ExpandSlice` checks: it must end in `.slice`, hold no `/`, and have no empty
+/// dash-separated part (`a--b.slice`, `-a.slice`); `-.slice` is the root.
+pub fn expand_slice(slice: &str) -> Result<Vec<String>, String> {
+    let Some(stem) = slice.strip_suffix(".slice") else {
+        return Err(format!("slice {:?} does not end in .slice", shown(slice)));
+    };
+    if slice.contains('/') {
+        return Err(format!("slice {:?} has a /", shown(slice)));
+    }
+    if stem == "-" {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    let mut prefix = String::new();
+    for part in stem.split('-') {
+        if part.is_empty() {
+            return Err(format!(
+                "slice {:?} has an empty dash-separated part",
+                shown(slice)
+            ));
+        }
+        prefix.push_str(part);
+        out.push(format!("{prefix}.slice"));
+        prefix.push('-');
+    }
+    Ok(out)
+}
+
+/// Runtime prefixes of container scopes (`cri-containerd-ID.scope`, `crio-ID.scope`, ...).
+const SCOPE_PREFIXES: [&str; 4] = ["cri-containerd", "crio", "docker", "libpod"];
+
+/// Whether one cgroup path component is container `id`'s own cgroup, for records without a
+/// cgroups path: `ID` (containerd's cgroupfs form), `crio-ID` (CRI-O's), or a runtime's scope
+/// `PREFIX-ID.scope`. Never a monitor's (`crio-conmon-ID`), never a substring.
+pub fn names_container(component: &str, id: &str) -> bool {
+    if id.is_empty() || id.contains('/') {
+        return false;
+    }
+    if component == id || component.strip_prefix("crio-") == Some(id) {
+        return true;
+    }
+    let Some(unit) = component.strip_suffix(".scope") else {
+        return false;
+    };
+    SCOPE_PREFIXES.iter().any(|p| {
+        unit.strip_prefix(p)
+            .and_then(|rest| rest.strip_prefix('-'))
+            .is_some_and(|rest| rest == id)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rel(p: &str) -> String {
+        ContainerCgroup::parse(p)
+            .map(|c| c.relative().display().to_string())
+            .unwrap_or_else(|e| format!("error: {e}"))
+    }
+
+    #[test]
+    fn systemd_paths_map_to_the_scope_in_nested_slices() {
+        assert_eq!(
+            rel("kubepods-burstable-pod12_34.slice:cri-containerd:abc"),
+            "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice/\
+             cri-containerd-abc.scope"
+        );
+        assert_eq!(
+            rel("kubepods-pod12.slice:crio:abc"),
+            "kubepods.slice/kubepods-pod12.slice/crio-abc.scope"
+        );
+        // runc's defaults: an empty slice is system.slice; a name ending in .slice is the unit.
+        assert_eq!(
+            rel(":cri-containerd:abc"),
+            "system.slice/cri-containerd-abc.scope"
+        );
+        assert_eq!(rel("-.slice:p:abc"), "p-abc.scope");
+        assert_eq!(rel("a.slice:p:x.slice"), "a.slice/x.slice");
+        let c = ContainerCgroup::parse("a-b.slice:crio:1").expect("parse");
+        assert_eq!(c.driver(), CgroupDriver::Systemd);
+        assert_eq!(c.proc_path(), "/a.slice/a-b.slice/crio-1.scope");
+    }
+
+    #[test]
+    fn cgroupfs_paths_are_normalised_below_the_root() {
+        assert_eq!(rel("/k8s.io/abc"), "k8s.io/abc");
+        assert_eq!(rel("k8s.io//./abc/"), "k8s.io/abc");
+        let c = ContainerCgroup::parse("/k8s.io/abc").expect("parse");
+        assert_eq!(c.driver(), CgroupDriver::Cgroupfs);
+    }
+
+    #[test]
+    fn paths_that_would_leave_the_root_or_are_malformed_are_refused() {
+        for bad in [
+            "/../../../../tmp/x",
+            "/k8s.io/../../etc",
+            "..",
+            "",
+            "/",
+            "  ",
+            "/a\0b",
+            "kubepods-x.slice:cri-containerd:../../../tmp/x",
+            "kubepods-x.slice:../..:id",
+            "kubepods-x.slice:p:..",
+            "kubepods-x.slice:p:",
+            "../x.slice:p:id",
+            "kubepods--x.slice:p:id",
+            "-kubepods.slice:p:id",
+            "notaslice:p:id",
+            "a:b",
+            "a.slice:b:c:d",
+        ] {
+            assert!(ContainerCgroup::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        let long = format!("/{}", "a/".repeat(3000));
+        assert_eq!(
+            ContainerCgroup::parse(&long),
+            Err(CgroupPathError::TooLong { len: long.len() })
+        );
+        let e = ContainerCgroup::parse("/../../../../tmp/x").expect_err("refused");
+        assert!(e.to_string().contains("`..`"), "{e}");
+    }
+
+    #[test]
+    fn holds_compares_whole_components() {
+        let c = ContainerCgroup::parse("/k8s.io/a").expect("parse");
+        assert!(c.holds("/k8s.io/a"));
+        assert!(c.holds("/k8s.io/a/sub"));
+        assert!(!c.holds("/k8s.io/ab"));
+        assert!(!c.holds("/k8s.io"));
+        assert!(!c.holds("/other/k8s.io/a"));
+        let s = ContainerCgroup::parse("k-p.slice:crio:a").expect("parse");
+        assert!(s.holds("/k.slice/k-p.slice/crio-a.scope"));
+        assert!(!s.holds("/k.slice/k-p.slice/crio-conmon-a.scope"));
+    }
+
+    #[test]
+    fn container_ids_match_whole_names_and_never_a_monitor() {
+        assert!(names_container("abc", "abc"));
+        assert!(names_container("crio-abc", "abc"));
+        assert!(names_container("cri-containerd-abc.scope", "abc"));
+        assert!(names_container("crio-abc.scope", "abc"));
+        assert!(!names_container("crio-conmon-abc.scope", "abc"));
+        assert!(!names_container("crio-conmon-abc", "abc"));
+        assert!(!names_container("abcd", "abc"));
+        assert!(!names_container("xabc", "abc"));
+        assert!(!names_container("kubepods.slice", "a"));
+        assert!(!names_container("a", ""));
+    }
+}

@@ -1,0 +1,131 @@
+//! The NUMA distance matrix from `nodeN/distance`: one row per node, one column per node in id
+//! order (what the kernel prints for its online nodes, from the firmware's SLIT).
+//!
+//! A row that is short, long, has a token that is not a number, or contradicts the kernel's own
+//! rules (10 on the diagonal, more than 10 off it: `slit_valid()` in arch/x86/mm/numa.c
+//! rejects anything else) is not something the kernel prints: the tree is damaged or forged,
+//! and no distance in it can be trusted to rank nodes, so reading it fails
+//! ([`TopologyError::Inconsistent`]) naming the file and what is wrong with it. Only a missing
+//! `distance` file (trees gathered without it) falls back, with a warning, to what the kernel
+//! itself uses without a SLIT: 10 from a node to itself, 20 to the others.
+
+use std::path::Path;
+
+use super::{read_str, shown, SysFs, TopologyError};
+
+/// The kernel's local and default remote distances (LOCAL_DISTANCE, REMOTE_DISTANCE).
+const LOCAL: u32 = 10;
+const REMOTE: u32 = 20;
+
+/// Rows of the matrix for the nodes `ids` (directories `paths`), in id order.
+pub(super) fn read_matrix(
+    fs: &SysFs,
+    ids: &[u32],
+    paths: &[&Path],
+) -> Result<Vec<Vec<u32>>, TopologyError> {
+    let n = ids.len();
+    let fallback = || -> Vec<Vec<u32>> {
+        (0..n)
+            .map(|i| {
+                (0..n)
+                    .map(|j| if i == j { LOCAL } else { REMOTE })
+                    .collect()
+            })
+            .collect()
+    };
+    let mut rows = Vec::with_capacity(n);
+    for (i, (id, path)) in ids.iter().zip(paths).enumerate() {
+        let file = path.join("distance");
+        let Some(text) = read_str(&file) else {
+            // One node alone has nothing to be far from: its row carries no information.
+            if n > 1 {
+                fs.warn(format!(
+                    "node{id}/distance is missing or unreadable: nodes count as {LOCAL} from \
+                     themselves and {REMOTE} from each other (the kernel's default without a SLIT)"
+                ));
+            }
+            return Ok(fallback());
+        };
+        match check_row(&text, i, n) {
+            Ok(row) => rows.push(row),
+            Err(why) => {
+                return Err(TopologyError::Inconsistent {
+                    path: file,
+                    why: format!(
+                        "{why}; the kernel prints one distance per online node ({n} here), \
+                         {LOCAL} to the node itself and more to the others: this tree is \
+                         damaged, gather it again or describe the host with --host FILE"
+                    ),
+                })
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// Row `i` of an `n`-node matrix, or why it cannot be used.
+fn check_row(text: &str, i: usize, n: usize) -> Result<Vec<u32>, String> {
+    let mut row = Vec::with_capacity(n);
+    for tok in text.split_whitespace() {
+        if row.len() > n {
+            break;
+        }
+        match tok.parse::<u32>() {
+            Ok(d) => row.push(d),
+            Err(_) => {
+                return Err(format!(
+                    "{:?} has {:?}, not a number",
+                    shown(text),
+                    shown(tok)
+                ))
+            }
+        }
+    }
+    if row.len() != n {
+        return Err(format!(
+            "{:?} has {} value(s) for {n} node(s)",
+            shown(text),
+            if row.len() > n {
+                format!("more than {n}")
+            } else {
+                row.len().to_string()
+            }
+        ));
+    }
+    if row[i] != LOCAL {
+        return Err(format!(
+            "{:?} gives the node a distance of {} to itself, not {LOCAL}",
+            shown(text),
+            row[i]
+        ));
+    }
+    if let Some((j, d)) = row.iter().enumerate().find(|(j, d)| *j != i && **d < LOCAL) {
+        return Err(format!(
+            "{:?} has {d} (column {j}), below the local distance {LOCAL}",
+            shown(text)
+        ));
+    }
+    Ok(row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_checked_against_the_kernels_rules() {
+        assert_eq!(check_row("10 21", 0, 2), Ok(vec![10, 21]));
+        assert_eq!(check_row("21 10", 1, 2), Ok(vec![21, 10]));
+        for (text, i, n) in [
+            ("10", 0, 2),
+            ("10 21 31", 0, 2),
+            ("10 x", 0, 2),
+            ("10 -1", 0, 2),
+            ("21 10", 0, 2),
+            ("10 5", 0, 2),
+            ("", 0, 2),
+        ] {
+            assert!(check_row(text, i, n).is_err(), "{text:?} accepted");
+        }
+    }
+}
