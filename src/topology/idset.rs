@@ -43,9 +43,13 @@ pub type NodeSet = IdSet;
 
 /// Why a list string could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid id list {input:?}: {reason}")]
+#[error(
+    "invalid id list {}: {}",
+    crate::limits::quoted(.input),
+    crate::limits::message(.reason)
+)]
 pub struct ParseIdSetError {
-    /// The text that was given.
+    /// The text that was given (errors repeat only its start: it may come from outside).
     pub input: String,
     /// What is wrong with it.
     pub reason: String,
@@ -340,6 +344,11 @@ mod tests {
         for s in ["a", "3-1", "1-", ",", "99999999"] {
             assert!(IdSet::parse_list(s).is_err(), "{s} should fail");
         }
+        // Issue 18.5: a megabyte list (a config value, a sysfs file) is not echoed whole.
+        let huge = format!("0,{}x", "1,".repeat(500_000));
+        let msg = IdSet::parse_list(&huge).expect_err("bad").to_string();
+        assert!(msg.len() < 1200, "{} bytes", msg.len());
+        assert!(msg.contains("(1000003 bytes)"), "{msg}");
     }
 
     #[test]
