@@ -18,8 +18,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{
-    format_list, log_events, metric, scan_cgroup, scrape, skip_unless_ready, AlignRun,
-    ContainerSpec, EmulatedHost, Instance, PodSpec, Runtime, Seen, UpOptions,
+    format_list, log_events, metric, recorded_ids, scan_cgroup, scrape, skip_unless_ready,
+    AlignRun, ContainerSpec, EmulatedHost, Instance, PodSpec, Runtime, Seen, UpOptions,
 };
 use nix::sys::signal::Signal;
 use serde_json::Value;
@@ -65,16 +65,6 @@ fn records(run: &AlignRun) -> Records {
         .into_iter()
         .map(|(id, r)| {
             let a = &r["assignment"];
-            let ints = |v: &Value| -> Vec<u32> {
-                v.as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|x| x.as_u64())
-                            .map(|x| x as u32)
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            };
             let strs = |v: &Value| -> Vec<String> {
                 v.as_array()
                     .map(|a| {
@@ -89,7 +79,7 @@ fn records(run: &AlignRun) -> Records {
                 id,
                 (
                     a["exclusive"].as_bool().unwrap_or(false),
-                    ints(&a["cpus"]),
+                    recorded_ids(&a["cpus"]),
                     strs(&a["gpus"]),
                 ),
             )
@@ -187,15 +177,7 @@ fn check_consistent(
             .get(id)
             .unwrap_or_else(|| panic!("{id} admitted but not recorded"));
         let live = ctrd.live(id).expect("inspect").expect("running");
-        let applied: Vec<u32> = rec["applied_cpus"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_u64())
-                    .map(|x| x as u32)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let applied = recorded_ids(&rec["applied_cpus"]);
         assert_eq!(live.cpus, applied, "{id}: live vs recorded CPUs");
         let decision = live
             .env

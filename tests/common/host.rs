@@ -45,6 +45,20 @@ pub fn parse_list(text: &str) -> Vec<u32> {
     out
 }
 
+/// The ids of a CPU or node set as nri-align records it: the state log writes Linux list
+/// strings ("0-3,8"), the 0.1.0 state document wrote arrays of numbers.
+pub fn recorded_ids(v: &serde_json::Value) -> Vec<u32> {
+    match v {
+        serde_json::Value::String(s) => parse_list(s),
+        serde_json::Value::Array(a) => a
+            .iter()
+            .filter_map(|x| x.as_u64())
+            .filter_map(|x| u32::try_from(x).ok())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Formats CPUs as a Linux list ("0-3,8").
 pub fn format_list(ids: &[u32]) -> String {
     let mut v = ids.to_vec();

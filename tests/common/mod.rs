@@ -33,7 +33,7 @@ pub use align::{
     scrape, wait_probe, write_private, AlignRun, Live, Seen,
 };
 pub use cri::{Cri, ExecResult, Pod};
-pub use host::{format_list, parse_list, EmulatedHost, FakeGpu, RealMachine};
+pub use host::{format_list, parse_list, recorded_ids, EmulatedHost, FakeGpu, RealMachine};
 pub use plugin::PluginProcess;
 pub use runtime::{skip_unless_ready, Runtime};
 pub use spec::{ContainerSpec, PodSpec};
