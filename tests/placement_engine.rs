@@ -347,10 +347,16 @@ fn keep_mode_keeps_the_allocated_gpus_and_follows_them() {
     assert_eq!(x.gpus, vec![topo.gpus[6].pci_bus_id.clone()]);
     assert_eq!(x.numa_nodes.iter().collect::<Vec<_>>(), vec![1]);
     assert_eq!(node_of(&topo, &x.cpus), vec![1]);
-    let err = a
+    // The kubelet hands a device id to one container at a time: a kept GPU given again was
+    // advertised twice by its device plugin (time-slicing or MPS replicas), so the second
+    // container is aligned to it too and neither holds it alone any more (issue 13).
+    let y = a
         .place(&with_gpus(req("b", "p", 0, 0, &[]), &topo, &[6]))
-        .expect_err("held");
-    assert!(matches!(err, PlacementError::Conflict { .. }), "{err}");
+        .expect("shared");
+    let bus = topo.gpus[6].pci_bus_id.clone();
+    assert!(y.gpus.is_empty(), "{y:?}");
+    assert_eq!(y.shared_gpus, vec![bus]);
+    assert_eq!(y.numa_nodes.iter().collect::<Vec<_>>(), vec![1]);
 }
 
 #[test]

@@ -247,8 +247,14 @@ impl<P: Placer> Engine<P> {
         if let Some(m) = &self.metrics {
             m.admitted(&a.policy.to_string(), a.aligned, took);
         }
-        if a.exclusive || !updates.is_empty() {
-            // A shared container changes no node's free CPUs or devices.
+        let takes_something = a.exclusive
+            || !a.gpus.is_empty()
+            || !a.shared_gpus.is_empty()
+            || !a.nics.is_empty()
+            || a.memory_bytes > 0;
+        if takes_something || !updates.is_empty() {
+            // Only a shared container without devices or memory changes no node's free
+            // resources (its CPUs are the pool's): the gauges and the NRT stay as they are.
             self.refresh_free();
         }
         let timing = Timing {
