@@ -133,15 +133,12 @@ impl<P: Placer> Engine<P> {
         })
     }
 
-    /// Where exempt containers run: the reserved CPUs when set (the kubelet's system-reserved
-    /// cores), else the shared pool.
+    /// Where exempt containers run now ([`exempt_target`]).
     pub(super) fn exempt_cpus(&self) -> CpuSet {
-        let reserved = &self.config.placement.reserved_cpus;
-        if reserved.is_empty() {
-            self.placer.shared_pool()
-        } else {
-            reserved.clone()
-        }
+        exempt_target(
+            &self.config.placement.reserved_cpus,
+            &self.placer.shared_pool(),
+        )
     }
 
     /// The record of the container this one restarts: same pod UID and container name, another
@@ -260,5 +257,15 @@ impl<P: Placer> Engine<P> {
             tracing::info!(container = %id, for_container = %c.name, "finished container's decision released for its pod");
             self.drop_record(&id);
         }
+    }
+}
+
+/// Where exempt containers run: the reserved CPUs when set (the kubelet's system-reserved
+/// cores), else the shared pool `pool`.
+pub(super) fn exempt_target(reserved: &CpuSet, pool: &CpuSet) -> CpuSet {
+    if reserved.is_empty() {
+        pool.clone()
+    } else {
+        reserved.clone()
     }
 }

@@ -12,6 +12,7 @@ use crate::metrics::Metrics;
 use crate::placement::cpus::shared_on;
 use crate::placement::{Assignment, GpuMode, PodTotals};
 use crate::topology::CpuSet;
+use lifecycle::exempt_target;
 
 use crate::enforce::adjust::{
     build_adjustment, pool_updates, AdjustError, Adjustment, CpusetUpdate,
@@ -536,29 +537,30 @@ impl<P: Placer> Engine<P> {
             return Vec::new();
         }
         let topo = self.placer.topology();
+        // Every shared group follows the pool on its nodes; the exempt containers (key `None`)
+        // follow the reserved CPUs, or the pool when none are reserved.
+        let exempt_target = exempt_target(&self.config.placement.reserved_cpus, &pool);
+        let groups = self
+            .doc
+            .containers
+            .shared_groups()
+            .map(|(nodes, group)| (Some(nodes), group, shared_on(topo, &pool, nodes)))
+            .chain(std::iter::once((
+                None,
+                self.doc.containers.exempt_group(),
+                exempt_target,
+            )));
         let mut updates = Vec::new();
-        let mut aligned: Vec<(crate::topology::NodeSet, crate::topology::CpuSet)> = Vec::new();
-        for (nodes, group) in self.doc.containers.shared_groups() {
-            let target = shared_on(topo, &pool, nodes);
+        let mut aligned = Vec::new();
+        for (nodes, group, target) in groups {
             if group.aligned_to() == Some(&target) {
                 continue;
             }
             let (moved, all) = self.group_updates(group, &target, except);
             updates.extend(moved);
             if all {
-                aligned.push((nodes.clone(), target));
+                aligned.push((nodes.cloned(), target));
             }
-        }
-        // Exempt containers follow the reserved CPUs (or the pool) as a group of their own.
-        let exempt_target = self.exempt_cpus();
-        let exempt_group = self.doc.containers.exempt_group();
-        let exempt_aligned = exempt_group.aligned_to() == Some(&exempt_target)
-            || exempt_group.members().next().is_none();
-        let mut exempt_all = exempt_aligned;
-        if !exempt_aligned {
-            let (moved, all) = self.group_updates(exempt_group, &exempt_target, except);
-            updates.extend(moved);
-            exempt_all = all;
         }
         for u in &updates {
             if let Some(mut r) = self.doc.containers.get_mut(&u.container_id) {
@@ -566,10 +568,10 @@ impl<P: Placer> Engine<P> {
             }
         }
         for (nodes, target) in aligned {
-            self.doc.containers.mark_aligned(&nodes, target);
-        }
-        if exempt_all {
-            self.doc.containers.mark_exempt_aligned(exempt_target);
+            match nodes {
+                Some(nodes) => self.doc.containers.mark_aligned(&nodes, target),
+                None => self.doc.containers.mark_exempt_aligned(target),
+            }
         }
         // Runtimes apply updates in the order given; a stable order keeps logs comparable.
         updates.sort_by(|a, b| a.container_id.cmp(&b.container_id));
