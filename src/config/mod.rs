@@ -251,9 +251,10 @@ impl Config {
                 message: limits::message(&e.to_string()),
             })?
         };
+        // Every check below names the value it refuses; a backstop keeps any of them bounded.
         let invalid = |message: String| ConfigError::Invalid {
             origin: origin.to_string(),
-            message,
+            message: limits::message(&message),
         };
         let defaults = PlacementConfig::default();
         let podresources = podresources_config(&raw).map_err(&invalid)?;
@@ -292,7 +293,8 @@ impl Config {
             .find(|n| n.trim().is_empty())
         {
             return Err(invalid(format!(
-                "exclusive_annotation_namespaces has an empty entry {ns:?}"
+                "exclusive_annotation_namespaces has an empty entry {}",
+                limits::quoted(ns)
             )));
         }
         let nrt = raw.nrt.unwrap_or_default().resolve().map_err(invalid)?;
@@ -419,7 +421,10 @@ fn podresources_config(raw: &RawConfig) -> Result<Option<PodResourcesConfig>, St
         .iter()
         .find(|r| r.trim().is_empty() || r.len() > 253)
     {
-        return Err(format!("podresources_resources has a bad entry {r:?}"));
+        return Err(format!(
+            "podresources_resources has a bad entry {}",
+            limits::quoted(r)
+        ));
     }
     let ms = raw
         .podresources_timeout_ms

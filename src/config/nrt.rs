@@ -87,8 +87,9 @@ impl RawNrt {
             Some(n) if n.is_empty() => None,
             Some(n) if !is_dns_subdomain(&n) => {
                 return Err(format!(
-                    "nrt.node_name {n:?} is not a Kubernetes node name (lowercase letters, \
-                     digits, '-' and '.', at most 253 characters)"
+                    "nrt.node_name {} is not a Kubernetes node name (lowercase letters, \
+                     digits, '-' and '.', at most 253 characters)",
+                    crate::limits::quoted(&n)
                 ))
             }
             other => other,
@@ -101,9 +102,10 @@ impl RawNrt {
                     Ok(Some(name.trim().to_string()))
                 }
                 Some(Some(name)) => Err(format!(
-                    "nrt.{key} {name:?} is not an extended resource name: give it as the device \
+                    "nrt.{key} {} is not an extended resource name: give it as the device \
                      plugin registers it, DOMAIN/NAME (e.g. nvidia.com/gpu), or null to leave \
-                     the devices out"
+                     the devices out",
+                    crate::limits::quoted(&name)
                 )),
             };
         let resources = ResourceNames {
