@@ -178,6 +178,11 @@ pub struct UpOptions {
     /// Resolve CDI devices from the instance's `cdi/` dir (containerd's `enable_cdi`; CRI-O
     /// always does).
     pub cdi: bool,
+    /// NRI's default validator with these required plugins (CRI-O 1.34+, containerd 2.2+;
+    /// `Some(vec![])` turns it on with only the pods' own `required-plugins` annotations).
+    pub required_plugins: Option<Vec<String>>,
+    /// The annotation that lets a pod start without the required plugins.
+    pub tolerate_missing_annotation: Option<String>,
 }
 
 /// The name [`Instance`] had while containerd was the only runtime; code written before
@@ -260,6 +265,12 @@ impl Instance {
         }
         if let Some(l) = &self.options.log_level {
             cmd.env("CONTAINERD_LOG_LEVEL", l).env("CRIO_LOG_LEVEL", l);
+        }
+        if let Some(names) = &self.options.required_plugins {
+            cmd.env("NRI_REQUIRED_PLUGINS", names.join(","));
+        }
+        if let Some(key) = &self.options.tolerate_missing_annotation {
+            cmd.env("NRI_TOLERATE_MISSING_ANNOTATION", key);
         }
         if self.options.cdi {
             cmd.env("CONTAINERD_ENABLE_CDI", "true");
