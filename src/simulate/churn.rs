@@ -43,7 +43,8 @@ pub struct ChurnRow {
     pub containers: usize,
     /// Decisions of 2 GPUs or more.
     pub gpu_decisions: usize,
-    /// Sum over those decisions of score / best score among the GPUs free then.
+    /// Sum over those decisions of score / best score among the GPUs free then (on one NUMA
+    /// node, as single-numa-node asks, when one node had enough).
     pub link_ratio_sum: f64,
     /// Those decisions whose score was the best possible.
     pub link_best: usize,
@@ -83,7 +84,9 @@ pub fn workload(topo: &Topology, seed: u64, pods: usize) -> Workload {
     let units = if gpus > 0 { gpus } else { threads / 4 };
     let cpu_per_unit = ((threads * 6) / (units.max(1) * 10)).max(1);
     let gib_per_unit = (memory / (1 << 30) / units.max(1) as u64 / 2).max(1);
-    let nics = topo.nics.len();
+    // NICs as an RDMA device plugin hands them out; a host without RDMA NICs (the EPYC one:
+    // one Ethernet port) gets CPU and memory pods only.
+    let nics = topo.nics.iter().filter(|n| n.rdma_device.is_some()).count();
     let mut wl = Workload {
         pods: Vec::new(),
         events: Vec::new(),
@@ -217,18 +220,25 @@ fn tally(row: &mut ChurnRow, report: &Report, topo: &Topology, links: &LinkTable
     }
 }
 
-/// The best link score of any `k` of `free` (exact: at most C(16,8) sets on shipped hosts).
+/// The best link score of any `k` of `free` that single-numa-node admits (every GPU on one
+/// NUMA node), or of any `k` when no node has `k` free (exact: at most C(16,8) sets on
+/// shipped hosts).
 fn best_score(links: &LinkTable, free: &[usize], k: usize) -> u32 {
     if k > free.len() || k == 0 {
         return 0;
     }
     let mut pick: Vec<usize> = (0..k).collect();
-    let mut best = 0;
+    let (mut one_node, mut any) = (None::<u32>, 0);
     loop {
         let set: Vec<usize> = pick.iter().map(|i| free[*i]).collect();
-        best = best.max(links.set_score(&set));
+        let score = links.set_score(&set);
+        any = any.max(score);
+        let node = links.numa_of(set[0]);
+        if node.is_some() && set.iter().all(|g| links.numa_of(*g) == node) {
+            one_node = Some(one_node.unwrap_or(0).max(score));
+        }
         if !super::device_plugin::next_combination(&mut pick, free.len()) {
-            return best;
+            return one_node.unwrap_or(any);
         }
     }
 }
