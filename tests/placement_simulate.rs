@@ -5,7 +5,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use nri_align::placement::PlacementConfig;
-use nri_align::simulate::{replay, Strategy, Workload};
+use nri_align::simulate::{replay, replay_with, GpuChoice, Strategy, Workload};
 use nri_align::topology::testing;
 
 const DGX1: &str = r#"
@@ -22,7 +22,7 @@ pods:
 "#;
 
 #[test]
-fn nri_align_keeps_a_quad_whole_and_the_kubelet_is_blind_to_links() {
+fn nri_align_keeps_a_quad_whole_and_a_kubelet_without_preferred_allocation_is_blind_to_links() {
     let wl = Workload::parse(DGX1).expect("workload");
     let topo = Arc::new(testing::shipped("dgx1-v100"));
     let ours = replay(
@@ -47,7 +47,28 @@ fn nri_align_keeps_a_quad_whole_and_the_kubelet_is_blind_to_links() {
         assert_eq!(pair.gpu_link_score, 230, "{pair:?}");
         assert_eq!(pair.mems, "0", "{pair:?}");
     }
-    let theirs = replay(topo, PlacementConfig::default(), &wl, Strategy::Kubelet).expect("replay");
+    // The NVIDIA device plugin's preferred allocation (the default) picks a best-linked pair
+    // within the hint, as nri-align does for the first pod.
+    let preferred = replay(
+        Arc::clone(&topo),
+        PlacementConfig::default(),
+        &wl,
+        Strategy::Kubelet,
+    )
+    .expect("replay");
+    assert!(
+        preferred.decisions[0].gpu_link_score > 150,
+        "{:?}",
+        preferred.decisions[0]
+    );
+    let theirs = replay_with(
+        topo,
+        PlacementConfig::default(),
+        &wl,
+        Strategy::Kubelet,
+        GpuChoice::Lowest,
+    )
+    .expect("replay");
     assert_eq!(
         theirs.decisions[0].gpus,
         vec![
@@ -219,6 +240,44 @@ fn command_line_json_has_the_contract_fields() {
         .expect("run");
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("expected one of: nri-align kubelet"));
+    let bad = Command::new(env!("CARGO_BIN_EXE_nri-align"))
+        .args([
+            "simulate",
+            "--host",
+            "dgx1-v100",
+            "--kubelet-gpu-choice",
+            "best",
+            "--workload",
+        ])
+        .arg(&wl)
+        .output()
+        .expect("run");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected one of: preferred lowest"));
+}
+
+#[test]
+fn churn_prints_one_row_per_strategy() {
+    let out = Command::new(env!("CARGO_BIN_EXE_nri-align"))
+        .args([
+            "simulate", "--churn", "--host", "dgx-h100", "--seeds", "1", "--pods", "20",
+        ])
+        .output()
+        .expect("run");
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for label in [
+        "| nri-align |",
+        "| kubelet + NVIDIA plugin |",
+        "| kubelet, lowest-index GPUs |",
+    ] {
+        assert!(s.contains(label), "{s}");
+    }
+    assert!(s.contains("/ 20 |"), "{s}");
 }
 
 #[test]

@@ -10,7 +10,8 @@ use anyhow::{bail, Context};
 use super::topology::{nrt_object, nrt_text};
 use crate::config::Config;
 use crate::nrt::NodeResourceTopology;
-use crate::simulate::{self, Report, Strategy, Workload};
+use crate::simulate::churn::ChurnSpec;
+use crate::simulate::{self, GpuChoice, Report, Strategy, Workload};
 use crate::topology::load::{load, Source};
 use crate::topology::Topology;
 
@@ -29,12 +30,29 @@ pub struct SimulateArgs {
     /// NVML library (with --host-root).
     #[arg(long)]
     pub nvml_lib: Option<PathBuf>,
-    /// Workload file (YAML or JSON).
-    #[arg(long)]
-    pub workload: PathBuf,
+    /// Workload file (YAML or JSON); not with --churn.
+    #[arg(long, required_unless_present = "churn", conflicts_with = "churn")]
+    pub workload: Option<PathBuf>,
     /// Decision strategy: nri-align's own, or the kubelet Topology Manager's.
     #[arg(long, default_value = "nri-align")]
     pub strategy: String,
+    /// How the kubelet strategy's device plugin picks GPUs: `preferred` (the NVIDIA device
+    /// plugin's GetPreferredAllocation: the best-linked set within the Topology Manager's hint)
+    /// or `lowest` (a plugin without it: lowest index first).
+    #[arg(long, default_value = "preferred")]
+    pub kubelet_gpu_choice: String,
+    /// Instead of a workload file: seeded streams of GPU pods (1, 2, 4, 8 GPUs with CPUs and
+    /// NICs) arriving and leaving under single-numa-node, through nri-align and the kubelet
+    /// (both GPU choices), on --host or else the shipped dgx1-v100, dgx-h100 and epyc-nps4;
+    /// prints one Markdown table.
+    #[arg(long)]
+    pub churn: bool,
+    /// Seeds of --churn (1..=N).
+    #[arg(long, default_value_t = 5, requires = "churn")]
+    pub seeds: u64,
+    /// Pods offered per seed with --churn.
+    #[arg(long, default_value_t = 60, requires = "churn")]
+    pub pods: usize,
     /// Node configuration file, as `nri-align run --config` reads it (policy, scope, reserved
     /// CPUs, `nrt:` resource names...).
     #[arg(long)]
@@ -50,6 +68,15 @@ pub struct SimulateArgs {
 
 /// Replays the workload.
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    let choice = GpuChoice::parse(&args.kubelet_gpu_choice).with_context(|| {
+        format!(
+            "unknown --kubelet-gpu-choice {}; expected one of: preferred lowest",
+            crate::limits::quoted(&args.kubelet_gpu_choice)
+        )
+    })?;
+    if args.churn {
+        return churn(&args);
+    }
     let topo = Arc::new(load_topology(&args)?);
     let strategy = match args.strategy.as_str() {
         "nri-align" => Strategy::NriAlign,
@@ -60,10 +87,19 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         Some(p) => load_config(p)?,
         None => Config::default(),
     };
-    let text = crate::limits::read_to_string(&args.workload, crate::limits::MAX_DOCUMENT_BYTES)
-        .with_context(|| format!("reading workload {}", args.workload.display()))?;
-    let wl = Workload::parse(&text).with_context(|| format!("in {}", args.workload.display()))?;
-    let report = simulate::replay(Arc::clone(&topo), config.placement.clone(), &wl, strategy)?;
+    let Some(workload) = &args.workload else {
+        bail!("give the workload: --workload FILE (or --churn)")
+    };
+    let text = crate::limits::read_to_string(workload, crate::limits::MAX_DOCUMENT_BYTES)
+        .with_context(|| format!("reading workload {}", workload.display()))?;
+    let wl = Workload::parse(&text).with_context(|| format!("in {}", workload.display()))?;
+    let report = simulate::replay_with(
+        Arc::clone(&topo),
+        config.placement.clone(),
+        &wl,
+        strategy,
+        choice,
+    )?;
     let nrt = match &args.nrt {
         Some(node) => report
             .steps
@@ -85,6 +121,49 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `--churn`: the comparison table on the given host or the three shipped ones.
+fn churn(args: &SimulateArgs) -> anyhow::Result<()> {
+    let spec = ChurnSpec {
+        pods: args.pods.min(MAX_CHURN_PODS),
+        seeds: args.seeds.min(MAX_CHURN_SEEDS),
+    };
+    let hosts: Vec<(String, Topology)> =
+        if args.host.is_some() || args.hwloc_xml.is_some() || args.host_root.is_some() {
+            let topo = load_topology(args)?;
+            vec![(topo.source.clone(), topo)]
+        } else {
+            CHURN_HOSTS
+                .iter()
+                .map(|h| {
+                    Ok((
+                        h.to_string(),
+                        load(&Source::Description(h.to_string()), None)?,
+                    ))
+                })
+                .collect::<anyhow::Result<_>>()?
+        };
+    let mut rows = Vec::new();
+    for (name, topo) in hosts {
+        rows.extend(simulate::churn::rows(&name, Arc::new(topo), spec)?);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!(
+            "churn under single-numa-node: {} pods per seed, seeds 1..={}",
+            spec.pods, spec.seeds
+        );
+        print!("{}", simulate::churn::table(&rows));
+    }
+    Ok(())
+}
+
+/// The shipped hosts `--churn` compares on by default.
+const CHURN_HOSTS: [&str; 3] = ["dgx1-v100", "dgx-h100", "epyc-nps4"];
+/// Bounds on `--pods` and `--seeds`: every replay keeps its report in memory.
+const MAX_CHURN_PODS: usize = 10_000;
+const MAX_CHURN_SEEDS: u64 = 100;
 
 /// Reads a configuration file in `nri-align run --config` format (a file with only the
 /// placement keys, the format this command read before, is one).

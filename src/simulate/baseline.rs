@@ -1,12 +1,16 @@
 //! The kubelet-like baseline of `simulate --strategy kubelet` (Topology Manager as it decides): NUMA-affinity
 //! hints per resource, the cross-product merge with "preferred" flags, the narrowest then
-//! lowest-index mask, GPUs and NICs by lowest index (blind to links), CPUs by lowest id.
+//! lowest-index mask, GPUs as the device manager and the NVIDIA device plugin pick them
+//! ([`super::device_plugin`]: link-aware within the hint, or lowest index), NICs by lowest
+//! index, CPUs by lowest id.
 //! It shares the ledger with the allocator so free capacity is accounted the same way.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::device_plugin::{kubelet_gpus, GpuChoice};
 use crate::placement::error::{fmt_bytes, PlacementError};
+use crate::placement::gpus::LinkTable;
 use crate::placement::ledger::{Ledger, NodeFree};
 use crate::placement::nics;
 use crate::placement::numa::{self, Need};
@@ -42,6 +46,8 @@ pub struct KubeletBaseline {
     nodes: Vec<usize>,
     pod_masks: HashMap<String, u32>,
     pod_totals: HashMap<String, PodTotals>,
+    links: LinkTable,
+    gpu_choice: GpuChoice,
 }
 
 impl KubeletBaseline {
@@ -54,12 +60,20 @@ impl KubeletBaseline {
             return Err(TooManyNodes { nodes: nodes.len() });
         }
         Ok(Self {
+            links: LinkTable::new(&topology),
+            gpu_choice: GpuChoice::default(),
             ledger: Ledger::new(topology, config.reserved_cpus.clone()),
             config,
             nodes,
             pod_masks: HashMap::new(),
             pod_totals: HashMap::new(),
         })
+    }
+
+    /// The same baseline with its device plugin picking GPUs by `choice`.
+    pub fn with_gpu_choice(mut self, choice: GpuChoice) -> Self {
+        self.gpu_choice = choice;
+        self
     }
 
     /// Live assignments.
@@ -316,19 +330,13 @@ impl KubeletBaseline {
             a.mems = topo.cpu_nodes();
         }
         let free = self.ledger.free_gpus();
-        let mut g: Vec<usize> = free
-            .iter()
-            .copied()
-            .filter(|x| on_mask(self.ledger.gpu_node(*x)))
-            .take(r.gpu_count)
-            .collect();
-        let extra: Vec<usize> = free
-            .iter()
-            .copied()
-            .filter(|x| !g.contains(x))
-            .take(r.gpu_count - g.len())
-            .collect();
-        g.extend(extra);
+        let g = kubelet_gpus(
+            &self.links,
+            &free,
+            |x| self.ledger.gpu_node(x).map(|n| in_mask.contains(&n)),
+            r.gpu_count,
+            self.gpu_choice,
+        );
         if g.len() < r.gpu_count {
             return Err(PlacementError::Insufficient {
                 container: r.who.clone(),

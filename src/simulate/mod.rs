@@ -3,6 +3,8 @@
 //! step.
 
 pub mod baseline;
+pub mod churn;
+pub mod device_plugin;
 pub mod workload;
 
 use workload::{bytes, cpu_milli};
@@ -21,6 +23,7 @@ use crate::placement::request::{Assignment, PodInfo, Request};
 use crate::placement::{Allocator, PodTotals};
 use crate::topology::Topology;
 use baseline::KubeletBaseline;
+pub use device_plugin::GpuChoice;
 
 /// Why a replay stopped.
 #[derive(Debug, thiserror::Error)]
@@ -139,10 +142,23 @@ impl Contender {
         topo: Arc<Topology>,
         config: PlacementConfig,
     ) -> Result<Contender, ReplayError> {
+        Self::with_gpu_choice(strategy, topo, config, GpuChoice::default())
+    }
+
+    /// As [`Contender::new`], the kubelet's device plugin picking GPUs by `choice` (nri-align
+    /// ignores it).
+    pub fn with_gpu_choice(
+        strategy: Strategy,
+        topo: Arc<Topology>,
+        config: PlacementConfig,
+        choice: GpuChoice,
+    ) -> Result<Contender, ReplayError> {
         Ok(match strategy {
             Strategy::NriAlign => Contender::NriAlign(Box::new(Allocator::new(topo, config))),
             Strategy::Kubelet => Contender::Kubelet(Box::new(
-                KubeletBaseline::new(topo, config).map_err(ReplayError::Kubelet)?,
+                KubeletBaseline::new(topo, config)
+                    .map_err(ReplayError::Kubelet)?
+                    .with_gpu_choice(choice),
             )),
         })
     }
@@ -281,15 +297,27 @@ fn requests(
     Ok(out)
 }
 
-/// Replays `workload` on `topo` with `config` through `strategy`.
+/// Replays `workload` on `topo` with `config` through `strategy` (the kubelet with the NVIDIA
+/// device plugin's preferred GPUs).
 pub fn replay(
     topo: Arc<Topology>,
     config: PlacementConfig,
     workload: &Workload,
     strategy: Strategy,
 ) -> Result<Report, ReplayError> {
+    replay_with(topo, config, workload, strategy, GpuChoice::default())
+}
+
+/// As [`replay`], the kubelet's device plugin picking GPUs by `choice`.
+pub fn replay_with(
+    topo: Arc<Topology>,
+    config: PlacementConfig,
+    workload: &Workload,
+    strategy: Strategy,
+    choice: GpuChoice,
+) -> Result<Report, ReplayError> {
     let links = LinkTable::new(&topo);
-    let mut d = Contender::new(strategy, Arc::clone(&topo), config)?;
+    let mut d = Contender::with_gpu_choice(strategy, Arc::clone(&topo), config, choice)?;
     let events: Vec<Event> = if workload.events.is_empty() {
         workload.pods.iter().map(|p| Event::add(&p.name)).collect()
     } else {
