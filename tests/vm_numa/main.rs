@@ -121,7 +121,10 @@ fn t0_the_systemd_unit_runs_nri_align_and_survives_a_bad_reload() {
         unit::journal().contains("configuration not reloaded")
     });
     let journal = unit::journal();
-    assert!(rejected, "no rejection in the journal after the reload:\n{journal}");
+    assert!(
+        rejected,
+        "no rejection in the journal after the reload:\n{journal}"
+    );
     let line = journal
         .lines()
         .find(|l| l.contains("configuration not reloaded"))
@@ -131,15 +134,26 @@ fn t0_the_systemd_unit_runs_nri_align_and_survives_a_bad_reload() {
         line.contains("no-such-policy"),
         "the journal's reason does not name the bad value: {line}"
     );
-    assert_eq!(unit::is_active(), "active", "after a bad reload: {}", unit::show());
-    assert_eq!(unit::main_pid(), pid, "the daemon was restarted: {}", unit::show());
+    assert_eq!(
+        unit::is_active(),
+        "active",
+        "after a bad reload: {}",
+        unit::show()
+    );
+    assert_eq!(
+        unit::main_pid(),
+        pid,
+        "the daemon was restarted: {}",
+        unit::show()
+    );
     eprintln!("bad reload, journal: {line}");
 
     unit::write_config(guest::PLUGIN_CONFIG).expect("write the config back");
     unit::reload().expect("systemctl reload");
     assert!(
-        Guest::wait(60, || unit::journal()
-            .contains("configuration file is back to the configuration in force")),
+        Guest::wait(60, || unit::journal().contains(
+            "configuration file is back to the configuration in force"
+        )),
         "the good config was not taken back:\n{}",
         unit::journal()
     );

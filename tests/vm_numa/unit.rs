@@ -107,7 +107,12 @@ pub fn nri_socket_of(runtime: Runtime, name: &str) -> Result<PathBuf, String> {
 /// Installs the unit for a runtime whose NRI socket is `socket`, with `config` as the config
 /// file and `env` (KEY=VALUE lines: the fake NVML library and fixture) in its environment file.
 /// A unit left by an earlier pass (another runtime) is stopped and its state removed first.
-pub fn install(socket: &Path, config: &str, extra_args: &[&str], env: &[String]) -> Result<(), String> {
+pub fn install(
+    socket: &Path,
+    config: &str,
+    extra_args: &[&str],
+    env: &[String],
+) -> Result<(), String> {
     let _ = run("systemctl", &["stop", UNIT]);
     let _ = run("systemctl", &["reset-failed", UNIT]);
     let _ = std::fs::remove_dir_all(STATE_DIR);
@@ -153,9 +158,7 @@ pub fn write_config(text: &str) -> Result<(), String> {
 /// what systemd showed, for the test's notes.
 pub fn start_before_runtime() -> Result<String, String> {
     systemctl(&["start", "--no-block", UNIT])?;
-    let running = wait_until(Duration::from_secs(120), || {
-        waiting_for_ready(&show())
-    });
+    let running = wait_until(Duration::from_secs(120), || waiting_for_ready(&show()));
     if !running {
         return Err(format!(
             "the unit's daemon did not start: {}\n{}",
