@@ -13,11 +13,11 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::common::{
-    nri_align_bin, parse_env_file, status_field, wait_until, ContainerSpec, Flavor, Instance,
-    PluginProcess, Pod, PodSpec, Runtime,
+    nri_align_bin, parse_env_file, status_field, wait_until, ContainerSpec, Flavor, Instance, Pod,
+    PodSpec, Runtime,
 };
 use crate::kubepods::{container_cgroup, pod_cgroup_parent, pod_uid, Qos};
-use crate::unit;
+use crate::unit::{self, Daemon};
 
 /// Set (to 1) by hack/vm/guest-run: the tests only run inside the QEMU guest.
 pub const GUEST_ENV: &str = "NRI_ALIGN_VM_GUEST";
@@ -26,29 +26,6 @@ pub const GUEST_ENV: &str = "NRI_ALIGN_VM_GUEST";
 /// the ones the "device plugin" (the test) allocated: nri-align keeps GPUs that arrive as device
 /// nodes, since runtimes drop the removal of a spec's device (containerd/nri#216).
 pub const PLUGIN_CONFIG: &str = "allow_device_annotations: true\n";
-
-/// How nri-align runs in the guest.
-pub enum Daemon {
-    /// A process the harness started (`nri-align run --socket ...`), its output in a file.
-    Process(PluginProcess),
-    /// The systemd unit, its output in the journal; what systemd showed while it started.
-    Unit {
-        /// `systemctl show` before the runtime was up and once it was active.
-        before: String,
-        /// Same, once registered.
-        after: String,
-    },
-}
-
-impl Daemon {
-    /// Everything nri-align has logged.
-    pub fn output(&self) -> String {
-        match self {
-            Daemon::Process(p) => p.output(),
-            Daemon::Unit { .. } => unit::journal(),
-        }
-    }
-}
 
 /// A set of CPU or node ids.
 pub type Ids = BTreeSet<u32>;

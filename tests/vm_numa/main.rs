@@ -109,7 +109,7 @@ fn only_gpu(what: &str, s: &Seen, facts: &Facts) -> (u32, u32) {
 #[test]
 fn t0_the_systemd_unit_runs_nri_align_and_survives_a_bad_reload() {
     let Some(g) = guest("t0") else { return };
-    let guest::Daemon::Unit { before, after } = &g.plugin else {
+    let unit::Daemon::Unit { before, after } = &g.plugin else {
         eprintln!("SKIP t0: nri-align runs as the systemd unit in the systemd guest only");
         return;
     };

@@ -10,7 +10,30 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{nri_align_bin, repo_root, wait_until, Runtime};
+use crate::common::{nri_align_bin, repo_root, wait_until, PluginProcess, Runtime};
+
+/// How nri-align runs in the guest.
+pub enum Daemon {
+    /// A process the harness started (`nri-align run --socket ...`), its output in a file.
+    Process(PluginProcess),
+    /// The systemd unit, its output in the journal; what systemd showed while it started.
+    Unit {
+        /// `systemctl show` before the runtime was up.
+        before: String,
+        /// Same, once registered.
+        after: String,
+    },
+}
+
+impl Daemon {
+    /// Everything nri-align has logged.
+    pub fn output(&self) -> String {
+        match self {
+            Daemon::Process(p) => p.output(),
+            Daemon::Unit { .. } => journal(),
+        }
+    }
+}
 
 /// The unit's name.
 pub const UNIT: &str = "nri-align.service";
