@@ -31,6 +31,8 @@ VM_MODULES=(virtio_pci 9pnet_virtio 9p overlay e1000e)
 VM_QEMU_EXTRA=()
 VM_APPEND_EXTRA=""
 VM_JOB_ENV=()
+# More TAG:PATH:ro|rw shares, each at its host path (hack/vm-e2e --crio: the CRI-O build).
+VM_SHARES_EXTRA=()
 # Appended to the run directory's name (_output/vm/JOB-SUFFIX), so variants keep their own logs.
 VM_RUN_SUFFIX=""
 
@@ -330,7 +332,7 @@ vm_run() {
     if [[ "$crictl_dir/" != "$ROOT_DIR/"* ]] && [[ "$crictl_dir/" != "$target/"* ]]; then
         shares+=("crictl:$crictl_dir:ro")
     fi
-    shares+=("cache:$CACHE_DIR:ro" "run:$run:rw")
+    shares+=("${VM_SHARES_EXTRA[@]}" "cache:$CACHE_DIR:ro" "run:$run:rw")
 
     local -a env=(VM_RUN="$run" NRI_ALIGN_BIN="$NRI_ALIGN_BIN" CRICTL="$CRICTL_BIN"
         NRI_ALIGN_FAKE_NVML="$FAKE_NVML_LIB" HOST_CACHE="$CACHE_DIR"

@@ -88,7 +88,7 @@ vm_sd_image() {
 
 # vm_sd_setup: prepares a systemd guest for vm_run: the image, the extra modules, the disk, the
 # kernel command line (systemd on the unified hierarchy, the job target) and the job's
-# environment (containerd with the systemd cgroup driver).
+# environment (containerd with the systemd cgroup driver, nri-align as the systemd unit).
 # shellcheck disable=SC2034 # read by vm-lib.sh's vm_boot and vm_run
 vm_sd_setup() {
     vm_sd_image
@@ -100,6 +100,33 @@ vm_sd_setup() {
     # Pods start 2-3 times slower here than in the busybox guest (runc asks systemd for each
     # scope over D-Bus): a longer guard against a hung guest, unless one was asked for.
     [[ -n "${NRI_ALIGN_VM_TIMEOUT:-}" ]] || VM_TIMEOUT=1800
-    VM_JOB_ENV=(NRI_ALIGN_VM_CGROUP_DRIVER=systemd)
+    # nri-align runs as the shipped systemd unit (packaging/systemd/nri-align.service), started
+    # by the suite before the runtime is up (tests/vm_numa/unit.rs).
+    VM_JOB_ENV=(NRI_ALIGN_VM_CGROUP_DRIVER=systemd NRI_ALIGN_VM_PLUGIN=unit)
     VM_RUN_SUFFIX=-systemd
+}
+
+# vm_sd_crio_setup: adds CRI-O with cgroup_manager = "systemd" to the systemd guest's job: the
+# CRI-O build hack/crio-up finds on the host ($CRIO or shared/crio), shared read-only at its host
+# path, and conmon, the CNI plugins and crio's libraries in the cache (linked by guest-run). The
+# suite then runs once per runtime in NRI_ALIGN_VM_RUNTIMES ("containerd crio" unless set; "crio"
+# for CRI-O alone) in the same boot. Returns 3 (hack/crio-up's) when no CRI-O build is found.
+# shellcheck disable=SC2034 # read by vm-lib.sh's vm_run
+vm_sd_crio_setup() {
+    local bin dir
+    bin="$("$HACK_DIR/crio-up" --locate)" || return 3
+    dir="$(dirname "$bin")"
+    mkdir -p "$CACHE_DIR"
+    exec 8>"$CACHE_DIR/.lock"
+    flock 8
+    fetch_deb bookworm conmon "$CACHE_DIR/conmon-bookworm"
+    fetch_deb bookworm containernetworking-plugins "$CACHE_DIR/cni-bookworm"
+    fetch_deb bookworm libseccomp2 "$CACHE_DIR/libseccomp2-bookworm"
+    fetch_deb bookworm libsqlite3-0 "$CACHE_DIR/libsqlite3-bookworm"
+    fetch_deb bookworm libglib2.0-0 "$CACHE_DIR/libglib2-bookworm"
+    flock -u 8
+    exec 8>&-
+    VM_SHARES_EXTRA+=("crio:$dir:ro")
+    VM_JOB_ENV+=(CRIO="$dir" NRI_ALIGN_VM_RUNTIMES="${NRI_ALIGN_VM_RUNTIMES:-containerd crio}")
+    VM_RUN_SUFFIX=-systemd-crio
 }

@@ -1,8 +1,10 @@
-//! The guest side of the multi-NUMA suite: one containerd with nri-align for the whole test
-//! binary, the guest's topology read straight from its sysfs (never from nri-align), and what a
+//! The guest side of the multi-NUMA suite: one runtime (containerd, or CRI-O with
+//! `NRI_ALIGN_VM_RUNTIME=crio`) with nri-align for the whole test binary, the guest's topology read straight from its sysfs (never from nri-align), and what a
 //! container shows of itself (`/proc/self/status`, `env`, `ls /dev`) and of its cgroup. Pods
 //! sit where the kubelet puts them, for whichever cgroup driver the guest's containerd uses
-//! (the systemd guest: runc's systemd driver, pods in `kubepods-*.slice`).
+//! (the systemd guest: runc's systemd driver, pods in `kubepods-*.slice`). In the systemd guest
+//! (`NRI_ALIGN_VM_PLUGIN=unit`) nri-align is the shipped systemd unit, started before the
+//! runtime (crate::unit); elsewhere a process the harness starts.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -11,10 +13,11 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::common::{
-    nri_align_bin, parse_env_file, status_field, wait_until, ContainerSpec, Flavor, Instance,
-    PluginProcess, Pod, PodSpec,
+    nri_align_bin, parse_env_file, status_field, wait_until, ContainerSpec, Flavor, Instance, Pod,
+    PodSpec, Runtime,
 };
 use crate::kubepods::{container_cgroup, pod_cgroup_parent, pod_uid, Qos};
+use crate::unit::{self, Daemon};
 
 /// Set (to 1) by hack/vm/guest-run: the tests only run inside the QEMU guest.
 pub const GUEST_ENV: &str = "NRI_ALIGN_VM_GUEST";
@@ -22,7 +25,7 @@ pub const GUEST_ENV: &str = "NRI_ALIGN_VM_GUEST";
 /// Node configuration of nri-align in the guest: NIC counts come from pod annotations. GPUs stay
 /// the ones the "device plugin" (the test) allocated: nri-align keeps GPUs that arrive as device
 /// nodes, since runtimes drop the removal of a spec's device (containerd/nri#216).
-const PLUGIN_CONFIG: &str = "allow_device_annotations: true\n";
+pub const PLUGIN_CONFIG: &str = "allow_device_annotations: true\n";
 
 /// A set of CPU or node ids.
 pub type Ids = BTreeSet<u32>;
@@ -167,12 +170,12 @@ impl Facts {
     }
 }
 
-/// containerd + nri-align in the guest, shared by every test of the binary.
+/// The runtime + nri-align in the guest, shared by every test of the binary.
 pub struct Guest {
-    /// The instance.
+    /// The runtime instance (containerd or CRI-O).
     pub ctrd: Instance,
     /// nri-align, dialled into the instance's NRI socket.
-    pub plugin: PluginProcess,
+    pub plugin: Daemon,
     /// The guest's topology.
     pub facts: Facts,
     /// runc uses the systemd cgroup driver (the systemd guest).
@@ -204,8 +207,16 @@ fn start() -> Result<Guest, String> {
         Ok("trixie") => Flavor::Trixie,
         _ => Flavor::Sid,
     };
+    let runtime = match std::env::var("NRI_ALIGN_VM_RUNTIME").as_deref() {
+        Ok("crio") => Runtime::Crio,
+        _ => Runtime::Containerd(flavor),
+    };
+    eprintln!("runtime: {}", runtime.name());
     let facts = Facts::read(Path::new(&fixture));
-    let ctrd = Instance::fresh(flavor, "vm").map_err(|e| e.to_string())?;
+    if std::env::var("NRI_ALIGN_VM_PLUGIN").as_deref() == Ok("unit") {
+        return start_unit(runtime, facts, &fixture, &lib);
+    }
+    let ctrd = Instance::fresh(runtime, "vm").map_err(|e| e.to_string())?;
     let state_dir = ctrd.dir().join("nri-align-state");
     let config = ctrd.dir().join("nri-align.yaml");
     std::fs::write(&config, PLUGIN_CONFIG).map_err(|e| format!("write config: {e}"))?;
@@ -228,10 +239,37 @@ fn start() -> Result<Guest, String> {
     let systemd = ctrd.cgroup_driver() == "systemd";
     Ok(Guest {
         ctrd,
-        plugin,
+        plugin: Daemon::Process(plugin),
         facts,
         systemd,
         state_dir,
+    })
+}
+
+/// nri-align as the systemd unit: installed and started before the runtime exists (systemd
+/// must say `activating`), then the runtime, then `active` once the daemon registered.
+fn start_unit(runtime: Runtime, facts: Facts, fixture: &str, lib: &str) -> Result<Guest, String> {
+    let socket = unit::nri_socket_of(runtime, "vm")?;
+    unit::install(
+        &socket,
+        PLUGIN_CONFIG,
+        &["--nvml-lib", lib],
+        &[format!("FAKE_NVML_FIXTURE={fixture}")],
+    )?;
+    let before = unit::start_before_runtime()?;
+    eprintln!("unit started, no runtime yet: {before}");
+    let ctrd = Instance::fresh(runtime, "vm").map_err(|e| e.to_string())?;
+    // TimeoutStartSec=120s: a runtime slower than that to come up (TCG) costs the unit one
+    // restart, after which it registers; the note says how many.
+    let after = unit::wait_active(300)?;
+    eprintln!("runtime up, unit: {after}");
+    let systemd = ctrd.cgroup_driver() == "systemd";
+    Ok(Guest {
+        ctrd,
+        plugin: Daemon::Unit { before, after },
+        facts,
+        systemd,
+        state_dir: PathBuf::from(unit::STATE_DIR),
     })
 }
 

@@ -16,6 +16,7 @@ mod common;
 mod devices;
 mod guest;
 mod kubepods;
+mod unit;
 
 use common::ContainerSpec;
 use guest::{guest, list, Facts, Guest, Ids, Seen};
@@ -98,6 +99,100 @@ fn only_gpu(what: &str, s: &Seen, facts: &Facts) -> (u32, u32) {
         "{what}: CUDA_VISIBLE_DEVICES\n  seen: {s}"
     );
     (minor, facts.gpu_node[&minor])
+}
+
+/// The systemd guest runs nri-align as the shipped unit (tests/vm_numa/unit.rs): started with
+/// `--no-block` before the runtime it stayed `activating`, and became `active` once registered
+/// (checked when the guest started; the notes show what systemd said). Here: `systemctl
+/// reload` with a bad config keeps the same daemon active and the journal says why, a good
+/// config is taken back, and a container created through CRI is placed by that daemon.
+#[test]
+fn t0_the_systemd_unit_runs_nri_align_and_survives_a_bad_reload() {
+    let Some(g) = guest("t0") else { return };
+    let unit::Daemon::Unit { before, after } = &g.plugin else {
+        eprintln!("SKIP t0: nri-align runs as the systemd unit in the systemd guest only");
+        return;
+    };
+    eprintln!("unit before the runtime: {before}\nunit once registered: {after}");
+    let pid = unit::main_pid();
+    unit::write_config("policy: no-such-policy\n").expect("write the bad config");
+    unit::reload().expect("systemctl reload");
+    let rejected = Guest::wait(60, || {
+        unit::journal().contains("configuration not reloaded")
+    });
+    let journal = unit::journal();
+    assert!(
+        rejected,
+        "no rejection in the journal after the reload:\n{journal}"
+    );
+    let line = journal
+        .lines()
+        .find(|l| l.contains("configuration not reloaded"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        line.contains("no-such-policy"),
+        "the journal's reason does not name the bad value: {line}"
+    );
+    assert_eq!(
+        unit::is_active(),
+        "active",
+        "after a bad reload: {}",
+        unit::show()
+    );
+    assert_eq!(
+        unit::main_pid(),
+        pid,
+        "the daemon was restarted: {}",
+        unit::show()
+    );
+    eprintln!("bad reload, journal: {line}");
+
+    unit::write_config(guest::PLUGIN_CONFIG).expect("write the config back");
+    unit::reload().expect("systemctl reload");
+    assert!(
+        Guest::wait(60, || unit::journal().contains(
+            "configuration file is back to the configuration in force"
+        )),
+        "the good config was not taken back:\n{}",
+        unit::journal()
+    );
+
+    let pod = g.pod("unit-placed", Qos::Guaranteed, &[]);
+    let id = g.run(
+        &pod,
+        &ContainerSpec::new("app")
+            .cpu_millis(1000, Some(1000))
+            .memory(32 << 20),
+    );
+    let s = g.seen(&id);
+    let cpus = s.decision.get("cpus").map(|c| guest::ids(c));
+    assert_eq!(
+        cpus.as_ref(),
+        Some(&s.cpus),
+        "the container's CPUs are not the unit's decision\n  seen: {s}"
+    );
+    assert_eq!(s.cpus.len(), 1, "one exclusive CPU\n  seen: {s}");
+    let node = *node_holding(&g.facts, &s.cpus);
+    assert_on_node("unit-placed", &s, node, &g.facts);
+    assert!(
+        unit::journal().contains("unit-placed"),
+        "the unit's journal does not show the decision:\n{}",
+        unit::journal()
+    );
+    eprintln!("placed by the unit's daemon (pid {pid}): {s}");
+}
+
+/// The node whose CPUs hold `cpus` (they must be on one).
+fn node_holding<'a>(facts: &'a Facts, cpus: &Ids) -> &'a u32 {
+    let nodes: Vec<&u32> = facts
+        .node_cpus
+        .iter()
+        .filter(|(_, c)| cpus.is_subset(c))
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(nodes.len(), 1, "CPUs {} are not on one node", list(cpus));
+    nodes[0]
 }
 
 #[test]
