@@ -305,9 +305,20 @@ fn gpus_arrive_through_each_cdi_strategy(rt: Runtime) {
     let cri = e.rt.cri();
     let online = e.online();
 
-    for (strategy, tag, g) in [
-        (ListStrategy::CdiAnnotations, "annotations", &e.host.gpus[0]),
-        (ListStrategy::CdiCri, "cri", &e.host.gpus[1]),
+    // Where nri-align reads the GPU from. Every runtime here hands NRI the CRI annotations
+    // (containerd 1.7/2.1 `criContainer.GetAnnotations`: spec and CRI config annotations;
+    // CRI-O: the spec's, which carry the CRI ones), so `cdi.k8s.io/*` is read as CDI. None
+    // fills NRI's `Container.CDI_devices` (containerd 1.7/2.1 vendor NRI v0.6.1/v0.8.0 and do
+    // not set it; CRI-O 1.34 with NRI v0.10.0 neither), so `cdi-cri` is seen through what the
+    // runtime injected from the CDI spec before NRI's CreateContainer: the GPU's device node.
+    for (strategy, tag, g, source) in [
+        (
+            ListStrategy::CdiAnnotations,
+            "annotations",
+            &e.host.gpus[0],
+            "cdi",
+        ),
+        (ListStrategy::CdiCri, "cri", &e.host.gpus[1], "device-nodes"),
     ] {
         let dev = NvidiaDevice::Gpu {
             uuid: g.uuid.clone(),
@@ -334,7 +345,12 @@ fn gpus_arrive_through_each_cdi_strategy(rt: Runtime) {
                 .unwrap_or_else(|err| panic!("cdi-{tag}: {err}"));
         cri.ok(&["start", &id]).expect("start");
         let line = gpus_read(&e, &pod.name, "cuda");
-        eprintln!("cdi-{tag} on {}: {line}", rt.name());
+        assert!(
+            line.contains(&format!("source=\"{source}\""))
+                || line.contains(&format!("source={source} ")),
+            "cdi-{tag} on {}: want source {source}: {line}",
+            rt.name()
+        );
         // The runtime applied the CDI spec: the GPU's node and the control nodes.
         let live = e.live(&id);
         assert_eq!(
