@@ -270,23 +270,19 @@ fn write_cdi_specs(e: &Enforced) {
 
 /// nri-align's "gpus read" log line for container `name` of pod `pod`.
 fn gpus_read(e: &Enforced, pod: &str, name: &str) -> String {
-    let pod = format!("{pod}/");
+    let pod = format!("/{pod} container={name} ");
     let mut line = String::new();
     let found = common::wait_until(Duration::from_secs(5), || {
         let out = e.plugin.output();
         line = out
             .lines()
             .rev()
-            .find(|l| l.contains("gpus read") && l.contains(&pod) && l.contains(name))
+            .find(|l| l.contains("gpus read") && l.contains(&pod))
             .unwrap_or_default()
             .to_string();
         !line.is_empty()
     });
-    assert!(
-        found,
-        "no \"gpus read\" for {pod}{name}:\n{}",
-        e.plugin.output()
-    );
+    assert!(found, "no \"gpus read\" for {pod}:\n{}", e.plugin.output());
     line
 }
 
