@@ -12,13 +12,20 @@
 //! - an RDMA NIC's verbs node is kept and rdma_cm added;
 //! - GPUs stay held across a runtime restart: the restarted runtime's next container is
 //!   aligned, and a GPU request is refused while both are held.
+//! - with CDI on (a CDI spec for `nvidia.com/gpu` in the runtime's spec dir), a kubelet-shaped
+//!   request of each CDI strategy of the NVIDIA device plugin (`cdi-annotations`, `cdi-cri`)
+//!   gets the GPU's node from the runtime and an exclusive CPU and memory on the GPU's node
+//!   from nri-align; a CDI device of another kind is injected, logged, and changes nothing.
 
 mod common;
 
 use std::time::Duration;
 
+use common::kubelet::{
+    Allocation, KubeContainer, KubePod, ListStrategy, Node, NvidiaDevice, NvidiaPlugin, Resources,
+};
 use common::suite::{burstable, guaranteed, Enforced};
-use common::{ContainerSpec, PodSpec, Runtime, UpOptions};
+use common::{align::cpuset_dir, ContainerSpec, PodSpec, Runtime, UpOptions};
 use nix::sys::signal::Signal;
 
 fn gpus_are_given_remapped_or_refused(rt: Runtime) {
@@ -226,7 +233,202 @@ fn gpus_stay_held_across_a_runtime_restart(rt: Runtime) {
     );
 }
 
+/// The CDI specs a GPU node has (as `nvidia-ctk cdi generate` writes them: each GPU by index and
+/// by UUID, the control nodes in the spec-wide edits) for the emulated GPUs, plus one of another
+/// vendor's kind, in the runtime's CDI spec dir.
+fn write_cdi_specs(e: &Enforced) {
+    let dir = e.rt.dir().join("cdi");
+    let node = |path: &str| serde_json::json!({"path": path, "hostPath": e.host.dev(path).to_string_lossy()});
+    let mut devices = Vec::new();
+    for g in &e.host.gpus {
+        let edits = serde_json::json!({"deviceNodes": [node(&format!("/dev/nvidia{}", g.minor))]});
+        for name in [g.index.to_string(), g.uuid.clone()] {
+            devices.push(serde_json::json!({"name": name, "containerEdits": edits}));
+        }
+    }
+    let nvidia = serde_json::json!({
+        "cdiVersion": "0.5.0",
+        "kind": "nvidia.com/gpu",
+        "devices": devices,
+        "containerEdits": {"deviceNodes": [node("/dev/nvidiactl"), node("/dev/nvidia-uvm")]},
+    });
+    let fpga = serde_json::json!({
+        "cdiVersion": "0.5.0",
+        "kind": "vendor.com/fpga",
+        "devices": [{"name": "x", "containerEdits": {
+            "env": ["VENDOR_FPGA=x"],
+            "deviceNodes": [{"path": "/dev/fpga-x", "hostPath": "/dev/null"}],
+        }}],
+    });
+    for (file, spec) in [
+        ("nvidia.com-gpu.json", nvidia),
+        ("vendor.com-fpga.json", fpga),
+    ] {
+        std::fs::write(dir.join(file), spec.to_string()).expect("write CDI spec");
+    }
+}
+
+/// nri-align's "gpus read" log line for container `name` of pod `pod`.
+fn gpus_read(e: &Enforced, pod: &str, name: &str) -> String {
+    let pod = format!("/{pod} container={name} ");
+    let mut line = String::new();
+    let found = common::wait_until(Duration::from_secs(5), || {
+        let out = e.plugin.output();
+        line = out
+            .lines()
+            .rev()
+            .find(|l| l.contains("gpus read") && l.contains(&pod))
+            .unwrap_or_default()
+            .to_string();
+        !line.is_empty()
+    });
+    assert!(found, "no \"gpus read\" for {pod}:\n{}", e.plugin.output());
+    line
+}
+
+fn gpus_arrive_through_each_cdi_strategy(rt: Runtime) {
+    let options = UpOptions {
+        cdi: true,
+        ..UpOptions::default()
+    };
+    // No PodResources socket: CDI is the first source nri-align has for these containers.
+    let Some(e) = Enforced::with_options(rt, "cdi", "e2e-cdi", (2, 0), "", options) else {
+        return;
+    };
+    write_cdi_specs(&e);
+    let node = Node::for_instance(&e.rt).expect("node");
+    let gpu_node = *e.host.machine.nodes.keys().next().expect("a node");
+    let cri = e.rt.cri();
+    let online = e.online();
+
+    // Where nri-align reads the GPU from. Every runtime here hands NRI the CRI annotations
+    // (containerd 1.7/2.1 `criContainer.GetAnnotations`: spec and CRI config annotations;
+    // CRI-O: the spec's, which carry the CRI ones), so `cdi.k8s.io/*` is read as CDI. None
+    // fills NRI's `Container.CDI_devices` (containerd 1.7/2.1 vendor NRI v0.6.1/v0.8.0 and do
+    // not set it; CRI-O 1.34 with NRI v0.10.0 neither), so `cdi-cri` is seen through what the
+    // runtime injected from the CDI spec before NRI's CreateContainer: the GPU's device node.
+    for (strategy, tag, g, source) in [
+        (
+            ListStrategy::CdiAnnotations,
+            "annotations",
+            &e.host.gpus[0],
+            "cdi",
+        ),
+        (ListStrategy::CdiCri, "cri", &e.host.gpus[1], "device-nodes"),
+    ] {
+        let dev = NvidiaDevice::Gpu {
+            uuid: g.uuid.clone(),
+            index: g.index,
+            minor: g.minor,
+            numa: Some(i64::from(gpu_node)),
+        };
+        let alloc = NvidiaPlugin::new()
+            .strategies(&[strategy])
+            .allocate(&[(&dev, None)]);
+        let pod = KubePod::new("ml", &format!("cdi-{tag}")).container(
+            KubeContainer::new("cuda")
+                .resources(
+                    Resources::none()
+                        .both("cpu", "1")
+                        .both("memory", "64Mi")
+                        .both("nvidia.com/gpu", "1"),
+                )
+                .allocation(alloc),
+        );
+        let sandbox = e.rt.run_kube_pod(&pod, &node).expect("sandbox");
+        let id =
+            e.rt.create_kube_container(&sandbox, &pod, &node, "cuda", 0)
+                .unwrap_or_else(|err| panic!("cdi-{tag}: {err}"));
+        cri.ok(&["start", &id]).expect("start");
+        let line = gpus_read(&e, &pod.name, "cuda");
+        assert!(
+            line.contains(&format!("source=\"{source}\""))
+                || line.contains(&format!("source={source} ")),
+            "cdi-{tag} on {}: want source {source}: {line}",
+            rt.name()
+        );
+        // The runtime applied the CDI spec: the GPU's node and the control nodes.
+        let live = e.live(&id);
+        assert_eq!(
+            live.devices,
+            vec![format!("/dev/nvidia{}", g.minor)],
+            "cdi-{tag}"
+        );
+        let in_dev = e.ls(&id, &["/dev"]);
+        assert!(in_dev.iter().any(|d| d == "nvidiactl"), "{in_dev:?}");
+        // nri-align: one exclusive CPU and the memory of the GPU's node, in the real cgroup.
+        assert_eq!(live.cpus.len(), 1, "cdi-{tag}: {:?}", live.cpus);
+        assert_eq!(e.host.machine.node_of(live.cpus[0]), Some(gpu_node));
+        e.wait_cpus(&id, &live.cpus);
+        assert_eq!(live.mems, gpu_node.to_string());
+        let mems =
+            std::fs::read_to_string(cpuset_dir(live.pid).expect("cpuset").join("cpuset.mems"))
+                .expect("cpuset.mems");
+        assert_eq!(mems.trim(), gpu_node.to_string(), "cdi-{tag}");
+        let env = cri.env(&id).expect("env");
+        assert_eq!(
+            env.get("CUDA_VISIBLE_DEVICES").map(String::as_str),
+            Some("0"),
+            "cdi-{tag}: {env:?}"
+        );
+        assert_eq!(
+            env.get("NVIDIA_VISIBLE_DEVICES"),
+            Some(&g.uuid),
+            "cdi-{tag}"
+        );
+        e.remove(&id);
+        cri.remove_pod(&sandbox).expect("remove pod");
+    }
+
+    // Another vendor's CDI device: the runtime injects it, nri-align logs it and places the
+    // container as if it had none (never refused, never narrowed to a GPU's node).
+    let fpga = Allocation {
+        resource: "vendor.com/fpga".into(),
+        ids: vec!["x".into()],
+        numa: vec![None],
+        annotations: [(
+            "cdi.k8s.io/fpga-plugin_1".to_string(),
+            "vendor.com/fpga=x".to_string(),
+        )]
+        .into(),
+        ..Allocation::default()
+    };
+    let pod = KubePod::new("ml", "fpga").container(
+        KubeContainer::new("f")
+            .resources(
+                Resources::none()
+                    .request("cpu", "250m")
+                    .limit("cpu", "500m")
+                    .both("vendor.com/fpga", "1"),
+            )
+            .allocation(fpga),
+    );
+    let sandbox = e.rt.run_kube_pod(&pod, &node).expect("sandbox");
+    let id =
+        e.rt.create_kube_container(&sandbox, &pod, &node, "f", 0)
+            .unwrap_or_else(|err| panic!("fpga: {err}"));
+    cri.ok(&["start", &id]).expect("start");
+    let env = cri.env(&id).expect("env");
+    assert_eq!(
+        env.get("VENDOR_FPGA").map(String::as_str),
+        Some("x"),
+        "{env:?}"
+    );
+    assert!(e.ls(&id, &["/dev"]).iter().any(|d| d == "fpga-x"));
+    e.wait_cpus(&id, &online);
+    assert!(e.live(&id).devices.is_empty());
+    assert!(
+        e.plugin.wait_for_output(
+            "vendor.com/fpga=x: CDI device of a kind nri-align does not align",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        e.plugin.output()
+    );
+}
+
 each_runtime!(
+    gpus_arrive_through_each_cdi_strategy,
     gpus_are_given_remapped_or_refused,
     rdma_nic_keeps_its_verbs_node,
     gpus_stay_held_across_a_runtime_restart,

@@ -171,6 +171,27 @@ impl Enforced {
         )
     }
 
+    /// [`Enforced::start`] with runtime options (CDI on, timeouts) and no test kubelet.
+    pub fn with_options(
+        runtime: Runtime,
+        test: &str,
+        name: &str,
+        (gpus, nics): (usize, usize),
+        config: &str,
+        options: UpOptions,
+    ) -> Option<Self> {
+        Self::start_with(
+            runtime,
+            test,
+            name,
+            (gpus, nics),
+            config,
+            false,
+            options,
+            &[],
+        )
+    }
+
     /// [`Enforced::start`] with more arguments for `nri-align run`.
     pub fn with_args(
         runtime: Runtime,

@@ -221,7 +221,17 @@ pub fn find(topo: &Topology, c: &ContainerView, trust_env: bool) -> Result<Found
     }
     let mut cdi_gpus = Found::default();
     for (origin, q) in &cdi_names {
+        // A kind nri-align does not align (an FPGA, another vendor's GPU) still reaches the
+        // container through the runtime's CDI edits: noted, so it is logged and counted, and
+        // the container is placed as if it had none (never refused, never widened).
+        let not_aligned = |f: &mut Found| {
+            f.note(
+                origin.clone(),
+                format!("{q}: CDI device of a kind nri-align does not align"),
+            )
+        };
         if q.vendor != "nvidia.com" {
+            not_aligned(&mut f);
             continue;
         }
         match q.class.as_str() {
@@ -245,17 +255,20 @@ pub fn find(topo: &Topology, c: &ContainerView, trust_env: bool) -> Result<Found
                 }
             }
             "net-rdma" => {
-                if let Some(nic) = topo.nics.iter().find(|n| {
+                match topo.nics.iter().find(|n| {
                     n.pci_bus_id
                         .as_deref()
                         .is_some_and(|b| b.eq_ignore_ascii_case(&q.name))
                 }) {
-                    if !f.nics.contains(&nic.name) {
-                        f.nics.push(nic.name.clone());
-                    }
+                    Some(nic) if !f.nics.contains(&nic.name) => f.nics.push(nic.name.clone()),
+                    Some(_) => {}
+                    None => f.note(
+                        origin.clone(),
+                        format!("{q}: no RDMA NIC of this host has that PCI address"),
+                    ),
                 }
             }
-            _ => {}
+            _ => not_aligned(&mut f),
         }
     }
     if !f.any_gpu() && cdi_gpus.any_gpu() {

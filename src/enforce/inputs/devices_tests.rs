@@ -178,6 +178,39 @@ fn cdi_field_and_annotations_name_gpus_and_rdma_nics() {
 }
 
 #[test]
+fn cdi_devices_of_other_kinds_are_noted_never_allocations() {
+    let mut c = ContainerView {
+        cdi_devices: vec![
+            "vendor.com/fpga=x".into(),
+            "nvidia.com/nvswitch=0".into(),
+            "nvidia.com/net-rdma=0000:99:00.0".into(),
+        ],
+        ..env(&[])
+    };
+    c.annotations.insert(
+        "cdi.k8s.io/fpga-plugin_1".into(),
+        "vendor.com/fpga=y".into(),
+    );
+    let f = found(&c);
+    assert!(f.gpus.is_empty() && f.shared_gpus.is_empty() && f.nics.is_empty());
+    assert_eq!(f.source, None);
+    let why: Vec<&str> = f.unread.iter().map(|u| u.why.as_str()).collect();
+    assert_eq!(why.len(), 4, "{why:?}");
+    assert!(
+        why.iter()
+            .any(|w| w.starts_with("vendor.com/fpga=y: CDI device of a kind")),
+        "{why:?}"
+    );
+    // Beside an NVIDIA GPU, the other kind changes nothing the GPU gets.
+    c.cdi_devices.push("nvidia.com/gpu=GPU-1aaa".into());
+    let f = found(&c);
+    assert_eq!(
+        (f.gpus, f.source),
+        (vec![BUS1.to_string()], Some(GpuSource::Cdi))
+    );
+}
+
+#[test]
 fn volume_mounts_name_gpus_by_container_path() {
     let c = ContainerView {
         mounts: vec![
