@@ -220,7 +220,7 @@ pub fn container_adjustment(a: &Adjustment) -> api::ContainerAdjustment {
     }
 }
 
-/// A [`CpusetUpdate`](crate::enforce::adjust::CpusetUpdate) of container `id` as a `ContainerUpdate` touching `cpu.cpus` only (see
+/// A cpuset update of container `id` as a `ContainerUpdate` touching `cpu.cpus` only (see
 /// `adjust.rs` on why this keeps device rules); `cpus` is the list text, made once for the
 /// updates of one pool move (they share it).
 pub fn container_update_to(id: &str, cpus: String) -> api::ContainerUpdate {

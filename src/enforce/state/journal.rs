@@ -67,8 +67,12 @@ struct DelRef<'a> {
 #[derive(Serialize)]
 struct GroupRef<'a> {
     group: String,
-    #[serde(serialize_with = "crate::topology::idset::serialize_as_list")]
+    #[serde(serialize_with = "list")]
     cpus: &'a CpuSet,
+}
+
+fn list<S: serde::Serializer>(set: &&CpuSet, s: S) -> Result<S::Ok, S::Error> {
+    crate::topology::idset::serialize_as_list(set, s)
 }
 
 /// Appends the header line to `out`.
@@ -346,8 +350,8 @@ mod tests {
 
     #[test]
     fn other_files_and_layouts_are_refused() {
-        let err = replay(b"nri-align state log 3\n").expect_err("newer");
-        assert!(err.contains("layout 3"), "{err}");
+        let err = replay(b"nri-align state log 4\n").expect_err("newer");
+        assert!(err.contains("layout 4"), "{err}");
         assert!(replay(b"{\"version\": 1}").is_err());
         assert!(replay(b"").is_err());
     }

@@ -231,15 +231,11 @@ impl Records {
                 self.moved.insert(key.clone());
             }
         } else if any {
-            // Rare (the new container is not on its group's pool): persisted one by one.
+            // Rare (the new container is not on its group's pool): every member is persisted
+            // on its own, an earlier whole move of the group not yet written included.
             g.aligned_to = None;
-            for id in &g.members {
-                if Some(id.as_str()) != except
-                    && self.map.get(id).is_some_and(|r| r.applied_cpus == *target)
-                {
-                    self.dirty.insert(id.clone());
-                }
-            }
+            self.moved.remove(key);
+            self.dirty.extend(g.members.iter().cloned());
         }
     }
 
@@ -276,12 +272,22 @@ impl Records {
         let Some(key) = rec.group_key() else {
             return;
         };
-        let g = self.groups.entry(key).or_default();
+        // A group moved whole since the last persist that stops agreeing can no longer be
+        // written as one line: its members are written one by one instead.
+        let unmove = self.moved.remove(&key);
+        let g = self.groups.entry(key.clone()).or_default();
         g.aligned_to = if g.members.is_empty() {
             Some(rec.applied_cpus.clone())
         } else {
             g.aligned_to.take().filter(|t| *t == rec.applied_cpus)
         };
+        if unmove {
+            if g.aligned_to.is_some() {
+                self.moved.insert(key);
+            } else {
+                self.dirty.extend(g.members.iter().cloned());
+            }
+        }
         g.members.insert(id.to_string());
     }
 
@@ -474,7 +480,10 @@ mod tests {
         let mut moved = Vec::new();
         t.move_group(&key, &target, Some("new"), |id| moved.push(id.to_string()));
         assert_eq!(moved, vec!["a"]);
-        assert_eq!(t.take_dirty(), BTreeSet::from(["a".to_string()]));
+        assert_eq!(
+            t.take_dirty(),
+            BTreeSet::from(["a".to_string(), "new".to_string()])
+        );
         assert!(t.take_moved().is_empty());
         assert_eq!(group(&t, "1").expect("group").aligned_to(), None);
         // Exempt records are a group of their own, exclusive ones of none.
