@@ -210,22 +210,6 @@ fn add_node(adj: &mut Adjustment, node: DeviceNode, already_in_spec: bool) {
     }
 }
 
-/// Cpuset updates for every shared container whose cpus differ from the new `pool`.
-/// `shared` yields (container id, cpus it currently has).
-pub fn pool_updates<'a>(
-    pool: &CpuSet,
-    shared: impl IntoIterator<Item = (&'a str, &'a CpuSet)>,
-) -> Vec<CpusetUpdate> {
-    shared
-        .into_iter()
-        .filter(|(_, cpus)| *cpus != pool)
-        .map(|(id, _)| CpusetUpdate {
-            container_id: id.to_string(),
-            cpus: pool.clone(),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,19 +334,5 @@ mod tests {
         )
         .expect_err("missing");
         assert_eq!(err, AdjustError::MissingNode("/dev/nvidia0".into()));
-    }
-
-    #[test]
-    fn pool_updates_only_for_containers_off_the_pool() {
-        let pool: CpuSet = "0-1,4-7".parse().expect("set");
-        let old: CpuSet = "0-7".parse().expect("set");
-        let ups = pool_updates(&pool, [("a", &old), ("b", &pool)]);
-        assert_eq!(
-            ups,
-            vec![CpusetUpdate {
-                container_id: "a".into(),
-                cpus: pool.clone()
-            }]
-        );
     }
 }

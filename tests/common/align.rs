@@ -523,8 +523,10 @@ pub fn container_devices(dev: &Path) -> Vec<String> {
 }
 
 /// The records in a state dir, as the daemon left them: its log (`state.log`: a header line,
-/// then `CHECKSUM {"put":ID,"rec":RECORD}` or `CHECKSUM {"del":ID}` lines replayed in order),
-/// else a 0.1.0 `state.json`. Read here from the files, not through the crate, so a change of
+/// then `CHECKSUM {"put":ID,"rec":RECORD}` or `CHECKSUM {"del":ID}` lines replayed in order;
+/// layout 3 adds `{"group":KEY,"cpus":LIST}` lines and `"follows":true` puts, whose record
+/// runs on its group's last LIST: the NUMA nodes of a shared record, `exempt` for an exempt
+/// one), else a 0.1.0 `state.json`. Read here from the files, not through the crate, so a change of
 /// format that breaks old readers shows.
 pub fn read_state(state_dir: &Path) -> HResult<BTreeMap<String, Value>> {
     let log = state_dir.join("state.log");
@@ -541,22 +543,55 @@ pub fn read_state(state_dir: &Path) -> HResult<BTreeMap<String, Value>> {
             .unwrap_or_default());
     }
     let mut lines = text.lines();
-    if lines.next() != Some("nri-align state log 2") {
+    if !matches!(
+        lines.next(),
+        Some("nri-align state log 2" | "nri-align state log 3")
+    ) {
         return Err(HarnessError(format!(
             "{}: no state log header",
             path.display()
         )));
     }
     let mut out = BTreeMap::new();
+    let mut groups: BTreeMap<String, Value> = BTreeMap::new();
+    let mut follows = std::collections::BTreeSet::new();
     for line in lines {
         let json = line.split_once(' ').map_or("", |(_, j)| j);
         let v: Value = serde_json::from_str(json)
             .map_err(|e| HarnessError(format!("bad line in {}: {e}: {line}", path.display())))?;
         if let (Some(id), Some(rec)) = (v["put"].as_str(), v.get("rec")) {
             out.insert(id.to_string(), rec.clone());
+            if v["follows"].as_bool() == Some(true) {
+                follows.insert(id.to_string());
+            } else {
+                follows.remove(id);
+            }
         } else if let Some(id) = v["del"].as_str() {
             out.remove(id);
+            follows.remove(id);
+        } else if let (Some(key), Some(cpus)) = (v["group"].as_str(), v.get("cpus")) {
+            groups.insert(key.to_string(), cpus.clone());
         }
+    }
+    for id in follows {
+        let Some(rec) = out.get_mut(&id) else {
+            continue;
+        };
+        let key = if rec["exempt"].as_bool() == Some(true) {
+            "exempt".to_string()
+        } else {
+            rec["assignment"]["numa_nodes"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        };
+        let cpus = groups.get(&key).cloned().ok_or_else(|| {
+            HarnessError(format!(
+                "{}: {id} follows group {key:?}, never named",
+                path.display()
+            ))
+        })?;
+        rec["applied_cpus"] = cpus;
     }
     Ok(out)
 }

@@ -149,12 +149,8 @@ impl<P: Placer> Engine<P> {
         }
         self.doc
             .containers
-            .iter()
-            .find(|(id, r)| {
-                *id != &c.id
-                    && r.assignment.pod_uid == pod.uid
-                    && r.assignment.container_name == c.name
-            })
+            .of_pod_uid(&pod.uid)
+            .find(|(id, r)| *id != &c.id && r.assignment.container_name == c.name)
             .map(|(id, _)| id.clone())
     }
 
@@ -244,13 +240,8 @@ impl<P: Placer> Engine<P> {
         let done: Vec<String> = self
             .doc
             .containers
-            .iter()
-            .filter(|(id, r)| {
-                r.stopped
-                    && *id != &c.id
-                    && r.assignment.pod_uid == pod.uid
-                    && r.assignment.container_name != c.name
-            })
+            .of_pod_uid(&pod.uid)
+            .filter(|(id, r)| r.stopped && *id != &c.id && r.assignment.container_name != c.name)
             .map(|(id, _)| id.clone())
             .collect();
         for id in done {

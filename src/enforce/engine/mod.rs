@@ -14,12 +14,10 @@ use crate::placement::{Assignment, GpuMode, PodTotals};
 use crate::topology::CpuSet;
 use lifecycle::exempt_target;
 
-use crate::enforce::adjust::{
-    build_adjustment, pool_updates, AdjustError, Adjustment, CpusetUpdate,
-};
+use crate::enforce::adjust::{build_adjustment, AdjustError, Adjustment, CpusetUpdate};
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
 use crate::enforce::inputs::{build, build_request, pod_totals, RequestError};
-use crate::enforce::state::{Record, ResourceSummary, StateDoc, StateStore};
+use crate::enforce::state::{GroupKey, Record, ResourceSummary, StateDoc, StateStore};
 use crate::host::devices::{nvidia_minor, uverbs_name, DeviceLookup};
 
 pub use observe::{samples, StateObserver};
@@ -361,18 +359,20 @@ impl<P: Placer> Engine<P> {
     pub fn release_pod(&mut self, sandbox_id: &str) -> Vec<CpusetUpdate> {
         let ids = self.doc.containers.pod_containers(sandbox_id);
         let pod_gone = self.pods.remove(sandbox_id);
-        let mut updates: Vec<CpusetUpdate> = Vec::new();
+        // A later release may move the same container again: the last one counts.
+        let mut updates: std::collections::BTreeMap<String, CpuSet> = Default::default();
         for id in ids {
             for u in self.release_container(&id) {
-                // A later release may move the same container again: the last one counts.
-                updates.retain(|old| old.container_id != u.container_id);
-                updates.push(u);
+                updates.insert(u.container_id, u.cpus);
             }
         }
         if pod_gone {
             self.refresh_free();
         }
         updates
+            .into_iter()
+            .map(|(container_id, cpus)| CpusetUpdate { container_id, cpus })
+            .collect()
     }
 
     /// Applies a new configuration (SIGHUP, drop-in). Returns the pool updates it causes, since
@@ -537,68 +537,36 @@ impl<P: Placer> Engine<P> {
             return Vec::new();
         }
         let topo = self.placer.topology();
-        // Every shared group follows the pool on its nodes; the exempt containers (key `None`)
-        // follow the reserved CPUs, or the pool when none are reserved.
+        // Every shared group follows the pool on its nodes; the exempt containers follow the
+        // reserved CPUs, or the pool when none are reserved.
         let exempt_target = exempt_target(&self.config.placement.reserved_cpus, &pool);
-        let groups = self
+        let moves: Vec<(GroupKey, CpuSet)> = self
             .doc
             .containers
-            .shared_groups()
-            .map(|(nodes, group)| (Some(nodes), group, shared_on(topo, &pool, nodes)))
-            .chain(std::iter::once((
-                None,
-                self.doc.containers.exempt_group(),
-                exempt_target,
-            )));
+            .groups()
+            .filter_map(|(key, group)| {
+                let target = match key {
+                    GroupKey::Nodes(nodes) => shared_on(topo, &pool, nodes),
+                    GroupKey::Exempt => exempt_target.clone(),
+                };
+                (group.aligned_to() != Some(&target)).then(|| (key.clone(), target))
+            })
+            .collect();
         let mut updates = Vec::new();
-        let mut aligned = Vec::new();
-        for (nodes, group, target) in groups {
-            if group.aligned_to() == Some(&target) {
-                continue;
-            }
-            let (moved, all) = self.group_updates(group, &target, except);
-            updates.extend(moved);
-            if all {
-                aligned.push((nodes.cloned(), target));
-            }
+        for (key, target) in &moves {
+            self.doc.containers.move_group(key, target, except, |id| {
+                updates.push(CpusetUpdate {
+                    container_id: id.to_string(),
+                    cpus: target.clone(),
+                })
+            });
         }
-        for u in &updates {
-            if let Some(mut r) = self.doc.containers.get_mut(&u.container_id) {
-                r.applied_cpus = u.cpus.clone();
-            }
+        // Runtimes apply updates in the order given; a stable order keeps logs comparable
+        // (one group's are in order already).
+        if moves.len() > 1 {
+            updates.sort_by(|a, b| a.container_id.cmp(&b.container_id));
         }
-        for (nodes, target) in aligned {
-            match nodes {
-                Some(nodes) => self.doc.containers.mark_aligned(&nodes, target),
-                None => self.doc.containers.mark_exempt_aligned(target),
-            }
-        }
-        // Runtimes apply updates in the order given; a stable order keeps logs comparable.
-        updates.sort_by(|a, b| a.container_id.cmp(&b.container_id));
         updates
-    }
-
-    /// The moves that bring `group` onto `target` (never `except`'s, which rides on its own
-    /// adjustment), and whether every member then runs on `target`.
-    fn group_updates(
-        &self,
-        group: &crate::enforce::state::SharedGroup,
-        target: &crate::topology::CpuSet,
-        except: Option<&str>,
-    ) -> (Vec<CpusetUpdate>, bool) {
-        let mut updates = Vec::new();
-        let mut all = true;
-        for id in group.members() {
-            let Some(r) = self.doc.containers.get(id) else {
-                continue;
-            };
-            if Some(id) == except {
-                all &= r.applied_cpus == *target;
-                continue;
-            }
-            updates.extend(pool_updates(target, [(id, &r.applied_cpus)]));
-        }
-        (updates, all)
     }
 
     /// Writes the records changed since the last call (all of them only when the store

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use nri_protocol::api::{self, MessageField};
 
-use crate::enforce::adjust::{Adjustment, CpusetUpdate};
+use crate::enforce::adjust::Adjustment;
 use crate::enforce::container::{
     ContainerState, ContainerView, DeviceNode, DeviceRule, MountView, PodView, ResourcesView,
 };
@@ -220,13 +220,14 @@ pub fn container_adjustment(a: &Adjustment) -> api::ContainerAdjustment {
     }
 }
 
-/// [`CpusetUpdate`] -> `ContainerUpdate` touching `cpu.cpus` only (see `adjust.rs` on why this
-/// keeps device rules).
-pub fn container_update(u: &CpusetUpdate) -> api::ContainerUpdate {
+/// A cpuset update of container `id` as a `ContainerUpdate` touching `cpu.cpus` only (see
+/// `adjust.rs` on why this keeps device rules); `cpus` is the list text, made once for the
+/// updates of one pool move (they share it).
+pub fn container_update_to(id: &str, cpus: String) -> api::ContainerUpdate {
     api::ContainerUpdate {
-        container_id: u.container_id.clone(),
+        container_id: id.to_string(),
         linux: MessageField::some(api::LinuxContainerUpdate {
-            resources: MessageField::some(cpuset_resources(u.cpus.to_string(), None)),
+            resources: MessageField::some(cpuset_resources(cpus, None)),
             ..Default::default()
         }),
         // A shared container that exits meanwhile must not fail the whole response.

@@ -13,7 +13,7 @@ use nri_protocol::stub::{HandlerError, HandlerResult, Plugin};
 use nri_protocol::version::RuntimeInfo;
 
 use super::convert::{
-    container_adjustment, container_update, container_view, pod_view, resources_view,
+    container_adjustment, container_update_to, container_view, pod_view, resources_view,
 };
 use crate::config::Config;
 use crate::enforce::adjust::CpusetUpdate;
@@ -136,7 +136,17 @@ impl<P: Placer> AlignPlugin<P> {
 }
 
 fn updates(u: &[CpusetUpdate]) -> Vec<ContainerUpdate> {
-    u.iter().map(container_update).collect()
+    // The updates of one pool move share a cpuset: its text is made once, not per container.
+    let mut text: Option<(&crate::topology::CpuSet, String)> = None;
+    u.iter()
+        .map(|u| {
+            let cpus = match &text {
+                Some((cpus, t)) if **cpus == u.cpus => t.clone(),
+                _ => text.insert((&u.cpus, u.cpus.to_string())).1.clone(),
+            };
+            container_update_to(&u.container_id, cpus)
+        })
+        .collect()
 }
 
 #[async_trait]

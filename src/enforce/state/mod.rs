@@ -27,7 +27,7 @@ mod journal;
 mod records;
 mod store;
 
-pub use records::{RecordMut, Records, SharedGroup};
+pub use records::{GroupKey, RecordMut, Records, SharedGroup};
 pub use store::{StateStore, LEGACY_FILE, STATE_FILE};
 
 /// Version of the 0.1.0 document layout (`state.json`), read to migrate it.
@@ -72,8 +72,13 @@ pub struct Record {
     #[serde(default)]
     pub cgroups_path: String,
     /// The cpus last sent to the runtime (differs from `assignment.cpus` for shared containers
-    /// once the pool moved).
-    #[serde(serialize_with = "crate::topology::idset::serialize_as_list")]
+    /// once the pool moved). A shared record the log keeps as a follower of its group's pool
+    /// is written without it (the group's line says where the whole group runs).
+    #[serde(
+        default,
+        serialize_with = "crate::topology::idset::serialize_as_list",
+        skip_serializing_if = "CpuSet::is_empty"
+    )]
     pub applied_cpus: CpuSet,
     /// Device nodes (GPU, RDMA) the container should see, for `verify`.
     #[serde(default)]
@@ -144,5 +149,7 @@ pub enum Loaded {
     Corrupt(String),
 }
 
+#[cfg(test)]
+mod props;
 #[cfg(test)]
 mod tests;

@@ -1,14 +1,16 @@
 //! The engine's table of records: a map by container id that also remembers which records
 //! changed since they were last persisted (so a decision writes its own record, not the whole
 //! table) and keeps two indexes the event handlers need without walking every container: the
-//! records of each pod, and the shared-pool records grouped by the NUMA nodes they follow,
-//! each group knowing the cpuset all its members were last moved to.
+//! records of each pod, and the shared-pool records grouped by the pool they follow (the NUMA
+//! nodes they are bound to, or the exempt containers' target), each group knowing the cpuset
+//! all its members were last moved to.
 //!
-//! Every change goes through `insert`, `remove` or the guard `get_mut` returns, so the dirty
-//! set and the indexes cannot miss one.
+//! Every change goes through `insert`, `remove`, the guard `get_mut` returns or `move_group`,
+//! so the dirty set and the indexes cannot miss one. A group moved whole is remembered as one
+//! change of the group (the log then writes one line for it, not one per member).
 
 use std::collections::btree_map;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::{Deref, DerefMut, Index};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -16,7 +18,40 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::Record;
 use crate::topology::{CpuSet, NodeSet};
 
-/// Shared-pool records following the pool on the same NUMA nodes.
+/// Which pool a shared record follows: the shared pool on its NUMA nodes (all of it for no
+/// nodes), or, for a container of an exempt namespace, the exempt target (the reserved CPUs,
+/// or the pool when none are reserved).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum GroupKey {
+    /// Shared containers bound to these NUMA nodes (none: the whole pool).
+    Nodes(NodeSet),
+    /// Containers of exempt namespaces.
+    Exempt,
+}
+
+impl Record {
+    /// The group this record follows the pool with; `None` for an exclusive one.
+    pub fn group_key(&self) -> Option<GroupKey> {
+        if self.assignment.exclusive {
+            None
+        } else if self.exempt {
+            Some(GroupKey::Exempt)
+        } else {
+            Some(GroupKey::Nodes(self.assignment.numa_nodes.clone()))
+        }
+    }
+
+    /// Whether this record belongs to group `key` (without building its key).
+    pub(super) fn in_group(&self, key: &GroupKey) -> bool {
+        match key {
+            _ if self.assignment.exclusive => false,
+            GroupKey::Exempt => self.exempt,
+            GroupKey::Nodes(n) => !self.exempt && self.assignment.numa_nodes == *n,
+        }
+    }
+}
+
+/// Shared-pool records following the same pool.
 #[derive(Debug, Clone, Default)]
 pub struct SharedGroup {
     members: BTreeSet<String>,
@@ -41,11 +76,12 @@ impl SharedGroup {
 pub struct Records {
     map: BTreeMap<String, Record>,
     dirty: BTreeSet<String>,
+    /// Groups moved whole since the last persist (their members are not in `dirty`).
+    moved: HashSet<GroupKey>,
     by_pod: HashMap<String, BTreeSet<String>>,
-    shared: HashMap<NodeSet, SharedGroup>,
-    /// Containers of exempt namespaces: they follow their own target (the reserved CPUs when
-    /// set), not the pool of any node set, so they are a group of their own.
-    exempt: SharedGroup,
+    /// Records by pod UID (a restarted container finds its predecessor there).
+    by_uid: HashMap<String, BTreeSet<String>>,
+    groups: HashMap<GroupKey, SharedGroup>,
 }
 
 impl PartialEq for Records {
@@ -138,29 +174,74 @@ impl Records {
             .unwrap_or_default()
     }
 
-    /// The shared-pool records, grouped by the NUMA nodes they follow the pool on.
-    pub fn shared_groups(&self) -> impl Iterator<Item = (&NodeSet, &SharedGroup)> {
-        self.shared.iter()
+    /// The records of the pod with UID `uid`, in container id order.
+    pub fn of_pod_uid<'a>(&'a self, uid: &str) -> impl Iterator<Item = (&'a String, &'a Record)> {
+        self.by_uid
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.map.get_key_value(id))
     }
 
-    /// Notes that every member of the group on `nodes` now runs on `cpus` (the caller moved
-    /// the ones that did not).
-    pub fn mark_aligned(&mut self, nodes: &NodeSet, cpus: CpuSet) {
-        if let Some(g) = self.shared.get_mut(nodes) {
-            g.aligned_to = Some(cpus);
+    /// The shared-pool records, grouped by the pool they follow.
+    pub fn groups(&self) -> impl Iterator<Item = (&GroupKey, &SharedGroup)> {
+        self.groups.iter()
+    }
+
+    /// The group of `key`, when it has members.
+    pub fn group(&self, key: &GroupKey) -> Option<&SharedGroup> {
+        self.groups.get(key)
+    }
+
+    /// Moves every member of group `key` but `except` onto `target`, calling `moved` with the
+    /// id of each one that was elsewhere (and only those: its cpuset changes). When every
+    /// member then runs on `target` (`except` included), the group is noted aligned to it and
+    /// the move is one change of the group; otherwise each moved record is a change of its
+    /// own. The cost is one comparison per member and one copy of `target` into each moved
+    /// record's (reusing its allocation).
+    pub fn move_group(
+        &mut self,
+        key: &GroupKey,
+        target: &CpuSet,
+        except: Option<&str>,
+        mut moved: impl FnMut(&str),
+    ) {
+        let Some(g) = self.groups.get_mut(key) else {
+            return;
+        };
+        let mut all = true;
+        let mut any = false;
+        for id in &g.members {
+            let Some(r) = self.map.get_mut(id) else {
+                continue;
+            };
+            if Some(id.as_str()) == except {
+                all &= r.applied_cpus == *target;
+                continue;
+            }
+            if r.applied_cpus != *target {
+                r.applied_cpus.clone_from(target);
+                any = true;
+                moved(id);
+            }
+        }
+        if all {
+            if g.aligned_to.as_ref() != Some(target) || any {
+                g.aligned_to = Some(target.clone());
+                self.moved.insert(key.clone());
+            }
+        } else if any {
+            // Rare (the new container is not on its group's pool): every member is persisted
+            // on its own, an earlier whole move of the group not yet written included.
+            g.aligned_to = None;
+            self.moved.remove(key);
+            self.dirty.extend(g.members.iter().cloned());
         }
     }
 
-    /// The records of exempt-namespace containers.
-    pub fn exempt_group(&self) -> &SharedGroup {
-        &self.exempt
-    }
-
-    /// Notes that every exempt container now runs on `cpus`.
-    pub fn mark_exempt_aligned(&mut self, cpus: CpuSet) {
-        if !self.exempt.members.is_empty() {
-            self.exempt.aligned_to = Some(cpus);
-        }
+    /// The groups moved whole since the last call, for the store to write.
+    pub fn take_moved(&mut self) -> HashSet<GroupKey> {
+        std::mem::take(&mut self.moved)
     }
 
     /// The ids changed since the last call (removed ones included), for the store to write.
@@ -176,6 +257,7 @@ impl Records {
     /// Forgets what changed: the table now matches the file (it was just loaded from it).
     pub fn clear_dirty(&mut self) {
         self.dirty.clear();
+        self.moved.clear();
     }
 
     fn index(&mut self, id: &str, rec: &Record) {
@@ -183,21 +265,29 @@ impl Records {
             .entry(rec.pod_sandbox_id.clone())
             .or_default()
             .insert(id.to_string());
-        if rec.assignment.exclusive {
+        self.by_uid
+            .entry(rec.assignment.pod_uid.clone())
+            .or_default()
+            .insert(id.to_string());
+        let Some(key) = rec.group_key() else {
             return;
-        }
-        let g = if rec.exempt {
-            &mut self.exempt
-        } else {
-            self.shared
-                .entry(rec.assignment.numa_nodes.clone())
-                .or_default()
         };
+        // A group moved whole since the last persist that stops agreeing can no longer be
+        // written as one line: its members are written one by one instead.
+        let unmove = self.moved.remove(&key);
+        let g = self.groups.entry(key.clone()).or_default();
         g.aligned_to = if g.members.is_empty() {
             Some(rec.applied_cpus.clone())
         } else {
             g.aligned_to.take().filter(|t| *t == rec.applied_cpus)
         };
+        if unmove {
+            if g.aligned_to.is_some() {
+                self.moved.insert(key);
+            } else {
+                self.dirty.extend(g.members.iter().cloned());
+            }
+        }
         g.members.insert(id.to_string());
     }
 
@@ -212,16 +302,17 @@ impl Records {
                 self.by_pod.remove(&old.pod_sandbox_id);
             }
         }
-        if old.exempt {
-            self.exempt.members.remove(id);
-            if self.exempt.members.is_empty() {
-                self.exempt.aligned_to = None;
+        if let Some(ids) = self.by_uid.get_mut(&old.assignment.pod_uid) {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.by_uid.remove(&old.assignment.pod_uid);
             }
-        } else if !old.assignment.exclusive {
-            if let Some(g) = self.shared.get_mut(&old.assignment.numa_nodes) {
+        }
+        if let Some(key) = old.group_key() {
+            if let Some(g) = self.groups.get_mut(&key) {
                 g.members.remove(id);
                 if g.members.is_empty() {
-                    self.shared.remove(&old.assignment.numa_nodes);
+                    self.groups.remove(&key);
                 }
             }
         }
@@ -320,8 +411,7 @@ mod tests {
     }
 
     fn group<'a>(t: &'a Records, nodes: &str) -> Option<&'a SharedGroup> {
-        let key: NodeSet = nodes.parse().expect("nodes");
-        t.shared_groups().find(|(k, _)| **k == key).map(|(_, g)| g)
+        t.group(&GroupKey::Nodes(nodes.parse().expect("nodes")))
     }
 
     #[test]
@@ -341,7 +431,20 @@ mod tests {
         t.insert("d".into(), rec("p2", false, "", "2-7"));
         assert_eq!(group(&t, "").expect("group").aligned_to(), None);
         assert_eq!(t.take_dirty(), BTreeSet::from(["d".to_string()]));
-        t.mark_aligned(&NodeSet::new(), "2-7".parse().expect("cpus"));
+        let mut moved = Vec::new();
+        let target: CpuSet = "2-7".parse().expect("cpus");
+        let key = GroupKey::Nodes(NodeSet::new());
+        t.move_group(&key, &target, None, |id| moved.push(id.to_string()));
+        assert_eq!(moved, vec!["a", "c"], "only the members elsewhere move");
+        assert!(
+            t.take_dirty().is_empty(),
+            "a whole group's move is one change"
+        );
+        assert_eq!(t.take_moved(), HashSet::from([key.clone()]));
+        assert_eq!(t["a"].applied_cpus, target);
+        assert_eq!(group(&t, "").expect("group").aligned_to(), Some(&target));
+        t.move_group(&key, &target, None, |_| panic!("nothing to move"));
+        assert!(t.take_moved().is_empty(), "an aligned group is no change");
 
         // A change through the guard moves the record between indexes and is persisted.
         {
@@ -364,6 +467,32 @@ mod tests {
         t.remove("c");
         t.remove("d");
         assert!(group(&t, "").is_none(), "empty groups go");
+    }
+
+    #[test]
+    fn a_group_whose_new_member_is_elsewhere_persists_its_moves_one_by_one() {
+        let mut t = Records::new();
+        t.insert("a".into(), rec("p1", false, "1", "8-15"));
+        t.insert("new".into(), rec("p2", false, "1", "8-11"));
+        t.take_dirty();
+        let key = GroupKey::Nodes("1".parse().expect("nodes"));
+        let target: CpuSet = "8-12".parse().expect("cpus");
+        let mut moved = Vec::new();
+        t.move_group(&key, &target, Some("new"), |id| moved.push(id.to_string()));
+        assert_eq!(moved, vec!["a"]);
+        assert_eq!(
+            t.take_dirty(),
+            BTreeSet::from(["a".to_string(), "new".to_string()])
+        );
+        assert!(t.take_moved().is_empty());
+        assert_eq!(group(&t, "1").expect("group").aligned_to(), None);
+        // Exempt records are a group of their own, exclusive ones of none.
+        let mut e = rec("p3", false, "", "0-1");
+        e.exempt = true;
+        t.insert("e".into(), e);
+        assert_eq!(t["e"].group_key(), Some(GroupKey::Exempt));
+        assert!(t.group(&GroupKey::Exempt).is_some());
+        assert_eq!(rec("p4", true, "1", "9").group_key(), None);
     }
 
     #[test]

@@ -2,18 +2,26 @@
 //! and migrate a 0.1.0 `state.json`), append the changed records after each event, and
 //! compact the log once it holds more than twice the live records.
 //!
+//! A shared container's record is kept as a follower of its group's pool (`journal.rs`), so a
+//! pool change that moves every shared container is one group line. The store remembers what
+//! the log says of each group and which shared records it holds with their own cpuset
+//! ([`FileGroups`]): a group line may only be written when every member runs on its cpuset,
+//! and those pinned members are rewritten as followers then.
+//!
 //! Why a log: rewriting the whole document after every event cost time proportional to the
 //! number of containers (24 MB and 0.6 s per event at 1,000 containers in 0.1.0). An append
 //! costs one `write` of the changed records' lines; a compaction, one record per live
 //! container, happens once per as many changes as there are live containers (plus 1,024),
 //! so its cost per event stays constant too.
 
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::{journal, Loaded, Records, StateDoc, StateError, STATE_VERSION};
+use super::{journal, GroupKey, Loaded, Record, Records, StateDoc, StateError, STATE_VERSION};
 use crate::host::files::OwnedDir;
+use crate::topology::CpuSet;
 
 /// The log's file name under the state dir.
 pub const STATE_FILE: &str = "state.log";
@@ -40,6 +48,94 @@ pub struct StateStore {
     /// fdatasync after every write.
     fsync: bool,
     buf: Vec<u8>,
+    /// What the log says of the groups.
+    file: FileGroups,
+}
+
+/// What the log says of the shared groups: the last cpuset of each (its followers run there)
+/// and the shared records it holds with a cpuset of their own.
+#[derive(Debug, Default)]
+struct FileGroups {
+    cpus: HashMap<GroupKey, CpuSet>,
+    pinned: HashMap<GroupKey, BTreeSet<String>>,
+}
+
+impl FileGroups {
+    /// Whether `rec` can be written as a follower: the log's cpuset of its group is its own.
+    fn follows(&self, rec: &Record) -> Option<GroupKey> {
+        let key = rec.group_key()?;
+        (self.cpus.get(&key) == Some(&rec.applied_cpus)).then_some(key)
+    }
+
+    fn unpin(&mut self, id: &str) {
+        self.pinned.retain(|_, ids| {
+            ids.remove(id);
+            !ids.is_empty()
+        });
+    }
+
+    /// Writes `id`'s record (or its removal) to `buf`; returns the lines written.
+    fn write_record(
+        &mut self,
+        buf: &mut Vec<u8>,
+        id: &str,
+        rec: Option<&Record>,
+    ) -> Result<usize, StateError> {
+        self.unpin(id);
+        let line = match rec {
+            None => journal::del(buf, id),
+            Some(rec) if self.follows(rec).is_some() => journal::put_follower(buf, id, rec),
+            Some(rec) => {
+                if let Some(key) = rec.group_key() {
+                    self.pinned.entry(key).or_default().insert(id.to_string());
+                }
+                journal::put(buf, id, rec)
+            }
+        };
+        line.map_err(StateError::Encode)?;
+        Ok(1)
+    }
+
+    /// Brings group `key` of `records` up to date in `buf`: its line when every member runs
+    /// on a cpuset the log does not say, and its pinned members that run there now (not those
+    /// in `skip`, written anyway) rewritten as followers. Returns the lines written.
+    fn write_group(
+        &mut self,
+        buf: &mut Vec<u8>,
+        key: &GroupKey,
+        records: &Records,
+        skip: &BTreeSet<String>,
+    ) -> Result<usize, StateError> {
+        let Some(cpus) = records.group(key).and_then(|g| g.aligned_to()) else {
+            return Ok(0);
+        };
+        let mut lines = 0;
+        if self.cpus.get(key) != Some(cpus) {
+            journal::group(buf, key, cpus).map_err(StateError::Encode)?;
+            self.cpus.insert(key.clone(), cpus.clone());
+            lines += 1;
+        }
+        let Some(pinned) = self.pinned.remove(key) else {
+            return Ok(lines);
+        };
+        let mut keep = BTreeSet::new();
+        for id in pinned {
+            match records.get(&id) {
+                _ if skip.contains(&id) => {}
+                Some(rec) if rec.in_group(key) && rec.applied_cpus == *cpus => {
+                    journal::put_follower(buf, &id, rec).map_err(StateError::Encode)?;
+                    lines += 1;
+                }
+                _ => {
+                    keep.insert(id);
+                }
+            }
+        }
+        if !keep.is_empty() {
+            self.pinned.insert(key.clone(), keep);
+        }
+        Ok(lines)
+    }
 }
 
 impl StateStore {
@@ -69,6 +165,7 @@ impl StateStore {
             rewrite: true,
             fsync: false,
             buf: Vec::new(),
+            file: FileGroups::default(),
         }
     }
 
@@ -108,6 +205,10 @@ impl StateStore {
                 path.display()
             );
         }
+        self.file = FileGroups {
+            cpus: replayed.groups,
+            pinned: replayed.pinned,
+        };
         let containers: Records = replayed.records.into_iter().collect();
         let mut doc = StateDoc {
             version: STATE_VERSION,
@@ -115,8 +216,9 @@ impl StateStore {
         };
         doc.containers.clear_dirty();
         self.lines = replayed.lines;
-        // A torn tail must not have the next line glued to it.
-        self.rewrite = replayed.torn > 0;
+        // A torn tail must not have the next line glued to it; a layout 2 log gets no
+        // layout 3 lines.
+        self.rewrite = replayed.torn > 0 || replayed.old_layout;
         if self.writable && !self.rewrite {
             match self.dir.open_append(STATE_FILE) {
                 Ok(Some(f)) => self.log = Some(f),
@@ -186,25 +288,28 @@ impl StateStore {
         Loaded::Corrupt(why)
     }
 
-    /// Persists what changed in `records` since the last write: one line per changed record,
-    /// in one append; the whole log is rewritten instead when it is due for compaction or
-    /// must be (first write, a failed append).
+    /// Persists what changed in `records` since the last write: one line per changed record
+    /// and one per group moved whole, in one append; the whole log is rewritten instead when
+    /// it is due for compaction or must be (first write, a failed append).
     pub fn write(&mut self, records: &mut Records) -> Result<(), StateError> {
         let dirty = records.take_dirty();
-        if dirty.is_empty() && !self.rewrite {
+        let moved = records.take_moved();
+        if dirty.is_empty() && moved.is_empty() && !self.rewrite {
             return Ok(());
         }
-        if self.rewrite || self.lines + dirty.len() > 2 * records.len() + COMPACT_SLACK {
+        if self.rewrite
+            || self.lines + dirty.len() + moved.len() > 2 * records.len() + COMPACT_SLACK
+        {
             return self.compact(records);
         }
-        self.buf.clear();
-        for id in &dirty {
-            let line = match records.get(id) {
-                Some(rec) => journal::put(&mut self.buf, id, rec),
-                None => journal::del(&mut self.buf, id),
-            };
-            line.map_err(StateError::Encode)?;
-        }
+        let lines = match self.changes(records, &dirty, moved) {
+            Ok(lines) => lines,
+            Err(e) => {
+                // What the store knows of the log is no longer sure: rewrite it whole.
+                self.rewrite = true;
+                return Err(e);
+            }
+        };
         let path = self.path();
         let result = match self.log.as_mut() {
             Some(f) => {
@@ -222,7 +327,7 @@ impl StateStore {
         };
         match result {
             Ok(()) => {
-                self.lines += dirty.len();
+                self.lines += lines;
                 Ok(())
             }
             Err(source) => {
@@ -238,6 +343,27 @@ impl StateStore {
         }
     }
 
+    /// The lines of one append into `self.buf`: the groups first (a record written after
+    /// them may then follow its group's new line), then the changed records.
+    fn changes(
+        &mut self,
+        records: &Records,
+        dirty: &BTreeSet<String>,
+        moved: HashSet<GroupKey>,
+    ) -> Result<usize, StateError> {
+        self.buf.clear();
+        let mut lines = 0;
+        let mut keys = moved;
+        keys.extend(dirty.iter().filter_map(|id| records.get(id)?.group_key()));
+        for key in &keys {
+            lines += self.file.write_group(&mut self.buf, key, records, dirty)?;
+        }
+        for id in dirty {
+            lines += self.file.write_record(&mut self.buf, id, records.get(id))?;
+        }
+        Ok(lines)
+    }
+
     /// Writes `doc` as the whole state (tests, tools).
     pub fn save(&mut self, doc: &StateDoc) -> Result<(), StateError> {
         self.compact(&doc.containers)
@@ -251,8 +377,17 @@ impl StateStore {
         }
         self.buf.clear();
         journal::header(&mut self.buf);
+        let mut file = FileGroups::default();
+        let mut lines = 0;
+        for (key, g) in records.groups() {
+            if let Some(cpus) = g.aligned_to() {
+                journal::group(&mut self.buf, key, cpus).map_err(StateError::Encode)?;
+                file.cpus.insert(key.clone(), cpus.clone());
+                lines += 1;
+            }
+        }
         for (id, rec) in records {
-            journal::put(&mut self.buf, id, rec).map_err(StateError::Encode)?;
+            lines += file.write_record(&mut self.buf, id, Some(rec))?;
         }
         let (mut f, tmp) = self.dir.create_temp(TEMP_PREFIX)?;
         let written =
@@ -275,7 +410,8 @@ impl StateStore {
             self.dir.sync()?;
         }
         self.log = self.dir.open_append(STATE_FILE)?;
-        self.lines = records.len();
+        self.lines = lines;
+        self.file = file;
         self.rewrite = self.log.is_none();
         Ok(())
     }

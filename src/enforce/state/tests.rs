@@ -172,7 +172,7 @@ fn a_0_1_0_document_is_migrated_to_the_log_on_first_start() {
     let second = loaded(&mut store);
     assert_eq!(second, first, "the log holds what the document held");
     let log = std::fs::read_to_string(dir.path().join(STATE_FILE)).expect("read");
-    assert!(log.starts_with("nri-align state log 2\n"), "{log}");
+    assert!(log.starts_with("nri-align state log 3\n"), "{log}");
     // A reader sees the document as it is, and migrates nothing.
     let ro = tempfile::tempdir().expect("tmp");
     std::fs::copy(&fixture, ro.path().join(LEGACY_FILE)).expect("copy");
