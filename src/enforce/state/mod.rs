@@ -139,6 +139,9 @@ impl Default for StateDoc {
 }
 
 /// What loading found.
+// Returned once per start-up and consumed at once, never stored: boxing the document would
+// only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Loaded {
     /// No state: a fresh start.
