@@ -67,10 +67,9 @@ fn mig_devices_align_to_their_parent_gpu_and_keep_their_id() {
     let parent = &e.host.gpus[1];
     assert_eq!(parent.mig.len(), 2, "the fixture lists both MIG devices");
     assert!(e.host.gpus[0].mig.is_empty());
-    let fixture: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(&e.host.nvml_fixture).expect("nvml.json"),
-    )
-    .expect("json");
+    let fixture: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&e.host.nvml_fixture).expect("nvml.json"))
+            .expect("json");
     let parent_bus = sysfs_bus_id(fixture["gpus"][1]["pci_bus_id"].as_str().expect("bus id"));
     // The emulated GPUs sit on the first node (see tests/common/host.rs).
     let gpu_node = *e.host.machine.nodes.keys().next().expect("a node");
@@ -89,15 +88,18 @@ fn mig_devices_align_to_their_parent_gpu_and_keep_their_id() {
         let pod = mig_pod(&format!("slice-{slot}"), resource, &dev, "500m");
         k.report(pod.pod_resources());
         let sandbox = e.rt.run_kube_pod(&pod, &node).expect("sandbox");
-        let id = e
-            .rt
-            .create_kube_container(&sandbox, &pod, &node, "cuda", 0)
-            .unwrap_or_else(|err| panic!("slice {slot} refused: {err}"));
+        let id =
+            e.rt.create_kube_container(&sandbox, &pod, &node, "cuda", 0)
+                .unwrap_or_else(|err| panic!("slice {slot} refused: {err}"));
         e.rt.cri().ok(&["start", &id]).expect("start");
         let live = e.live(&id);
         assert_eq!(live.mems, gpu_node.to_string(), "slice {slot}");
         for c in &live.cpus {
-            assert_eq!(e.host.machine.node_of(*c), Some(gpu_node), "slice {slot}: cpu {c}");
+            assert_eq!(
+                e.host.machine.node_of(*c),
+                Some(gpu_node),
+                "slice {slot}: cpu {c}"
+            );
         }
         assert!(
             live.devices.is_empty(),
@@ -117,7 +119,11 @@ fn mig_devices_align_to_their_parent_gpu_and_keep_their_id() {
     for id in &ids {
         let a = &state[id]["assignment"];
         assert_eq!(a["gpus"].as_array().map(Vec::len).unwrap_or(0), 0, "{a}");
-        assert_eq!(a["shared_gpus"][0].as_str(), Some(parent_bus.as_str()), "{a}");
+        assert_eq!(
+            a["shared_gpus"][0].as_str(),
+            Some(parent_bus.as_str()),
+            "{a}"
+        );
     }
 
     // A MIG device NVML does not list: admitted, on the shared pool.
@@ -131,10 +137,9 @@ fn mig_devices_align_to_their_parent_gpu_and_keep_their_id() {
     let pod = mig_pod("stale", "nvidia.com/mig-1g.10gb", &stale, "500m");
     k.report(pod.pod_resources());
     let sandbox = e.rt.run_kube_pod(&pod, &node).expect("sandbox");
-    let id = e
-        .rt
-        .create_kube_container(&sandbox, &pod, &node, "cuda", 0)
-        .unwrap_or_else(|err| panic!("an unknown MIG device is never refused: {err}"));
+    let id =
+        e.rt.create_kube_container(&sandbox, &pod, &node, "cuda", 0)
+            .unwrap_or_else(|err| panic!("an unknown MIG device is never refused: {err}"));
     e.rt.cri().ok(&["start", &id]).expect("start");
     let env = e.rt.cri().env(&id).expect("env");
     assert_eq!(
@@ -143,5 +148,9 @@ fn mig_devices_align_to_their_parent_gpu_and_keep_their_id() {
     );
     let state = e.run.state().expect("state");
     let a = &state[&id]["assignment"];
-    assert_eq!(a["shared_gpus"].as_array().map(Vec::len).unwrap_or(0), 0, "{a}");
+    assert_eq!(
+        a["shared_gpus"].as_array().map(Vec::len).unwrap_or(0),
+        0,
+        "{a}"
+    );
 }

@@ -47,8 +47,10 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
         if !g.mig_enabled || !g.mig_devices.iter().any(|m| m.index == index) {
             return ret::NOT_FOUND;
         }
+        // The GPU's position in the fixture: its handle minus one (`gpu` checked it).
+        let position = (device as usize).saturating_sub(1);
         // SAFETY: forwarded caller guarantee on `out`.
-        unsafe { put(out, mig_handle(g.index as usize, index)) }
+        unsafe { put(out, mig_handle(position, index)) }
     })
 }
 

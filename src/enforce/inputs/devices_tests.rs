@@ -289,7 +289,7 @@ fn a_mig_uuid_nvml_lists_resolves_to_its_parent_from_every_source() {
     }
     // Case does not matter; two slices of one GPU both name it, as a shared GPU.
     let mut c = env(&[]);
-    c.kubelet_devices = kubelet("nvidia.com/mig-1g.10gb", &["mig-AAAA", mig]);
+    c.kubelet_devices = kubelet("nvidia.com/mig-1g.10gb", &["MIG-AAAA", mig]);
     let f = find(&topo, &c, false).expect("readable");
     assert_eq!(f.shared_gpus, vec![BUS1]);
 }
