@@ -253,21 +253,42 @@ fn mig_uuids_align_to_their_parent_keep_their_env_and_never_conflict() {
             out.adjustment.env
         );
     }
-    // A MIG device NVML does not list: admitted on the shared pool, counted.
+    // A MIG device NVML does not list: admitted on the shared pool, counted, and it keeps
+    // the MIG device the kubelet gave it.
+    let stale = "MIG-00000000-dead-4000-8000-000000000000";
     let p = kpod("ml", "stale", &[]);
     let mut c = kctr(&p, "s", "cuda", 500, None);
+    c.env = vec![format!("NVIDIA_VISIBLE_DEVICES={stale}")];
     c.kubelet_devices = Some(vec![KubeletDevices {
         resource: "nvidia.com/mig-1g.10gb".into(),
-        ids: vec!["MIG-00000000-dead-4000-8000-000000000000".into()],
+        ids: vec![stale.into()],
     }]);
     let out = create(&mut e, &p, &c);
     let a = &e.records().containers["s"].assignment;
     assert!(a.gpus.is_empty() && a.shared_gpus.is_empty(), "{a:?}");
     assert!(out.adjustment.add_devices.is_empty());
     assert!(
+        !out.adjustment.env.contains_key("NVIDIA_VISIBLE_DEVICES"),
+        "{:?}",
+        out.adjustment.env
+    );
+    assert!(
         events(&e).contains("event=\"unread-device\"} 1"),
         "{}",
         events(&e)
+    );
+    // The same id in the env of a container the kubelet gave nothing is no allocation.
+    let p = kpod("ml", "forged", &[]);
+    let mut c = kctr(&p, "f", "cuda", 500, None);
+    c.env = vec![format!("NVIDIA_VISIBLE_DEVICES={stale}")];
+    c.kubelet_devices = Some(Vec::new());
+    let out = create(&mut e, &p, &c);
+    assert_eq!(
+        out.adjustment
+            .env
+            .get("NVIDIA_VISIBLE_DEVICES")
+            .map(String::as_str),
+        Some("none")
     );
 }
 
