@@ -64,6 +64,7 @@ fn without_nvml(t: &Topology) -> Topology {
         g.minor = None;
         g.name = None;
         g.mig_enabled = None;
+        g.mig_devices.clear();
     }
     t.gpu_links = None;
     t
@@ -261,6 +262,71 @@ fn nvml_wrapper_reads_the_fixture_fields() {
         assert_eq!(near.len(), 1);
         assert_eq!(near[0].index().expect("index"), 1);
     });
+}
+
+#[test]
+fn nvml_wrapper_walks_mig_devices_to_their_parent() {
+    use nvml_wrapper::error::NvmlError as E;
+    let lib = fake_nvml();
+    let desc = HostDesc::load("dgx-a100-mig").expect("dgx-a100-mig");
+    let dir = tempfile::tempdir().expect("tempdir");
+    emulate(&desc, dir.path()).expect("emulate");
+    let first = "MIG-3f1c8d52-7a0e-5b9b-a4c6-2e8f10d7b001";
+    with_fixture(dir.path(), || {
+        let nvml = nvml_wrapper::Nvml::builder()
+            .lib_path(lib.as_os_str())
+            .init()
+            .expect("init");
+        let gpu0 = nvml.device_by_index(0).expect("gpu0");
+        assert_eq!(gpu0.mig_mode().expect("mode").current, 1);
+        assert_eq!(gpu0.mig_device_count().expect("max MIG devices"), 7);
+        assert!(!gpu0.mig_is_mig_device_handle().expect("is MIG"));
+        let m0 = gpu0.mig_device_by_index(0).expect("slot 0");
+        assert!(m0.mig_is_mig_device_handle().expect("is MIG"));
+        assert_eq!(m0.uuid().expect("uuid"), first);
+        assert_eq!(
+            m0.name().expect("name"),
+            "NVIDIA A100-SXM4-80GB MIG 3g.40gb"
+        );
+        let parent = m0.mig_parent_device().expect("parent");
+        assert_eq!(parent.uuid().expect("uuid"), gpu0.uuid().expect("uuid"));
+        // Four devices configured: slot 4 is empty, slot 7 past the maximum.
+        assert!(matches!(gpu0.mig_device_by_index(4), Err(E::NotFound)));
+        assert!(matches!(gpu0.mig_device_by_index(7), Err(E::InvalidArg)));
+        // A MIG handle is found by its UUID too, and is no GPU for GPU queries.
+        let by_uuid = nvml.device_by_uuid(first).expect("by MIG uuid");
+        assert_eq!(by_uuid.uuid().expect("uuid"), first);
+        assert!(m0.pci_info().is_err());
+        // A GPU without MIG mode has no MIG devices.
+        let gpu1 = nvml.device_by_index(1).expect("gpu1");
+        assert_eq!(gpu1.mig_mode().expect("mode").current, 0);
+        assert!(matches!(gpu1.mig_device_count(), Err(E::NotSupported)));
+    });
+    // The reader keeps each GPU's MIG devices: what the description says, through NVML.
+    let expected = desc.to_topology();
+    let mut topo = without_nvml(&expected);
+    with_fixture(dir.path(), || enrich(&mut topo, Some(&lib))).expect("enrich");
+    assert_eq!(topo, expected);
+    let slots: Vec<usize> = topo.gpus.iter().map(|g| g.mig_devices.len()).collect();
+    assert_eq!(slots, vec![4, 0, 0, 0, 7, 0, 0, 0]);
+    let m = &topo.gpus[0].mig_devices[0];
+    assert_eq!(
+        (m.index, m.uuid.as_str(), m.profile.as_deref()),
+        (0, first, Some("3g.40gb"))
+    );
+    // Generated UUIDs are distinct and MIG-shaped.
+    let mut all: Vec<&str> = topo
+        .gpus
+        .iter()
+        .flat_map(|g| g.mig_devices.iter().map(|m| m.uuid.as_str()))
+        .collect();
+    assert!(
+        all.iter().all(|u| u.starts_with("MIG-") && u.len() == 40),
+        "{all:?}"
+    );
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 11);
 }
 
 #[test]

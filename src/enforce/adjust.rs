@@ -169,9 +169,12 @@ pub fn build_adjustment(
     // the device plugin's to give: their env and nodes stay as they are. Otherwise a container
     // that names GPUs in its env without holding any (`all` from a CUDA base image) sees none:
     // only an authoritative allocation ever adds a device (issue 18).
+    // A MIG device the kubelet or CDI gave that NVML does not list (reconfigured since start-up)
+    // was placed without alignment, fail open: the container keeps it.
     let env_names_gpus = c
         .env_var("NVIDIA_VISIBLE_DEVICES")
-        .is_some_and(|v| !matches!(v.trim(), "" | "void" | "none"));
+        .is_some_and(|v| !matches!(v.trim(), "" | "void" | "none"))
+        && !env_is_allocated_mig(c);
     if !chosen.is_empty() || (a.shared_gpus.is_empty() && env_names_gpus) {
         // Inside the container only the chosen nodes exist, so CUDA numbers them 0..n-1.
         let cuda: Vec<String> = (0..chosen.len()).map(|i| i.to_string()).collect();
@@ -194,6 +197,37 @@ pub fn build_adjustment(
     adj.env.insert(DECISION_ENV.into(), record.clone());
     adj.annotations.insert(DECISION_KEY.into(), record);
     Ok(adj)
+}
+
+/// Whether `NVIDIA_VISIBLE_DEVICES` names only MIG devices that an authoritative source (the
+/// kubelet's PodResources answer or a CDI device name of the spec) allocated to `c`. Such an env
+/// is the device plugin's own answer, whatever nri-align could map; an env naming anything
+/// else, or a MIG device no such source names, is not (issue 18).
+fn env_is_allocated_mig(c: &ContainerView) -> bool {
+    use k8s_devices::nvidia::{parse_visible_devices, split_replica_id, VisibleDevices};
+    let Ok(VisibleDevices::List(list)) = parse_visible_devices(c.env_var("NVIDIA_VISIBLE_DEVICES"))
+    else {
+        return false;
+    };
+    let kubelet = c
+        .kubelet_devices
+        .iter()
+        .flatten()
+        .flat_map(|r| r.ids.iter().map(|id| split_replica_id(id).0));
+    let cdi = c
+        .cdi_devices
+        .iter()
+        .filter_map(|n| {
+            n.strip_prefix("nvidia.com/")
+                .and_then(|n| n.split_once('='))
+        })
+        .map(|(_, name)| name);
+    let allocated: Vec<&str> = kubelet.chain(cdi).collect();
+    !list.is_empty()
+        && list.iter().all(|r| {
+            let id = r.to_string();
+            r.is_mig() && allocated.iter().any(|a| a.eq_ignore_ascii_case(&id))
+        })
 }
 
 fn add_node(adj: &mut Adjustment, node: DeviceNode, already_in_spec: bool) {

@@ -137,6 +137,22 @@ pub struct Gpu {
     pub name: Option<String>,
     /// MIG mode enabled, when NVML says.
     pub mig_enabled: Option<bool>,
+    /// The MIG devices configured on this GPU (NVML, while MIG mode is on), in slot order: a
+    /// container given one of them is aligned to this GPU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig_devices: Vec<MigDevice>,
+}
+
+/// One MIG device (a GPU instance with a compute instance) of a GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigDevice {
+    /// Slot on the parent (`nvmlDeviceGetMigDeviceHandleByIndex`): the `<mig>` of the device
+    /// plugin's `<gpu>:<mig>` ids.
+    pub index: u32,
+    /// `MIG-<uuid>`, as the device plugin hands it over.
+    pub uuid: String,
+    /// Profile (`1g.10gb`), from the device's NVML name, when it has one.
+    pub profile: Option<String>,
 }
 
 /// One network interface backed by a PCI function.

@@ -1,5 +1,5 @@
 //! GPU details from NVML (through nvml-wrapper): UUID, minor number, NVML index order, MIG
-//! mode, NVLink peers and link counts, NVSwitch, and the PCIe common ancestor of each GPU pair.
+//! mode and MIG devices (each `MIG-<uuid>` and slot mapped to its parent GPU), NVLink peers and link counts, NVSwitch, and the PCIe common ancestor of each GPU pair.
 //! GPUs are matched to the PCI tree by bus id (normalised to the sysfs form); without NVML the
 //! topology keeps the GPUs found in the PCI tree and has no link data.
 
@@ -9,13 +9,19 @@ use nvml_wrapper::enum_wrappers::device::TopologyLevel;
 use nvml_wrapper::error::NvmlError as WrapperError;
 use nvml_wrapper::Nvml;
 
-use super::model::{Gpu, GpuLinks, PcieLevel, Topology};
+use nvml_wrapper::Device;
+
+use super::model::{Gpu, GpuLinks, MigDevice, PcieLevel, Topology};
 
 /// `NVML_NVLINK_MAX_LINKS`: link numbers are probed up to this.
 const MAX_LINKS: u32 = 18;
 
 /// `NVML_AFFINITY_SCOPE_NODE`.
 const SCOPE_NODE: u32 = 0;
+
+/// MIG slots probed per GPU at most: A100 and H100 have 7; a driver claiming more is not
+/// believed past this (no unbounded loop on a bad answer).
+const MAX_MIG_SLOTS: u32 = 16;
 
 /// What NVML contributed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,12 +144,18 @@ pub fn enrich(topo: &mut Topology, lib: Option<&Path>) -> Result<NvmlStatus, Nvm
                 minor: None,
                 name: None,
                 mig_enabled: None,
+                mig_devices: Vec::new(),
             });
         gpu.index = index;
         gpu.uuid = Some(dev.uuid().map_err(q("UUID", index))?);
         gpu.minor = dev.minor_number().ok().or(gpu.minor);
         gpu.name = dev.name().ok().or(gpu.name);
         gpu.mig_enabled = dev.mig_mode().ok().map(|m| m.current != 0);
+        gpu.mig_devices = if gpu.mig_enabled == Some(true) {
+            mig_devices(&dev)
+        } else {
+            Vec::new()
+        };
         if gpu.numa_node.is_none() {
             // No PCI locality: fall back on the node NVML says the GPU's memory traffic uses.
             gpu.numa_node = dev
@@ -229,6 +241,54 @@ pub fn enrich(topo: &mut Topology, lib: Option<&Path>) -> Result<NvmlStatus, Nvm
     })
 }
 
+/// The MIG devices of a GPU with MIG mode on, the way the device plugin enumerates them: every
+/// slot below `nvmlDeviceGetMaxMigDeviceCount`, an empty slot answering `NOT_FOUND`. A device
+/// whose UUID cannot be read, or whose parent NVML names is another GPU, is left out: a
+/// container given it then runs on the shared pool (fail open), never on a wrong node.
+fn mig_devices(dev: &Device) -> Vec<MigDevice> {
+    let Ok(max) = dev.mig_device_count() else {
+        return Vec::new();
+    };
+    let Ok(parent_uuid) = dev.uuid() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for slot in 0..max.min(MAX_MIG_SLOTS) {
+        let Ok(mig) = dev.mig_device_by_index(slot) else {
+            continue;
+        };
+        if mig.mig_is_mig_device_handle().ok() == Some(false) {
+            continue;
+        }
+        // The parent as NVML names it: the handle walk above says so too, this is the
+        // authority a MIG handle obtained elsewhere would use.
+        let parent_agrees = match mig.mig_parent_device() {
+            Ok(p) => p.uuid().ok().as_deref() == Some(parent_uuid.as_str()),
+            Err(_) => true,
+        };
+        let Ok(uuid) = mig.uuid() else {
+            continue;
+        };
+        if !parent_agrees || !uuid.starts_with("MIG-") {
+            continue;
+        }
+        out.push(MigDevice {
+            index: slot,
+            uuid,
+            profile: mig.name().ok().as_deref().and_then(mig_profile),
+        });
+    }
+    out
+}
+
+/// `NVIDIA A100-SXM4-40GB MIG 1g.5gb` -> `1g.5gb`: NVML names a MIG device after its parent
+/// and profile.
+pub fn mig_profile(name: &str) -> Option<String> {
+    let (_, p) = name.rsplit_once(" MIG ")?;
+    let p = p.trim();
+    (!p.is_empty() && !p.contains(' ')).then(|| p.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,6 +305,20 @@ mod tests {
         );
         assert_eq!(sysfs_bus_id("1B:00.0").as_deref(), Some("0000:1b:00.0"));
         assert_eq!(sysfs_bus_id("nonsense"), None);
+    }
+
+    #[test]
+    fn mig_profiles_come_from_nvml_names() {
+        assert_eq!(
+            mig_profile("NVIDIA A100-SXM4-40GB MIG 1g.5gb").as_deref(),
+            Some("1g.5gb")
+        );
+        assert_eq!(
+            mig_profile("NVIDIA H100 80GB HBM3 MIG 3g.40gb").as_deref(),
+            Some("3g.40gb")
+        );
+        assert_eq!(mig_profile("NVIDIA H100 80GB HBM3"), None);
+        assert_eq!(mig_profile("X MIG "), None);
     }
 
     #[test]

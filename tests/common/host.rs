@@ -167,6 +167,8 @@ pub struct FakeGpu {
     pub uuid: String,
     /// Minor number: the GPU is `/dev/nvidia<minor>`.
     pub minor: u32,
+    /// UUIDs (`MIG-...`) of its MIG devices, in slot order (empty unless MIG is on).
+    pub mig: Vec<String>,
 }
 
 /// An emulated host tree (`sys/`, `proc/`, `dev/`, `nvml.json`) shaped like this machine.
@@ -196,8 +198,20 @@ impl EmulatedHost {
     /// Emulates this machine with `gpus` GPUs and `nics` RDMA NICs (all on the first node)
     /// under `dir` (which must not hold a tree yet).
     pub fn of_this_machine(dir: &Path, gpus: usize, nics: usize) -> HResult<Self> {
+        Self::of_this_machine_with_mig(dir, gpus, nics, &[])
+    }
+
+    /// [`EmulatedHost::of_this_machine`] with MIG mode on for some GPUs: `(gpu index,
+    /// profiles of its MIG devices)`; the fake NVML lists them and `FakeGpu::mig` has their
+    /// UUIDs.
+    pub fn of_this_machine_with_mig(
+        dir: &Path,
+        gpus: usize,
+        nics: usize,
+        mig: &[(usize, &[&str])],
+    ) -> HResult<Self> {
         let machine = RealMachine::read()?;
-        let desc = description(&machine, gpus, nics)?;
+        let desc = description(&machine, gpus, nics, mig)?;
         fs::create_dir_all(dir)
             .map_err(|e| HarnessError(format!("mkdir {}: {e}", dir.display())))?;
         let desc_path = dir.join("this-machine.yaml");
@@ -244,6 +258,14 @@ impl EmulatedHost {
                             index: u32::try_from(g["index"].as_u64()?).ok()?,
                             uuid: g["uuid"].as_str()?.to_string(),
                             minor: u32::try_from(g["minor"].as_u64()?).ok()?,
+                            mig: g["mig_devices"]
+                                .as_array()
+                                .map(|m| {
+                                    m.iter()
+                                        .filter_map(|d| Some(d["uuid"].as_str()?.to_string()))
+                                        .collect()
+                                })
+                                .unwrap_or_default(),
                         })
                     })
                     .collect::<Vec<_>>()
@@ -284,7 +306,12 @@ impl EmulatedHost {
 }
 
 /// A host description with this machine's shape (one line per key; see src/topology/desc.rs).
-fn description(m: &RealMachine, gpus: usize, nics: usize) -> HResult<String> {
+fn description(
+    m: &RealMachine,
+    gpus: usize,
+    nics: usize,
+    mig: &[(usize, &[&str])],
+) -> HResult<String> {
     let nodes = m.nodes.len() as u32;
     let per_node: Vec<usize> = m.nodes.values().map(Vec::len).collect();
     let cpus_per_node = per_node.first().copied().unwrap_or(0);
@@ -322,8 +349,21 @@ fn description(m: &RealMachine, gpus: usize, nics: usize) -> HResult<String> {
     }
     if gpus > 0 {
         d.push_str("gpus:\n");
-        for _ in 0..gpus {
-            d.push_str("  - {name: NVIDIA Emulated GPU, switch: sw0}\n");
+        for i in 0..gpus {
+            match mig.iter().find(|(g, _)| *g == i) {
+                Some((_, profiles)) => {
+                    let devices: Vec<String> = profiles
+                        .iter()
+                        .map(|p| format!("{{profile: {p}}}"))
+                        .collect();
+                    d.push_str(&format!(
+                        "  - {{name: NVIDIA Emulated GPU, switch: sw0, mig: true, \
+                         mig_devices: [{}]}}\n",
+                        devices.join(", ")
+                    ));
+                }
+                None => d.push_str("  - {name: NVIDIA Emulated GPU, switch: sw0}\n"),
+            }
         }
     }
     if nics > 0 {

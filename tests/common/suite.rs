@@ -147,6 +147,7 @@ impl Enforced {
             false,
             UpOptions::default(),
             &[],
+            &[],
         )
     }
 
@@ -168,6 +169,30 @@ impl Enforced {
             true,
             options,
             &[],
+            &[],
+        )
+    }
+
+    /// [`Enforced::with_kubelet`] on a host whose GPUs `mig` (index, MIG profiles) have MIG
+    /// mode on, with those MIG devices.
+    pub fn with_kubelet_mig(
+        runtime: Runtime,
+        test: &str,
+        name: &str,
+        (gpus, nics): (usize, usize),
+        mig: &[(usize, &[&str])],
+        config: &str,
+    ) -> Option<Self> {
+        Self::start_with(
+            runtime,
+            test,
+            name,
+            (gpus, nics),
+            config,
+            true,
+            UpOptions::default(),
+            &[],
+            mig,
         )
     }
 
@@ -210,6 +235,7 @@ impl Enforced {
             false,
             UpOptions::default(),
             extra_args,
+            &[],
         )
     }
 
@@ -223,6 +249,7 @@ impl Enforced {
         kubelet: bool,
         options: UpOptions,
         extra_args: &[&str],
+        mig: &[(usize, &[&str])],
     ) -> Option<Self> {
         let test = format!("{test}({})", runtime.name());
         if skip_unless_ready(runtime, &test) {
@@ -236,7 +263,7 @@ impl Enforced {
             Some(k) => format!("{config}\npodresources_socket: {:?}\n", k.socket),
             None => config.to_string(),
         };
-        let host = EmulatedHost::of_this_machine(&rt.dir().join("host"), gpus, nics)
+        let host = EmulatedHost::of_this_machine_with_mig(&rt.dir().join("host"), gpus, nics, mig)
             .unwrap_or_else(|e| panic!("{test}: emulate: {e}"));
         let mut run = AlignRun::new(rt.dir().join("align-state")).on(&host);
         run.extra = extra_args.iter().map(|a| a.to_string()).collect();

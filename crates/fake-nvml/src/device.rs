@@ -3,7 +3,7 @@
 use std::ffi::{c_char, c_uint, c_ulong};
 
 use crate::fixture::{parse_list, FixtureGpu};
-use crate::{gpu, handle, pci_info, put, put_str, ret, with_fixture, Handle, PciInfo};
+use crate::{gpu, handle, mig, pci_info, put, put_str, ret, with_fixture, Handle, PciInfo};
 
 /// Runs `f` on the GPU behind handle `h`, or answers `INVALID_ARGUMENT`.
 fn on_gpu(h: Handle, f: impl FnOnce(&FixtureGpu) -> u32) -> u32 {
@@ -23,7 +23,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(device: Handle, pci: *mut PciIn
     })
 }
 
-/// `nvmlDeviceGetUUID`.
+/// `nvmlDeviceGetUUID`: a GPU's `GPU-...` or a MIG device's `MIG-...`.
 ///
 /// # Safety
 /// `uuid` must be valid for `length` bytes.
@@ -33,11 +33,18 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     uuid: *mut c_char,
     length: c_uint,
 ) -> u32 {
-    // SAFETY: forwarded caller guarantee on `uuid`/`length`.
-    on_gpu(device, |g| unsafe { put_str(&g.uuid, uuid, length) })
+    with_fixture(|fx| {
+        let id = match (gpu(fx, device), mig(fx, device)) {
+            (Some(g), _) => &g.uuid,
+            (None, Some((_, _, m))) => &m.uuid,
+            (None, None) => return ret::INVALID_ARGUMENT,
+        };
+        // SAFETY: forwarded caller guarantee on `uuid`/`length`.
+        unsafe { put_str(id, uuid, length) }
+    })
 }
 
-/// `nvmlDeviceGetName`.
+/// `nvmlDeviceGetName`: a MIG device is named `<parent name> MIG <profile>`.
 ///
 /// # Safety
 /// `name` must be valid for `length` bytes.
@@ -47,8 +54,15 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
     name: *mut c_char,
     length: c_uint,
 ) -> u32 {
-    // SAFETY: forwarded caller guarantee on `name`/`length`.
-    on_gpu(device, |g| unsafe { put_str(&g.name, name, length) })
+    with_fixture(|fx| {
+        let text = match (gpu(fx, device), mig(fx, device)) {
+            (Some(g), _) => g.name.clone(),
+            (None, Some((_, g, m))) => format!("{} MIG {}", g.name, m.profile),
+            (None, None) => return ret::INVALID_ARGUMENT,
+        };
+        // SAFETY: forwarded caller guarantee on `name`/`length`.
+        unsafe { put_str(&text, name, length) }
+    })
 }
 
 /// `nvmlDeviceGetMinorNumber`.

@@ -1,7 +1,7 @@
 //! The fixture it serves: the shared schema of `crates/nvml-fixture`, plus the list parsing
 //! the C ABI needs.
 
-pub use nvml_fixture::{parse_bus_id, Fixture, FixtureGpu, FixtureLink};
+pub use nvml_fixture::{parse_bus_id, Fixture, FixtureGpu, FixtureLink, FixtureMig};
 
 /// Parses a Linux list (`0-3,8`) into ids; bad parts are skipped.
 pub fn parse_list(s: &str) -> Vec<u32> {

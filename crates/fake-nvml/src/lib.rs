@@ -6,7 +6,8 @@
 //! Exported: init/shutdown, error strings, driver/NVML/CUDA versions, device count and handles
 //! (by index, PCI bus id, UUID), PCI info, UUID, name, minor, index, NUMA node id, CPU and memory
 //! affinity, NVLink state and remote PCI info, topology common ancestor and nearest GPUs, P2P
-//! status, MIG mode. A query the fixture cannot answer returns `NVML_ERROR_NOT_SUPPORTED`; a
+//! status, MIG mode and MIG devices (max count, handle by slot, parent handle, is-MIG, GPU and
+//! compute instance ids, and UUID, name and handle-by-UUID on MIG handles). A query the fixture cannot answer returns `NVML_ERROR_NOT_SUPPORTED`; a
 //! function not exported makes nvml-wrapper report a missing symbol. No panic crosses the ABI.
 
 pub mod fixture;
@@ -15,7 +16,7 @@ use std::ffi::{c_char, c_uint, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
 
-use fixture::{parse_bus_id, Fixture, FixtureGpu};
+use fixture::{parse_bus_id, Fixture, FixtureGpu, FixtureMig};
 
 /// `nvmlReturn_t` values used here.
 pub mod ret {
@@ -56,8 +57,12 @@ pub struct PciInfo {
     pub bus_id: [c_char; 32],
 }
 
-/// Opaque device handle: the GPU index plus one, so no handle is null.
+/// Opaque device handle: the GPU index plus one, so no handle is null; a MIG device's handle is
+/// `MIG_HANDLE_BASE + gpu index * 256 + slot`, so GPU queries can tell it apart.
 type Handle = *mut libc::c_void;
+
+/// Where MIG device handles start (no fixture has this many GPUs).
+const MIG_HANDLE_BASE: usize = 1 << 16;
 
 struct State {
     fixture: Fixture,
@@ -82,12 +87,31 @@ fn with_fixture(f: impl FnOnce(&Fixture) -> u32) -> u32 {
     .unwrap_or(ret::UNKNOWN)
 }
 
+/// The GPU behind a GPU handle (never a MIG device's).
 fn gpu(fx: &Fixture, h: Handle) -> Option<&FixtureGpu> {
-    (h as usize).checked_sub(1).and_then(|i| fx.gpus.get(i))
+    let v = h as usize;
+    if v >= MIG_HANDLE_BASE {
+        return None;
+    }
+    v.checked_sub(1).and_then(|i| fx.gpus.get(i))
 }
 
 fn handle(i: usize) -> Handle {
     (i + 1) as Handle
+}
+
+/// The parent's index and the MIG device behind a MIG handle; MIG devices exist only while
+/// their parent's MIG mode is on.
+fn mig(fx: &Fixture, h: Handle) -> Option<(usize, &FixtureGpu, &FixtureMig)> {
+    let v = (h as usize).checked_sub(MIG_HANDLE_BASE)?;
+    let (i, slot) = (v / 256, (v % 256) as u32);
+    let g = fx.gpus.get(i).filter(|g| g.mig_enabled)?;
+    let m = g.mig_devices.iter().find(|m| m.index == slot)?;
+    Some((i, g, m))
+}
+
+fn mig_handle(gpu: usize, slot: u32) -> Handle {
+    (MIG_HANDLE_BASE + gpu * 256 + slot as usize) as Handle
 }
 
 /// Copies `s` NUL-terminated into `buf` of `len` bytes.
@@ -230,6 +254,7 @@ pub extern "C" fn nvmlErrorString(result: u32) -> *const c_char {
 }
 
 mod device;
+mod mig_devices;
 mod system;
 
 /// Exports NVML functions the fixture has no data for: each answers `NOT_SUPPORTED`, as a real
@@ -257,7 +282,6 @@ not_supported! {
     nvmlDeviceGetNvLinkCapability(Handle, c_uint, c_uint, *mut c_uint);
     nvmlDeviceGetPersistenceMode(Handle, *mut c_uint);
     nvmlDeviceGetComputeMode(Handle, *mut c_uint);
-    nvmlDeviceGetMaxMigDeviceCount(Handle, *mut c_uint);
     nvmlDeviceGetArchitecture(Handle, *mut c_uint);
     nvmlDeviceGetCudaComputeCapability(Handle, *mut libc::c_int, *mut libc::c_int);
 }

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, CStr};
 
-use crate::{handle, put, put_str, ret, with_fixture, Handle};
+use crate::{handle, mig_handle, put, put_str, ret, with_fixture, Handle};
 
 /// `nvmlSystemGetDriverVersion`.
 ///
@@ -104,7 +104,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
     })
 }
 
-/// `nvmlDeviceGetHandleByUUID`.
+/// `nvmlDeviceGetHandleByUUID`: a GPU's UUID, or a MIG device's while its parent has MIG on.
 ///
 /// # Safety
 /// `uuid` must be a NUL-terminated string; `device` null or valid for a write.
@@ -118,9 +118,17 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
         let Some(u) = (unsafe { arg_str(uuid) }) else {
             return ret::INVALID_ARGUMENT;
         };
-        match fx.gpus.iter().position(|g| g.uuid == u) {
+        if let Some(i) = fx.gpus.iter().position(|g| g.uuid == u) {
             // SAFETY: forwarded caller guarantee on `device`.
-            Some(i) => unsafe { put(device, handle(i)) },
+            return unsafe { put(device, handle(i)) };
+        }
+        let found = fx.gpus.iter().enumerate().find_map(|(i, g)| {
+            let m = g.mig_devices.iter().find(|m| m.uuid == u)?;
+            g.mig_enabled.then(|| mig_handle(i, m.index))
+        });
+        match found {
+            // SAFETY: forwarded caller guarantee on `device`.
+            Some(h) => unsafe { put(device, h) },
             None => ret::NOT_FOUND,
         }
     })

@@ -45,6 +45,13 @@ pub struct FixtureGpu {
     pub memory_affinity: String,
     /// MIG mode (current and pending).
     pub mig_enabled: bool,
+    /// `nvmlDeviceGetMaxMigDeviceCount` while MIG is on (A100/H100: 7); 0 = `NOT_SUPPORTED`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max_mig_devices: u32,
+    /// The MIG devices configured on this GPU (GPU instance + compute instance pairs), each at
+    /// its slot of `nvmlDeviceGetMigDeviceHandleByIndex`; only served while `mig_enabled`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig_devices: Vec<FixtureMig>,
     /// Link slots: links `0..nvlink_slots` are valid arguments, others `INVALID_ARGUMENT`.
     pub nvlink_slots: u32,
     /// Active links in link order; slots after them are inactive.
@@ -55,6 +62,27 @@ pub struct FixtureGpu {
     pub p2p_pci: Vec<u32>,
     /// `nvmlDeviceGetP2PStatus` for `NVML_P2P_CAPS_INDEX_NVLINK` per GPU.
     pub p2p_nvlink: Vec<u32>,
+}
+
+/// One MIG device: what NVML answers on its handle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FixtureMig {
+    /// Slot on the parent (`nvmlDeviceGetMigDeviceHandleByIndex` index, below
+    /// `max_mig_devices`); empty slots answer `NOT_FOUND`.
+    pub index: u32,
+    /// `nvmlDeviceGetUUID` on the MIG handle (`MIG-<uuid>`, drivers R470 and later).
+    pub uuid: String,
+    /// `nvmlDeviceGetGpuInstanceId`.
+    pub gpu_instance_id: u32,
+    /// `nvmlDeviceGetComputeInstanceId`.
+    pub compute_instance_id: u32,
+    /// Profile (`1g.10gb`); the handle's name is the parent's name + ` MIG ` + profile, as
+    /// `nvidia-smi -L` shows it.
+    pub profile: String,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One active NVLink link.
@@ -136,7 +164,15 @@ mod tests {
                 numa_node_id: None,
                 cpu_affinity: "0-3".into(),
                 memory_affinity: "0".into(),
-                mig_enabled: false,
+                mig_enabled: true,
+                max_mig_devices: 7,
+                mig_devices: vec![FixtureMig {
+                    index: 0,
+                    uuid: "MIG-1".into(),
+                    gpu_instance_id: 1,
+                    compute_instance_id: 0,
+                    profile: "1g.10gb".into(),
+                }],
                 nvlink_slots: 18,
                 nvlinks: Vec::new(),
                 common_ancestor: vec![0],
@@ -147,5 +183,16 @@ mod tests {
         let text = serde_json::to_string(&fx).expect("json");
         assert_eq!(serde_json::from_str::<Fixture>(&text).expect("back"), fx);
         assert_eq!(fx.by_bus_id("0000:1b:00.0"), Some(0));
+    }
+
+    #[test]
+    fn a_fixture_without_mig_devices_still_loads() {
+        // Fixtures written before MIG devices were described have neither field.
+        let text = r#"{"index":0,"name":"G","uuid":"GPU-0","pci_bus_id":"00000000:1B:00.0",
+            "pci_device_id":0,"pci_subsystem_id":0,"minor":0,"numa_node_id":null,
+            "cpu_affinity":"0","memory_affinity":"0","mig_enabled":false,"nvlink_slots":0,
+            "nvlinks":[],"common_ancestor":[0],"p2p_pci":[0],"p2p_nvlink":[0]}"#;
+        let g: FixtureGpu = serde_json::from_str(text).expect("old fixture");
+        assert_eq!((g.max_mig_devices, g.mig_devices.len()), (0, 0));
     }
 }

@@ -142,13 +142,25 @@ fn by_uuid(topo: &Topology, u: &str) -> Option<String> {
         .map(|g| g.pci_bus_id.clone())
 }
 
+/// The parent GPU (bus id) of the MIG device `MIG-<uuid>`, from the MIG devices NVML listed.
+fn by_mig_uuid(topo: &Topology, u: &str) -> Option<String> {
+    topo.gpus
+        .iter()
+        .find(|g| g.mig_devices.iter().any(|m| m.uuid.eq_ignore_ascii_case(u)))
+        .map(|g| g.pci_bus_id.clone())
+}
+
 fn resolve_ref(topo: &Topology, r: &GpuRef) -> Resolved {
     let found = match r {
         GpuRef::Index(i) => by_index(topo, *i).map(Resolved::Whole),
         GpuRef::GpuUuid(u) => by_uuid(topo, u).map(Resolved::Whole),
         GpuRef::MigIndex { gpu, .. } => by_index(topo, *gpu).map(Resolved::MigParent),
         GpuRef::MigLegacy { gpu_uuid, .. } => by_uuid(topo, gpu_uuid).map(Resolved::MigParent),
-        GpuRef::MigUuid(_) => return Resolved::MigUnknownParent,
+        GpuRef::MigUuid(u) => match by_mig_uuid(topo, u) {
+            Some(parent) => Some(Resolved::MigParent(parent)),
+            // NVML did not list it (MIG reconfigured since start-up, no NVML): fail open.
+            None => return Resolved::MigUnknownParent,
+        },
     };
     found.unwrap_or(Resolved::Unknown)
 }

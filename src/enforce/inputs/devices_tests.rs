@@ -281,3 +281,67 @@ fn a_trusted_env_list_is_an_allocation_but_all_and_cuda_still_are_not() {
         );
     }
 }
+
+/// `gpu_topology` with MIG on GPU 1 and two MIG devices listed by NVML.
+fn mig_topology() -> crate::topology::Topology {
+    let mut t = gpu_topology();
+    t.gpus[1].mig_enabled = Some(true);
+    t.gpus[1].mig_devices = ["MIG-11111111-2222-3333-4444-555555555555", "MIG-aaaa"]
+        .iter()
+        .enumerate()
+        .map(|(i, u)| crate::topology::MigDevice {
+            index: i as u32,
+            uuid: u.to_string(),
+            profile: Some("1g.10gb".into()),
+        })
+        .collect();
+    t
+}
+
+#[test]
+fn a_mig_uuid_nvml_lists_resolves_to_its_parent_from_every_source() {
+    let topo = mig_topology();
+    let mig = "MIG-11111111-2222-3333-4444-555555555555";
+    let mut by_kubelet = env(&[]);
+    by_kubelet.kubelet_devices = kubelet("nvidia.com/mig-1g.10gb", &[mig]);
+    let by_cdi = ContainerView {
+        cdi_devices: vec![format!("nvidia.com/gpu={mig}")],
+        ..env(&[])
+    };
+    let by_env = env(&[&format!("NVIDIA_VISIBLE_DEVICES={mig}")]);
+    for (c, source) in [
+        (by_kubelet, GpuSource::Kubelet),
+        (by_cdi, GpuSource::Cdi),
+        (by_env, GpuSource::Env),
+    ] {
+        let f = find(&topo, &c, false).expect("readable");
+        assert!(f.gpus.is_empty(), "{source:?}: a MIG parent is never held");
+        assert_eq!(f.shared_gpus, vec![BUS1], "{source:?}");
+        assert_eq!(f.source, Some(source));
+        assert!(f.unread.is_empty(), "{source:?}: {:?}", f.unread);
+    }
+    // Case does not matter; two slices of one GPU both name it, as a shared GPU.
+    let mut c = env(&[]);
+    c.kubelet_devices = kubelet("nvidia.com/mig-1g.10gb", &["MIG-AAAA", mig]);
+    let f = find(&topo, &c, false).expect("readable");
+    assert_eq!(f.shared_gpus, vec![BUS1]);
+}
+
+#[test]
+fn a_mig_uuid_nvml_does_not_list_is_noted_never_refused() {
+    let topo = mig_topology();
+    let other = "MIG-99999999-0000-0000-0000-000000000000";
+    let mut c = env(&[]);
+    c.kubelet_devices = kubelet("nvidia.com/mig-1g.10gb", &[other]);
+    let f = find(&topo, &c, false).expect("an unknown MIG device is no error");
+    assert!(f.gpus.is_empty() && f.shared_gpus.is_empty(), "{f:?}");
+    assert_eq!(f.unread.len(), 1);
+    assert!(f.unread[0].why.contains(other), "{:?}", f.unread);
+    let f = find(
+        &topo,
+        &env(&[&format!("NVIDIA_VISIBLE_DEVICES={other}")]),
+        true,
+    )
+    .expect("not even from a trusted env");
+    assert!(f.shared_gpus.is_empty() && f.unread.len() == 1, "{f:?}");
+}

@@ -167,6 +167,7 @@ pub(crate) mod tests {
             minor: Some(index),
             name: None,
             mig_enabled: None,
+            mig_devices: Vec::new(),
         };
         Topology {
             gpus: vec![gpu(0, "0000:1b:00.0"), gpu(1, "0000:3b:00.0")],

@@ -339,6 +339,7 @@ impl Layout {
                     minor: Some(i as u32),
                     name: Some(g.name.clone()),
                     mig_enabled: Some(g.mig),
+                    mig_devices: super::mig::mig_devices(desc, i),
                 }
             })
             .collect();
@@ -415,13 +416,17 @@ pub fn gpu_uuid(desc: &HostDesc, index: usize) -> String {
     if let Some(u) = desc.gpus.get(index).and_then(|g| g.uuid.clone()) {
         return u;
     }
-    let seed = format!("{}/{index}", desc.name);
+    format!("GPU-{}", uuid_of_seed(&format!("{}/{index}", desc.name)))
+}
+
+/// The UUID body (`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`) derived from `seed`.
+pub(super) fn uuid_of_seed(seed: &str) -> String {
     let h1 = fnv1a(seed.as_bytes(), 0xcbf2_9ce4_8422_2325);
     let h2 = fnv1a(seed.as_bytes(), 0x6c62_272e_07bb_0142);
     let x = (u128::from(h1) << 64) | u128::from(h2);
     let hex = format!("{x:032x}");
     format!(
-        "GPU-{}-{}-{}-{}-{}",
+        "{}-{}-{}-{}-{}",
         &hex[0..8],
         &hex[8..12],
         &hex[12..16],

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::idset::{CpuSet, IdSet};
 
 mod layout;
+pub mod mig;
 mod pcitree;
 pub mod shipped;
 mod validate;
@@ -170,6 +171,9 @@ pub struct GpuDesc {
     /// MIG mode enabled.
     #[serde(default)]
     pub mig: bool,
+    /// The MIG devices configured while `mig` is on, in NVML slot order.
+    #[serde(default)]
+    pub mig_devices: Vec<mig::MigDesc>,
     /// UUID (`GPU-xxxxxxxx-...`); derived from the host name and index when absent.
     #[serde(default)]
     pub uuid: Option<String>,

@@ -5,6 +5,10 @@
 /// `(name, YAML text)` of every shipped description, by name.
 pub const SHIPPED: &[(&str, &str)] = &[
     (
+        "dgx-a100-mig",
+        include_str!("../../../packaging/hosts/dgx-a100-mig.yaml"),
+    ),
+    (
         "dgx-h100",
         include_str!("../../../packaging/hosts/dgx-h100.yaml"),
     ),

@@ -178,6 +178,7 @@ impl HostDesc {
                     ));
                 }
             }
+            super::mig::check(i, g.mig, &g.mig_devices)?;
             if g.nvlink_slots.is_some_and(|s| s == 0 || s > MAX_NVLINKS) {
                 return Err(format!("gpus[{i}].nvlink_slots must be 1-{MAX_NVLINKS}"));
             }

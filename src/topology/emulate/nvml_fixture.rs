@@ -2,8 +2,9 @@
 //! the NVML C ABI. The schema is the `nvml-fixture` crate both ends depend on; this file builds
 //! a fixture from a host description (or from a QEMU guest's sysfs).
 
-pub use ::nvml_fixture::{nvml_bus_id, Fixture, FixtureGpu, FixtureLink};
+pub use ::nvml_fixture::{nvml_bus_id, Fixture, FixtureGpu, FixtureLink, FixtureMig};
 
+use crate::topology::desc::mig::{mig_uuid, MIG_SLOTS};
 use crate::topology::desc::{gpu_uuid, HostDesc, Layout, LinkPeer};
 use crate::topology::PcieLevel;
 
@@ -64,6 +65,20 @@ pub fn fixture(desc: &HostDesc, l: &Layout) -> Fixture {
                 cpu_affinity: l.node_cpus(f.numa_node).to_list_string(),
                 memory_affinity: f.numa_node.to_string(),
                 mig_enabled: g.mig,
+                // A GPU described with MIG on is MIG-capable (A100, H100: 7 slots).
+                max_mig_devices: if g.mig { MIG_SLOTS } else { 0 },
+                mig_devices: g
+                    .mig_devices
+                    .iter()
+                    .enumerate()
+                    .map(|(slot, m)| FixtureMig {
+                        index: slot as u32,
+                        uuid: mig_uuid(desc, i, slot),
+                        gpu_instance_id: m.gpu_instance.unwrap_or(slot as u32 + 1),
+                        compute_instance_id: m.compute_instance.unwrap_or(0),
+                        profile: m.profile.clone(),
+                    })
+                    .collect(),
                 nvlink_slots: g
                     .nvlink_slots
                     .unwrap_or(DEFAULT_LINK_SLOTS)

@@ -62,6 +62,7 @@ impl Walk {
                         .or_else(|| gpu_osdev(&d.bus_id, ""))
                         .and_then(|o| o.model.clone()),
                     mig_enabled: None,
+                    mig_devices: Vec::new(),
                 }
             })
             .collect();

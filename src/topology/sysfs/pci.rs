@@ -94,6 +94,7 @@ pub(super) fn read_devices(fs: &SysFs, topo: &mut Topology) {
                 minor: info.and_then(|i| i.minor),
                 name: info.and_then(|i| i.model.clone()),
                 mig_enabled: None,
+                mig_devices: Vec::new(),
             }
         })
         .collect();

@@ -31,6 +31,7 @@ pub(super) fn host(isolated: &str) -> Topology {
             minor: Some(i),
             name: None,
             mig_enabled: None,
+            mig_devices: Vec::new(),
         })
         .collect();
     t
@@ -199,6 +200,96 @@ fn kubelet_gpus_are_held_and_remapped_env_gpus_only_aligned_to() {
     );
     assert!(out.adjustment.add_devices.is_empty());
     assert!(!out.adjustment.env.contains_key("NVIDIA_VISIBLE_DEVICES"));
+}
+
+/// MIG devices NVML lists on GPU 1 (node 1).
+const MIG: [&str; 2] = [
+    "MIG-5c1a7d4e-0000-4000-8000-000000000001",
+    "MIG-5c1a7d4e-0000-4000-8000-000000000002",
+];
+
+#[test]
+fn mig_uuids_align_to_their_parent_keep_their_env_and_never_conflict() {
+    let mut t = host("");
+    t.gpus[1].mig_enabled = Some(true);
+    t.gpus[1].mig_devices = MIG
+        .iter()
+        .enumerate()
+        .map(|(i, u)| crate::topology::MigDevice {
+            index: i as u32,
+            uuid: u.to_string(),
+            profile: Some("3g.40gb".into()),
+        })
+        .collect();
+    let mut cfg = Config::default();
+    cfg.placement.gpu_mode = GpuMode::Remap;
+    let a = Allocator::new(Arc::new(t), cfg.placement.clone());
+    let metrics = Some(Arc::new(Metrics::new()));
+    let mut e = Engine::new(a, cfg, None, metrics, Box::new(AllDevices));
+    // Two Guaranteed pods, each given one slice of GPU 1 the device plugin's way (env and
+    // PodResources): both on node 1, both keep exactly their MIG device, even in remap mode.
+    for (i, mig) in MIG.iter().enumerate() {
+        let p = kpod("ml", &format!("m{i}"), &[]);
+        let mut c = kctr(&p, &format!("m{i}"), "cuda", 1000, Some(1000));
+        c.env = vec![format!("NVIDIA_VISIBLE_DEVICES={mig}")];
+        c.kubelet_devices = Some(vec![KubeletDevices {
+            resource: "nvidia.com/mig-3g.40gb".into(),
+            ids: vec![mig.to_string()],
+        }]);
+        let out = create(&mut e, &p, &c);
+        let a = &e.records().containers[&format!("m{i}")].assignment;
+        assert!(a.gpus.is_empty(), "{i}: a MIG parent is never held: {a:?}");
+        assert_eq!(a.shared_gpus, vec![BUS[1]], "{i}");
+        assert!(
+            cpus(&out.adjustment.cpuset_cpus).is_subset(&cpus("4-7")),
+            "{i}: {}",
+            out.adjustment.cpuset_cpus
+        );
+        assert_eq!(out.adjustment.cpuset_mems, "1", "{i}");
+        assert!(out.adjustment.add_devices.is_empty(), "{i}");
+        assert!(
+            !out.adjustment.env.contains_key("NVIDIA_VISIBLE_DEVICES"),
+            "{i}: never rewritten to the parent: {:?}",
+            out.adjustment.env
+        );
+    }
+    // A MIG device NVML does not list: admitted on the shared pool, counted, and it keeps
+    // the MIG device the kubelet gave it.
+    let stale = "MIG-00000000-dead-4000-8000-000000000000";
+    let p = kpod("ml", "stale", &[]);
+    let mut c = kctr(&p, "s", "cuda", 500, None);
+    c.env = vec![format!("NVIDIA_VISIBLE_DEVICES={stale}")];
+    c.kubelet_devices = Some(vec![KubeletDevices {
+        resource: "nvidia.com/mig-1g.10gb".into(),
+        ids: vec![stale.into()],
+    }]);
+    let out = create(&mut e, &p, &c);
+    let a = &e.records().containers["s"].assignment;
+    assert!(a.gpus.is_empty() && a.shared_gpus.is_empty(), "{a:?}");
+    assert!(out.adjustment.add_devices.is_empty());
+    assert!(
+        !out.adjustment.env.contains_key("NVIDIA_VISIBLE_DEVICES"),
+        "{:?}",
+        out.adjustment.env
+    );
+    assert!(
+        events(&e).contains("event=\"unread-device\"} 1"),
+        "{}",
+        events(&e)
+    );
+    // The same id in the env of a container the kubelet gave nothing is no allocation.
+    let p = kpod("ml", "forged", &[]);
+    let mut c = kctr(&p, "f", "cuda", 500, None);
+    c.env = vec![format!("NVIDIA_VISIBLE_DEVICES={stale}")];
+    c.kubelet_devices = Some(Vec::new());
+    let out = create(&mut e, &p, &c);
+    assert_eq!(
+        out.adjustment
+            .env
+            .get("NVIDIA_VISIBLE_DEVICES")
+            .map(String::as_str),
+        Some("none")
+    );
 }
 
 #[test]
