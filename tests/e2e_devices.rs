@@ -248,7 +248,7 @@ fn write_cdi_specs(e: &Enforced) {
     }
     let nvidia = serde_json::json!({
         "cdiVersion": "0.5.0",
-        "kind": "nvidia.com/gpu",
+        "kind": common::kubelet::devices::CDI_KIND,
         "devices": devices,
         "containerEdits": {"deviceNodes": [node("/dev/nvidiactl"), node("/dev/nvidia-uvm")]},
     });

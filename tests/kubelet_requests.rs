@@ -428,7 +428,10 @@ fn nvidia_strategies_put_devices_where_the_plugin_does() {
             .iter()
             .map(ToString::to_string)
             .collect::<Vec<_>>(),
-        ["nvidia.com/gpu=GPU-0aaa", "nvidia.com/gpu=GPU-1aaa"]
+        [
+            "k8s.device-plugin.nvidia.com/gpu=GPU-0aaa",
+            "k8s.device-plugin.nvidia.com/gpu=GPU-1aaa"
+        ]
     );
 
     let cri = cfg(NvidiaPlugin::new()
@@ -436,7 +439,7 @@ fn nvidia_strategies_put_devices_where_the_plugin_does() {
         .allocate(&picks));
     assert_eq!(
         cri["CDI_devices"],
-        json!([{"name": "nvidia.com/gpu=GPU-0aaa"}, {"name": "nvidia.com/gpu=GPU-1aaa"}])
+        json!([{"name": "k8s.device-plugin.nvidia.com/gpu=GPU-0aaa"}, {"name": "k8s.device-plugin.nvidia.com/gpu=GPU-1aaa"}])
     );
 
     let mut specs = NvidiaPlugin::new();

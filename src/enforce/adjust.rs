@@ -217,10 +217,7 @@ fn env_is_allocated_mig(c: &ContainerView) -> bool {
     let cdi = c
         .cdi_devices
         .iter()
-        .filter_map(|n| {
-            n.strip_prefix("nvidia.com/")
-                .and_then(|n| n.split_once('='))
-        })
+        .filter_map(|n| k8s_devices::nvidia::split_cdi_name(n))
         .map(|(_, name)| name);
     let allocated: Vec<&str> = kubelet.chain(cdi).collect();
     !list.is_empty()

@@ -26,6 +26,23 @@ pub const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";
 pub const VOLUME_MOUNTS_ROOT: &str = "/var/run/nvidia-container-devices";
 /// Host side of every volume-mounts mount (the mount only carries a name).
 pub const VOLUME_MOUNTS_HOST_PATH: &str = "/dev/null";
+/// CDI vendors whose devices are NVIDIA GPUs. The NVIDIA device plugin (v0.15 and later,
+/// `cmd/nvidia-device-plugin/plugin-manager.go`: `cdi.WithVendor(...)`, and
+/// `internal/plugin/server.go`: `QualifiedName("gpu", id)`) names them
+/// `k8s.device-plugin.nvidia.com/gpu=<id>` in its cdi-annotations and cdi-cri responses;
+/// `nvidia-ctk cdi generate`, the GPU Operator and the DRA driver use `nvidia.com/gpu=<id>`.
+pub const CDI_VENDORS: [&str; 2] = ["nvidia.com", "k8s.device-plugin.nvidia.com"];
+
+/// `vendor/class=name` split after an NVIDIA vendor: `Some((class, name))` for an NVIDIA device,
+/// `None` for any other string.
+pub fn split_cdi_name(qualified: &str) -> Option<(&str, &str)> {
+    let (vendor, rest) = qualified.split_once('/')?;
+    if !CDI_VENDORS.contains(&vendor) {
+        return None;
+    }
+    rest.split_once('=')
+}
+
 /// Separator of the device plugin's replica ids (time-slicing and MPS): `<id>::<replica>`.
 pub const REPLICA_SEPARATOR: &str = "::";
 

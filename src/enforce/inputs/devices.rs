@@ -242,7 +242,7 @@ pub fn find(topo: &Topology, c: &ContainerView, trust_env: bool) -> Result<Found
                 format!("{q}: CDI device of a kind nri-align does not align"),
             )
         };
-        if q.vendor != "nvidia.com" {
+        if !k8s_devices::nvidia::CDI_VENDORS.contains(&q.vendor.as_str()) {
             not_aligned(&mut f);
             continue;
         }

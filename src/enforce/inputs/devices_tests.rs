@@ -345,3 +345,31 @@ fn a_mig_uuid_nvml_does_not_list_is_noted_never_refused() {
     .expect("not even from a trusted env");
     assert!(f.shared_gpus.is_empty() && f.unread.len() == 1, "{f:?}");
 }
+
+#[test]
+fn the_device_plugins_own_cdi_vendor_names_gpus() {
+    // NVIDIA device plugin v0.15+: `k8s.device-plugin.nvidia.com/gpu=<id>` in both CDI
+    // strategies; nvidia-ctk's `nvidia.com/gpu` is read the same way.
+    let c = ContainerView {
+        cdi_devices: vec!["k8s.device-plugin.nvidia.com/gpu=GPU-1aaa".into()],
+        ..env(&[])
+    };
+    let f = found(&c);
+    assert_eq!(
+        (f.gpus.clone(), f.source),
+        (vec![BUS1.to_string()], Some(GpuSource::Cdi))
+    );
+    let mut c = env(&[]);
+    c.annotations.insert(
+        "cdi.k8s.io/nvidia-device-plugin_abc".into(),
+        "k8s.device-plugin.nvidia.com/gpu=1".into(),
+    );
+    assert_eq!(found(&c).gpus, vec![BUS1.to_string()]);
+    assert!(!crate::enforce::inputs::gpus_reach_only_by_env(&c));
+    // A look-alike vendor is not NVIDIA's.
+    let c = ContainerView {
+        cdi_devices: vec!["evil.nvidia.com/gpu=1".into()],
+        ..env(&[])
+    };
+    assert!(found(&c).gpus.is_empty());
+}

@@ -139,9 +139,10 @@ pub fn gpus_reach_only_by_env(c: &ContainerView) -> bool {
         .devices
         .iter()
         .any(|d| k8s_devices::nvidia::parse_device_node(&d.path).is_some_and(|n| !n.is_control()));
-    let cdi = c.cdi_devices.iter().any(|n| n.starts_with("nvidia.com/"))
+    let nvidia = |n: &str| k8s_devices::nvidia::split_cdi_name(n.trim()).is_some();
+    let cdi = c.cdi_devices.iter().any(|n| nvidia(n))
         || c.annotations.iter().any(|(k, v)| {
-            k.starts_with(k8s_devices::cdi::ANNOTATION_PREFIX) && v.contains("nvidia.com/")
+            k.starts_with(k8s_devices::cdi::ANNOTATION_PREFIX) && v.split(',').any(nvidia)
         });
     let mounts = c
         .mounts

@@ -13,6 +13,10 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+/// The CDI kind the device plugin names its GPUs with (`plugin-manager.go`:
+/// `cdi.WithVendor("k8s.device-plugin.nvidia.com")`, `server.go`: `QualifiedName("gpu", id)`).
+pub const CDI_KIND: &str = "k8s.device-plugin.nvidia.com/gpu";
+
 /// One device plugin's answer for one container and the ids the kubelet allocated (what
 /// PodResources later reports for the container).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -206,10 +210,7 @@ impl NvidiaPlugin {
             .iter()
             .any(|s| matches!(s, ListStrategy::CdiAnnotations | ListStrategy::CdiCri));
         if any_cdi {
-            let names: Vec<String> = ids
-                .iter()
-                .map(|id| format!("nvidia.com/gpu={id}"))
-                .collect();
+            let names: Vec<String> = ids.iter().map(|id| format!("{CDI_KIND}={id}")).collect();
             if self.strategies.contains(&ListStrategy::CdiAnnotations) {
                 a.annotations.insert(
                     format!("cdi.k8s.io/nvidia-device-plugin_{}", self.response_id),
