@@ -214,6 +214,7 @@ impl Enforced {
             false,
             options,
             &[],
+            &[],
         )
     }
 
