@@ -127,6 +127,8 @@ pub struct ContainerSpec {
     pub resources: serde_json::Map<String, Value>,
     /// Devices: (container_path, host_path, permissions).
     pub devices: Vec<(String, String, String)>,
+    /// Capabilities added to the runtime's default set (`securityContext.capabilities.add`).
+    pub add_capabilities: Vec<String>,
 }
 
 impl ContainerSpec {
@@ -136,6 +138,13 @@ impl ContainerSpec {
             name: name.to_string(),
             ..Default::default()
         }
+    }
+
+    /// Adds a capability (`MKNOD`) as a pod's `securityContext.capabilities.add` does: the
+    /// runtimes' default sets differ (containerd keeps CAP_MKNOD, CRI-O drops it).
+    pub fn capability(mut self, name: &str) -> Self {
+        self.add_capabilities.push(name.into());
+        self
     }
 
     /// Command to run instead of the default sleep.
@@ -230,7 +239,10 @@ impl ContainerSpec {
             "log_path": format!("{}.log", self.name),
             "linux": {
                 "resources": Value::Object(self.resources.clone()),
-                "security_context": {"namespace_options": namespace_options()}
+                "security_context": {
+                    "namespace_options": namespace_options(),
+                    "capabilities": {"add_capabilities": self.add_capabilities}
+                }
             }
         })
     }

@@ -3,6 +3,7 @@
 //! container's scope (`DevicePolicy=`, `DeviceAllow=`), so a failing check can say which layer
 //! lost a device rule.
 
+use crate::common::Runtime;
 use crate::guest::Guest;
 
 impl Guest {
@@ -39,7 +40,10 @@ impl Guest {
         }
         let out = std::process::Command::new("systemctl")
             .args(["show", "-p", "DevicePolicy", "-p", "DeviceAllow"])
-            .arg(format!("cri-containerd-{id}.scope"))
+            .arg(match self.ctrd.runtime {
+                Runtime::Crio => format!("crio-{id}.scope"),
+                _ => format!("cri-containerd-{id}.scope"),
+            })
             .output();
         match out {
             Ok(o) => String::from_utf8_lossy(&o.stdout).replace('\n', "; "),

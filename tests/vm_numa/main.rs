@@ -402,7 +402,9 @@ fn t5_gpu_device_stays_usable_after_the_runtime_rewrites_the_cpuset() {
         .expect("a second GPU");
     let pod = g.pod("gpu-shared", Qos::Burstable, &[("policy", "best-effort")]);
     let node = format!("/dev/nvidia{minor}");
+    // MKNOD: the probe makes fresh device nodes (CRI-O's default capabilities leave it out).
     let spec = ContainerSpec::new("cuda")
+        .capability("MKNOD")
         .cpu_millis(500, None)
         .memory(64 << 20)
         .device(&node, &node, "rw")
