@@ -89,6 +89,12 @@ impl<P: Placer> Engine<P> {
         pod: &PodView,
         c: &ContainerView,
     ) -> Result<CreateOutcome, EngineError> {
+        // An exempt container takes nothing over, but the instance it replaces is gone: left
+        // behind, its record would keep what it held and shadow this one at the next restart.
+        while let Some(old) = self.predecessor(pod, c) {
+            tracing::info!(container = %c.name, old = %old, "restarted in an exempt namespace: predecessor released");
+            self.drop_record(&old);
+        }
         let cpus = self.exempt_cpus();
         let a = Assignment {
             container_id: c.id.clone(),
@@ -176,6 +182,11 @@ impl<P: Placer> Engine<P> {
             had == now && old.assignment.gpus.len() == req.allocated_gpus.len()
         };
         self.drop_record(&old_id);
+        // Records from before exempt containers released their predecessors can hold more
+        // than one instance: only one runs, so the others go too.
+        while let Some(stale) = self.predecessor(pod, c) {
+            self.drop_record(&stale);
+        }
         if old.resources != ResourceSummary::of(req) || !same_devices {
             tracing::info!(container = %c.name, old = %old_id, "restarted with another request: placed anew");
             return None;
@@ -231,6 +242,30 @@ impl<P: Placer> Engine<P> {
             adjustment,
             updates,
         })
+    }
+
+    /// After a CRI update's new decision `a` (made in GPU mode Keep with `old`'s GPUs): the
+    /// container keeps exactly the GPUs it held, alone or shared, and whether nri-align chose
+    /// them. A resize is about CPUs; without this, a GPU it held alone that another container
+    /// names in its env (and so shares) would be demoted to shared, and a remap forgotten, and
+    /// the container's restart would no longer match its predecessor.
+    pub(super) fn keep_devices(
+        &mut self,
+        mut a: Assignment,
+        old: &Assignment,
+    ) -> Result<Assignment, super::Rejection> {
+        if a.gpus == old.gpus
+            && a.shared_gpus == old.shared_gpus
+            && a.chosen_gpus == old.chosen_gpus
+        {
+            return Ok(a);
+        }
+        self.placer.release(&a.container_id);
+        a.gpus = old.gpus.clone();
+        a.shared_gpus = old.shared_gpus.clone();
+        a.chosen_gpus = old.chosen_gpus.clone();
+        self.placer.restore(a.clone())?;
+        Ok(a)
     }
 
     /// Before a new container of a pod is placed: its stopped siblings (finished init

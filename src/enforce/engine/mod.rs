@@ -298,7 +298,7 @@ impl<P: Placer> Engine<P> {
         // (`resync_placer`) restores the record into the placer.
         self.placer.release(&c.id);
         let placed = self.placer.place(&req, GpuMode::Keep);
-        let a = match placed {
+        let a = match placed.and_then(|a| self.keep_devices(a, &old.assignment)) {
             Ok(a) => a,
             Err(r) => {
                 if let Err(e) = self.placer.restore(old.assignment.clone()) {

@@ -577,3 +577,4 @@ mod consistency;
 mod kubernetes;
 mod observe;
 mod props;
+mod restarts;

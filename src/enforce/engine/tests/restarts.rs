@@ -1,0 +1,98 @@
+//! Restarts after other events: what the random sequences of `props` found, kept as named
+//! cases. A CRI update changes CPUs, never which GPUs a container holds; an exempt restart
+//! releases the instance it replaces, so that the next restart finds the right predecessor.
+
+use super::kubernetes::{kctr, kpod, real, BUS};
+use super::*;
+use crate::enforce::container::KubeletDevices;
+use crate::placement::Allocator;
+
+fn kubelet_gpu(c: &mut ContainerView, uuid: &str) {
+    c.env = vec![format!("NVIDIA_VISIBLE_DEVICES={uuid}")];
+    c.kubelet_devices = Some(vec![KubeletDevices {
+        resource: "nvidia.com/gpu".into(),
+        ids: vec![uuid.into()],
+    }]);
+}
+
+fn resize(e: &mut Engine<Allocator>, p: &PodView, c: &ContainerView, milli: u64) {
+    let mut r = c.resources.clone();
+    r.cpu_shares = Some(milli * 1024 / 1000);
+    r.cpu_quota = Some((milli * 100) as i64);
+    e.update_container(p, c, &r).expect("resize");
+}
+
+#[test]
+fn a_resize_keeps_the_gpus_a_container_holds_even_when_another_names_them_in_its_env() {
+    let mut e = real(Config::default(), "7");
+    let p = kpod("ml", "train", &[]);
+    let mut c = kctr(&p, "c-0", "cuda", 1000, Some(1000));
+    kubelet_gpu(&mut c, "GPU-0aaa");
+    e.create_container(&p, &c).expect("create").expect("placed");
+    let held = e.records().containers["c-0"].assignment.clone();
+    assert_eq!(held.gpus.len(), 1);
+    // A container whose env alone names that GPU shares it (env is not an allocation).
+    let q = kpod("ml", "peek", &[]);
+    let mut d = kctr(&q, "d-0", "peek", 1000, Some(1000));
+    d.env = vec![format!(
+        "NVIDIA_VISIBLE_DEVICES=GPU-{}aaa",
+        BUS.iter()
+            .position(|b| *b == held.gpus[0])
+            .expect("a known GPU")
+    )];
+    e.create_container(&q, &d).expect("create").expect("placed");
+    // Down to a shared-pool request and back: the GPU stays c-0's alone, remap included.
+    resize(&mut e, &p, &c, 100);
+    resize(&mut e, &p, &c, 1000);
+    let now = &e.records().containers["c-0"].assignment;
+    assert_eq!(now.gpus, held.gpus);
+    assert!(now.shared_gpus.is_empty(), "{:?}", now.shared_gpus);
+    assert_eq!(now.chosen_gpus, held.chosen_gpus);
+    // So its restart is recognised as the same request and keeps CPUs and GPU.
+    let before = now.clone();
+    e.container_stopped("c-0");
+    let c1 = ContainerView {
+        id: "c-1".into(),
+        ..c.clone()
+    };
+    e.create_container(&p, &c1)
+        .expect("create")
+        .expect("placed");
+    let after = &e.records().containers["c-1"].assignment;
+    assert_eq!((&after.cpus, &after.gpus), (&before.cpus, &before.gpus));
+}
+
+#[test]
+fn an_exempt_restart_releases_its_predecessor_so_the_next_restart_finds_the_right_one() {
+    let mut exempt = Config::default();
+    exempt.exempt_namespaces = vec!["ops".into()];
+    let mut e = real(exempt, "");
+    let p = kpod("ops", "agent", &[]);
+    let c = kctr(&p, "a-0", "agent", 250, None);
+    e.create_container(&p, &c).expect("create");
+    e.container_stopped("a-0");
+    let c1 = ContainerView {
+        id: "a-1".into(),
+        ..c.clone()
+    };
+    e.create_container(&p, &c1).expect("create");
+    assert!(!e.records().containers.contains_key("a-0"));
+    // The namespace stops being exempt; the container comes back with a GPU, then restarts.
+    e.reload(Config::default()).expect("reload");
+    let mut g = kctr(&p, "a-2", "agent", 1000, Some(1000));
+    kubelet_gpu(&mut g, "GPU-0aaa");
+    e.create_container(&p, &g).expect("create").expect("placed");
+    let first = e.records().containers["a-2"].assignment.clone();
+    e.container_stopped("a-2");
+    let g3 = ContainerView {
+        id: "a-3".into(),
+        ..g.clone()
+    };
+    e.create_container(&p, &g3)
+        .expect("create")
+        .expect("placed");
+    let ids: Vec<&String> = e.records().containers.keys().collect();
+    assert_eq!(ids, ["a-3"]);
+    let again = &e.records().containers["a-3"].assignment;
+    assert_eq!((&again.cpus, &again.gpus), (&first.cpus, &first.gpus));
+}
