@@ -167,7 +167,52 @@ pub fn install(
         defaults.push('\n');
     }
     std::fs::write(DEFAULTS, defaults).map_err(|e| format!("write {DEFAULTS}: {e}"))?;
+    let mut used = vec![nri_align_bin(), socket.to_path_buf()];
+    used.extend(
+        env.iter()
+            .filter_map(|l| l.split_once('=').map(|(_, v)| v.trim_matches('"')))
+            .filter(|v| v.starts_with('/'))
+            .map(PathBuf::from),
+    );
+    write_path_dropin(&used)?;
     systemctl(&["daemon-reload"]).map(|_| ())
+}
+
+/// Directories the unit hides from its own process: `PrivateTmp=yes` gives it an empty
+/// `/tmp` and `/var/tmp`, `ProtectHome=yes` makes the homes inaccessible.
+const HIDDEN_BY_THE_UNIT: [&str; 5] = ["/tmp/", "/var/tmp/", "/home/", "/root/", "/run/user/"];
+
+/// The harness keeps the binary, the runtime's socket and the fake NVML under the checkout
+/// (`target/`, `_output/`). A checkout in one of the directories the unit hides (CI clones into
+/// `/tmp`) would leave the unit without them: the daemon failed with 203/EXEC. An operator's
+/// install has none of this (the binary in `/usr/local/bin`, the socket in `/var/run/nri`), so
+/// the unit file stays verbatim and a drop-in, as an operator would write one, binds just the
+/// directories of those paths back, read-only. Without such paths no drop-in is written.
+fn write_path_dropin(used: &[PathBuf]) -> Result<(), String> {
+    let dir = Path::new("/etc/systemd/system").join(format!("{UNIT}.d"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut binds: Vec<String> = used
+        .iter()
+        .filter(|p| {
+            HIDDEN_BY_THE_UNIT
+                .iter()
+                .any(|h| p.to_string_lossy().starts_with(h))
+        })
+        .filter_map(|p| p.parent().map(|d| d.display().to_string()))
+        .collect();
+    binds.sort();
+    binds.dedup();
+    if binds.is_empty() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    let text = format!(
+        "# Written by the test suite: the checkout is in a directory the unit hides.\n\
+         [Service]\nBindReadOnlyPaths={}\n",
+        binds.join(" ")
+    );
+    let file = dir.join("checkout-paths.conf");
+    std::fs::write(&file, text).map_err(|e| format!("write {}: {e}", file.display()))
 }
 
 /// Writes the unit's config file.
