@@ -1,0 +1,254 @@
+//! Interchangeable GPUs: on a 16-GPU NVSwitch host most candidate sets of a decision are
+//! copies of one another (GPU 0 + 2 of a switch ranks like GPU 1 + 3), so the search ranks one
+//! set per class of copies instead of all C(16, k).
+//!
+//! Two levels, each proven by checking the permutation itself against everything the ranking
+//! reads (never inferred from names or switch ids):
+//! - GPUs: two free GPUs are interchangeable when swapping them keeps every pair score and
+//!   NVLink count among the free GPUs, their NUMA node, name and MIG state, and (when the
+//!   request wants NICs) their PCIe level to every NIC. A class's members are then all
+//!   interchangeable (swaps compose), so a set only says how many it takes of each class, and
+//!   the lowest free indices of each class represent it.
+//! - Classes: two classes of the same size are interchangeable when swapping them member for
+//!   member (lowest with lowest) keeps the same; a set then only says the counts of a group's
+//!   classes as a multiset, represented by counts that never increase along the group.
+//!
+//! Held GPUs are left out of the check on purpose: the ranking reads the free GPUs only (the
+//! set, the look-ahead over what stays free, the links left among the free GPUs), shared GPUs
+//! only through their NUMA nodes, and NICs through their PCIe level to the set's GPUs.
+
+use super::gpus::{self, LinkTable};
+use super::ledger::Ledger;
+
+/// Most sets the reduced search builds before it gives up (then the full search runs).
+const MAX_SETS: usize = 13_000;
+
+/// The symmetries of the free GPUs that a decision's ranking cannot tell apart.
+pub struct Symmetry<'a> {
+    free: &'a [usize],
+    /// Classes of interchangeable free GPUs (positions in `free`, ascending), in the order of
+    /// their lowest member.
+    classes: Vec<Vec<usize>>,
+    /// Groups of interchangeable classes (indices into `classes`), in class order.
+    groups: Vec<Vec<usize>>,
+}
+
+/// What a permutation of the free GPUs must keep.
+struct Check<'a> {
+    table: &'a LinkTable,
+    ledger: &'a Ledger,
+    free: &'a [usize],
+    /// Whether the request wants NICs: their PCIe levels to the GPUs then enter the rank.
+    nics: bool,
+}
+
+impl<'a> Symmetry<'a> {
+    /// The symmetries of `free` (ascending GPU indices) for a rank that reads NIC paths
+    /// (`nics`) or not.
+    pub fn new(table: &LinkTable, ledger: &Ledger, free: &'a [usize], nics: bool) -> Self {
+        let check = Check {
+            table,
+            ledger,
+            free,
+            nics,
+        };
+        let classes = check.classes();
+        let groups = check.groups(&classes);
+        Self {
+            free,
+            classes,
+            groups,
+        }
+    }
+
+    /// One `k`-set (GPU indices, ascending) per class of interchangeable sets, at least; `None`
+    /// when there would be more than [`MAX_SETS`].
+    pub fn representatives(&self, k: usize) -> Option<Vec<Vec<usize>>> {
+        // The classes in group order, each with whether it opens its group (its count is then
+        // free; later ones in the group take at most the count before them).
+        let order: Vec<(usize, bool)> = self
+            .groups
+            .iter()
+            .flat_map(|g| g.iter().enumerate().map(|(i, &c)| (c, i == 0)))
+            .collect();
+        // GPUs the classes from position i on hold: a branch that cannot reach k stops early.
+        let mut room = vec![0; order.len() + 1];
+        for i in (0..order.len()).rev() {
+            room[i] = room[i + 1] + self.classes[order[i].0].len();
+        }
+        let mut walk = Walk {
+            classes: &self.classes,
+            order: &order,
+            room: &room,
+            free: self.free,
+            counts: Vec::with_capacity(order.len()),
+            out: Vec::new(),
+        };
+        walk.step(k).then_some(walk.out)
+    }
+
+    /// A key equal for two sets of free GPUs exactly when one maps onto the other by the
+    /// symmetries found: per group, its classes' counts in the set, largest first.
+    pub fn key(&self, set: &[usize]) -> Vec<u8> {
+        let mut count = vec![0u8; self.classes.len()];
+        let mut class_of = vec![usize::MAX; self.free.len()];
+        for (c, members) in self.classes.iter().enumerate() {
+            for &p in members {
+                class_of[p] = c;
+            }
+        }
+        for g in set {
+            if let Ok(p) = self.free.binary_search(g) {
+                count[class_of[p]] = count[class_of[p]].saturating_add(1);
+            }
+        }
+        let mut key = Vec::with_capacity(count.len() + self.groups.len());
+        for group in &self.groups {
+            let start = key.len();
+            key.extend(group.iter().map(|&c| count[c]));
+            key[start..].sort_unstable_by(|a, b| b.cmp(a));
+            // Groups differ in length: a separator keeps two keys from running together.
+            key.push(u8::MAX);
+        }
+        key
+    }
+}
+
+impl Check<'_> {
+    /// Whether GPU `a` can stand for GPU `b` on its own: node, product, MIG state, NIC paths.
+    fn same_device(&self, a: usize, b: usize) -> bool {
+        let topo = self.ledger.topo();
+        let (ga, gb) = (&topo.gpus[a], &topo.gpus[b]);
+        self.table.numa_of(a) == self.table.numa_of(b)
+            && self.ledger.gpu_node(a) == self.ledger.gpu_node(b)
+            && ga.name == gb.name
+            && ga.mig_enabled == gb.mig_enabled
+            && ga.mig_devices.len() == gb.mig_devices.len()
+            && (!self.nics
+                || (0..topo.nics.len())
+                    .all(|n| self.ledger.nic_gpu_level(n, a) == self.ledger.nic_gpu_level(n, b)))
+    }
+
+    /// Whether the permutation `map` of free positions (position p goes to `map[p]`) keeps
+    /// every device property and every pair relation the ranking reads.
+    fn preserves(&self, map: &[usize]) -> bool {
+        let f = self.free;
+        let t = self.table;
+        let moved = |p: usize| map[p] != p;
+        (0..f.len()).all(|p| !moved(p) || self.same_device(f[p], f[map[p]]))
+            && (0..f.len()).all(|p| {
+                (p + 1..f.len()).all(|q| {
+                    !(moved(p) || moved(q)) || {
+                        let (a, b) = (f[p], f[q]);
+                        let (x, y) = (f[map[p]], f[map[q]]);
+                        t.pair(a, b) == t.pair(x, y) && t.nvlinks(a, b) == t.nvlinks(x, y)
+                    }
+                })
+            })
+    }
+
+    /// Classes of interchangeable free GPUs: a GPU joins the first class whose first member it
+    /// can swap with (swaps compose, so it can then swap with every member).
+    fn classes(&self) -> Vec<Vec<usize>> {
+        let ident: Vec<usize> = (0..self.free.len()).collect();
+        let mut classes: Vec<Vec<usize>> = Vec::new();
+        for p in 0..self.free.len() {
+            let home = classes.iter().position(|c| {
+                let mut m = ident.clone();
+                m.swap(c[0], p);
+                self.preserves(&m)
+            });
+            match home {
+                Some(i) => classes[i].push(p),
+                None => classes.push(vec![p]),
+            }
+        }
+        classes
+    }
+
+    /// Groups of interchangeable classes: a class joins the first group whose first class it
+    /// can swap with member for member.
+    fn groups(&self, classes: &[Vec<usize>]) -> Vec<Vec<usize>> {
+        let ident: Vec<usize> = (0..self.free.len()).collect();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (c, members) in classes.iter().enumerate() {
+            let home = groups.iter().position(|g| {
+                let first = &classes[g[0]];
+                first.len() == members.len() && {
+                    let mut m = ident.clone();
+                    for (&x, &y) in first.iter().zip(members) {
+                        m[x] = y;
+                        m[y] = x;
+                    }
+                    self.preserves(&m)
+                }
+            });
+            match home {
+                Some(i) => groups[i].push(c),
+                None => groups.push(vec![c]),
+            }
+        }
+        groups
+    }
+}
+
+/// The enumeration of class counts behind [`Symmetry::representatives`].
+struct Walk<'a> {
+    classes: &'a [Vec<usize>],
+    order: &'a [(usize, bool)],
+    room: &'a [usize],
+    free: &'a [usize],
+    counts: Vec<usize>,
+    out: Vec<Vec<usize>>,
+}
+
+impl Walk<'_> {
+    /// Chooses the count of the next class with `left` GPUs still to take; false once the
+    /// output passes [`MAX_SETS`].
+    fn step(&mut self, left: usize) -> bool {
+        let i = self.counts.len();
+        if left == 0 {
+            let mut set: Vec<usize> = self
+                .counts
+                .iter()
+                .zip(self.order)
+                .flat_map(|(&n, &(c, _))| self.classes[c][..n].iter().map(|&p| self.free[p]))
+                .collect();
+            set.sort_unstable();
+            self.out.push(set);
+            return self.out.len() <= MAX_SETS;
+        }
+        if i == self.order.len() || self.room[i] < left {
+            return true;
+        }
+        let (c, opens) = self.order[i];
+        let mut most = self.classes[c].len().min(left);
+        if !opens {
+            most = most.min(self.counts[i - 1]);
+        }
+        for n in (0..=most).rev() {
+            self.counts.push(n);
+            let ok = self.step(left - n);
+            self.counts.pop();
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Whether the look-ahead over what `k` GPUs of `free` leave is a function of values only (no
+/// tie broken by index), so interchangeable sets get the same look-ahead: the exact search of
+/// the best `2k`-set stays within its enumeration limit and every NUMA node's free GPUs are
+/// few enough for the exact partition.
+pub fn lookahead_invariant(table: &LinkTable, free: &[usize], k: usize) -> bool {
+    let rest = free.len().saturating_sub(k) as u64;
+    let mut nodes: Vec<Option<u32>> = free.iter().map(|&g| table.numa_of(g)).collect();
+    nodes.sort_unstable();
+    gpus::exact_enumeration(rest, 2 * k as u64)
+        && gpus::exact_enumeration(rest, k as u64)
+        && nodes
+            .chunk_by(|a, b| a == b)
+            .all(|n| n.len() <= gpus::PARTITION_EXACT_GPUS)
+}
