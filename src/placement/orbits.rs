@@ -252,3 +252,73 @@ pub fn lookahead_invariant(table: &LinkTable, free: &[usize], k: usize) -> bool 
             .chunk_by(|a, b| a == b)
             .all(|n| n.len() <= gpus::PARTITION_EXACT_GPUS)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::topology::desc::HostDesc;
+    use crate::topology::{CpuSet, Topology};
+
+    fn fixture(name: &str) -> Topology {
+        let path = format!(
+            "{}/tests/fixtures/hosts/{name}.yaml",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(path).expect("fixture");
+        HostDesc::from_yaml(&text).expect("fixture").to_topology()
+    }
+
+    #[test]
+    fn dgx2_like_gpus_pair_by_switch_and_switches_group_by_socket() {
+        let topo = fixture("dgx2-like");
+        let table = LinkTable::new(&topo);
+        let ledger = Ledger::new(Arc::new(topo), CpuSet::new());
+        let free: Vec<usize> = (0..16).collect();
+        // Links alone: 8 switch pairs, 4 interchangeable switches per socket.
+        let links = Symmetry::new(&table, &ledger, &free, false);
+        assert_eq!(links.classes.len(), 8);
+        assert_eq!(links.groups, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+        // Multisets of 4 counts of at most 2 per socket: 3 x 3 + 2 x 2 + 1 for 4 GPUs.
+        assert_eq!(links.representatives(4).map(|r| r.len()), Some(14));
+        assert_eq!(links.representatives(8).map(|r| r.len()), Some(29));
+        // Each switch's NIC tells the switches apart, not the GPUs of a switch.
+        let nics = Symmetry::new(&table, &ledger, &free, true);
+        assert_eq!(nics.classes.len(), 8);
+        assert_eq!(nics.groups.len(), 8);
+        // Sets that map onto each other share a key, others do not.
+        assert_eq!(links.key(&[0, 2]), links.key(&[5, 7]));
+        assert_ne!(links.key(&[0, 1]), links.key(&[0, 2]));
+        assert_ne!(links.key(&[0, 2]), links.key(&[0, 8]));
+    }
+
+    #[test]
+    fn dgx1_cube_mesh_has_no_interchangeable_gpus() {
+        let topo = crate::topology::testing::shipped("dgx1-v100");
+        let table = LinkTable::new(&topo);
+        let ledger = Ledger::new(Arc::new(topo), CpuSet::new());
+        let free: Vec<usize> = (0..8).collect();
+        let sym = Symmetry::new(&table, &ledger, &free, false);
+        // NV1 / NV2 differ between every two GPUs' rows: each GPU is its own class.
+        assert_eq!(sym.classes.len(), 8);
+        let reps = sym.representatives(3).expect("few");
+        assert_eq!(reps.len(), 56);
+    }
+
+    #[test]
+    fn held_gpus_leave_their_mates_alone() {
+        let topo = fixture("islands16");
+        let table = LinkTable::new(&topo);
+        let ledger = Ledger::new(Arc::new(topo), CpuSet::new());
+        // GPU 0 held: GPU 1 (its switch mate, NV4 to it) has no mate left; the other three
+        // switches of island 0 stay interchangeable as pairs.
+        let free: Vec<usize> = (1..16).collect();
+        let sym = Symmetry::new(&table, &ledger, &free, false);
+        assert_eq!(sym.classes.len(), 8);
+        assert_eq!(sym.classes[0], vec![0]);
+        assert_eq!(sym.groups[0], vec![0]);
+        assert_eq!(sym.groups[1], vec![1, 2, 3]);
+        assert!(lookahead_invariant(&table, &free, 4));
+    }
+}
