@@ -64,8 +64,10 @@ fn a_resize_keeps_the_gpus_a_container_holds_even_when_another_names_them_in_its
 
 #[test]
 fn an_exempt_restart_releases_its_predecessor_so_the_next_restart_finds_the_right_one() {
-    let mut exempt = Config::default();
-    exempt.exempt_namespaces = vec!["ops".into()];
+    let exempt = Config {
+        exempt_namespaces: vec!["ops".into()],
+        ..Config::default()
+    };
     let mut e = real(exempt, "");
     let p = kpod("ops", "agent", &[]);
     let c = kctr(&p, "a-0", "agent", 250, None);
