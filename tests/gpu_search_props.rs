@@ -126,7 +126,7 @@ fn idle_dgx2_like_every_size_links_as_well_as_exhaustive() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
     fn reduced_search_links_as_well_as_exhaustive(

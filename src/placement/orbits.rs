@@ -31,6 +31,8 @@ pub struct Symmetry<'a> {
     classes: Vec<Vec<usize>>,
     /// Groups of interchangeable classes (indices into `classes`), in class order.
     groups: Vec<Vec<usize>>,
+    /// The class of each free position.
+    class_of: Vec<usize>,
 }
 
 /// What a permutation of the free GPUs must keep.
@@ -54,10 +56,17 @@ impl<'a> Symmetry<'a> {
         };
         let classes = check.classes();
         let groups = check.groups(&classes);
+        let mut class_of = vec![0; free.len()];
+        for (c, members) in classes.iter().enumerate() {
+            for &p in members {
+                class_of[p] = c;
+            }
+        }
         Self {
             free,
             classes,
             groups,
+            class_of,
         }
     }
 
@@ -91,15 +100,10 @@ impl<'a> Symmetry<'a> {
     /// symmetries found: per group, its classes' counts in the set, largest first.
     pub fn key(&self, set: &[usize]) -> Vec<u8> {
         let mut count = vec![0u8; self.classes.len()];
-        let mut class_of = vec![usize::MAX; self.free.len()];
-        for (c, members) in self.classes.iter().enumerate() {
-            for &p in members {
-                class_of[p] = c;
-            }
-        }
         for g in set {
             if let Ok(p) = self.free.binary_search(g) {
-                count[class_of[p]] = count[class_of[p]].saturating_add(1);
+                let c = self.class_of[p];
+                count[c] = count[c].saturating_add(1);
             }
         }
         let mut key = Vec::with_capacity(count.len() + self.groups.len());
