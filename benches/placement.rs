@@ -6,7 +6,7 @@
 //! Three passes. Criterion times every decision on its own (`cargo bench --bench placement`
 //! prints its usual per-benchmark lines). A tail pass times single decisions of ours and
 //! prints their p50 / p99 / max (`-- FILTER` runs these two passes on the cases whose name
-//! holds FILTER). Then an interleaved
+//! holds FILTER, or one of its `|` alternatives). Then an interleaved
 //! pass times both sides in alternating batches, round after round, so load from other jobs on
 //! a shared box hits both alike, and prints a markdown table: median time per decision of each
 //! side, the median of the per-round ratios, and their spread (min - max over the rounds).
@@ -325,7 +325,11 @@ fn print_tails(cases: &[Case], filters: &[String]) {
     println!("\n| case | p50 | p99 | max |");
     println!("|---|---|---|---|");
     for c in cases {
-        if !filters.is_empty() && !filters.iter().any(|f| c.name.contains(f.as_str())) {
+        // Criterion reads the filter as a regex; alternatives (`a|b`) are all this pass needs.
+        let picked = filters
+            .iter()
+            .any(|f| f.split('|').any(|alt| c.name.contains(alt)));
+        if !filters.is_empty() && !picked {
             continue;
         }
         let (p50, p99, max) = tail(&c.ours);

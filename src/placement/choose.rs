@@ -185,8 +185,15 @@ impl<'a> Search<'a> {
         must: &[usize],
         k: usize,
     ) -> (Vec<Vec<usize>>, bool, Option<Symmetry<'f>>) {
-        // `keep` fixes GPUs and NICs by index: no two sets are interchangeable then.
-        if must.is_empty() && !self.keep && orbits::lookahead_invariant(self.links, free, k) {
+        // `keep` fixes GPUs and NICs by index: no two sets are interchangeable then. On hosts
+        // of up to 8 GPUs (at most 70 sets) finding the symmetries cost more than it saved
+        // (DGX-1V, DGX H100: 2-3x the decision time in the placement bench).
+        let reduce = self.ledger.topo().gpus.len() > orbits::REDUCE_ABOVE_GPUS;
+        if reduce
+            && must.is_empty()
+            && !self.keep
+            && orbits::lookahead_invariant(self.links, free, k)
+        {
             let wants_nics = self.r.nic_count > 0;
             let rank_sym = Symmetry::new(self.links, self.ledger, free, wants_nics);
             let reps = rank_sym.representatives(k);

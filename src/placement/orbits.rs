@@ -20,6 +20,10 @@
 use super::gpus::{self, LinkTable};
 use super::ledger::Ledger;
 
+/// Hosts with more GPUs than this get the reduced search; on smaller ones the full search is
+/// cheaper than finding the symmetries.
+pub const REDUCE_ABOVE_GPUS: usize = 8;
+
 /// Most sets the reduced search builds before it gives up (then the full search runs).
 const MAX_SETS: usize = 13_000;
 
