@@ -1,9 +1,12 @@
 //! Placement benchmarks: one decision on the shipped host descriptions (16-node 1024-CPU host,
-//! EPYC NPS4, DGX-1V cube mesh, DGX H100) and on a 16-GPU NVSwitch host (the bound of the
-//! exact GPU-set search), each against the kubelet-like baseline measured in the same run.
+//! EPYC NPS4, DGX-1V cube mesh, DGX H100) and on the 16-GPU fixture hosts (DGX-2-like,
+//! HGX-like with NVSwitch, two NVLink islands; idle and with half their GPUs held: the bound
+//! of the GPU-set search), each against the kubelet-like baseline measured in the same run.
 //!
-//! Two passes. Criterion times every decision on its own (`cargo bench --bench placement`
-//! prints its usual per-benchmark lines; `-- FILTER` runs only this pass). Then an interleaved
+//! Three passes. Criterion times every decision on its own (`cargo bench --bench placement`
+//! prints its usual per-benchmark lines). A tail pass times single decisions of ours and
+//! prints their p50 / p99 / max (`-- FILTER` runs these two passes on the cases whose name
+//! holds FILTER, or one of its `|` alternatives). Then an interleaved
 //! pass times both sides in alternating batches, round after round, so load from other jobs on
 //! a shared box hits both alike, and prints a markdown table: median time per decision of each
 //! side, the median of the per-round ratios, and their spread (min - max over the rounds).
@@ -29,51 +32,26 @@ const ROUNDS: usize = 15;
 /// both sides of a round see the same machine.
 const BATCH: Duration = Duration::from_millis(4);
 
-/// A 16-GPU NVSwitch host like a DGX-2 (2 per PCIe switch, 4 switches per socket).
-const DGX2_LIKE: &str = r#"
-name: dgx2-like
-description: bench only, 2 x 24c/48t, 16 GPUs on NVSwitch, 8 RDMA NICs
-sockets: 2
-cores_per_numa: 24
-threads_per_core: 2
-memory_per_numa: 768Gi
-pcie_switches:
-  - {id: sw0, numa_node: 0}
-  - {id: sw1, numa_node: 0}
-  - {id: sw2, numa_node: 0}
-  - {id: sw3, numa_node: 0}
-  - {id: sw4, numa_node: 1}
-  - {id: sw5, numa_node: 1}
-  - {id: sw6, numa_node: 1}
-  - {id: sw7, numa_node: 1}
-gpus:
-  - {switch: sw0}
-  - {switch: sw0}
-  - {switch: sw1}
-  - {switch: sw1}
-  - {switch: sw2}
-  - {switch: sw2}
-  - {switch: sw3}
-  - {switch: sw3}
-  - {switch: sw4}
-  - {switch: sw4}
-  - {switch: sw5}
-  - {switch: sw5}
-  - {switch: sw6}
-  - {switch: sw6}
-  - {switch: sw7}
-  - {switch: sw7}
-nvlink: {kind: nvswitch, links: 6, chips: 12}
-nics:
-  - {name: ib0, rdma: mlx5_0, switch: sw0}
-  - {name: ib1, rdma: mlx5_1, switch: sw1}
-  - {name: ib2, rdma: mlx5_2, switch: sw2}
-  - {name: ib3, rdma: mlx5_3, switch: sw3}
-  - {name: ib4, rdma: mlx5_4, switch: sw4}
-  - {name: ib5, rdma: mlx5_5, switch: sw5}
-  - {name: ib6, rdma: mlx5_6, switch: sw6}
-  - {name: ib7, rdma: mlx5_7, switch: sw7}
-"#;
+/// The 16-GPU hosts (test fixtures shared with `tests/gpu_search_props.rs`): a DGX-2-like
+/// NVSwitch host, an HGX-like NVSwitch host, two NVLink islands of 8.
+const FIXTURES: [(&str, &str); 3] = [
+    (
+        "dgx2-like",
+        include_str!("../tests/fixtures/hosts/dgx2-like.yaml"),
+    ),
+    (
+        "hgx16-nvswitch",
+        include_str!("../tests/fixtures/hosts/hgx16-nvswitch.yaml"),
+    ),
+    (
+        "islands16",
+        include_str!("../tests/fixtures/hosts/islands16.yaml"),
+    ),
+];
+
+/// GPUs held at ~50% occupancy of a 16-GPU host: scattered over switches and sockets, as
+/// churn leaves them, rather than one whole socket.
+const HALF_HELD: [usize; 8] = [1, 2, 4, 7, 8, 9, 13, 14];
 
 /// A Guaranteed container: `cpus` exclusive CPUs, `gib` of memory, the first `gpus` free GPUs
 /// and `nics` NICs as a device plugin would have allocated them.
@@ -106,13 +84,11 @@ fn contender(topo: &Topology, kubelet: bool) -> Contender {
 }
 
 /// The same background load on either side: a third of the CPUs in small exclusive
-/// containers, and the first `busy_gpus` GPUs held.
-fn loaded(mut d: Contender, topo: &Topology, busy_gpus: usize) -> Contender {
-    let busy: Vec<String> = topo
-        .gpus
+/// containers, and the GPUs `busy` held.
+fn loaded(mut d: Contender, topo: &Topology, busy: &[usize]) -> Contender {
+    let busy: Vec<String> = busy
         .iter()
-        .take(busy_gpus)
-        .map(|g| g.pci_bus_id.clone())
+        .map(|&g| topo.gpus[g].pci_bus_id.clone())
         .collect();
     let target = topo.cpus.len() as u64 / 3;
     let mut used = 0;
@@ -138,12 +114,12 @@ struct Side {
 }
 
 struct Case {
-    name: &'static str,
+    name: String,
     ours: Side,
     base: Side,
 }
 
-fn side(label: &str, topo: &Topology, kubelet: bool, busy: usize, r: Request) -> Side {
+fn side(label: &str, topo: &Topology, kubelet: bool, busy: &[usize], r: Request) -> Side {
     Side {
         label: label.to_string(),
         contender: loaded(contender(topo, kubelet), topo, busy),
@@ -151,14 +127,13 @@ fn side(label: &str, topo: &Topology, kubelet: bool, busy: usize, r: Request) ->
     }
 }
 
-/// The first `n` GPUs / NICs that are free after the background load (which holds the first
-/// `busy` GPUs), as a device plugin blind to topology would allocate them.
-fn first_gpus(topo: &Topology, busy: usize, n: usize) -> Vec<String> {
-    topo.gpus
-        .iter()
-        .skip(busy)
+/// The first `n` GPUs / NICs that are free after the background load (which holds the GPUs
+/// `busy`), as a device plugin blind to topology would allocate them.
+fn first_gpus(topo: &Topology, busy: &[usize], n: usize) -> Vec<String> {
+    (0..topo.gpus.len())
+        .filter(|g| !busy.contains(g))
         .take(n)
-        .map(|g| g.pci_bus_id.clone())
+        .map(|g| topo.gpus[g].pci_bus_id.clone())
         .collect()
 }
 
@@ -171,50 +146,69 @@ fn first_nics(topo: &Topology, n: usize) -> Vec<String> {
         .collect()
 }
 
+/// A GPU case: name, host, held GPUs, GPUs and NICs asked for, GiB of memory.
+type GpuCase<'a> = (String, &'a Topology, &'a [usize], usize, usize, u64);
+
 fn cases() -> Vec<Case> {
     let n16 = shipped("numa16-1024");
     let epyc = shipped("epyc-nps4");
     let dgx1 = shipped("dgx1-v100");
     let h100 = shipped("dgx-h100");
-    let dgx2 = HostDesc::from_yaml(DGX2_LIKE)
-        .expect("bench description")
-        .to_topology();
+    let sixteen: Vec<(&str, Topology)> = FIXTURES
+        .iter()
+        .map(|(name, text)| {
+            let desc = HostDesc::from_yaml(text).expect("fixture description");
+            (*name, desc.to_topology())
+        })
+        .collect();
     let mut out = vec![
         Case {
-            name: "numa16-1024: 24 cpus (one node)",
-            ours: side("nri-align", &n16, false, 0, req("x", 24, 16, &[], &[])),
+            name: "numa16-1024: 24 cpus (one node)".into(),
+            ours: side("nri-align", &n16, false, &[], req("x", 24, 16, &[], &[])),
             base: side(
                 "kubelet on epyc-nps4, same request (8 nodes: its cap)",
                 &epyc,
                 true,
-                0,
+                &[],
                 req("x", 24, 16, &[], &[]),
             ),
         },
         Case {
-            name: "numa16-1024: 200 cpus (spans nodes)",
-            ours: side("nri-align", &n16, false, 0, req("x", 200, 64, &[], &[])),
+            name: "numa16-1024: 200 cpus (spans nodes)".into(),
+            ours: side("nri-align", &n16, false, &[], req("x", 200, 64, &[], &[])),
             base: side(
                 "kubelet on epyc-nps4, 40 cpus over 2 nodes (8 nodes: its cap)",
                 &epyc,
                 true,
-                0,
+                &[],
                 req("x", 40, 16, &[], &[]),
             ),
         },
         Case {
-            name: "epyc-nps4: 40 cpus (spans 2 nodes)",
-            ours: side("nri-align", &epyc, false, 0, req("x", 40, 16, &[], &[])),
-            base: side("kubelet", &epyc, true, 0, req("x", 40, 16, &[], &[])),
+            name: "epyc-nps4: 40 cpus (spans 2 nodes)".into(),
+            ours: side("nri-align", &epyc, false, &[], req("x", 40, 16, &[], &[])),
+            base: side("kubelet", &epyc, true, &[], req("x", 40, 16, &[], &[])),
         },
     ];
-    let gpu_cases: [(&'static str, &Topology, usize, usize, usize, u64); 5] = [
-        ("dgx1-v100: 2 gpus, 2 busy", &dgx1, 2, 2, 1, 8),
-        ("dgx1-v100: 4 gpus, idle", &dgx1, 0, 4, 1, 16),
-        ("dgx-h100: 4 gpus + 2 nics", &h100, 0, 4, 2, 32),
-        ("16-gpu nvswitch: 4 of 16", &dgx2, 0, 4, 1, 32),
-        ("16-gpu nvswitch: 8 of 16", &dgx2, 0, 8, 2, 64),
+    let mut gpu_cases: Vec<GpuCase> = vec![
+        ("dgx1-v100: 2 gpus, 2 busy".into(), &dgx1, &[0, 1], 2, 1, 8),
+        ("dgx1-v100: 4 gpus, idle".into(), &dgx1, &[], 4, 1, 16),
+        ("dgx-h100: 4 gpus + 2 nics".into(), &h100, &[], 4, 2, 32),
+        (
+            "dgx-h100: 2 gpus, half busy".into(),
+            &h100,
+            &[0, 3, 5, 6],
+            2,
+            1,
+            16,
+        ),
     ];
+    for (name, topo) in &sixteen {
+        gpu_cases.push((format!("{name}: 4 of 16 idle"), topo, &[], 4, 1, 32));
+        gpu_cases.push((format!("{name}: 8 of 16 idle"), topo, &[], 8, 2, 64));
+        gpu_cases.push((format!("{name}: 2 of 8 free"), topo, &HALF_HELD, 2, 1, 16));
+        gpu_cases.push((format!("{name}: 4 of 8 free"), topo, &HALF_HELD, 4, 1, 32));
+    }
     for (name, topo, busy, n, nics, gib) in gpu_cases {
         let r = req(
             "x",
@@ -264,7 +258,7 @@ fn fmt_us(secs: f64) -> String {
 }
 
 struct Row {
-    name: &'static str,
+    name: String,
     ours: f64,
     base_label: String,
     base: f64,
@@ -297,13 +291,55 @@ fn interleaved(c: &Case) -> Row {
         .iter()
         .fold((f64::MAX, 0.0f64), |(l, h), r| (l.min(*r), h.max(*r)));
     Row {
-        name: c.name,
+        name: c.name.clone(),
         ours: median(&mut ours),
         base_label: c.base.label.clone(),
         base: median(&mut base),
         ratio: median(&mut ratios),
         lo,
         hi,
+    }
+}
+
+/// Decisions timed one by one for the tail: enough for a p99 of a few hundred samples above.
+const TAIL_SAMPLES: usize = 2000;
+
+/// Median, p99 and worst time of one decision of ours, each timed alone on a fresh clone.
+fn tail(s: &Side) -> (f64, f64, f64) {
+    let mut times: Vec<f64> = (0..TAIL_SAMPLES)
+        .map(|_| {
+            let mut d = s.contender.clone();
+            let t = Instant::now();
+            let _ = black_box(d.place(black_box(&s.request)));
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize];
+    (at(0.5), at(0.99), times[times.len() - 1])
+}
+
+/// The tail pass over the cases a filter selects (all without one).
+fn print_tails(cases: &[Case], filters: &[String]) {
+    println!("\nTail pass: {TAIL_SAMPLES} decisions of nri-align per case, each timed alone");
+    println!("\n| case | p50 | p99 | max |");
+    println!("|---|---|---|---|");
+    for c in cases {
+        // Criterion reads the filter as a regex; alternatives (`a|b`) are all this pass needs.
+        let picked = filters
+            .iter()
+            .any(|f| f.split('|').any(|alt| c.name.contains(alt)));
+        if !filters.is_empty() && !picked {
+            continue;
+        }
+        let (p50, p99, max) = tail(&c.ours);
+        println!(
+            "| {} | {} | {} | {} |",
+            c.name,
+            fmt_us(p50),
+            fmt_us(p99),
+            fmt_us(max)
+        );
     }
 }
 
@@ -315,7 +351,7 @@ fn main() {
         .measurement_time(Duration::from_millis(1500))
         .configure_from_args();
     for case in &cases {
-        let mut g = c.benchmark_group(case.name);
+        let mut g = c.benchmark_group(case.name.as_str());
         for s in [&case.ours, &case.base] {
             let id = if s.label.starts_with("kubelet on") {
                 "kubelet (other host)"
@@ -338,8 +374,17 @@ fn main() {
 
     // `cargo bench -- FILTER` and `cargo test --benches` run criterion only.
     let args: Vec<String> = std::env::args().collect();
-    let filtered = args.iter().skip(1).any(|a| !a.starts_with('-'));
-    if filtered || !args.iter().any(|a| a == "--bench") {
+    let filters: Vec<String> = args
+        .iter()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .cloned()
+        .collect();
+    if !args.iter().any(|a| a == "--bench") {
+        return;
+    }
+    print_tails(&cases, &filters);
+    if !filters.is_empty() {
         return;
     }
     let rows: Vec<Row> = cases.iter().map(interleaved).collect();

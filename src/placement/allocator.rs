@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::choose::{Candidate, Search};
+use super::choose::{Candidate, GpuSearch, Search};
 use super::cpus;
 use super::error::{fmt_bytes, fmt_nodes, PlacementError};
 use super::gpus::LinkTable;
@@ -33,6 +33,8 @@ pub struct Allocator {
     /// Containers recorded per pod uid, so a release knows its pod's last container without
     /// walking every assignment.
     pod_members: HashMap<String, usize>,
+    /// How GPU sets are enumerated (the exhaustive search stays as the tests' reference).
+    gpu_search: GpuSearch,
 }
 
 /// A decision not yet recorded: the assignment and how its memory splits over its nodes.
@@ -62,7 +64,13 @@ impl Allocator {
             pod_nodes: HashMap::new(),
             pod_totals: HashMap::new(),
             pod_members: HashMap::new(),
+            gpu_search: GpuSearch::default(),
         }
+    }
+
+    /// Enumerates GPU sets by `mode` from now on ([`GpuSearch::Reduced`] unless set).
+    pub fn set_gpu_search(&mut self, mode: GpuSearch) {
+        self.gpu_search = mode;
     }
 
     /// Tells the allocator what pod `uid` will ask for in all, before its first container (see
@@ -369,7 +377,8 @@ impl Allocator {
             allowed,
             pod_totals,
             pin,
-        );
+        )
+        .with_gpu_search(self.gpu_search);
         let caps = search.caps();
         if !search.host_has_enough() {
             return Err(reject::insufficient(&self.ledger, config, r, caps));

@@ -4,12 +4,14 @@
 //! candidates rank ([`Rank`]), and the rejection when none is admissible.
 
 use std::cmp::Reverse;
+use std::collections::HashMap;
 
 use super::error::PlacementError;
 use super::gpus::{self, LinkTable};
 use super::ledger::Ledger;
 use super::nics;
 use super::numa::{self, Cap, Need};
+use super::orbits::{self, Symmetry};
 use super::policy::{GpuMode, PlacementConfig, Policy, Scope};
 use super::reject;
 use super::request::PodTotals;
@@ -32,6 +34,18 @@ pub struct Candidate {
     pub nic_cost: u32,
 }
 
+/// How the GPU sets of a decision are enumerated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GpuSearch {
+    /// One set per class of interchangeable sets where the ranking provably cannot tell a
+    /// class's sets apart (see `orbits.rs`), else every set: the daemon's search.
+    #[default]
+    Reduced,
+    /// Every set, with the same look-ahead as [`GpuSearch::Reduced`]: the reference the
+    /// reduced search is tested against.
+    Exhaustive,
+}
+
 /// How a candidate GPU set ranks; the greatest wins (field order is the order of importance).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Rank {
@@ -51,6 +65,10 @@ struct Rank {
     links_left: u32,
     /// The tightest CPU fit: fewer free CPUs left on the chosen nodes.
     tightest_fit: Reverse<u64>,
+    /// The set's own link score: of two sets equal in all the above, the better linked one,
+    /// before GPU indices decide (an index tie-break alone would let two sets of different
+    /// link scores win by their numbering, and the reduced search by its representatives).
+    own_links: u32,
 }
 
 /// Everything one decision's search needs, computed once.
@@ -73,6 +91,8 @@ pub struct Search<'a> {
     limit: usize,
     /// NICs fixed by the device plugin (`keep` mode).
     fixed_nics: Vec<usize>,
+    /// How GPU sets are enumerated.
+    gpu_search: GpuSearch,
 }
 
 impl<'a> Search<'a> {
@@ -144,7 +164,56 @@ impl<'a> Search<'a> {
             pod_need,
             limit,
             fixed_nics,
+            gpu_search: GpuSearch::default(),
         }
+    }
+
+    /// The same search with GPU sets enumerated by `mode`.
+    pub fn with_gpu_search(mut self, mode: GpuSearch) -> Self {
+        self.gpu_search = mode;
+        self
+    }
+
+    /// The GPU sets to rank, whether the look-ahead is exact, and the symmetries of the links
+    /// alone (NICs aside) when the link score may be memoized by them. Where the exact
+    /// look-ahead is a function of link values only (so interchangeable sets tie on every rank
+    /// field) and affordable for one set per class, those sets (or, for the reference, every
+    /// set) with the exact look-ahead; else every set with the look-ahead the budget allows.
+    fn gpu_sets<'f>(
+        &self,
+        free: &'f [usize],
+        must: &[usize],
+        k: usize,
+    ) -> (Vec<Vec<usize>>, bool, Option<Symmetry<'f>>) {
+        // `keep` fixes GPUs and NICs by index: no two sets are interchangeable then. On hosts
+        // of up to 8 GPUs (at most 70 sets) finding the symmetries cost more than it saved
+        // (DGX-1V, DGX H100: 2-3x the decision time in the placement bench).
+        let reduce = self.ledger.topo().gpus.len() > orbits::REDUCE_ABOVE_GPUS;
+        if reduce
+            && must.is_empty()
+            && !self.keep
+            && orbits::lookahead_invariant(self.links, free, k)
+        {
+            let wants_nics = self.r.nic_count > 0;
+            let rank_sym = Symmetry::new(self.links, self.ledger, free, wants_nics);
+            let reps = rank_sym.representatives(k);
+            if let Some(reps) = reps.filter(|s| gpus::lookahead_exact(s.len(), free.len(), k)) {
+                if self.gpu_search == GpuSearch::Exhaustive {
+                    return (gpus::candidates(self.links, free, must, k), true, None);
+                }
+                // NICs set classes apart (one per PCIe switch on a DGX-2), but the link score
+                // never reads them: sets the links alone cannot tell apart share it.
+                let link_sym = if wants_nics {
+                    Symmetry::new(self.links, self.ledger, free, false)
+                } else {
+                    rank_sym
+                };
+                return (reps, true, Some(link_sym));
+            }
+        }
+        let sets = gpus::candidates(self.links, free, must, k);
+        let exact = gpus::lookahead_exact(sets.len(), free.len(), k);
+        (sets, exact, None)
     }
 
     /// Free capacity per node at the start of the decision.
@@ -241,7 +310,8 @@ impl<'a> Search<'a> {
             Vec::new()
         };
         let free = self.ledger.free_gpus();
-        let sets = gpus::candidates(self.links, &free, &must, r.gpu_count);
+        let (sets, exact, link_sym) = self.gpu_sets(&free, &must, r.gpu_count);
+        let mut memo: HashMap<Vec<u8>, u32> = HashMap::new();
         if sets.is_empty() {
             return Err(reject::insufficient(
                 self.ledger,
@@ -250,7 +320,6 @@ impl<'a> Search<'a> {
                 &self.caps,
             ));
         }
-        let exact = gpus::lookahead_exact(sets.len(), free.len(), r.gpu_count);
         let mut best: Option<(Rank, Candidate)> = None;
         for s in sets {
             // The GPU-only part of the rank first: once an admissible set is known, a set
@@ -260,9 +329,15 @@ impl<'a> Search<'a> {
             // Anti-fragmentation: this set plus the best sets of the same and of twice the size
             // left after it (go-gpuallocator's partition idea, one step deep), never at the
             // price of a pair without NVLink.
-            let rest: Vec<usize> = free.iter().copied().filter(|g| !s.contains(g)).collect();
-            let score =
-                self.links.set_score(&s) + gpus::lookahead(self.links, &rest, r.gpu_count, exact);
+            let own_links = self.links.set_score(&s);
+            let link_score = || {
+                let rest: Vec<usize> = free.iter().copied().filter(|g| !s.contains(g)).collect();
+                own_links + gpus::lookahead(self.links, &rest, r.gpu_count, exact)
+            };
+            let score = match &link_sym {
+                Some(sym) => *memo.entry(sym.key(&s)).or_insert_with(link_score),
+                None => link_score(),
+            };
             if let Some((b, _)) = &best {
                 if b.admissible && (unlinked, score) < (b.fewer_unlinked_pairs, b.link_score) {
                     continue;
@@ -280,6 +355,7 @@ impl<'a> Search<'a> {
                 cheaper_nic_paths: Reverse(c.nic_cost),
                 links_left: self.links.remaining(&free, &c.gpus),
                 tightest_fit: Reverse(c.nodes.iter().map(|i| u64::from(self.caps[*i].cpu)).sum()),
+                own_links,
             };
             let better = match &best {
                 None => true,

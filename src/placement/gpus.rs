@@ -12,7 +12,7 @@ const NVSWITCH: u32 = 2000;
 /// Most candidate sets enumerated exactly (C(16,8) = 12870 fits).
 const EXACT_LIMIT: u64 = 13_000;
 /// Largest pool the look-ahead partitions exhaustively (8 GPUs: at most 105 pairings).
-const PARTITION_EXACT_GPUS: usize = 8;
+pub const PARTITION_EXACT_GPUS: usize = 8;
 
 /// Score of the PCIe path between two devices (go-gpuallocator-like scale).
 pub fn pcie_score(level: PcieLevel) -> u32 {
@@ -72,6 +72,15 @@ impl LinkTable {
     /// Score of the pair (i, j).
     pub fn pair(&self, i: usize, j: usize) -> u32 {
         self.score
+            .get(i)
+            .and_then(|r| r.get(j))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// NVLink links between GPUs i and j (0 without a direct link).
+    pub fn nvlinks(&self, i: usize, j: usize) -> u32 {
+        self.nvlink
             .get(i)
             .and_then(|r| r.get(j))
             .copied()
@@ -324,6 +333,11 @@ pub fn unlinked_pairs(table: &LinkTable, set: &[usize]) -> usize {
         }
     }
     n
+}
+
+/// Whether the `k`-subsets of `n` GPUs are few enough for [`best_set`] to search them all.
+pub fn exact_enumeration(n: u64, k: u64) -> bool {
+    binomial(n, k) <= EXACT_LIMIT
 }
 
 fn binomial(n: u64, k: u64) -> u64 {

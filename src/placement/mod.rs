@@ -13,12 +13,14 @@ pub mod gpus;
 pub mod ledger;
 pub mod nics;
 pub mod numa;
+mod orbits;
 pub mod policy;
 pub mod reject;
 pub mod request;
 pub mod resolve;
 
 pub use allocator::{Allocator, Plan};
+pub use choose::GpuSearch;
 pub use error::PlacementError;
 pub use ledger::NodeFree;
 pub use policy::{CpuPreference, GpuMode, PlacementConfig, Policy, Scope};

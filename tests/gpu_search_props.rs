@@ -1,0 +1,146 @@
+//! Property tests of the reduced GPU-set search (one set per class of interchangeable sets):
+//! on random occupancy of the 16-GPU fixture hosts and the shipped 8-GPU hosts, the set it
+//! picks links as well (`set_score`) as the exhaustive search's pick, is free, and has the
+//! size asked for.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use nri_align::placement::gpus::LinkTable;
+use nri_align::placement::{Allocator, GpuMode, GpuSearch, PlacementConfig, Request};
+use nri_align::topology::desc::HostDesc;
+use nri_align::topology::Topology;
+use proptest::prelude::*;
+
+/// The hosts: the three 16-GPU fixtures, then the shipped 8-GPU NVLink hosts.
+const HOSTS: [&str; 5] = [
+    "dgx2-like",
+    "hgx16-nvswitch",
+    "islands16",
+    "dgx1-v100",
+    "dgx-h100",
+];
+
+fn host(name: &str) -> Topology {
+    let fixture = format!(
+        "{}/tests/fixtures/hosts/{name}.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let desc = match std::fs::read_to_string(&fixture) {
+        Ok(text) => HostDesc::from_yaml(&text),
+        Err(_) => HostDesc::load(name),
+    };
+    desc.unwrap_or_else(|e| panic!("host {name}: {e}"))
+        .to_topology()
+}
+
+fn request(id: &str, cpus: u64, gpus: Vec<String>, nics: Vec<String>) -> Request {
+    let mut r = Request {
+        container_id: id.into(),
+        container_name: "c".into(),
+        cpu_request_milli: cpus * 1000,
+        cpu_limit_milli: Some(cpus * 1000),
+        memory_limit_bytes: Some(1 << 30),
+        allocated_gpus: gpus,
+        allocated_nics: nics,
+        ..Request::default()
+    };
+    r.pod.uid = id.into();
+    r.pod.name = id.into();
+    r.pod.namespace = "props".into();
+    r
+}
+
+/// An allocator searching by `mode` with the GPUs of `held` taken, one container each (kept
+/// where the device plugin put them).
+fn occupied(topo: &Topology, mode: GpuSearch, held: &[usize]) -> Allocator {
+    let mut a = Allocator::new(Arc::new(topo.clone()), PlacementConfig::default());
+    a.set_gpu_search(mode);
+    for &g in held {
+        let bus = topo.gpus[g].pci_bus_id.clone();
+        let r = request(&format!("held{g}"), 1, vec![bus], Vec::new());
+        a.place_in(&r, GpuMode::Keep).expect("a free GPU is kept");
+    }
+    a
+}
+
+fn indices(topo: &Topology, bus_ids: &[String]) -> Vec<usize> {
+    let mut v: Vec<usize> = bus_ids
+        .iter()
+        .map(|b| {
+            topo.gpus
+                .iter()
+                .position(|g| &g.pci_bus_id == b)
+                .unwrap_or_else(|| panic!("unknown GPU {b}"))
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// Decides `k` GPUs (and `nics` NICs) with both searches on the same occupancy and compares.
+fn compare(name: &str, held: &[usize], k: usize, nics: usize) {
+    let topo = host(name);
+    let links = LinkTable::new(&topo);
+    let free: HashSet<usize> = (0..topo.gpus.len()).filter(|g| !held.contains(g)).collect();
+    // Remap mode: the device plugin's GPUs only say how many.
+    let asked: Vec<String> = topo.gpus[..k]
+        .iter()
+        .map(|g| g.pci_bus_id.clone())
+        .collect();
+    let nic_names: Vec<String> = topo
+        .nics
+        .iter()
+        .take(nics)
+        .map(|n| n.name.clone())
+        .collect();
+    let r = request("x", 4, asked, nic_names);
+    let fast = occupied(&topo, GpuSearch::Reduced, held).plan(&r);
+    let full = occupied(&topo, GpuSearch::Exhaustive, held).plan(&r);
+    let ctx = format!("{name}: held {held:?}, k {k}, nics {nics}");
+    match (fast, full) {
+        (Ok(fast), Ok(full)) => {
+            let (f, e) = (indices(&topo, &fast.gpus), indices(&topo, &full.gpus));
+            assert_eq!(f.len(), k, "{ctx}: picked {f:?}");
+            assert!(f.iter().all(|g| free.contains(g)), "{ctx}: {f:?} not free");
+            assert_eq!(
+                links.set_score(&f),
+                links.set_score(&e),
+                "{ctx}: reduced {f:?}, exhaustive {e:?}"
+            );
+        }
+        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{ctx}"),
+        (a, b) => panic!("{ctx}: reduced {a:?}, exhaustive {b:?}"),
+    }
+}
+
+/// The case an earlier attempt got wrong (an index tie-break in the look-ahead): the idle
+/// DGX-2-like host, every size, with and without NICs.
+#[test]
+fn idle_dgx2_like_every_size_links_as_well_as_exhaustive() {
+    for k in 1..=8 {
+        for nics in [0, 1] {
+            compare("dgx2-like", &[], k, nics);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn reduced_search_links_as_well_as_exhaustive(
+        host_at in 0usize..HOSTS.len(),
+        held_mask in proptest::collection::vec(any::<bool>(), 16),
+        k_seed in 1usize..=8,
+        nics in 0usize..=2,
+    ) {
+        let name = HOSTS[host_at];
+        let n = host(name).gpus.len();
+        let held: Vec<usize> = (0..n).filter(|g| held_mask[*g]).collect();
+        let free = n - held.len();
+        prop_assume!(free > 0);
+        let k = 1 + (k_seed - 1) % free.min(8);
+        compare(name, &held, k, nics);
+    }
+}
