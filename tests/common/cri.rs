@@ -134,15 +134,20 @@ impl Cri {
     /// stopped first (here without a grace period): CRI-O would give each one the rest of the
     /// StopPodSandbox deadline to exit on TERM.
     pub fn remove_pod(&self, pod: &Pod) -> HResult<()> {
-        let running = self.ok(&["ps", "-q", "--pod", &pod.id])?;
+        self.remove_pod_id(&pod.id)
+    }
+
+    /// [`Cri::remove_pod`] by sandbox id (pods found by listing them).
+    pub fn remove_pod_id(&self, id: &str) -> HResult<()> {
+        let running = self.ok(&["ps", "-q", "--pod", id])?;
         let ids: Vec<&str> = running.lines().filter(|l| !l.is_empty()).collect();
         if !ids.is_empty() {
             let mut args = vec!["stop", "--timeout", "0"];
             args.extend(ids);
             self.ok(&args)?;
         }
-        self.ok(&["stopp", &pod.id])?;
-        self.ok(&["rmp", &pod.id])?;
+        self.ok(&["stopp", id])?;
+        self.ok(&["rmp", id])?;
         Ok(())
     }
 }

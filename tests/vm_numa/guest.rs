@@ -345,8 +345,9 @@ impl Guest {
     pub fn reset(&self) {
         let cri = self.ctrd.cri();
         for id in cri.pods().expect("list pods") {
-            cri.ok(&["stopp", &id]).expect("stop pod");
-            cri.ok(&["rmp", &id]).expect("remove pod");
+            // Containers first, without a grace period: StopPodSandbox alone lets CRI-O wait
+            // out the whole CRI deadline for a `sleep` that ignores TERM as PID 1.
+            cri.remove_pod_id(&id).expect("remove pod");
         }
         if self.systemd {
             self.stop_pod_slices();
