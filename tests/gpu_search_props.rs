@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use nri_align::placement::gpus::LinkTable;
 use nri_align::placement::{Allocator, GpuMode, GpuSearch, PlacementConfig, Request};
-use nri_align::topology::desc::HostDesc;
+use nri_align::topology::testing::fixture_or_shipped;
 use nri_align::topology::Topology;
 use proptest::prelude::*;
 
@@ -22,16 +22,7 @@ const HOSTS: [&str; 5] = [
 ];
 
 fn host(name: &str) -> Topology {
-    let fixture = format!(
-        "{}/tests/fixtures/hosts/{name}.yaml",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let desc = match std::fs::read_to_string(&fixture) {
-        Ok(text) => HostDesc::from_yaml(&text),
-        Err(_) => HostDesc::load(name),
-    };
-    desc.unwrap_or_else(|e| panic!("host {name}: {e}"))
-        .to_topology()
+    fixture_or_shipped(name)
 }
 
 fn request(id: &str, cpus: u64, gpus: Vec<String>, nics: Vec<String>) -> Request {

@@ -266,23 +266,21 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::topology::desc::HostDesc;
-    use crate::topology::{CpuSet, Topology};
+    use crate::topology::testing::fixture_or_shipped;
+    use crate::topology::CpuSet;
 
-    fn fixture(name: &str) -> Topology {
-        let path = format!(
-            "{}/tests/fixtures/hosts/{name}.yaml",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let text = std::fs::read_to_string(path).expect("fixture");
-        HostDesc::from_yaml(&text).expect("fixture").to_topology()
+    /// The link table and an empty ledger of host `name`.
+    fn host(name: &str) -> (LinkTable, Ledger) {
+        let topo = fixture_or_shipped(name);
+        (
+            LinkTable::new(&topo),
+            Ledger::new(Arc::new(topo), CpuSet::new()),
+        )
     }
 
     #[test]
     fn dgx2_like_gpus_pair_by_switch_and_switches_group_by_socket() {
-        let topo = fixture("dgx2-like");
-        let table = LinkTable::new(&topo);
-        let ledger = Ledger::new(Arc::new(topo), CpuSet::new());
+        let (table, ledger) = host("dgx2-like");
         let free: Vec<usize> = (0..16).collect();
         // Links alone: 8 switch pairs, 4 interchangeable switches per socket.
         let links = Symmetry::new(&table, &ledger, &free, false);
@@ -303,9 +301,7 @@ mod tests {
 
     #[test]
     fn dgx1_cube_mesh_has_no_interchangeable_gpus() {
-        let topo = crate::topology::testing::shipped("dgx1-v100");
-        let table = LinkTable::new(&topo);
-        let ledger = Ledger::new(Arc::new(topo), CpuSet::new());
+        let (table, ledger) = host("dgx1-v100");
         let free: Vec<usize> = (0..8).collect();
         let sym = Symmetry::new(&table, &ledger, &free, false);
         // NV1 / NV2 differ between every two GPUs' rows: each GPU is its own class.
@@ -316,9 +312,7 @@ mod tests {
 
     #[test]
     fn held_gpus_leave_their_mates_alone() {
-        let topo = fixture("islands16");
-        let table = LinkTable::new(&topo);
-        let ledger = Ledger::new(Arc::new(topo), CpuSet::new());
+        let (table, ledger) = host("islands16");
         // GPU 0 held: GPU 1 (its switch mate, NV4 to it) has no mate left; the other three
         // switches of island 0 stay interchangeable as pairs.
         let free: Vec<usize> = (1..16).collect();

@@ -21,6 +21,22 @@ pub fn shipped(name: &str) -> Topology {
     }
 }
 
+/// The host description `name` from the test fixtures (`tests/fixtures/hosts/NAME.yaml`: hosts
+/// only tests and benches use, such as the 16-GPU ones), else the shipped one of that name.
+pub fn fixture_or_shipped(name: &str) -> Topology {
+    let path = format!(
+        "{}/tests/fixtures/hosts/{name}.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    match std::fs::read_to_string(&path) {
+        Ok(text) => match super::desc::HostDesc::from_yaml(&text) {
+            Ok(desc) => desc.to_topology(),
+            Err(e) => panic!("fixture {path}: {e}"),
+        },
+        Err(_) => shipped(name),
+    }
+}
+
 /// Builds a CPU-and-memory [`Topology`] from a few numbers. CPU numbering is x86-style
 /// interleaved: the first threads of all cores, then the second threads. Distances are 10 on
 /// the node, 12 within a socket, 21 across.

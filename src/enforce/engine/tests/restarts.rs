@@ -22,6 +22,25 @@ fn resize(e: &mut Engine<Allocator>, p: &PodView, c: &ContainerView, milli: u64)
     e.update_container(p, c, &r).expect("resize");
 }
 
+/// The kubelet restarts container `c` (stopped, then created again as `new_id`): the new
+/// instance's decision.
+fn restart(
+    e: &mut Engine<Allocator>,
+    p: &PodView,
+    c: &ContainerView,
+    new_id: &str,
+) -> crate::placement::Assignment {
+    e.container_stopped(&c.id);
+    let again = ContainerView {
+        id: new_id.into(),
+        ..c.clone()
+    };
+    e.create_container(p, &again)
+        .expect("create")
+        .expect("placed");
+    e.records().containers[new_id].assignment.clone()
+}
+
 #[test]
 fn a_resize_keeps_the_gpus_a_container_holds_even_when_another_names_them_in_its_env() {
     let mut e = real(Config::default(), "7");
@@ -50,15 +69,7 @@ fn a_resize_keeps_the_gpus_a_container_holds_even_when_another_names_them_in_its
     assert_eq!(now.chosen_gpus, held.chosen_gpus);
     // So its restart is recognised as the same request and keeps CPUs and GPU.
     let before = now.clone();
-    e.container_stopped("c-0");
-    let c1 = ContainerView {
-        id: "c-1".into(),
-        ..c.clone()
-    };
-    e.create_container(&p, &c1)
-        .expect("create")
-        .expect("placed");
-    let after = &e.records().containers["c-1"].assignment;
+    let after = restart(&mut e, &p, &c, "c-1");
     assert_eq!((&after.cpus, &after.gpus), (&before.cpus, &before.gpus));
 }
 
@@ -85,16 +96,8 @@ fn an_exempt_restart_releases_its_predecessor_so_the_next_restart_finds_the_righ
     kubelet_gpu(&mut g, "GPU-0aaa");
     e.create_container(&p, &g).expect("create").expect("placed");
     let first = e.records().containers["a-2"].assignment.clone();
-    e.container_stopped("a-2");
-    let g3 = ContainerView {
-        id: "a-3".into(),
-        ..g.clone()
-    };
-    e.create_container(&p, &g3)
-        .expect("create")
-        .expect("placed");
+    let again = restart(&mut e, &p, &g, "a-3");
     let ids: Vec<&String> = e.records().containers.keys().collect();
     assert_eq!(ids, ["a-3"]);
-    let again = &e.records().containers["a-3"].assignment;
     assert_eq!((&again.cpus, &again.gpus), (&first.cpus, &first.gpus));
 }
