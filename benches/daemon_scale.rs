@@ -14,7 +14,9 @@
 //!
 //! Then it restarts the daemon on the state of the largest size and times start-up plus a
 //! Synchronize of every live container, against a start with no state and nothing to
-//! synchronize in the same run.
+//! synchronize in the same run. Both starts see the emulated host's `/proc` with two processes
+//! in each live container's cgroup and a few hundred elsewhere, as on a real node: start-up
+//! checks each record for a live process before Synchronize comes.
 //!
 //! Ratios in the tables compare sizes measured in the same run (flat cost = ratio ~1).
 //! `NRI_ALIGN_BENCH_SIZES=10,100` picks the sizes, `NRI_ALIGN_BENCH_WINDOW=100` the creates
@@ -424,6 +426,33 @@ fn report(results: &[SizeResult], logged: &HashMap<String, Logged>) {
     }
 }
 
+/// Processes under the emulated host's `/proc`, as a node with `ctrs` running lists them: a
+/// pause-like and a workload process in each container's cgroup (the v1 cpuset line and the
+/// unified one of a hybrid host), and system processes outside `kubepods`. Returns how many.
+fn write_processes(host: &Path, ctrs: &[api::Container]) -> Result<usize, BoxError> {
+    const SYSTEM: u32 = 300;
+    let mut pid = 1000u32;
+    let mut write = |path: &str| -> Result<(), BoxError> {
+        let dir = host.join(format!("proc/{pid}"));
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(
+            dir.join("cgroup"),
+            format!("12:pids:{path}\n7:memory:{path}\n5:cpuset:{path}\n0::{path}\n"),
+        )?;
+        pid += 1;
+        Ok(())
+    };
+    for n in 0..SYSTEM {
+        write(&format!("/system.slice/unit{n}.service"))?;
+    }
+    for c in ctrs {
+        let path = c.linux.as_ref().map_or("", |l| l.cgroups_path.as_str());
+        write(path)?;
+        write(path)?;
+    }
+    Ok((pid - 1000) as usize)
+}
+
 fn main() -> Result<(), BoxError> {
     // `cargo test --benches` runs bench targets without --bench: nothing to time then.
     if !std::env::args().any(|a| a == "--bench") {
@@ -447,6 +476,7 @@ fn main() -> Result<(), BoxError> {
     report(&results, &logged);
 
     let (pods, ctrs) = node.listing();
+    let procs = write_processes(&setup.host, &ctrs)?;
     let empty = tmp.path().join("empty-state");
     let (base_reg, base_total, _) =
         rt.block_on(restart(&setup, &empty, &[], &[], "restart-empty.log"))?;
@@ -461,8 +491,9 @@ fn main() -> Result<(), BoxError> {
         ms(base_total)
     );
     println!(
-        "| {} records, Synchronize of {} containers ({} updates sent) | {} | {} | {:.2} |",
+        "| {} records, {} processes, Synchronize of {} containers ({} updates sent) | {} | {} | {:.2} |",
         ctrs.len(),
+        procs,
         ctrs.len(),
         updates,
         ms(reg),

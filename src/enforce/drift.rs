@@ -10,9 +10,7 @@ use serde::Serialize;
 use crate::enforce::state::{Record, StateDoc};
 use crate::host::cgroup::{CgroupMounts, ContainerCgroup};
 use crate::host::devices::{nvidia_minor, uverbs_name, visible_devices};
-use crate::host::procfs::{
-    cgroup_lines_by_pid, cpuset_line, dev_of, pids_of, status, status_field, ContainerKey,
-};
+use crate::host::procfs::{dev_of, status, status_field, ContainerKey, ProcIndex};
 use crate::topology::IdSet;
 
 /// How one container compares.
@@ -46,7 +44,7 @@ pub struct ContainerCheck {
 
 /// Checks every record of `doc` against the host under `root`.
 pub fn verify(doc: &StateDoc, root: &Path) -> Vec<ContainerCheck> {
-    let procs = cgroup_lines_by_pid(root);
+    let procs = ProcIndex::read(root);
     let mounts = CgroupMounts::read(root);
     doc.containers
         .iter()
@@ -58,7 +56,7 @@ fn check_one(
     id: &str,
     rec: &Record,
     root: &Path,
-    procs: &[(u32, String)],
+    procs: &ProcIndex,
     mounts: &CgroupMounts,
 ) -> ContainerCheck {
     let a = &rec.assignment;
@@ -83,7 +81,7 @@ fn check_one(
             return check;
         }
     };
-    check.pids = pids_of(procs, &key);
+    check.pids = procs.pids_of(&key).to_vec();
     let Some(first) = check.pids.first().copied() else {
         return check;
     };
@@ -94,9 +92,7 @@ fn check_one(
     let cgroup = match &key {
         ContainerKey::Cgroup(cg) => Some(cg.clone()),
         ContainerKey::Id(_) => procs
-            .iter()
-            .find(|(p, _)| *p == first)
-            .and_then(|(_, text)| cpuset_line(text))
+            .cgroup_of(first)
             .and_then(|path| ContainerCgroup::parse(path).ok()),
     };
     match cgroup.map(|cg| mounts.read_cpuset(&cg)) {

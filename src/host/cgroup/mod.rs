@@ -13,7 +13,8 @@ use cgroups_rs::fs::cpuset::CpuSetController;
 
 pub use mounts::{CgroupMounts, Mount};
 pub use path::{
-    expand_slice, names_container, CgroupDriver, CgroupPathError, ContainerCgroup, MAX_CGROUPS_PATH,
+    container_names, expand_slice, names_container, CgroupDriver, CgroupPathError, ContainerCgroup,
+    MAX_CGROUPS_PATH,
 };
 
 use crate::topology::idset::MAX_ID;

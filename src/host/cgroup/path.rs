@@ -223,20 +223,21 @@ const SCOPE_PREFIXES: [&str; 4] = ["cri-containerd", "crio", "docker", "libpod"]
 /// cgroups path: `ID` (containerd's cgroupfs form), `crio-ID` (CRI-O's), or a runtime's scope
 /// `PREFIX-ID.scope`. Never a monitor's (`crio-conmon-ID`), never a substring.
 pub fn names_container(component: &str, id: &str) -> bool {
-    if id.is_empty() || id.contains('/') {
-        return false;
-    }
-    if component == id || component.strip_prefix("crio-") == Some(id) {
-        return true;
-    }
-    let Some(unit) = component.strip_suffix(".scope") else {
-        return false;
-    };
-    SCOPE_PREFIXES.iter().any(|p| {
-        unit.strip_prefix(p)
-            .and_then(|rest| rest.strip_prefix('-'))
-            .is_some_and(|rest| rest == id)
-    })
+    !id.is_empty() && !id.contains('/') && container_names(component).any(|n| n == id)
+}
+
+/// Every container id that cgroup path component `component` can be the own cgroup of (see
+/// [`names_container`]): itself, what follows `crio-`, and the id of a runtime's scope. One
+/// definition serves both the pairwise check and the index of a host's processes by id.
+pub fn container_names(component: &str) -> impl Iterator<Item = &str> {
+    let scope = component.strip_suffix(".scope");
+    std::iter::once(component)
+        .chain(component.strip_prefix("crio-"))
+        .chain(
+            SCOPE_PREFIXES
+                .iter()
+                .filter_map(move |p| scope?.strip_prefix(p)?.strip_prefix('-')),
+        )
 }
 
 #[cfg(test)]
