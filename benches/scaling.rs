@@ -248,11 +248,14 @@ impl Rng {
     }
 }
 
-/// The host at `pct`% occupancy, as churn leaves it: GPU holders first (a scattered choice of
-/// GPUs, each with 2 CPUs, never released), then small exclusive containers until nothing
-/// more fits, then containers released in random order until the CPUs held are down to `pct`%.
-/// Holes are thus spread over every node rather than one free block. Returns the state and
-/// the CPUs held.
+/// The host at `pct`% occupancy, as churn leaves it: a holder of one GPU (and 2 CPUs) for
+/// every GPU, holders released in random order until `pct`% of the GPUs stay held (at most
+/// all but the timed request's), then small exclusive containers until nothing more fits,
+/// then those released in random order until the CPUs held are down to `pct`%. Every step is
+/// an ordinary decision (GPUs remapped as nri-align would), so held GPUs and free CPUs are
+/// holes spread over the host rather than one free block (asking for a scattered choice of
+/// GPUs directly would not do: the remap moves lone holders to the lowest indices). Returns
+/// the state and the CPUs held.
 fn occupied(topo: &Arc<Topology>, pct: u32, rng: &mut Rng) -> (Contender, usize) {
     let mut d = Contender::new(
         Strategy::NriAlign,
@@ -266,16 +269,19 @@ fn occupied(topo: &Arc<Topology>, pct: u32, rng: &mut Rng) -> (Contender, usize)
     let total = topo.cpus.len();
     let gpus = topo.gpus.len();
     let held = (gpus * pct as usize / 100).min(gpus.saturating_sub(REQ_GPUS));
-    let mut order: Vec<usize> = (0..gpus).collect();
-    for i in (1..order.len()).rev() {
-        order.swap(i, rng.below(i + 1));
-    }
     let mut used = 0;
-    for &g in &order[..held] {
+    let mut holders: Vec<String> = Vec::new();
+    for g in 0..gpus {
         let bus = [topo.gpus[g].pci_bus_id.clone()];
-        if d.place(&req(&format!("gpu{g}"), 2, 8, &bus, &[])).is_ok() {
+        let id = format!("gpu{g}");
+        if d.place(&req(&id, 2, 8, &bus, &[])).is_ok() {
             used += 2;
+            holders.push(id);
         }
+    }
+    while holders.len() > held {
+        d.release(&holders.swap_remove(rng.below(holders.len())));
+        used -= 2;
     }
     let mut placed: Vec<(String, usize)> = Vec::new();
     let mut misses = 0;
