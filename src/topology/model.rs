@@ -218,13 +218,21 @@ pub struct GpuLinks {
 
 impl Topology {
     /// Index into `numa_nodes` of node `id`.
+    ///
+    /// Node ids are unique and almost always equal to their index (sysfs numbers nodes
+    /// 0..n), so that slot is tried first: [`Topology::distance`] calls this twice per lookup
+    /// and placement's node-set growth asks for O(nodes^2) distances per seed, which made a
+    /// 64-node decision spend most of its time scanning this list (the scaling bench).
     pub fn node_index(&self, id: u32) -> Option<usize> {
-        self.numa_nodes.iter().position(|n| n.id == id)
+        match self.numa_nodes.get(id as usize) {
+            Some(n) if n.id == id => Some(id as usize),
+            _ => self.numa_nodes.iter().position(|n| n.id == id),
+        }
     }
 
     /// The node with id `id`.
     pub fn node(&self, id: u32) -> Option<&NumaNode> {
-        self.numa_nodes.iter().find(|n| n.id == id)
+        self.node_index(id).map(|i| &self.numa_nodes[i])
     }
 
     /// All online CPUs.
