@@ -203,13 +203,15 @@ impl Check<'_> {
     /// Classes of interchangeable free GPUs: a GPU joins the first class whose first member it
     /// can swap with (swaps compose, so it can then swap with every member).
     fn classes(&self) -> Vec<Vec<usize>> {
-        let ident: Vec<usize> = (0..self.free.len()).collect();
+        // One permutation buffer, swapped and swapped back, rather than a copy per check.
+        let mut m: Vec<usize> = (0..self.free.len()).collect();
         let mut classes: Vec<Vec<usize>> = Vec::new();
         for p in 0..self.free.len() {
             let home = classes.iter().position(|c| {
-                let mut m = ident.clone();
                 m.swap(c[0], p);
-                self.preserves(&m)
+                let kept = self.preserves(&m);
+                m.swap(c[0], p);
+                kept
             });
             match home {
                 Some(i) => classes[i].push(p),
@@ -227,7 +229,10 @@ impl Check<'_> {
         for (c, members) in classes.iter().enumerate() {
             let home = groups.iter().position(|g| {
                 let first = &classes[g[0]];
-                first.len() == members.len() && {
+                // Two single-GPU classes are one swap of GPUs, which `classes` already
+                // refused (else they would be one class): a host without interchangeable GPUs
+                // (DGX-1V) skips these checks.
+                first.len() == members.len() && members.len() > 1 && {
                     let mut m = ident.clone();
                     for (&x, &y) in first.iter().zip(members) {
                         m[x] = y;
