@@ -1,7 +1,8 @@
 //! Property tests of the reduced GPU-set search (one set per class of interchangeable sets):
 //! on random occupancy of the 16-GPU fixture hosts and the shipped 8-GPU hosts, the set it
-//! picks links as well (`set_score`) as the exhaustive search's pick, is free, and has the
-//! size asked for.
+//! picks links as well (`set_score`) as the exhaustive search's pick, is free, has the size
+//! asked for, and as many NICs and nodes (with NICs asked for, the reduced search ranks the
+//! sets of the best classes of the links one by one).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -99,6 +100,10 @@ fn compare(name: &str, held: &[usize], k: usize, nics: usize) {
                 links.set_score(&e),
                 "{ctx}: reduced {f:?}, exhaustive {e:?}"
             );
+            // The reduced search pairs NICs with every set of a winning class of the links
+            // (NICs tell the classes' sets apart): as many NICs, on as many nodes.
+            assert_eq!(fast.nics.len(), full.nics.len(), "{ctx}: NICs");
+            assert_eq!(fast.numa_nodes.len(), full.numa_nodes.len(), "{ctx}: nodes");
         }
         (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{ctx}"),
         (a, b) => panic!("{ctx}: reduced {a:?}, exhaustive {b:?}"),

@@ -4,7 +4,6 @@
 //! candidates rank ([`Rank`]), and the rejection when none is admissible.
 
 use std::cmp::Reverse;
-use std::collections::HashMap;
 
 use super::error::PlacementError;
 use super::gpus::{self, LinkTable};
@@ -70,6 +69,9 @@ struct Rank {
     /// link scores win by their numbering, and the reduced search by its representatives).
     own_links: u32,
 }
+
+/// Node sets already grown in a decision, by seed.
+type Grown = Vec<(Vec<usize>, Option<Vec<usize>>)>;
 
 /// Everything one decision's search needs, computed once.
 pub struct Search<'a> {
@@ -175,40 +177,35 @@ impl<'a> Search<'a> {
     }
 
     /// The GPU sets to rank, whether the look-ahead is exact, and the symmetries of the links
-    /// alone (NICs aside) when the link score may be memoized by them. Where the exact
-    /// look-ahead is a function of link values only (so interchangeable sets tie on every rank
-    /// field) and affordable for one set per class, those sets (or, for the reference, every
-    /// set) with the exact look-ahead; else every set with the look-ahead the budget allows.
+    /// when the sets are one per class of them. Where the exact look-ahead is a function of
+    /// link values only (so interchangeable sets tie on every rank field but the NIC ones) and
+    /// affordable for one set per class, those sets (or, for the reference, every set) with
+    /// the exact look-ahead; else every set with the look-ahead the budget allows.
     fn gpu_sets<'f>(
         &self,
         free: &'f [usize],
         must: &[usize],
         k: usize,
     ) -> (Vec<Vec<usize>>, bool, Option<Symmetry<'f>>) {
-        // `keep` fixes GPUs and NICs by index: no two sets are interchangeable then. On hosts
-        // of up to 8 GPUs (at most 70 sets) finding the symmetries cost more than it saved
-        // (DGX-1V, DGX H100: 2-3x the decision time in the placement bench).
-        let reduce = self.ledger.topo().gpus.len() > orbits::REDUCE_ABOVE_GPUS;
-        if reduce
-            && must.is_empty()
-            && !self.keep
-            && orbits::lookahead_invariant(self.links, free, k)
-        {
-            let wants_nics = self.r.nic_count > 0;
-            let rank_sym = Symmetry::new(self.links, self.ledger, free, wants_nics);
-            let reps = rank_sym.representatives(k);
+        // `keep` fixes GPUs and NICs by index: no two sets are interchangeable then. Every
+        // host size: finding the classes checks two rows per swap, a few µs on 8 GPUs, and a
+        // DGX H100's 70 4-GPU sets are 3 classes (how many of the 4 come from each socket).
+        if must.is_empty() && !self.keep && orbits::lookahead_invariant(self.links, free, k) {
+            // The links alone: NICs (one per PCIe switch on a DGX-2) would set every switch
+            // apart, and the search pairs them with each set of a winning class instead.
+            let sym = Symmetry::new(self.links, self.ledger, free, false);
+            // No two GPUs interchangeable (DGX-1V's cube mesh): every set is its own class,
+            // and the plain enumeration skips the class walk and the orbits.
+            let reps = sym.reduces().then(|| sym.representatives(k)).flatten();
             if let Some(reps) = reps.filter(|s| gpus::lookahead_exact(s.len(), free.len(), k)) {
-                if self.gpu_search == GpuSearch::Exhaustive {
+                // A reduction that keeps more than half the sets saves less than the class
+                // walk and the orbits cost (DGX-1V idle, 4 GPUs: twice the plain search's
+                // time in the placement bench): every set then, with the same exact look-ahead.
+                let slight = 2 * reps.len() as u64 > gpus::binomial(free.len() as u64, k as u64);
+                if self.gpu_search == GpuSearch::Exhaustive || slight {
                     return (gpus::candidates(self.links, free, must, k), true, None);
                 }
-                // NICs set classes apart (one per PCIe switch on a DGX-2), but the link score
-                // never reads them: sets the links alone cannot tell apart share it.
-                let link_sym = if wants_nics {
-                    Symmetry::new(self.links, self.ledger, free, false)
-                } else {
-                    rank_sym
-                };
-                return (reps, true, Some(link_sym));
+                return (reps, true, Some(sym));
             }
         }
         let sets = gpus::candidates(self.links, free, must, k);
@@ -310,8 +307,7 @@ impl<'a> Search<'a> {
             Vec::new()
         };
         let free = self.ledger.free_gpus();
-        let (sets, exact, link_sym) = self.gpu_sets(&free, &must, r.gpu_count);
-        let mut memo: HashMap<Vec<u8>, u32> = HashMap::new();
+        let (sets, exact, sym) = self.gpu_sets(&free, &must, r.gpu_count);
         if sets.is_empty() {
             return Err(reject::insufficient(
                 self.ledger,
@@ -320,24 +316,103 @@ impl<'a> Search<'a> {
                 &self.caps,
             ));
         }
-        let mut best: Option<(Rank, Candidate)> = None;
+        let Some(sym) = sym else {
+            return Ok(self.rank_in_turn(sets, &free, exact));
+        };
+        // The GPU-only fields first, every other field at the best it could be (admissible,
+        // on no node, no NIC cost): a bound of the set's rank whatever the field order.
+        let mut bounds: Vec<(Rank, Vec<usize>)> = Vec::with_capacity(sets.len());
+        let free_score = self.links.set_score(&free);
         for s in sets {
-            // The GPU-only part of the rank first: once an admissible set is known, a set
-            // whose links (with the look-ahead) rank lower cannot win, and skipping its node
-            // growth and NIC pairing keeps 8-of-16 searches in milliseconds.
-            let unlinked = Reverse(gpus::unlinked_pairs(self.links, &s));
             // Anti-fragmentation: this set plus the best sets of the same and of twice the size
             // left after it (go-gpuallocator's partition idea, one step deep), never at the
             // price of a pair without NVLink.
             let own_links = self.links.set_score(&s);
-            let link_score = || {
-                let rest: Vec<usize> = free.iter().copied().filter(|g| !s.contains(g)).collect();
-                own_links + gpus::lookahead(self.links, &rest, r.gpu_count, exact)
+            let rest: Vec<usize> = free.iter().copied().filter(|g| !s.contains(g)).collect();
+            let bound = Rank {
+                admissible: true,
+                fewer_unlinked_pairs: Reverse(gpus::unlinked_pairs(self.links, &s)),
+                link_score: own_links + gpus::lookahead(self.links, &rest, r.gpu_count, exact),
+                fewer_nodes: Reverse(0),
+                closer_nodes: Reverse(0),
+                cheaper_nic_paths: Reverse(0),
+                links_left: self.links.remaining_of(&free, free_score, &s),
+                tightest_fit: Reverse(0),
+                own_links,
             };
-            let score = match &link_sym {
-                Some(sym) => *memo.entry(sym.key(&s)).or_insert_with(link_score),
-                None => link_score(),
+            bounds.push((bound, s));
+        }
+        // Best bound first (stable: equal bounds keep the enumeration order). Once a candidate
+        // ranks above the next bound no later set can win: their node growth and NIC pairing
+        // (most of an idle 16-GPU decision) are skipped.
+        bounds.sort_by_key(|b| Reverse(b.0));
+        let mut grown = Grown::new();
+        let mut best: Option<(Rank, Candidate)> = None;
+        for (bound, s) in bounds {
+            if best.as_ref().is_some_and(|(b, _)| bound < *b) {
+                break;
+            }
+            let Some(nodes) = self.nodes_around(&s, &mut grown) else {
+                continue;
             };
+            // The node fields now; the NIC ones stay at their best.
+            let bound = Rank {
+                fewer_nodes: Reverse(nodes.len()),
+                closer_nodes: Reverse(numa::spread(self.topo(), &nodes)),
+                tightest_fit: Reverse(nodes.iter().map(|i| u64::from(self.caps[*i].cpu)).sum()),
+                ..bound
+            };
+            if best.as_ref().is_some_and(|(b, _)| bound < *b) {
+                continue;
+            }
+            // One set per class of the links: the sets of its orbit tie on every field but the
+            // NIC ones, which the symmetries do not keep, so NICs are paired with each of them.
+            let members = if r.nic_count > 0 {
+                sym.orbit(&s)
+            } else {
+                vec![s]
+            };
+            for gpus in members {
+                let Some(nodes) = self.nodes_around(&gpus, &mut grown) else {
+                    continue;
+                };
+                let nics = nics::choose(self.ledger, &gpus, &nodes, r.nic_count, &self.fixed_nics);
+                let c = self.candidate(nodes, gpus, nics);
+                let rank = Rank {
+                    admissible: c.admissible,
+                    cheaper_nic_paths: Reverse(c.nic_cost),
+                    ..bound
+                };
+                let better = match &best {
+                    None => true,
+                    Some((b, bc)) => rank > *b || (rank == *b && c.gpus < bc.gpus),
+                };
+                if better {
+                    best = Some((rank, c));
+                }
+            }
+        }
+        Ok(best.map(|(_, c)| c))
+    }
+
+    /// Every set in enumeration order, each ranked in full unless its GPU fields already lose
+    /// to an admissible candidate: where no two GPUs are interchangeable (DGX-1V's cube mesh,
+    /// or a reduction too slight to pay), this beats bounding and sorting every set first
+    /// (2-3x in the placement bench on an idle DGX-1V).
+    fn rank_in_turn(
+        &self,
+        sets: Vec<Vec<usize>>,
+        free: &[usize],
+        exact: bool,
+    ) -> Option<Candidate> {
+        let k = self.r.gpu_count;
+        let free_score = self.links.set_score(free);
+        let mut best: Option<(Rank, Candidate)> = None;
+        for s in sets {
+            let unlinked = Reverse(gpus::unlinked_pairs(self.links, &s));
+            let own_links = self.links.set_score(&s);
+            let rest: Vec<usize> = free.iter().copied().filter(|g| !s.contains(g)).collect();
+            let score = own_links + gpus::lookahead(self.links, &rest, k, exact);
             if let Some((b, _)) = &best {
                 if b.admissible && (unlinked, score) < (b.fewer_unlinked_pairs, b.link_score) {
                     continue;
@@ -353,7 +428,7 @@ impl<'a> Search<'a> {
                 fewer_nodes: Reverse(c.nodes.len()),
                 closer_nodes: Reverse(numa::spread(self.topo(), &c.nodes)),
                 cheaper_nic_paths: Reverse(c.nic_cost),
-                links_left: self.links.remaining(&free, &c.gpus),
+                links_left: self.links.remaining_of(free, free_score, &c.gpus),
                 tightest_fit: Reverse(c.nodes.iter().map(|i| u64::from(self.caps[*i].cpu)).sum()),
                 own_links,
             };
@@ -365,13 +440,13 @@ impl<'a> Search<'a> {
                 best = Some((rank, c));
             }
         }
-        Ok(best.map(|(_, c)| c))
+        best.map(|(_, c)| c)
     }
 
-    /// The candidate for GPU set `gpus`: the allowed nodes of its GPUs, grown until they hold
-    /// the pod (when sized for it) or the container, and the NICs that pair best with the set.
-    fn around_gpus(&self, gpus: Vec<usize>) -> Option<Candidate> {
-        let topo = self.topo();
+    /// The nodes for GPU set `gpus`: the allowed nodes of its GPUs (shared ones too), grown
+    /// until they hold the pod (when sized for it) or the container. The growth reads the seed
+    /// alone, which many sets share (a socket's GPUs): `grown` keeps each seed's outcome.
+    fn nodes_around(&self, gpus: &[usize], grown: &mut Grown) -> Option<Vec<usize>> {
         let mut seed: Vec<usize> = Vec::new();
         for g in gpus.iter().chain(&self.r.shared_gpus) {
             if let Some(i) = self.ledger.gpu_node(*g) {
@@ -380,13 +455,24 @@ impl<'a> Search<'a> {
                 }
             }
         }
+        if let Some((_, nodes)) = grown.iter().find(|(s, _)| *s == seed) {
+            return nodes.clone();
+        }
+        let topo = self.topo();
         let for_pod = self
             .pod_need
             .as_ref()
             .and_then(|p| numa::grow(topo, &self.caps, self.allowed, seed.clone(), p));
         let nodes = self.sized(for_pod, || {
-            numa::grow(topo, &self.caps, self.allowed, seed, &self.need)
-        })?;
+            numa::grow(topo, &self.caps, self.allowed, seed.clone(), &self.need)
+        });
+        grown.push((seed, nodes.clone()));
+        nodes
+    }
+
+    /// The candidate for GPU set `gpus`: its nodes and the NICs that pair best with the set.
+    fn around_gpus(&self, gpus: Vec<usize>) -> Option<Candidate> {
+        let nodes = self.nodes_around(&gpus, &mut Grown::new())?;
         let nics = nics::choose(
             self.ledger,
             &gpus,

@@ -118,6 +118,12 @@ impl LinkTable {
     /// Connectivity left among `free` once `taken` is gone: sum of pair scores of what stays.
     /// Higher means the choice cut fewer good links (does not fragment the rest).
     pub fn remaining(&self, free: &[usize], taken: &[usize]) -> u32 {
+        self.remaining_of(free, self.set_score(free), taken)
+    }
+
+    /// [`LinkTable::remaining`] with the score of `free` known (`free_score`), as it is for
+    /// every candidate set of a decision.
+    pub fn remaining_of(&self, free: &[usize], free_score: u32, taken: &[usize]) -> u32 {
         // Runs for every candidate set: the pairs of `free` minus every pair touching `taken`,
         // without building the rest. Pairs inside `taken` are counted twice by the sum over
         // its members, hence adding its own score back once.
@@ -129,7 +135,7 @@ impl LinkTable {
                     .fold(0, u32::saturating_add)
             })
             .fold(0, u32::saturating_add);
-        self.set_score(free)
+        free_score
             .saturating_add(self.set_score(taken))
             .saturating_sub(touching)
     }
@@ -150,21 +156,36 @@ pub fn best_set(
         return Some(greedy_best_set(table, pool, k));
     }
     // The look-ahead runs this for every candidate set of a decision, so it walks the
-    // combinations in place (one set is copied per improvement), adds each member's pair
-    // scores as it goes, and drops a branch once even the best possible pairs could not beat
-    // the best set found.
-    let max_pair = pool
+    // combinations in place (one set is copied per improvement), keeps each GPU's link score
+    // to the set so far as it goes, and drops a branch once even its best possible additions
+    // could not beat the best set found.
+    let n = pool.len();
+    // Each GPU's best `m` pair scores within the pool, summed (m < k): what it can add to the
+    // pairs among the GPUs still to pick.
+    let top: Vec<Vec<u32>> = pool
         .iter()
-        .flat_map(|&i| pool.iter().map(move |&j| (i, j)))
-        .filter(|(i, j)| i != j)
-        .map(|(i, j)| table.pair(i, j))
-        .max()
-        .unwrap_or(0);
+        .map(|&i| {
+            let mut row: Vec<u32> = pool
+                .iter()
+                .filter(|&&j| j != i)
+                // Either orientation: a table read as is need not be symmetric.
+                .map(|&j| table.pair(i, j).max(table.pair(j, i)))
+                .collect();
+            row.sort_unstable_by(|a, b| b.cmp(a));
+            let mut sums = vec![0u32; k];
+            for m in 1..k {
+                sums[m] = sums[m - 1].saturating_add(row.get(m - 1).copied().unwrap_or(0));
+            }
+            sums
+        })
+        .collect();
     let mut search = BestSet {
         table,
         pool,
         k,
-        max_pair,
+        top,
+        gain: vec![0; n],
+        scratch: Vec::with_capacity(n),
         best: None,
         cur: Vec::with_capacity(k),
     };
@@ -177,7 +198,11 @@ struct BestSet<'a> {
     table: &'a LinkTable,
     pool: &'a [usize],
     k: usize,
-    max_pair: u32,
+    /// Per pool position, the sum of its best `m` pair scores within the pool, by `m`.
+    top: Vec<Vec<u32>>,
+    /// Per pool position, its pair scores to the set so far, summed.
+    gain: Vec<u32>,
+    scratch: Vec<u32>,
     best: Option<(u32, Vec<usize>)>,
     cur: Vec<usize>,
 }
@@ -193,19 +218,46 @@ impl BestSet<'_> {
             }
             return;
         }
-        // Pairs still to add: C(k, 2) - C(have, 2).
-        let pairs_left = (self.k * (self.k - 1) - have * have.saturating_sub(1)) / 2;
-        let bound = score.saturating_add(self.max_pair.saturating_mul(pairs_left as u32));
-        if best.is_some_and(|b| bound <= b) {
-            return;
+        // What the `r` GPUs still to pick can add: each its links to the set so far plus at
+        // most its best `r - 1` pairs (a pair among them counted from both ends, hence
+        // doubling the links to the set and halving the total), the `r` best of those. On
+        // NVSwitch hosts, where every pair scores within 3% of the best, a bound of the best
+        // pair score per pair still to add pruned almost nothing.
+        let r = self.k - have;
+        if let Some(b) = best {
+            self.scratch.clear();
+            for j in start..self.pool.len() {
+                let v = self.gain[j]
+                    .saturating_mul(2)
+                    .saturating_add(self.top[j][r - 1]);
+                self.scratch.push(v);
+            }
+            if self.scratch.len() >= r {
+                self.scratch.select_nth_unstable_by(r - 1, |x, y| y.cmp(x));
+            }
+            let twice: u32 = self
+                .scratch
+                .iter()
+                .take(r)
+                .fold(0, |s, v| s.saturating_add(*v));
+            let bound = score.saturating_add(twice.div_ceil(2));
+            if bound <= b {
+                return;
+            }
         }
-        let last = self.pool.len() - (self.k - have);
+        let last = self.pool.len() - r;
         for i in start..=last {
             let g = self.pool[i];
-            let add: u32 = self.cur.iter().map(|&c| self.table.pair(c, g)).sum();
+            let add = self.gain[i];
+            for (j, &h) in self.pool.iter().enumerate() {
+                self.gain[j] += self.table.pair(g, h);
+            }
             self.cur.push(g);
             self.walk(i + 1, score + add);
             self.cur.pop();
+            for (j, &h) in self.pool.iter().enumerate() {
+                self.gain[j] -= self.table.pair(g, h);
+            }
         }
     }
 }
@@ -248,7 +300,7 @@ pub fn partition_score(table: &LinkTable, pool: &[usize], k: usize, exact: bool)
         return 0;
     }
     if exact && pool.len() <= PARTITION_EXACT_GPUS {
-        return best_partition(table, pool, k, pool.len() % k);
+        return best_partition(table, pool, k);
     }
     let mut left = pool.to_vec();
     let mut total = 0;
@@ -260,28 +312,63 @@ pub fn partition_score(table: &LinkTable, pool: &[usize], k: usize, exact: bool)
 }
 
 /// Exhaustive partition: the first GPU either joins a set with `k - 1` of the others or, while
-/// `skips` allows (the pool is not a multiple of `k`), stays out. At most 8 GPUs: 105 pairings.
-fn best_partition(table: &LinkTable, pool: &[usize], k: usize, skips: usize) -> u32 {
-    if pool.len() < k {
+/// the pool is not a multiple of `k`, stays out. At most 8 GPUs (105 pairings), so a subset of
+/// the pool is a bit mask and each one's best partition is computed once: the look-ahead runs
+/// this per node for every candidate set, and the former recursion allocated every split.
+fn best_partition(table: &LinkTable, pool: &[usize], k: usize) -> u32 {
+    debug_assert!(pool.len() <= PARTITION_EXACT_GPUS);
+    let mut memo = [u32::MAX; 1 << PARTITION_EXACT_GPUS];
+    partition_of(table, pool, k, (1u32 << pool.len()) - 1, &mut memo)
+}
+
+/// [`best_partition`] of the pool positions in `mask`. Skips left are the size modulo `k`:
+/// skipping takes one off both, forming a set takes `k` off the size.
+fn partition_of(table: &LinkTable, pool: &[usize], k: usize, mask: u32, memo: &mut [u32]) -> u32 {
+    let size = mask.count_ones() as usize;
+    if size < k {
         return 0;
     }
-    let (first, others) = (pool[0], &pool[1..]);
-    let mut best = if skips > 0 {
-        best_partition(table, others, k, skips - 1)
+    if memo[mask as usize] != u32::MAX {
+        return memo[mask as usize];
+    }
+    let first = mask.trailing_zeros() as usize;
+    let others = mask & !(1 << first);
+    let mut best = if size % k > 0 {
+        partition_of(table, pool, k, others, memo)
     } else {
         0
     };
-    let mut mates = Vec::new();
-    combos(others, k - 1, 0, &mut Vec::with_capacity(k), &mut mates);
-    for mut set in mates {
-        let left: Vec<usize> = others
-            .iter()
-            .copied()
-            .filter(|g| !set.contains(g))
-            .collect();
-        set.push(first);
-        best = best.max(table.set_score(&set) + best_partition(table, &left, k, skips));
+    // Every (k - 1)-subset of the others, as sub-masks.
+    let mut sub = others;
+    loop {
+        if sub.count_ones() as usize == k - 1 {
+            // Scored as a set of the mates in index order, then the first GPU.
+            let mut mates = [0usize; PARTITION_EXACT_GPUS];
+            let mut m = 0;
+            for (p, &g) in pool.iter().enumerate() {
+                if sub & (1 << p) != 0 {
+                    mates[m] = g;
+                    m += 1;
+                }
+            }
+            let mates = &mut mates[..m];
+            mates.sort_unstable();
+            let mut score = 0u32;
+            for (a, &i) in mates.iter().enumerate() {
+                for &j in &mates[a + 1..] {
+                    score = score.saturating_add(table.pair(i, j));
+                }
+                score = score.saturating_add(table.pair(i, pool[first]));
+            }
+            let rest = partition_of(table, pool, k, others & !sub, memo);
+            best = best.max(score.saturating_add(rest));
+        }
+        if sub == 0 {
+            break;
+        }
+        sub = (sub - 1) & others;
     }
+    memo[mask as usize] = best;
     best
 }
 
@@ -340,7 +427,7 @@ pub fn exact_enumeration(n: u64, k: u64) -> bool {
     binomial(n, k) <= EXACT_LIMIT
 }
 
-fn binomial(n: u64, k: u64) -> u64 {
+pub(super) fn binomial(n: u64, k: u64) -> u64 {
     let k = k.min(n.saturating_sub(k));
     let mut r: u64 = 1;
     for i in 0..k {
@@ -418,76 +505,5 @@ fn combos(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn best_set_score(table: &LinkTable, pool: &[usize], k: usize) -> u32 {
-        best_set(table, pool, k, true).map_or(0, |(score, _)| score)
-    }
-
-    #[test]
-    fn best_set_search_agrees_with_full_enumeration() {
-        let topo = crate::topology::testing::shipped("dgx1-v100");
-        let t = LinkTable::new(&topo);
-        for pool in [
-            vec![0, 1, 2, 3, 4, 5, 6, 7],
-            vec![0, 2, 5, 7],
-            vec![1, 3, 4, 6, 7],
-        ] {
-            for k in 2..=pool.len() {
-                let brute = candidates(&t, &pool, &[], k)
-                    .iter()
-                    .map(|s| t.set_score(s))
-                    .max()
-                    .unwrap_or(0);
-                assert_eq!(best_set_score(&t, &pool, k), brute, "{pool:?} k={k}");
-                assert!(greedy_best_set(&t, &pool, k).0 <= brute, "{pool:?} k={k}");
-                let taken = &pool[..k];
-                let rest: Vec<usize> = pool[k..].to_vec();
-                assert_eq!(
-                    t.remaining(&pool, taken),
-                    t.set_score(&rest),
-                    "{pool:?} k={k}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn partition_is_exact_on_a_node_and_never_below_greedy() {
-        let topo = crate::topology::testing::shipped("dgx1-v100");
-        let t = LinkTable::new(&topo);
-        // Node 0's quad: greedy takes 2-3 (NV2 + one switch, 250) and leaves 0-1 (NV1, 150);
-        // the best split is 0-3 + 1-2 (NV2 + NV2 through the host bridge, 230 each).
-        let quad = [0, 1, 2, 3];
-        assert_eq!(partition_score(&t, &quad, 2, true), 460);
-        assert_eq!(partition_score(&t, &quad, 2, false), 400);
-        // Odd pools leave the GPU out whose absence costs least.
-        assert_eq!(
-            partition_score(&t, &[0, 1, 2], 2, true),
-            best_set_score(&t, &[0, 1, 2], 2)
-        );
-        let all: Vec<usize> = (0..8).collect();
-        for k in 2..=4 {
-            assert!(partition_score(&t, &all, k, true) >= partition_score(&t, &all, k, false));
-        }
-        // The look-ahead partitions per node: 0-3 leaves 1-2 (230), 2-3 leaves 0-1 (150).
-        let rest_after =
-            |taken: &[usize]| -> Vec<usize> { (0..8).filter(|g| !taken.contains(g)).collect() };
-        assert!(
-            t.set_score(&[0, 3]) + lookahead(&t, &rest_after(&[0, 3]), 2, true)
-                > t.set_score(&[2, 3]) + lookahead(&t, &rest_after(&[2, 3]), 2, true)
-        );
-    }
-
-    #[test]
-    fn binomials_and_exact_enumeration() {
-        assert_eq!(binomial(16, 8), 12870);
-        assert_eq!(binomial(8, 2), 28);
-        let topo = Topology::default();
-        let t = LinkTable::new(&topo);
-        let sets = candidates(&t, &[0, 1, 2, 3, 4], &[2], 3);
-        assert_eq!(sets.len(), 6);
-        assert!(sets.iter().all(|s| s.contains(&2) && s.len() == 3));
-    }
-}
+#[path = "gpus_tests.rs"]
+mod tests;

@@ -2,6 +2,12 @@
 //! copies of one another (GPU 0 + 2 of a switch ranks like GPU 1 + 3), so the search ranks one
 //! set per class of copies instead of all C(16, k).
 //!
+//! The decision's search takes the symmetries of the links alone (`nics: false`): NICs would
+//! keep every PCIe switch apart (one NIC each on a DGX-2) and leave hundreds of classes. The
+//! sets of a class then tie on every rank field but the NIC ones, so the search ranks the
+//! classes first and pairs NICs with every set ([`Symmetry::orbit`]) of the classes that can
+//! still win only.
+//!
 //! Two levels, each proven by checking the permutation itself against everything the ranking
 //! reads (never inferred from names or switch ids):
 //! - GPUs: two free GPUs are interchangeable when swapping them keeps every pair score and
@@ -15,14 +21,11 @@
 //!
 //! Held GPUs are left out of the check on purpose: the ranking reads the free GPUs only (the
 //! set, the look-ahead over what stays free, the links left among the free GPUs), shared GPUs
-//! only through their NUMA nodes, and NICs through their PCIe level to the set's GPUs.
+//! only through their NUMA nodes, and NICs through their PCIe level to the set's GPUs (which
+//! the symmetries keep only when asked to).
 
 use super::gpus::{self, LinkTable};
 use super::ledger::Ledger;
-
-/// Hosts with more GPUs than this get the reduced search; on smaller ones the full search is
-/// cheaper than finding the symmetries.
-pub const REDUCE_ABOVE_GPUS: usize = 8;
 
 /// Most sets the reduced search builds before it gives up (then the full search runs).
 const MAX_SETS: usize = 13_000;
@@ -74,6 +77,11 @@ impl<'a> Symmetry<'a> {
         }
     }
 
+    /// Whether any two free GPUs are interchangeable.
+    pub fn reduces(&self) -> bool {
+        self.classes.len() < self.free.len()
+    }
+
     /// One `k`-set (GPU indices, ascending) per class of interchangeable sets, at least; `None`
     /// when there would be more than [`MAX_SETS`].
     pub fn representatives(&self, k: usize) -> Option<Vec<Vec<usize>>> {
@@ -101,15 +109,11 @@ impl<'a> Symmetry<'a> {
     }
 
     /// A key equal for two sets of free GPUs exactly when one maps onto the other by the
-    /// symmetries found: per group, its classes' counts in the set, largest first.
+    /// symmetries found: per group, its classes' counts in the set, largest first. The tests
+    /// check orbits and classes with it.
+    #[cfg(test)]
     pub fn key(&self, set: &[usize]) -> Vec<u8> {
-        let mut count = vec![0u8; self.classes.len()];
-        for g in set {
-            if let Ok(p) = self.free.binary_search(g) {
-                let c = self.class_of[p];
-                count[c] = count[c].saturating_add(1);
-            }
-        }
+        let count = self.counts(set);
         let mut key = Vec::with_capacity(count.len() + self.groups.len());
         for group in &self.groups {
             let start = key.len();
@@ -119,6 +123,44 @@ impl<'a> Symmetry<'a> {
             key.push(u8::MAX);
         }
         key
+    }
+
+    /// How many of each class `set` holds.
+    fn counts(&self, set: &[usize]) -> Vec<u8> {
+        let mut count = vec![0u8; self.classes.len()];
+        for g in set {
+            if let Ok(p) = self.free.binary_search(g) {
+                let c = self.class_of[p];
+                count[c] = count[c].saturating_add(1);
+            }
+        }
+        count
+    }
+
+    /// Every free set the symmetries map `set` onto, `set` included (GPU indices, ascending):
+    /// per group, each distinct arrangement of the set's class counts over the group's
+    /// classes, and per class each choice of that many members. For a rank that reads what
+    /// the symmetries do not keep (NIC paths): the orbit's sets tie on everything else, and
+    /// the search pairs NICs with each of them instead of trusting one.
+    pub fn orbit(&self, set: &[usize]) -> Vec<Vec<usize>> {
+        let count = self.counts(set);
+        let pools = self
+            .groups
+            .iter()
+            .map(|g| {
+                let mut v: Vec<u8> = g.iter().map(|&c| count[c]).collect();
+                v.sort_unstable();
+                v
+            })
+            .collect();
+        let mut o = Orbit {
+            sym: self,
+            pools,
+            cur: Vec::with_capacity(set.len()),
+            out: Vec::new(),
+        };
+        o.arrange(0, 0);
+        o.out
     }
 }
 
@@ -142,29 +184,34 @@ impl Check<'_> {
     fn preserves(&self, map: &[usize]) -> bool {
         let f = self.free;
         let t = self.table;
-        let moved = |p: usize| map[p] != p;
-        (0..f.len()).all(|p| !moved(p) || self.same_device(f[p], f[map[p]]))
-            && (0..f.len()).all(|p| {
-                (p + 1..f.len()).all(|q| {
-                    !(moved(p) || moved(q)) || {
-                        let (a, b) = (f[p], f[q]);
-                        let (x, y) = (f[map[p]], f[map[q]]);
-                        t.pair(a, b) == t.pair(x, y) && t.nvlinks(a, b) == t.nvlinks(x, y)
-                    }
+        // Only pairs touching a moved GPU can change: a swap checks 2 rows, not all pairs
+        // (finding the classes of 16 free GPUs runs this some 100 times per decision). Both
+        // orientations, so a table that is not symmetric is still compared as read.
+        let same = |a: usize, b: usize, x: usize, y: usize| {
+            t.pair(a, b) == t.pair(x, y) && t.nvlinks(a, b) == t.nvlinks(x, y)
+        };
+        (0..f.len()).filter(|&p| map[p] != p).all(|p| {
+            self.same_device(f[p], f[map[p]])
+                && (0..f.len()).filter(|&q| q != p).all(|q| {
+                    let (a, b) = (f[p], f[q]);
+                    let (x, y) = (f[map[p]], f[map[q]]);
+                    same(a, b, x, y) && same(b, a, y, x)
                 })
-            })
+        })
     }
 
     /// Classes of interchangeable free GPUs: a GPU joins the first class whose first member it
     /// can swap with (swaps compose, so it can then swap with every member).
     fn classes(&self) -> Vec<Vec<usize>> {
-        let ident: Vec<usize> = (0..self.free.len()).collect();
+        // One permutation buffer, swapped and swapped back, rather than a copy per check.
+        let mut m: Vec<usize> = (0..self.free.len()).collect();
         let mut classes: Vec<Vec<usize>> = Vec::new();
         for p in 0..self.free.len() {
             let home = classes.iter().position(|c| {
-                let mut m = ident.clone();
                 m.swap(c[0], p);
-                self.preserves(&m)
+                let kept = self.preserves(&m);
+                m.swap(c[0], p);
+                kept
             });
             match home {
                 Some(i) => classes[i].push(p),
@@ -182,7 +229,10 @@ impl Check<'_> {
         for (c, members) in classes.iter().enumerate() {
             let home = groups.iter().position(|g| {
                 let first = &classes[g[0]];
-                first.len() == members.len() && {
+                // Two single-GPU classes are one swap of GPUs, which `classes` already
+                // refused (else they would be one class): a host without interchangeable GPUs
+                // (DGX-1V) skips these checks.
+                first.len() == members.len() && members.len() > 1 && {
                     let mut m = ident.clone();
                     for (&x, &y) in first.iter().zip(members) {
                         m[x] = y;
@@ -246,6 +296,63 @@ impl Walk<'_> {
     }
 }
 
+/// The enumeration behind [`Symmetry::orbit`].
+struct Orbit<'s, 'a> {
+    sym: &'s Symmetry<'a>,
+    /// Per group, the class counts not yet placed (ascending).
+    pools: Vec<Vec<u8>>,
+    cur: Vec<usize>,
+    out: Vec<Vec<usize>>,
+}
+
+impl Orbit<'_, '_> {
+    /// Gives class `at` of group `group` one of the distinct counts left in its pool.
+    fn arrange(&mut self, group: usize, at: usize) {
+        let sym = self.sym;
+        if group == sym.groups.len() {
+            let mut set = self.cur.clone();
+            set.sort_unstable();
+            self.out.push(set);
+            return;
+        }
+        if at == sym.groups[group].len() {
+            return self.arrange(group + 1, 0);
+        }
+        let mut i = 0;
+        while i < self.pools[group].len() {
+            let n = self.pools[group].remove(i);
+            self.take(group, at, 0, usize::from(n));
+            self.pools[group].insert(i, n);
+            // Equal counts give the same arrangements: each distinct count once.
+            while i < self.pools[group].len() && self.pools[group][i] == n {
+                i += 1;
+            }
+        }
+    }
+
+    /// Takes `left` more members of class `at` of group `group`, from its member `from` on.
+    fn take(&mut self, group: usize, at: usize, from: usize, left: usize) {
+        if left == 0 {
+            return self.arrange(group, at + 1);
+        }
+        let sym = self.sym;
+        let members = &sym.classes[sym.groups[group][at]];
+        if members.len() < from + left {
+            return;
+        }
+        for (j, &p) in members
+            .iter()
+            .enumerate()
+            .take(members.len() - left + 1)
+            .skip(from)
+        {
+            self.cur.push(sym.free[p]);
+            self.take(group, at, j + 1, left - 1);
+            self.cur.pop();
+        }
+    }
+}
+
 /// Whether the look-ahead over what `k` GPUs of `free` leave is a function of values only (no
 /// tie broken by index), so interchangeable sets get the same look-ahead: the exact search of
 /// the best `2k`-set stays within its enumeration limit and every NUMA node's free GPUs are
@@ -297,6 +404,32 @@ mod tests {
         assert_eq!(links.key(&[0, 2]), links.key(&[5, 7]));
         assert_ne!(links.key(&[0, 1]), links.key(&[0, 2]));
         assert_ne!(links.key(&[0, 2]), links.key(&[0, 8]));
+    }
+
+    #[test]
+    fn orbits_of_the_representatives_cover_every_set_once() {
+        // Idle DGX-2-like host, and islands16 with GPU 0 and 9 held (classes of one and of
+        // two, groups of one and of three).
+        for (name, free) in [
+            ("dgx2-like", (0..16).collect::<Vec<usize>>()),
+            ("islands16", (1..16).filter(|g| *g != 9).collect()),
+        ] {
+            let (table, ledger) = host(name);
+            let sym = Symmetry::new(&table, &ledger, &free, false);
+            for k in 1..=6 {
+                let reps = sym.representatives(k).expect("few");
+                let mut seen = std::collections::HashSet::new();
+                for rep in &reps {
+                    for set in sym.orbit(rep) {
+                        assert_eq!(sym.key(&set), sym.key(rep), "{name} k={k}: {set:?}");
+                        assert!(set.iter().all(|g| free.contains(g)), "{name}: {set:?}");
+                        assert!(seen.insert(set), "{name} k={k}: twice");
+                    }
+                }
+                let all = gpus::candidates(&table, &free, &[], k).len();
+                assert_eq!(seen.len(), all, "{name} k={k}");
+            }
+        }
     }
 
     #[test]
