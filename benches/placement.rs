@@ -15,6 +15,9 @@
 //! The kubelet refuses hosts with more than 8 NUMA nodes (its hint merge is exponential), so
 //! the 16-node cases compare with the kubelet on the 8-node EPYC host, the largest it accepts.
 
+#[path = "support/request.rs"]
+mod request;
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,6 +28,7 @@ use nri_align::simulate::{Contender, Strategy};
 use nri_align::topology::desc::HostDesc;
 use nri_align::topology::testing::shipped;
 use nri_align::topology::Topology;
+use request::req;
 
 /// Rounds of the interleaved pass (each one batch of each side).
 const ROUNDS: usize = 15;
@@ -52,25 +56,6 @@ const FIXTURES: [(&str, &str); 3] = [
 /// GPUs held at ~50% occupancy of a 16-GPU host: scattered over switches and sockets, as
 /// churn leaves them, rather than one whole socket.
 const HALF_HELD: [usize; 8] = [1, 2, 4, 7, 8, 9, 13, 14];
-
-/// A Guaranteed container: `cpus` exclusive CPUs, `gib` of memory, the first `gpus` free GPUs
-/// and `nics` NICs as a device plugin would have allocated them.
-fn req(id: &str, cpus: u64, gib: u64, gpus: &[String], nics: &[String]) -> Request {
-    let mut r = Request {
-        container_id: id.into(),
-        container_name: "c".into(),
-        cpu_request_milli: cpus * 1000,
-        cpu_limit_milli: Some(cpus * 1000),
-        memory_limit_bytes: Some(gib << 30),
-        allocated_gpus: gpus.to_vec(),
-        allocated_nics: nics.to_vec(),
-        ..Request::default()
-    };
-    r.pod.uid = id.into();
-    r.pod.name = id.into();
-    r.pod.namespace = "bench".into();
-    r
-}
 
 /// Either side of a case, as `simulate` runs it.
 fn contender(topo: &Topology, kubelet: bool) -> Contender {

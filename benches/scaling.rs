@@ -16,6 +16,9 @@
 //! then a least-squares slope of log p50 against log CPUs (and log nodes) per occupancy gives
 //! the growth, and a PASS / MISS line the aim. `cargo test --benches` runs one small case.
 
+#[path = "support/request.rs"]
+mod request;
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,6 +29,7 @@ use nri_align::topology::desc::{
     Attachment, CpuNumbering, GpuDesc, HostDesc, LinkLayer, NicDesc, NvlinkDesc, PcieSwitchDesc,
 };
 use nri_align::topology::Topology;
+use request::req;
 
 /// Wall time given to the samples of one case: 45 cases stay well under a minute (the loaded
 /// states are built once per host and occupancy, outside it).
@@ -216,24 +220,6 @@ fn desc(s: Shape) -> HostDesc {
         nics,
         cpu_model: "Emulated CPU".into(),
     }
-}
-
-/// A Guaranteed container, as in `benches/placement.rs`.
-fn req(id: &str, cpus: u64, gib: u64, gpus: &[String], nics: &[String]) -> Request {
-    let mut r = Request {
-        container_id: id.into(),
-        container_name: "c".into(),
-        cpu_request_milli: cpus * 1000,
-        cpu_limit_milli: Some(cpus * 1000),
-        memory_limit_bytes: Some(gib << 30),
-        allocated_gpus: gpus.to_vec(),
-        allocated_nics: nics.to_vec(),
-        ..Request::default()
-    };
-    r.pod.uid = id.into();
-    r.pod.name = id.into();
-    r.pod.namespace = "bench".into();
-    r
 }
 
 /// A fixed-seed generator (xorshift64*): the same scatter on every run.
