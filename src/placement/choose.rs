@@ -70,6 +70,18 @@ struct Rank {
     own_links: u32,
 }
 
+/// Keeps `c` in `best` when it ranks higher, or ties and takes lower GPU indices: the one
+/// tie-break of both the bounded and the in-turn walk.
+fn offer(best: &mut Option<(Rank, Candidate)>, rank: Rank, c: Candidate) {
+    let better = match best {
+        None => true,
+        Some((b, bc)) => rank > *b || (rank == *b && c.gpus < bc.gpus),
+    };
+    if better {
+        *best = Some((rank, c));
+    }
+}
+
 /// Node sets already grown in a decision, by seed.
 type Grown = Vec<(Vec<usize>, Option<Vec<usize>>)>;
 
@@ -324,15 +336,11 @@ impl<'a> Search<'a> {
         let mut bounds: Vec<(Rank, Vec<usize>)> = Vec::with_capacity(sets.len());
         let free_score = self.links.set_score(&free);
         for s in sets {
-            // Anti-fragmentation: this set plus the best sets of the same and of twice the size
-            // left after it (go-gpuallocator's partition idea, one step deep), never at the
-            // price of a pair without NVLink.
-            let own_links = self.links.set_score(&s);
-            let rest: Vec<usize> = free.iter().copied().filter(|g| !s.contains(g)).collect();
+            let (own_links, link_score) = self.link_scores(&free, &s, exact);
             let bound = Rank {
                 admissible: true,
                 fewer_unlinked_pairs: Reverse(gpus::unlinked_pairs(self.links, &s)),
-                link_score: own_links + gpus::lookahead(self.links, &rest, r.gpu_count, exact),
+                link_score,
                 fewer_nodes: Reverse(0),
                 closer_nodes: Reverse(0),
                 cheaper_nic_paths: Reverse(0),
@@ -383,16 +391,22 @@ impl<'a> Search<'a> {
                     cheaper_nic_paths: Reverse(c.nic_cost),
                     ..bound
                 };
-                let better = match &best {
-                    None => true,
-                    Some((b, bc)) => rank > *b || (rank == *b && c.gpus < bc.gpus),
-                };
-                if better {
-                    best = Some((rank, c));
-                }
+                offer(&mut best, rank, c);
             }
         }
         Ok(best.map(|(_, c)| c))
+    }
+
+    /// The set's own link score, and that plus the look-ahead (anti-fragmentation: the best
+    /// sets of the same and of twice the size left after it, go-gpuallocator's partition idea
+    /// one step deep).
+    fn link_scores(&self, free: &[usize], set: &[usize], exact: bool) -> (u32, u32) {
+        let own = self.links.set_score(set);
+        let rest: Vec<usize> = free.iter().copied().filter(|g| !set.contains(g)).collect();
+        (
+            own,
+            own + gpus::lookahead(self.links, &rest, self.r.gpu_count, exact),
+        )
     }
 
     /// Every set in enumeration order, each ranked in full unless its GPU fields already lose
@@ -405,14 +419,11 @@ impl<'a> Search<'a> {
         free: &[usize],
         exact: bool,
     ) -> Option<Candidate> {
-        let k = self.r.gpu_count;
         let free_score = self.links.set_score(free);
         let mut best: Option<(Rank, Candidate)> = None;
         for s in sets {
             let unlinked = Reverse(gpus::unlinked_pairs(self.links, &s));
-            let own_links = self.links.set_score(&s);
-            let rest: Vec<usize> = free.iter().copied().filter(|g| !s.contains(g)).collect();
-            let score = own_links + gpus::lookahead(self.links, &rest, k, exact);
+            let (own_links, score) = self.link_scores(free, &s, exact);
             if let Some((b, _)) = &best {
                 if b.admissible && (unlinked, score) < (b.fewer_unlinked_pairs, b.link_score) {
                     continue;
@@ -432,13 +443,7 @@ impl<'a> Search<'a> {
                 tightest_fit: Reverse(c.nodes.iter().map(|i| u64::from(self.caps[*i].cpu)).sum()),
                 own_links,
             };
-            let better = match &best {
-                None => true,
-                Some((b, bc)) => rank > *b || (rank == *b && c.gpus < bc.gpus),
-            };
-            if better {
-                best = Some((rank, c));
-            }
+            offer(&mut best, rank, c);
         }
         best.map(|(_, c)| c)
     }
