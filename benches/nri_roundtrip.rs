@@ -186,12 +186,14 @@ async fn stub_side(dir: &std::path::Path) -> Result<(PluginClient, Mux, Server),
     let stub = Stub::new(StubOptions::new("bench", "10").socket(&path))?;
     tokio::spawn(stub.run(Arc::new(StubPlugin)));
     let (stream, _) = listener.accept().await?;
-    let mux = Mux::new(stream);
+    // Opened before reading, or an early RegisterPlugin is dropped (as containerd does).
+    let mux = Mux::blocked(stream);
     let mut server = Server::new()
         .register_service(create_runtime(Arc::new(Registrar)))
         .add_listener(mux.listener(RUNTIME_SERVICE_CONN)?);
     server.start().await?;
     let client = PluginClient::new(Client::new(mux.socket(PLUGIN_SERVICE_CONN)?));
+    mux.unblock();
     let configure = api::ConfigureRequest {
         runtime_name: "containerd".into(),
         runtime_version: "v2.1.1".into(),

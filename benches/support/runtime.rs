@@ -61,13 +61,16 @@ impl Connection {
         let (stream, _) = tokio::time::timeout(Duration::from_secs(60), listener.accept())
             .await
             .map_err(|_| "the plugin did not connect within 60 s")??;
-        let mux = Mux::new(stream);
+        // The plugin registers as soon as it is connected: open both connections before
+        // reading, or its RegisterPlugin can be dropped (containerd does the same).
+        let mux = Mux::blocked(stream);
         let (tx, registered) = mpsc::unbounded_channel();
         let mut server = Server::new()
             .register_service(create_runtime(Arc::new(Registrar(tx))))
             .add_listener(mux.listener(RUNTIME_SERVICE_CONN)?);
         server.start().await?;
         let plugin = PluginClient::new(Client::new(mux.socket(PLUGIN_SERVICE_CONN)?));
+        mux.unblock();
         Ok(Connection {
             plugin,
             mux,

@@ -13,6 +13,11 @@
 //!
 //! [`Mux::listener`] and [`Mux::socket`] wrap a logical connection in the transport types
 //! of ttrpc's async `Server` and `Client`.
+//!
+//! Because frames for unopened ids are dropped, an end whose peer may speak first opens its
+//! connections before reading: [`Mux::blocked`] starts without reading and [`Mux::unblock`]
+//! lets the reader go once the connections are open (the Go side's `WithBlockedRead` and
+//! `Unblock`, which containerd and the Go stub use). [`Mux::new`] reads at once.
 
 use std::collections::HashMap;
 use std::io;
@@ -144,6 +149,8 @@ struct Shared {
     conns: Mutex<HashMap<ConnId, mpsc::Sender<Vec<u8>>>>,
     /// `None` while running, then the reason the multiplexer stopped.
     state: watch::Sender<Option<MuxError>>,
+    /// `false` until the reader may start ([`Mux::unblock`]).
+    reading: watch::Sender<bool>,
 }
 
 impl Shared {
@@ -202,15 +209,30 @@ impl Drop for Closer {
 }
 
 impl Mux {
-    /// Starts multiplexing `trunk`. Must be called from within a tokio runtime.
+    /// Starts multiplexing `trunk`, reading at once. Must be called from within a tokio
+    /// runtime.
     pub fn new<T>(trunk: T) -> Mux
     where
         T: AsyncRead + AsyncWrite + Send + 'static,
     {
+        let mux = Mux::blocked(trunk);
+        mux.unblock();
+        mux
+    }
+
+    /// Starts multiplexing `trunk` without reading it until [`Mux::unblock`]: the
+    /// connections opened before then receive everything the peer sends from its first
+    /// frame. Writing works at once. Must be called from within a tokio runtime.
+    pub fn blocked<T>(trunk: T) -> Mux
+    where
+        T: AsyncRead + AsyncWrite + Send + 'static,
+    {
         let (state, _) = watch::channel(None);
+        let (reading, _) = watch::channel(false);
         let shared = Arc::new(Shared {
             conns: Mutex::new(HashMap::new()),
             state,
+            reading,
         });
         let (writes, frames) = fmpsc::channel(WRITE_QUEUE_LEN);
         let (reader, writer) = tokio::io::split(trunk);
@@ -222,6 +244,11 @@ impl Mux {
             writes,
             closer,
         }
+    }
+
+    /// Lets a [`Mux::blocked`] multiplexer start reading; later calls do nothing.
+    pub fn unblock(&self) {
+        self.shared.reading.send_replace(true);
     }
 
     /// Opens logical connection `id`. Frames that arrived for `id` before it was opened
@@ -377,6 +404,12 @@ fn push_frame(out: &mut Vec<u8>, id: ConnId, chunk: &[u8]) {
 
 async fn read_loop<R: AsyncRead + Unpin>(mut reader: R, shared: Arc<Shared>) {
     let mut stopped = shared.state.subscribe();
+    let mut reading = shared.reading.subscribe();
+    tokio::select! {
+        // The sender lives in `shared`, which this task holds, so this cannot fail.
+        _ = reading.wait_for(|go| *go) => {}
+        _ = stopped.wait_for(|s| s.is_some()) => return,
+    }
     loop {
         let frame = tokio::select! {
             frame = read_frame(&mut reader) => frame,

@@ -104,6 +104,60 @@ async fn unknown_and_reserved_ids_are_dropped() {
 }
 
 #[tokio::test]
+async fn a_blocked_mux_keeps_what_the_peer_sent_first_for_connections_opened_later() {
+    // The runtime side's race: the plugin may send RegisterPlugin the moment the socket is
+    // accepted, before the runtime has opened connection 2.
+    let (ours, mut raw) = duplex(1 << 16);
+    let mux = Mux::blocked(ours);
+    raw.write_all(&frame(RUNTIME_SERVICE_CONN, b"register"))
+        .await
+        .unwrap();
+    // Give a reader that did not wait every chance to take (and drop) the frame.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut conn = mux.open(RUNTIME_SERVICE_CONN).unwrap();
+    // Writing works while reading is held back.
+    conn.write_all(b"hi").await.unwrap();
+    let (id, payload) = tokio::time::timeout(STEP, read_frame(&mut raw))
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("frame");
+    assert_eq!((id, payload.as_slice()), (RUNTIME_SERVICE_CONN, &b"hi"[..]));
+    mux.unblock();
+    mux.unblock();
+    assert_eq!(read_exactly(&mut conn, 8).await, b"register");
+}
+
+#[tokio::test]
+async fn an_unblocked_mux_drops_what_came_before_the_connection_opened() {
+    // The contrast that makes the test above mean something.
+    let (mux, mut raw) = pair();
+    raw.write_all(&frame(RUNTIME_SERVICE_CONN, b"early"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut conn = mux.open(RUNTIME_SERVICE_CONN).unwrap();
+    raw.write_all(&frame(RUNTIME_SERVICE_CONN, b"late"))
+        .await
+        .unwrap();
+    assert_eq!(read_exactly(&mut conn, 4).await, b"late");
+}
+
+#[tokio::test]
+async fn closing_a_blocked_mux_ends_it_without_reading() {
+    let (ours, _raw) = duplex(1 << 16);
+    let mux = Mux::blocked(ours);
+    mux.close();
+    assert_eq!(
+        tokio::time::timeout(STEP, mux.closed()).await.unwrap(),
+        MuxError::Closed
+    );
+}
+
+#[tokio::test]
 async fn large_writes_are_split_at_the_frame_limit() {
     let (mux, mut raw) = pair();
     let mut conn = mux.open(RUNTIME_SERVICE_CONN).unwrap();

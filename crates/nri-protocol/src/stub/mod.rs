@@ -305,7 +305,8 @@ impl Stub {
         connection: u64,
     ) -> Result<(MuxError, String), StubError> {
         let plugin_id = format!("{}-{}", self.opts.index, self.opts.name);
-        let mux = Mux::new(stream);
+        // Reading waits until both connections are open, as the Go stub does.
+        let mux = Mux::blocked(stream);
         // The ttrpc tasks keep their connections (and so the socket) alive; close the
         // socket explicitly however this function ends, including cancellation.
         let _close = CloseOnDrop(mux.clone());
@@ -325,6 +326,7 @@ impl Stub {
             .add_listener(mux.service_listener(PLUGIN_SERVICE_CONN)?);
         server.start().await.map_err(StubError::Serve)?;
         let runtime = RuntimeClient::new(Client::new(mux.socket(RUNTIME_SERVICE_CONN)?));
+        mux.unblock();
 
         let registered = self.register(&runtime, &plugin_id).await;
         let end = match registered {

@@ -216,13 +216,15 @@ impl RuntimeSide {
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
     {
-        let mux = Mux::new(stream);
+        // Opened before reading, or an early RegisterPlugin is dropped (as containerd does).
+        let mux = Mux::blocked(stream);
         let (tx, calls) = mpsc::unbounded_channel();
         let mut server = Server::new()
             .register_service(create_runtime(Arc::new(FakeRuntimeService { calls: tx })))
             .add_listener(mux.listener(RUNTIME_SERVICE_CONN).unwrap());
         server.start().await.unwrap();
         let plugin = PluginClient::new(Client::new(mux.socket(PLUGIN_SERVICE_CONN).unwrap()));
+        mux.unblock();
         RuntimeSide {
             mux,
             server,
