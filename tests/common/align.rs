@@ -83,8 +83,12 @@ impl AlignRun {
     /// The environment the plugin needs besides the inherited one.
     pub fn envs(&self) -> Vec<(String, String)> {
         let mut e = vec![
-            // One line per decision at info; the tests read them.
-            ("RUST_LOG".to_string(), "info".to_string()),
+            // One line per decision at info; the tests read them, and the per-container
+            // lines of a Synchronize that re-sends the pool (debug: one summary at info).
+            (
+                "RUST_LOG".to_string(),
+                "info,nri_align::enforce::engine::recovery=debug".to_string(),
+            ),
             // A test run inside a Kubernetes pod must not publish to that cluster: without a
             // service host nri-align never uses the pod's service account (only an explicit
             // --kubeconfig publishes).

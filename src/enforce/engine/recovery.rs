@@ -162,6 +162,7 @@ impl<P: Placer> Engine<P> {
             self.check_systemd_device_links(c, &[]);
         }
         let online = self.placer.topology().online_cpus();
+        let mut shared_resent = 0usize;
         for c in managed.iter().filter(|c| c.state.is_live()) {
             let Some(rec) = self.doc.containers.get(&c.id) else {
                 continue;
@@ -174,12 +175,23 @@ impl<P: Placer> Engine<P> {
                 .filter(|s| !s.is_empty())
                 .unwrap_or_else(|| online.clone());
             if has != rec.applied_cpus {
-                tracing::warn!(container = %c.id, has = %has, recorded = %rec.applied_cpus, "cpuset differs from the record; re-applying");
+                if rec.assignment.exclusive {
+                    tracing::warn!(container = %c.id, has = %has, recorded = %rec.applied_cpus, "exclusive container runs on other CPUs than recorded; re-applying the record");
+                } else {
+                    // Expected, not a fault: a pool update answered just before nri-align
+                    // stopped, or CRI-O after its own restart (it reports a container's
+                    // cpuset as created, not as updated since). One summary line below.
+                    tracing::debug!(container = %c.id, has = %has, recorded = %rec.applied_cpus, "shared container's reported cpuset is not the pool's; re-sending the pool");
+                    shared_resent += 1;
+                }
                 updates.push(CpusetUpdate {
                     container_id: c.id.clone(),
                     cpus: rec.applied_cpus.clone(),
                 });
             }
+        }
+        if shared_resent > 0 {
+            tracing::info!(containers = shared_resent, "re-sent the shared pool's cpuset to shared containers the runtime reports on another one (a pool update not applied before nri-align stopped, or CRI-O reporting cpusets as created after its restart)");
         }
         self.persist();
         self.refresh_free();
