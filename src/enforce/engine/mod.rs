@@ -9,15 +9,13 @@ use std::time::Instant;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::placement::cpus::shared_on;
 use crate::placement::{Assignment, GpuMode, PodTotals};
 use crate::topology::CpuSet;
-use lifecycle::exempt_target;
 
 use crate::enforce::adjust::{build_adjustment, AdjustError, Adjustment, CpusetUpdate};
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
 use crate::enforce::inputs::{build, build_request, pod_totals, RequestError};
-use crate::enforce::state::{GroupKey, Record, ResourceSummary, StateDoc, StateStore};
+use crate::enforce::state::{Record, ResourceSummary, StateDoc, StateStore};
 use crate::host::devices::{nvidia_minor, uverbs_name, DeviceLookup};
 
 pub use observe::{samples, StateObserver};
@@ -400,45 +398,6 @@ impl<P: Placer> Engine<P> {
         Ok(updates)
     }
 
-    /// Refuses a configuration that, with the CPUs held exclusively now, would leave no shared
-    /// CPU (the next shared container would get an empty cpuset, which runtimes read as
-    /// "every CPU"), or that reserves a CPU a container holds exclusively.
-    fn check_live_allocations(&self, config: &Config) -> Result<(), EngineError> {
-        let topo = self.placer.topology();
-        let reserved = &config.placement.reserved_cpus;
-        let mut held = CpuSet::new();
-        for r in self.doc.containers.values() {
-            if r.assignment.exclusive {
-                held.extend_from(&r.assignment.cpus);
-            }
-        }
-        let invalid = |message: String| {
-            EngineError::Config(crate::config::ConfigError::Invalid {
-                origin: "reload".into(),
-                message: format!("{message}; the configuration in force is kept"),
-            })
-        };
-        let clash = reserved.intersection(&held);
-        if !clash.is_empty() {
-            return Err(invalid(format!(
-                "reserved_cpus {reserved} includes CPUs {clash} that containers hold exclusively \
-                 (they keep them until removed): reserve other CPUs or remove those containers first"
-            )));
-        }
-        let mut pool = topo.online_cpus();
-        pool.subtract(reserved);
-        pool.subtract(&held);
-        pool.subtract(&topo.isolated_cpus);
-        if pool.is_empty() {
-            return Err(invalid(format!(
-                "reserved_cpus {reserved} with the {} CPUs held exclusively ({held}) leaves no \
-                 shared CPU for the other containers",
-                held.len()
-            )));
-        }
-        Ok(())
-    }
-
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.config
@@ -517,58 +476,6 @@ impl<P: Placer> Engine<P> {
             .unwrap_or_default()
     }
 
-    /// Moves every shared container (but `except`, which gets the pool in its own adjustment)
-    /// onto the current pool and records what was sent. A shared container bound to NUMA nodes
-    /// (pod scope, or its GPUs' node) follows the pool on those nodes only: moving it onto the
-    /// whole pool would take a pod-scoped sidecar off its pod's node at the next exclusive
-    /// allocation.
-    ///
-    /// The cost is proportional to what moves: the shared containers are grouped by the nodes
-    /// they follow, and a group whose members all run on what the pool gives its nodes now
-    /// is skipped whole (a shared container's creation moves nobody; an exclusive one moves
-    /// the groups whose nodes lost CPUs, each member once).
-    fn follow_pool(&mut self, except: Option<&str>) -> Vec<CpusetUpdate> {
-        let pool = self.placer.shared_pool();
-        if pool.is_empty() {
-            // Runtimes ignore a cpuset update without CPUs; sending one would only make the
-            // record claim a move that never happened. Placement keeps the pool non-empty,
-            // so this needs a reload that reserved the last shared CPUs.
-            tracing::warn!("shared pool is empty: shared containers stay where they are");
-            return Vec::new();
-        }
-        let topo = self.placer.topology();
-        // Every shared group follows the pool on its nodes; the exempt containers follow the
-        // reserved CPUs, or the pool when none are reserved.
-        let exempt_target = exempt_target(&self.config.placement.reserved_cpus, &pool);
-        let moves: Vec<(GroupKey, CpuSet)> = self
-            .doc
-            .containers
-            .groups()
-            .filter_map(|(key, group)| {
-                let target = match key {
-                    GroupKey::Nodes(nodes) => shared_on(topo, &pool, nodes),
-                    GroupKey::Exempt => exempt_target.clone(),
-                };
-                (group.aligned_to() != Some(&target)).then(|| (key.clone(), target))
-            })
-            .collect();
-        let mut updates = Vec::new();
-        for (key, target) in &moves {
-            self.doc.containers.move_group(key, target, except, |id| {
-                updates.push(CpusetUpdate {
-                    container_id: id.to_string(),
-                    cpus: target.clone(),
-                })
-            });
-        }
-        // Runtimes apply updates in the order given; a stable order keeps logs comparable
-        // (one group's are in order already).
-        if moves.len() > 1 {
-            updates.sort_by(|a, b| a.container_id.cmp(&b.container_id));
-        }
-        updates
-    }
-
     /// Writes the records changed since the last call (all of them only when the store
     /// compacts its log).
     fn persist(&mut self) {
@@ -634,6 +541,7 @@ mod devlinks;
 mod lifecycle;
 mod observe;
 pub mod placer;
+mod pool;
 pub mod reconcile;
 mod recovery;
 

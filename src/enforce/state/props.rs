@@ -118,6 +118,46 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// `move_group` finds a big group's members by walking the table, a small one's by
+    /// look-ups: either way the same records move, in the same order, with the same changes
+    /// noted for the log.
+    #[test]
+    fn walking_the_table_moves_a_group_as_look_ups_do(
+        ops in proptest::collection::vec(op(), 1..60),
+    ) {
+        let mut t = Records::new();
+        for op in &ops {
+            let Op::Move(k, c, except) = op else {
+                apply(&mut t, op);
+                continue;
+            };
+            let target: CpuSet = CPUSETS[*c].parse().expect("cpus");
+            let except = except.map(|e| format!("c{e}"));
+            let by = |walk: bool| {
+                let mut table = t.clone();
+                let mut ids = Vec::new();
+                let note = |id: &str| ids.push(id.to_string());
+                table.move_group_by(&key(*k), &target, except.as_deref(), note, walk);
+                let changes = (table.take_dirty(), table.take_moved());
+                (table, ids, changes)
+            };
+            let (walked, walked_ids, walked_changes) = by(true);
+            let (looked, looked_ids, looked_changes) = by(false);
+            prop_assert_eq!(&walked, &looked);
+            let aligned =
+                |t: &Records| t.group(&key(*k)).and_then(|g| g.aligned_to().cloned());
+            prop_assert_eq!(aligned(&walked), aligned(&looked));
+            prop_assert_eq!(walked_ids, looked_ids);
+            prop_assert_eq!(walked_changes, looked_changes);
+            t.move_group(&key(*k), &target, except.as_deref(), |_| {});
+            prop_assert_eq!(&t, &walked);
+        }
+    }
+}
+
 #[test]
 fn moving_a_thousand_shared_containers_is_one_line() {
     let dir = tempfile::tempdir().expect("tmp");

@@ -11,12 +11,16 @@
 
 use std::collections::btree_map;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::ops::{Deref, DerefMut, Index};
+use std::ops::{Bound, Deref, DerefMut, Index};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::Record;
 use crate::topology::{CpuSet, NodeSet};
+
+/// `move_group` walks the table rather than looking members up when the group holds at least
+/// one record in this many: a walk step is one cheap test, a look-up a dozen id compares.
+const WALK_RATIO: usize = 8;
 
 /// Which pool a shared record follows: the shared pool on its NUMA nodes (all of it for no
 /// nodes), or, for a container of an exempt namespace, the exempt target (the reserved CPUs,
@@ -63,6 +67,16 @@ impl SharedGroup {
     /// Container ids of the group.
     pub fn members(&self) -> impl Iterator<Item = &str> {
         self.members.iter().map(String::as_str)
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether it has no member (never for a group the table lists).
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
     }
 
     /// The cpuset every member runs on, when that is known.
@@ -194,35 +208,69 @@ impl Records {
     }
 
     /// Moves every member of group `key` but `except` onto `target`, calling `moved` with the
-    /// id of each one that was elsewhere (and only those: its cpuset changes). When every
-    /// member then runs on `target` (`except` included), the group is noted aligned to it and
-    /// the move is one change of the group; otherwise each moved record is a change of its
-    /// own. The cost is one comparison per member and one copy of `target` into each moved
-    /// record's (reusing its allocation).
+    /// id of each one that was elsewhere (and only those: its cpuset changes), in id order.
+    /// When every member then runs on `target` (`except` included), the group is noted
+    /// aligned to it and the move is one change of the group; otherwise each moved record is a
+    /// change of its own. The cost is one comparison per member and one copy of `target` into
+    /// each moved record's (reusing its allocation).
+    ///
+    /// A group that is a good part of the table (the whole shared pool, usually) is found by
+    /// walking the table between its first and last member instead of looking each member up:
+    /// a look-up compares ids down the tree (about a dozen 64-character compares at 5,000
+    /// containers), which cost more than the move itself.
     pub fn move_group(
         &mut self,
         key: &GroupKey,
         target: &CpuSet,
         except: Option<&str>,
+        moved: impl FnMut(&str),
+    ) {
+        let walk = self
+            .groups
+            .get(key)
+            .is_some_and(|g| g.members.len() * WALK_RATIO >= self.map.len());
+        self.move_group_by(key, target, except, moved, walk);
+    }
+
+    /// [`Records::move_group`], finding the members by walking the table or by look-ups
+    /// (both give the same table and calls; the tests check it).
+    pub(super) fn move_group_by(
+        &mut self,
+        key: &GroupKey,
+        target: &CpuSet,
+        except: Option<&str>,
         mut moved: impl FnMut(&str),
+        walk: bool,
     ) {
         let Some(g) = self.groups.get_mut(key) else {
             return;
         };
         let mut all = true;
         let mut any = false;
-        for id in &g.members {
-            let Some(r) = self.map.get_mut(id) else {
-                continue;
-            };
-            if Some(id.as_str()) == except {
+        let mut visit = |id: &str, r: &mut Record| {
+            if Some(id) == except {
                 all &= r.applied_cpus == *target;
-                continue;
-            }
-            if r.applied_cpus != *target {
+            } else if r.applied_cpus != *target {
                 r.applied_cpus.clone_from(target);
                 any = true;
                 moved(id);
+            }
+        };
+        if walk {
+            if let (Some(first), Some(last)) = (g.members.first(), g.members.last()) {
+                let span = (Bound::Included(first), Bound::Included(last));
+                // The indexes put exactly the records of `key` in the group (`index`).
+                for (id, r) in self.map.range_mut::<String, _>(span) {
+                    if r.in_group(key) {
+                        visit(id, r);
+                    }
+                }
+            }
+        } else {
+            for id in &g.members {
+                if let Some(r) = self.map.get_mut(id) {
+                    visit(id, r);
+                }
             }
         }
         if all {
