@@ -81,13 +81,23 @@ impl Daemon {
         })
     }
 
-    fn rss_kib(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0)
+    /// Resident memory in KiB: all of it (`VmRSS`), and the anonymous part (`RssAnon`: heap,
+    /// stacks). The rest is mostly the binary's own pages, shared with the page cache: how
+    /// much of them are resident depends on what the kernel read ahead or evicted before.
+    fn rss(&self) -> Rss {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                .unwrap_or(0)
+        };
+        Rss {
+            total: field("VmRSS:"),
+            anon: field("RssAnon:"),
+        }
     }
 
     fn stop(mut self) -> PathBuf {
@@ -283,10 +293,17 @@ impl Node {
     }
 }
 
+/// Resident memory of the daemon, KiB.
+#[derive(Clone, Copy)]
+struct Rss {
+    total: u64,
+    anon: u64,
+}
+
 struct SizeResult {
     live: usize,
     samples: Vec<Sample>,
-    rss_kib: u64,
+    rss: Rss,
 }
 
 fn setup(dir: &Path) -> Result<Setup, BoxError> {
@@ -345,7 +362,7 @@ async fn scale(setup: &Setup, node: &mut Node) -> Result<(Vec<SizeResult>, PathB
         results.push(SizeResult {
             live,
             samples,
-            rss_kib: daemon.rss_kib(),
+            rss: daemon.rss(),
         });
         eprintln!("  {live} live containers measured (load {})", load());
     }
@@ -392,7 +409,7 @@ fn us(v: f64) -> String {
 
 fn report(results: &[SizeResult], logged: &HashMap<String, Logged>) {
     println!(
-        "\n| live containers | shared create, daemon p50 / p99 | p50 ratio to {} | exclusive create without pool updates, p50 / p99 | pool updates per exclusive create | building them, p50 | exclusive response, p50 | runtime round trip p50 shared / exclusive | daemon RSS |",
+        "\n| live containers | shared create, daemon p50 / p99 | p50 ratio to {} | exclusive create without pool updates, p50 / p99 | pool updates per exclusive create | building them, p50 | exclusive response, p50 | runtime round trip p50 shared / exclusive | daemon RSS (of it anonymous) |",
         results.first().map_or(0, |r| r.live)
     );
     println!("|---|---|---|---|---|---|---|---|---|");
@@ -417,7 +434,7 @@ fn report(results: &[SizeResult], logged: &HashMap<String, Logged>) {
         let (x50, x99) = quantiles(&mut excl_wo, 0.99);
         let base = *base_p50.get_or_insert(s50);
         println!(
-            "| {} | {} / {} | {:.2} | {} / {} | {:.0} | {} | {:.1} KiB | {} / {} | {:.1} MiB |",
+            "| {} | {} / {} | {:.2} | {} / {} | {:.0} | {} | {:.1} KiB | {} / {} | {:.1} MiB ({:.1} MiB) |",
             r.live,
             us(s50),
             us(s99),
@@ -433,7 +450,8 @@ fn report(results: &[SizeResult], logged: &HashMap<String, Logged>) {
             quantiles(&mut bytes, 0.5).0 / 1024.0,
             us(quantiles(&mut rtt_s, 0.5).0),
             us(quantiles(&mut rtt_x, 0.5).0),
-            r.rss_kib as f64 / 1024.0
+            r.rss.total as f64 / 1024.0,
+            r.rss.anon as f64 / 1024.0
         );
     }
 }
