@@ -149,6 +149,36 @@ pub fn best_set(
     k: usize,
     exact: bool,
 ) -> Option<(u32, Vec<usize>)> {
+    best_set_in(table, pool, k, exact, false)
+}
+
+/// The score of [`best_set`], found faster where pool GPUs are interchangeable (idle NVSwitch
+/// hosts): of twins (same pair scores to the pool and to each other, either orientation) a set
+/// takes the first in pool order. The set may differ from [`best_set`]'s on ties: no score.
+pub fn best_set_score(table: &LinkTable, pool: &[usize], k: usize, exact: bool) -> Option<u32> {
+    best_set_in(table, pool, k, exact, true).map(|(score, _)| score)
+}
+
+/// Whether swapping pool positions `a` and `b` keeps every pair score among the pool, read
+/// in either orientation (so a set's score does not depend on which of the two it holds).
+fn twins(table: &LinkTable, pool: &[usize], a: usize, b: usize) -> bool {
+    let (ga, gb) = (pool[a], pool[b]);
+    table.pair(ga, gb) == table.pair(gb, ga)
+        && pool.iter().all(|&x| {
+            x == ga || x == gb || {
+                let v = table.pair(ga, x);
+                v == table.pair(x, ga) && v == table.pair(gb, x) && v == table.pair(x, gb)
+            }
+        })
+}
+
+fn best_set_in(
+    table: &LinkTable,
+    pool: &[usize],
+    k: usize,
+    exact: bool,
+    by_twins: bool,
+) -> Option<(u32, Vec<usize>)> {
     if k < 2 || pool.len() < k {
         return None;
     }
@@ -179,10 +209,25 @@ pub fn best_set(
             sums
         })
         .collect();
+    // Per position, the one before it among its twins (twins are an equivalence: a GPU
+    // joins the first class whose first member it twins with), `usize::MAX` when none.
+    let mut before = vec![usize::MAX; if by_twins { n } else { 0 }];
+    // (first member, last member) of each class so far.
+    let mut firsts: Vec<(usize, usize)> = Vec::new();
+    for (p, b) in before.iter_mut().enumerate() {
+        match firsts.iter_mut().find(|(f, _)| twins(table, pool, *f, p)) {
+            Some((_, last)) => {
+                *b = *last;
+                *last = p;
+            }
+            None => firsts.push((p, p)),
+        }
+    }
     let mut search = BestSet {
         table,
         pool,
         k,
+        before,
         top,
         gain: vec![0; n],
         scratch: Vec::with_capacity(n),
@@ -198,6 +243,8 @@ struct BestSet<'a> {
     table: &'a LinkTable,
     pool: &'a [usize],
     k: usize,
+    /// Per pool position, the twin before it (empty when twins are not used).
+    before: Vec<usize>,
     /// Per pool position, the sum of its best `m` pair scores within the pool, by `m`.
     top: Vec<Vec<u32>>,
     /// Per pool position, its pair scores to the set so far, summed.
@@ -247,6 +294,15 @@ impl BestSet<'_> {
         }
         let last = self.pool.len() - r;
         for i in start..=last {
+            // The twin before i left out: the set with it instead of i scores the same and
+            // comes first (so every class's GPUs are taken in pool order).
+            if self
+                .before
+                .get(i)
+                .is_some_and(|&b| b != usize::MAX && !self.cur.contains(&self.pool[b]))
+            {
+                continue;
+            }
             let g = self.pool[i];
             let add = self.gain[i];
             for (j, &h) in self.pool.iter().enumerate() {

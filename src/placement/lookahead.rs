@@ -47,8 +47,8 @@ impl<'a> Lookahead<'a> {
 
     /// What [`gpus::lookahead`] scores for `rest` (ascending, within the free GPUs).
     pub fn exact(&mut self, rest: &[usize]) -> u32 {
-        let double = gpus::best_set(self.table, rest, 2 * self.k, self.exact);
-        self.partitions(rest) + double.map_or(0, |(score, _)| score)
+        let double = gpus::best_set_score(self.table, rest, 2 * self.k, self.exact);
+        self.partitions(rest) + double.unwrap_or(0)
     }
 
     /// An upper bound of [`Lookahead::exact`] for `rest`, and whether it is the exact value.
@@ -70,7 +70,7 @@ impl<'a> Lookahead<'a> {
             let m = 2 * self.k;
             let exact = self.exact && gpus::exact_enumeration(self.free.len() as u64, m as u64);
             self.ceiling = Some(
-                exact.then(|| gpus::best_set(self.table, self.free, m, true).map_or(0, |(s, _)| s)),
+                exact.then(|| gpus::best_set_score(self.table, self.free, m, true).unwrap_or(0)),
             );
         }
         self.ceiling.flatten()
