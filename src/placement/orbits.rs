@@ -8,7 +8,7 @@
 //! classes first and pairs NICs with every set ([`Symmetry::orbit`]) of the classes that can
 //! still win only.
 //!
-//! Two levels, each proven by checking the permutation itself against everything the ranking
+//! Three levels, each proven by checking the permutation itself against everything the ranking
 //! reads (never inferred from names or switch ids):
 //! - GPUs: two free GPUs are interchangeable when swapping them keeps every pair score and
 //!   NVLink count among the free GPUs, their NUMA node, name and MIG state, and (when the
