@@ -4,10 +4,12 @@
 //! candidates rank ([`Rank`]), and the rejection when none is admissible.
 
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use super::error::PlacementError;
 use super::gpus::{self, LinkTable};
 use super::ledger::Ledger;
+use super::lookahead::Lookahead;
 use super::nics;
 use super::numa::{self, Cap, Need};
 use super::orbits::{self, Symmetry};
@@ -81,6 +83,10 @@ fn offer(best: &mut Option<(Rank, Candidate)>, rank: Rank, c: Candidate) {
         *best = Some((rank, c));
     }
 }
+
+/// A set of the reduced search with the bound of its rank (its look-ahead exact or bounded),
+/// best first, then in enumeration order.
+type Bounded = (Rank, Reverse<usize>, bool, Vec<usize>);
 
 /// Node sets already grown in a decision, by seed.
 type Grown = Vec<(Vec<usize>, Option<Vec<usize>>)>;
@@ -332,15 +338,18 @@ impl<'a> Search<'a> {
             return Ok(self.rank_in_turn(sets, &free, exact));
         };
         // The GPU-only fields first, every other field at the best it could be (admissible,
-        // on no node, no NIC cost): a bound of the set's rank whatever the field order.
-        let mut bounds: Vec<(Rank, Vec<usize>)> = Vec::with_capacity(sets.len());
+        // on no node, no NIC cost), and the look-ahead at its bound until the set comes up:
+        // a bound of the set's rank whatever the field order.
+        let mut look = Lookahead::new(self.links, &free, r.gpu_count, exact);
+        let mut bounds: BinaryHeap<Bounded> = BinaryHeap::with_capacity(sets.len());
         let free_score = self.links.set_score(&free);
-        for s in sets {
-            let (own_links, link_score) = self.link_scores(&free, &s, exact);
+        for (order, s) in sets.into_iter().enumerate() {
+            let own_links = self.links.set_score(&s);
+            let (ahead, known) = look.bound(&self.rest(&free, &s));
             let bound = Rank {
                 admissible: true,
                 fewer_unlinked_pairs: Reverse(gpus::unlinked_pairs(self.links, &s)),
-                link_score,
+                link_score: own_links.saturating_add(ahead),
                 fewer_nodes: Reverse(0),
                 closer_nodes: Reverse(0),
                 cheaper_nic_paths: Reverse(0),
@@ -348,17 +357,26 @@ impl<'a> Search<'a> {
                 tightest_fit: Reverse(0),
                 own_links,
             };
-            bounds.push((bound, s));
+            bounds.push((bound, Reverse(order), known, s));
         }
-        // Best bound first (stable: equal bounds keep the enumeration order). Once a candidate
-        // ranks above the next bound no later set can win: their node growth and NIC pairing
+        // Best bound first (equal bounds in enumeration order). A set whose look-ahead is only
+        // bounded gets it computed and goes back in; once a candidate ranks above the next
+        // bound no later set can win: their exact look-ahead, node growth and NIC pairing
         // (most of an idle 16-GPU decision) are skipped.
-        bounds.sort_by_key(|b| Reverse(b.0));
         let mut grown = Grown::new();
         let mut best: Option<(Rank, Candidate)> = None;
-        for (bound, s) in bounds {
+        while let Some((bound, order, known, s)) = bounds.pop() {
             if best.as_ref().is_some_and(|(b, _)| bound < *b) {
                 break;
+            }
+            if !known {
+                let ahead = look.exact(&self.rest(&free, &s));
+                let bound = Rank {
+                    link_score: bound.own_links.saturating_add(ahead),
+                    ..bound
+                };
+                bounds.push((bound, order, true, s));
+                continue;
             }
             let Some(nodes) = self.nodes_around(&s, &mut grown) else {
                 continue;
@@ -402,11 +420,16 @@ impl<'a> Search<'a> {
     /// one step deep).
     fn link_scores(&self, free: &[usize], set: &[usize], exact: bool) -> (u32, u32) {
         let own = self.links.set_score(set);
-        let rest: Vec<usize> = free.iter().copied().filter(|g| !set.contains(g)).collect();
+        let rest = self.rest(free, set);
         (
             own,
             own + gpus::lookahead(self.links, &rest, self.r.gpu_count, exact),
         )
+    }
+
+    /// The free GPUs `set` leaves.
+    fn rest(&self, free: &[usize], set: &[usize]) -> Vec<usize> {
+        free.iter().copied().filter(|g| !set.contains(g)).collect()
     }
 
     /// Every set in enumeration order, each ranked in full unless its GPU fields already lose

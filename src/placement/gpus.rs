@@ -149,6 +149,36 @@ pub fn best_set(
     k: usize,
     exact: bool,
 ) -> Option<(u32, Vec<usize>)> {
+    best_set_in(table, pool, k, exact, false)
+}
+
+/// The score of [`best_set`], found faster where pool GPUs are interchangeable (idle NVSwitch
+/// hosts): of twins (same pair scores to the pool and to each other, either orientation) a set
+/// takes the first in pool order. The set may differ from [`best_set`]'s on ties: no score.
+pub fn best_set_score(table: &LinkTable, pool: &[usize], k: usize, exact: bool) -> Option<u32> {
+    best_set_in(table, pool, k, exact, true).map(|(score, _)| score)
+}
+
+/// Whether swapping pool positions `a` and `b` keeps every pair score among the pool, read
+/// in either orientation (so a set's score does not depend on which of the two it holds).
+fn twins(table: &LinkTable, pool: &[usize], a: usize, b: usize) -> bool {
+    let (ga, gb) = (pool[a], pool[b]);
+    table.pair(ga, gb) == table.pair(gb, ga)
+        && pool.iter().all(|&x| {
+            x == ga || x == gb || {
+                let v = table.pair(ga, x);
+                v == table.pair(x, ga) && v == table.pair(gb, x) && v == table.pair(x, gb)
+            }
+        })
+}
+
+fn best_set_in(
+    table: &LinkTable,
+    pool: &[usize],
+    k: usize,
+    exact: bool,
+    by_twins: bool,
+) -> Option<(u32, Vec<usize>)> {
     if k < 2 || pool.len() < k {
         return None;
     }
@@ -179,10 +209,25 @@ pub fn best_set(
             sums
         })
         .collect();
+    // Per position, the one before it among its twins (twins are an equivalence: a GPU
+    // joins the first class whose first member it twins with), `usize::MAX` when none.
+    let mut before = vec![usize::MAX; if by_twins { n } else { 0 }];
+    // (first member, last member) of each class so far.
+    let mut firsts: Vec<(usize, usize)> = Vec::new();
+    for (p, b) in before.iter_mut().enumerate() {
+        match firsts.iter_mut().find(|(f, _)| twins(table, pool, *f, p)) {
+            Some((_, last)) => {
+                *b = *last;
+                *last = p;
+            }
+            None => firsts.push((p, p)),
+        }
+    }
     let mut search = BestSet {
         table,
         pool,
         k,
+        before,
         top,
         gain: vec![0; n],
         scratch: Vec::with_capacity(n),
@@ -198,6 +243,8 @@ struct BestSet<'a> {
     table: &'a LinkTable,
     pool: &'a [usize],
     k: usize,
+    /// Per pool position, the twin before it (empty when twins are not used).
+    before: Vec<usize>,
     /// Per pool position, the sum of its best `m` pair scores within the pool, by `m`.
     top: Vec<Vec<u32>>,
     /// Per pool position, its pair scores to the set so far, summed.
@@ -247,6 +294,15 @@ impl BestSet<'_> {
         }
         let last = self.pool.len() - r;
         for i in start..=last {
+            // The twin before i left out: the set with it instead of i scores the same and
+            // comes first (so every class's GPUs are taken in pool order).
+            if self
+                .before
+                .get(i)
+                .is_some_and(|&b| b != usize::MAX && !self.cur.contains(&self.pool[b]))
+            {
+                continue;
+            }
             let g = self.pool[i];
             let add = self.gain[i];
             for (j, &h) in self.pool.iter().enumerate() {
@@ -317,59 +373,92 @@ pub fn partition_score(table: &LinkTable, pool: &[usize], k: usize, exact: bool)
 /// this per node for every candidate set, and the former recursion allocated every split.
 fn best_partition(table: &LinkTable, pool: &[usize], k: usize) -> u32 {
     debug_assert!(pool.len() <= PARTITION_EXACT_GPUS);
-    let mut memo = [u32::MAX; 1 << PARTITION_EXACT_GPUS];
-    partition_of(table, pool, k, (1u32 << pool.len()) - 1, &mut memo)
+    let n = pool.len();
+    // The pool's pair scores copied once: each split reads a handful of them, and the table's
+    // rows are two bounds-checked lookups each (a sixth of a partition of 8 GPUs).
+    let mut pair = [[0u32; PARTITION_EXACT_GPUS]; PARTITION_EXACT_GPUS];
+    for (a, row) in pair.iter_mut().enumerate().take(n) {
+        for (b, v) in row.iter_mut().enumerate().take(n) {
+            *v = table.pair(pool[a], pool[b]);
+        }
+    }
+    let mut by_index = [0usize; PARTITION_EXACT_GPUS];
+    for (p, v) in by_index.iter_mut().enumerate() {
+        *v = p;
+    }
+    by_index[..n].sort_unstable_by_key(|&p| pool[p]);
+    let mut part = Partition {
+        pair,
+        by_index: &by_index[..n],
+        k,
+        memo: [u32::MAX; 1 << PARTITION_EXACT_GPUS],
+    };
+    part.of((1u32 << n) - 1)
 }
 
-/// [`best_partition`] of the pool positions in `mask`. Skips left are the size modulo `k`:
-/// skipping takes one off both, forming a set takes `k` off the size.
-fn partition_of(table: &LinkTable, pool: &[usize], k: usize, mask: u32, memo: &mut [u32]) -> u32 {
-    let size = mask.count_ones() as usize;
-    if size < k {
-        return 0;
-    }
-    if memo[mask as usize] != u32::MAX {
-        return memo[mask as usize];
-    }
-    let first = mask.trailing_zeros() as usize;
-    let others = mask & !(1 << first);
-    let mut best = if size % k > 0 {
-        partition_of(table, pool, k, others, memo)
-    } else {
-        0
-    };
-    // Every (k - 1)-subset of the others, as sub-masks.
-    let mut sub = others;
-    loop {
-        if sub.count_ones() as usize == k - 1 {
-            // Scored as a set of the mates in index order, then the first GPU.
-            let mut mates = [0usize; PARTITION_EXACT_GPUS];
-            let mut m = 0;
-            for (p, &g) in pool.iter().enumerate() {
-                if sub & (1 << p) != 0 {
-                    mates[m] = g;
-                    m += 1;
-                }
-            }
-            let mates = &mut mates[..m];
-            mates.sort_unstable();
-            let mut score = 0u32;
-            for (a, &i) in mates.iter().enumerate() {
-                for &j in &mates[a + 1..] {
-                    score = score.saturating_add(table.pair(i, j));
-                }
-                score = score.saturating_add(table.pair(i, pool[first]));
-            }
-            let rest = partition_of(table, pool, k, others & !sub, memo);
-            best = best.max(score.saturating_add(rest));
+/// The search behind [`best_partition`], on pool positions.
+struct Partition<'a> {
+    /// Pair scores by pool position.
+    pair: [[u32; PARTITION_EXACT_GPUS]; PARTITION_EXACT_GPUS],
+    /// Pool positions in GPU index order.
+    by_index: &'a [usize],
+    k: usize,
+    /// Best partition by subset of positions, `u32::MAX` until computed.
+    memo: [u32; 1 << PARTITION_EXACT_GPUS],
+}
+
+impl Partition<'_> {
+    /// The best partition of the pool positions in `mask`. Skips left are the size modulo
+    /// `k`: skipping takes one off both, forming a set takes `k` off the size.
+    fn of(&mut self, mask: u32) -> u32 {
+        let k = self.k;
+        let size = mask.count_ones() as usize;
+        if size < k {
+            return 0;
         }
-        if sub == 0 {
-            break;
+        if self.memo[mask as usize] != u32::MAX {
+            return self.memo[mask as usize];
         }
-        sub = (sub - 1) & others;
+        let first = mask.trailing_zeros() as usize;
+        let others = mask & !(1 << first);
+        let mut best = if size % k > 0 { self.of(others) } else { 0 };
+        // Every (k - 1)-subset of the others, as sub-masks.
+        let mut sub = others;
+        loop {
+            if sub.count_ones() as usize == k - 1 {
+                let rest = self.of(others & !sub);
+                best = best.max(self.score(sub, first).saturating_add(rest));
+            }
+            if sub == 0 {
+                break;
+            }
+            sub = (sub - 1) & others;
+        }
+        self.memo[mask as usize] = best;
+        best
     }
-    memo[mask as usize] = best;
-    best
+
+    /// The set of the mates in `sub` and `first`, scored as the set of the mates in GPU index
+    /// order (each pair from its lower index), then each mate with the first GPU: the order
+    /// matters only to a table that is not symmetric, and stays that of the former search.
+    fn score(&self, sub: u32, first: usize) -> u32 {
+        let mut score = 0u32;
+        let mut seen = 0u32;
+        for &p in self.by_index {
+            if sub & (1 << p) == 0 {
+                continue;
+            }
+            let mut before = seen;
+            while before != 0 {
+                let q = before.trailing_zeros() as usize;
+                score = score.saturating_add(self.pair[q][p]);
+                before &= before - 1;
+            }
+            score = score.saturating_add(self.pair[p][first]);
+            seen |= 1 << p;
+        }
+        score
+    }
 }
 
 /// The best `k`-set among `pool` grown greedily from every seed (each step adds the GPU with

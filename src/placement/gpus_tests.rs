@@ -138,3 +138,30 @@ fn binomials_and_exact_enumeration() {
     assert_eq!(sets.len(), 6);
     assert!(sets.iter().all(|s| s.contains(&2) && s.len() == 3));
 }
+
+#[test]
+fn best_set_by_twins_scores_as_the_plain_search() {
+    // Idle and partly held 16-GPU hosts (twins everywhere), and the 8-GPU hosts (none on the
+    // DGX-1V's cube mesh).
+    for name in [
+        "dgx2-like",
+        "hgx16-nvswitch",
+        "islands16",
+        "dgx1-v100",
+        "dgx-h100",
+    ] {
+        let t = LinkTable::new(&crate::topology::testing::fixture_or_shipped(name));
+        let n = t.numa.len();
+        for held in [vec![], vec![0], vec![1, 2, 4, 7], vec![0, 3, 5, 6, 9, 12]] {
+            let pool: Vec<usize> = (0..n).filter(|g| !held.contains(g)).collect();
+            for k in 2..=8 {
+                let plain = best_set(&t, &pool, k, true).map(|(s, _)| s);
+                assert_eq!(
+                    super::best_set_score(&t, &pool, k, true),
+                    plain,
+                    "{name} {pool:?} k={k}"
+                );
+            }
+        }
+    }
+}

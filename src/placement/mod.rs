@@ -11,6 +11,7 @@ pub mod cpus;
 pub mod error;
 pub mod gpus;
 pub mod ledger;
+mod lookahead;
 pub mod nics;
 pub mod numa;
 mod orbits;

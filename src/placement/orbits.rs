@@ -8,7 +8,7 @@
 //! classes first and pairs NICs with every set ([`Symmetry::orbit`]) of the classes that can
 //! still win only.
 //!
-//! Two levels, each proven by checking the permutation itself against everything the ranking
+//! Three levels, each proven by checking the permutation itself against everything the ranking
 //! reads (never inferred from names or switch ids):
 //! - GPUs: two free GPUs are interchangeable when swapping them keeps every pair score and
 //!   NVLink count among the free GPUs, their NUMA node, name and MIG state, and (when the
@@ -18,6 +18,11 @@
 //! - Classes: two classes of the same size are interchangeable when swapping them member for
 //!   member (lowest with lowest) keeps the same; a set then only says the counts of a group's
 //!   classes as a multiset, represented by counts that never increase along the group.
+//! - Groups: two groups of the same shape are interchangeable when swapping them class for
+//!   class (in group order), member for member, keeps the same: on the HGX-like host a
+//!   socket's two host bridges, each a group of two switches (65 classes of 4-sets become 25).
+//!   A set then only says a block's groups' count multisets as a multiset, represented by
+//!   groups whose counts never increase (lexicographically) along the block.
 //!
 //! Held GPUs are left out of the check on purpose: the ranking reads the free GPUs only (the
 //! set, the look-ahead over what stays free, the links left among the free GPUs), shared GPUs
@@ -38,6 +43,8 @@ pub struct Symmetry<'a> {
     classes: Vec<Vec<usize>>,
     /// Groups of interchangeable classes (indices into `classes`), in class order.
     groups: Vec<Vec<usize>>,
+    /// Blocks of interchangeable groups (indices into `groups`), in group order.
+    blocks: Vec<Vec<usize>>,
     /// The class of each free position.
     class_of: Vec<usize>,
 }
@@ -63,6 +70,7 @@ impl<'a> Symmetry<'a> {
         };
         let classes = check.classes();
         let groups = check.groups(&classes);
+        let blocks = check.blocks(&classes, &groups);
         let mut class_of = vec![0; free.len()];
         for (c, members) in classes.iter().enumerate() {
             for &p in members {
@@ -73,6 +81,7 @@ impl<'a> Symmetry<'a> {
             free,
             classes,
             groups,
+            blocks,
             class_of,
         }
     }
@@ -85,17 +94,27 @@ impl<'a> Symmetry<'a> {
     /// One `k`-set (GPU indices, ascending) per class of interchangeable sets, at least; `None`
     /// when there would be more than [`MAX_SETS`].
     pub fn representatives(&self, k: usize) -> Option<Vec<Vec<usize>>> {
-        // The classes in group order, each with whether it opens its group (its count is then
-        // free; later ones in the group take at most the count before them).
-        let order: Vec<(usize, bool)> = self
-            .groups
-            .iter()
-            .flat_map(|g| g.iter().enumerate().map(|(i, &c)| (c, i == 0)))
-            .collect();
+        // The classes in block and group order, each with whether it opens its group (its
+        // count is then free; later ones in the group take at most the count before them) and
+        // its twin, the class at its place in the block's group before (the group's counts
+        // then come lexicographically at most the counts of that group).
+        let mut order: Vec<Slot> = Vec::with_capacity(self.classes.len());
+        for block in &self.blocks {
+            for (b, &g) in block.iter().enumerate() {
+                let width = self.groups[g].len();
+                for (i, &class) in self.groups[g].iter().enumerate() {
+                    order.push(Slot {
+                        class,
+                        opens: i == 0,
+                        twin: (b > 0).then(|| order.len() - width),
+                    });
+                }
+            }
+        }
         // GPUs the classes from position i on hold: a branch that cannot reach k stops early.
         let mut room = vec![0; order.len() + 1];
         for i in (0..order.len()).rev() {
-            room[i] = room[i + 1] + self.classes[order[i].0].len();
+            room[i] = room[i + 1] + self.classes[order[i].class].len();
         }
         let mut walk = Walk {
             classes: &self.classes,
@@ -105,7 +124,7 @@ impl<'a> Symmetry<'a> {
             counts: Vec::with_capacity(order.len()),
             out: Vec::new(),
         };
-        walk.step(k).then_some(walk.out)
+        walk.step(k, true).then_some(walk.out)
     }
 
     /// A key equal for two sets of free GPUs exactly when one maps onto the other by the
@@ -114,13 +133,23 @@ impl<'a> Symmetry<'a> {
     #[cfg(test)]
     pub fn key(&self, set: &[usize]) -> Vec<u8> {
         let count = self.counts(set);
-        let mut key = Vec::with_capacity(count.len() + self.groups.len());
-        for group in &self.groups {
-            let start = key.len();
-            key.extend(group.iter().map(|&c| count[c]));
-            key[start..].sort_unstable_by(|a, b| b.cmp(a));
-            // Groups differ in length: a separator keeps two keys from running together.
-            key.push(u8::MAX);
+        let mut key = Vec::with_capacity(count.len() + self.groups.len() + self.blocks.len());
+        for block in &self.blocks {
+            let mut tuples: Vec<Vec<u8>> = block
+                .iter()
+                .map(|&g| {
+                    let mut t: Vec<u8> = self.groups[g].iter().map(|&c| count[c]).collect();
+                    t.sort_unstable_by(|a, b| b.cmp(a));
+                    t
+                })
+                .collect();
+            tuples.sort_unstable_by(|a, b| b.cmp(a));
+            for t in tuples {
+                key.extend(t);
+                // Groups differ in length: a separator keeps two keys from running together.
+                key.push(u8::MAX);
+            }
+            key.push(u8::MAX - 1);
         }
         key
     }
@@ -144,7 +173,8 @@ impl<'a> Symmetry<'a> {
     /// the search pairs NICs with each of them instead of trusting one.
     pub fn orbit(&self, set: &[usize]) -> Vec<Vec<usize>> {
         let count = self.counts(set);
-        let pools = self
+        // Per group, its class counts ascending; per block, its groups' such lists ascending.
+        let tuples: Vec<Vec<u8>> = self
             .groups
             .iter()
             .map(|g| {
@@ -153,13 +183,23 @@ impl<'a> Symmetry<'a> {
                 v
             })
             .collect();
+        let shapes = self
+            .blocks
+            .iter()
+            .map(|b| {
+                let mut v: Vec<Vec<u8>> = b.iter().map(|&g| tuples[g].clone()).collect();
+                v.sort_unstable();
+                v
+            })
+            .collect();
         let mut o = Orbit {
             sym: self,
-            pools,
+            shapes,
+            pools: tuples,
             cur: Vec::with_capacity(set.len()),
             out: Vec::new(),
         };
-        o.arrange(0, 0);
+        o.place(0, 0);
         o.out
     }
 }
@@ -250,10 +290,19 @@ impl Check<'_> {
     }
 }
 
+/// A class in the order of [`Symmetry::representatives`].
+struct Slot {
+    class: usize,
+    /// First class of its group.
+    opens: bool,
+    /// Position in the order of the class at the same place in the block's group before.
+    twin: Option<usize>,
+}
+
 /// The enumeration of class counts behind [`Symmetry::representatives`].
 struct Walk<'a> {
     classes: &'a [Vec<usize>],
-    order: &'a [(usize, bool)],
+    order: &'a [Slot],
     room: &'a [usize],
     free: &'a [usize],
     counts: Vec<usize>,
@@ -261,16 +310,17 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    /// Chooses the count of the next class with `left` GPUs still to take; false once the
-    /// output passes [`MAX_SETS`].
-    fn step(&mut self, left: usize) -> bool {
+    /// Chooses the count of the next class with `left` GPUs still to take, `tied` while the
+    /// counts of its group so far equal those of the group before in the block; false once
+    /// the output passes [`MAX_SETS`].
+    fn step(&mut self, left: usize, tied: bool) -> bool {
         let i = self.counts.len();
         if left == 0 {
             let mut set: Vec<usize> = self
                 .counts
                 .iter()
                 .zip(self.order)
-                .flat_map(|(&n, &(c, _))| self.classes[c][..n].iter().map(|&p| self.free[p]))
+                .flat_map(|(&n, s)| self.classes[s.class][..n].iter().map(|&p| self.free[p]))
                 .collect();
             set.sort_unstable();
             self.out.push(set);
@@ -279,14 +329,20 @@ impl Walk<'_> {
         if i == self.order.len() || self.room[i] < left {
             return true;
         }
-        let (c, opens) = self.order[i];
-        let mut most = self.classes[c].len().min(left);
-        if !opens {
+        let slot = &self.order[i];
+        let mut most = self.classes[slot.class].len().min(left);
+        if !slot.opens {
             most = most.min(self.counts[i - 1]);
+        }
+        // A group's counts tie with the group before until one falls below its twin's.
+        let tied = slot.opens || tied;
+        let twin = slot.twin.map(|t| self.counts[t]);
+        if let Some(t) = twin.filter(|_| tied) {
+            most = most.min(t);
         }
         for n in (0..=most).rev() {
             self.counts.push(n);
-            let ok = self.step(left - n);
+            let ok = self.step(left - n, tied && twin == Some(n));
             self.counts.pop();
             if !ok {
                 return false;
@@ -299,6 +355,8 @@ impl Walk<'_> {
 /// The enumeration behind [`Symmetry::orbit`].
 struct Orbit<'s, 'a> {
     sym: &'s Symmetry<'a>,
+    /// Per block, the groups' count lists not yet placed (ascending).
+    shapes: Vec<Vec<Vec<u8>>>,
     /// Per group, the class counts not yet placed (ascending).
     pools: Vec<Vec<u8>>,
     cur: Vec<usize>,
@@ -306,6 +364,31 @@ struct Orbit<'s, 'a> {
 }
 
 impl Orbit<'_, '_> {
+    /// Gives group `at` of block `block` one of the distinct count lists left in its block,
+    /// then, once every group has one, arranges each group's counts over its classes.
+    fn place(&mut self, block: usize, at: usize) {
+        let sym = self.sym;
+        if block == sym.blocks.len() {
+            return self.arrange(0, 0);
+        }
+        if at == sym.blocks[block].len() {
+            return self.place(block + 1, 0);
+        }
+        let group = sym.blocks[block][at];
+        let mut i = 0;
+        while i < self.shapes[block].len() {
+            let t = self.shapes[block].remove(i);
+            self.pools[group] = t.clone();
+            self.place(block, at + 1);
+            self.shapes[block].insert(i, t);
+            // Equal lists give the same arrangements: each distinct list once.
+            let t = &self.shapes[block][i];
+            while i < self.shapes[block].len() && self.shapes[block][i] == *t {
+                i += 1;
+            }
+        }
+    }
+
     /// Gives class `at` of group `group` one of the distinct counts left in its pool.
     fn arrange(&mut self, group: usize, at: usize) {
         let sym = self.sym;
@@ -353,6 +436,37 @@ impl Orbit<'_, '_> {
     }
 }
 
+impl Check<'_> {
+    /// Blocks of interchangeable groups: a group joins the first block whose first group has
+    /// its shape and swaps with it class for class, member for member.
+    fn blocks(&self, classes: &[Vec<usize>], groups: &[Vec<usize>]) -> Vec<Vec<usize>> {
+        let ident: Vec<usize> = (0..self.free.len()).collect();
+        let size = |g: &[usize]| classes[g[0]].len();
+        let mut blocks: Vec<Vec<usize>> = Vec::new();
+        for (g, group) in groups.iter().enumerate() {
+            let home = blocks.iter().position(|b| {
+                let first = &groups[b[0]];
+                // Single-class groups are one class swap, which `groups` already refused.
+                first.len() == group.len() && group.len() > 1 && size(first) == size(group) && {
+                    let mut m = ident.clone();
+                    for (&a, &c) in first.iter().zip(group) {
+                        for (&x, &y) in classes[a].iter().zip(&classes[c]) {
+                            m[x] = y;
+                            m[y] = x;
+                        }
+                    }
+                    self.preserves(&m)
+                }
+            });
+            match home {
+                Some(i) => blocks[i].push(g),
+                None => blocks.push(vec![g]),
+            }
+        }
+        blocks
+    }
+}
+
 /// Whether the look-ahead over what `k` GPUs of `free` leave is a function of values only (no
 /// tie broken by index), so interchangeable sets get the same look-ahead: the exact search of
 /// the best `2k`-set stays within its enumeration limit and every NUMA node's free GPUs are
@@ -369,91 +483,5 @@ pub fn lookahead_invariant(table: &LinkTable, free: &[usize], k: usize) -> bool 
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::topology::testing::fixture_or_shipped;
-    use crate::topology::CpuSet;
-
-    /// The link table and an empty ledger of host `name`.
-    fn host(name: &str) -> (LinkTable, Ledger) {
-        let topo = fixture_or_shipped(name);
-        (
-            LinkTable::new(&topo),
-            Ledger::new(Arc::new(topo), CpuSet::new()),
-        )
-    }
-
-    #[test]
-    fn dgx2_like_gpus_pair_by_switch_and_switches_group_by_socket() {
-        let (table, ledger) = host("dgx2-like");
-        let free: Vec<usize> = (0..16).collect();
-        // Links alone: 8 switch pairs, 4 interchangeable switches per socket.
-        let links = Symmetry::new(&table, &ledger, &free, false);
-        assert_eq!(links.classes.len(), 8);
-        assert_eq!(links.groups, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
-        // Multisets of 4 counts of at most 2 per socket: 3 x 3 + 2 x 2 + 1 for 4 GPUs.
-        assert_eq!(links.representatives(4).map(|r| r.len()), Some(14));
-        assert_eq!(links.representatives(8).map(|r| r.len()), Some(29));
-        // Each switch's NIC tells the switches apart, not the GPUs of a switch.
-        let nics = Symmetry::new(&table, &ledger, &free, true);
-        assert_eq!(nics.classes.len(), 8);
-        assert_eq!(nics.groups.len(), 8);
-        // Sets that map onto each other share a key, others do not.
-        assert_eq!(links.key(&[0, 2]), links.key(&[5, 7]));
-        assert_ne!(links.key(&[0, 1]), links.key(&[0, 2]));
-        assert_ne!(links.key(&[0, 2]), links.key(&[0, 8]));
-    }
-
-    #[test]
-    fn orbits_of_the_representatives_cover_every_set_once() {
-        // Idle DGX-2-like host, and islands16 with GPU 0 and 9 held (classes of one and of
-        // two, groups of one and of three).
-        for (name, free) in [
-            ("dgx2-like", (0..16).collect::<Vec<usize>>()),
-            ("islands16", (1..16).filter(|g| *g != 9).collect()),
-        ] {
-            let (table, ledger) = host(name);
-            let sym = Symmetry::new(&table, &ledger, &free, false);
-            for k in 1..=6 {
-                let reps = sym.representatives(k).expect("few");
-                let mut seen = std::collections::HashSet::new();
-                for rep in &reps {
-                    for set in sym.orbit(rep) {
-                        assert_eq!(sym.key(&set), sym.key(rep), "{name} k={k}: {set:?}");
-                        assert!(set.iter().all(|g| free.contains(g)), "{name}: {set:?}");
-                        assert!(seen.insert(set), "{name} k={k}: twice");
-                    }
-                }
-                let all = gpus::candidates(&table, &free, &[], k).len();
-                assert_eq!(seen.len(), all, "{name} k={k}");
-            }
-        }
-    }
-
-    #[test]
-    fn dgx1_cube_mesh_has_no_interchangeable_gpus() {
-        let (table, ledger) = host("dgx1-v100");
-        let free: Vec<usize> = (0..8).collect();
-        let sym = Symmetry::new(&table, &ledger, &free, false);
-        // NV1 / NV2 differ between every two GPUs' rows: each GPU is its own class.
-        assert_eq!(sym.classes.len(), 8);
-        let reps = sym.representatives(3).expect("few");
-        assert_eq!(reps.len(), 56);
-    }
-
-    #[test]
-    fn held_gpus_leave_their_mates_alone() {
-        let (table, ledger) = host("islands16");
-        // GPU 0 held: GPU 1 (its switch mate, NV4 to it) has no mate left; the other three
-        // switches of island 0 stay interchangeable as pairs.
-        let free: Vec<usize> = (1..16).collect();
-        let sym = Symmetry::new(&table, &ledger, &free, false);
-        assert_eq!(sym.classes.len(), 8);
-        assert_eq!(sym.classes[0], vec![0]);
-        assert_eq!(sym.groups[0], vec![0]);
-        assert_eq!(sym.groups[1], vec![1, 2, 3]);
-        assert!(lookahead_invariant(&table, &free, 4));
-    }
-}
+#[path = "orbits_tests.rs"]
+mod tests;
