@@ -141,15 +141,8 @@ fn binomials_and_exact_enumeration() {
 
 #[test]
 fn best_set_by_twins_scores_as_the_plain_search() {
-    // Idle and partly held 16-GPU hosts (twins everywhere), and the 8-GPU hosts (none on the
-    // DGX-1V's cube mesh).
-    for name in [
-        "dgx2-like",
-        "hgx16-nvswitch",
-        "islands16",
-        "dgx1-v100",
-        "dgx-h100",
-    ] {
+    // Idle and partly held.
+    for name in crate::topology::testing::GPU_HOSTS {
         let t = LinkTable::new(&crate::topology::testing::fixture_or_shipped(name));
         let n = t.numa.len();
         for held in [vec![], vec![0], vec![1, 2, 4, 7], vec![0, 3, 5, 6, 9, 12]] {

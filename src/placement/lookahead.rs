@@ -114,13 +114,7 @@ mod tests {
     /// their GPUs held: the shared look-ahead scores as the plain one, and bounds it.
     #[test]
     fn shared_lookahead_matches_the_plain_one_and_bounds_it() {
-        for name in [
-            "dgx2-like",
-            "hgx16-nvswitch",
-            "islands16",
-            "dgx1-v100",
-            "dgx-h100",
-        ] {
+        for name in crate::topology::testing::GPU_HOSTS {
             let topo = fixture_or_shipped(name);
             let table = LinkTable::new(&topo);
             let n = topo.gpus.len();

@@ -21,6 +21,16 @@ pub fn shipped(name: &str) -> Topology {
     }
 }
 
+/// The GPU hosts the GPU search's tests run on: the three 16-GPU fixtures (twins everywhere)
+/// and the shipped 8-GPU hosts (none on the DGX-1V's cube mesh).
+pub const GPU_HOSTS: [&str; 5] = [
+    "dgx2-like",
+    "hgx16-nvswitch",
+    "islands16",
+    "dgx1-v100",
+    "dgx-h100",
+];
+
 /// The host description `name` from the test fixtures (`tests/fixtures/hosts/NAME.yaml`: hosts
 /// only tests and benches use, such as the 16-GPU ones), else the shipped one of that name.
 pub fn fixture_or_shipped(name: &str) -> Topology {
