@@ -1,0 +1,302 @@
+//! Tests of the NRI plugin's event handlers against a fake placer.
+
+use super::*;
+use crate::enforce::adjust::Adjustment;
+use crate::enforce::testing::{AllDevices, FakePlacer};
+use crate::topology::CpuSet;
+
+fn plugin() -> AlignPlugin<FakePlacer> {
+    let engine = Engine::new(
+        FakePlacer::new(),
+        Config::default(),
+        None,
+        None,
+        Box::new(AllDevices),
+    );
+    AlignPlugin::new(Arc::new(Mutex::new(engine)), false)
+}
+
+fn pod() -> PodSandbox {
+    PodSandbox {
+        id: "sb".into(),
+        uid: "u".into(),
+        name: "p".into(),
+        namespace: "ns".into(),
+        ..Default::default()
+    }
+}
+
+fn container(id: &str, cores: i64, gpu: Option<i64>) -> Container {
+    let cpu = api::LinuxCPU {
+        shares: MessageField::some(api::OptionalUInt64 {
+            value: (cores.max(0) as u64 * 1024).max(2),
+            ..Default::default()
+        }),
+        quota: MessageField::some(api::OptionalInt64 {
+            value: if cores > 0 { cores * 100_000 } else { -1 },
+            ..Default::default()
+        }),
+        period: MessageField::some(api::OptionalUInt64 {
+            value: 100_000,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let devices = gpu
+        .map(|m| {
+            vec![api::LinuxDevice {
+                path: format!("/dev/nvidia{m}"),
+                type_: "c".into(),
+                major: 195,
+                minor: m,
+                ..Default::default()
+            }]
+        })
+        .unwrap_or_default();
+    Container {
+        id: id.into(),
+        pod_sandbox_id: "sb".into(),
+        name: id.into(),
+        linux: MessageField::some(api::LinuxContainer {
+            devices,
+            resources: MessageField::some(LinuxResources {
+                cpu: MessageField::some(cpu),
+                ..Default::default()
+            }),
+            cgroups_path: format!("/k8s.io/{id}"),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn create_returns_cpuset_devices_env_and_pool_updates() {
+    let p = plugin();
+    let shared = p
+        .create_container(pod(), container("s1", 0, None))
+        .await
+        .expect("shared");
+    let cpus = |r: &CreateContainerResponse| r.adjust.linux.resources.cpu.cpus.clone();
+    assert_eq!(cpus(&shared), "0-7");
+    let gpu = p
+        .create_container(pod(), container("g1", 2, Some(0)))
+        .await
+        .expect("gpu");
+    assert_eq!(cpus(&gpu), "0-1");
+    assert_eq!(gpu.adjust.linux.resources.cpu.mems, "0");
+    let env: Vec<(String, String)> = gpu
+        .adjust
+        .env
+        .iter()
+        .map(|kv| (kv.key.clone(), kv.value.clone()))
+        .collect();
+    assert!(
+        env.contains(&("CUDA_VISIBLE_DEVICES".into(), "0".into())),
+        "{env:?}"
+    );
+    assert!(
+        env.contains(&("NVIDIA_VISIBLE_DEVICES".into(), "GPU-0aaa".into())),
+        "{env:?}"
+    );
+    assert!(gpu
+        .adjust
+        .annotations
+        .contains_key(crate::enforce::adjust::DECISION_KEY));
+    let rules = &gpu.adjust.linux.resources.devices;
+    assert!(rules
+        .iter()
+        .any(|r| r.allow && r.major.value == 195 && r.minor.value == 0 && r.access == "rwm"));
+    // The shared container follows the shrunken pool with a cpuset-only update.
+    assert_eq!(gpu.update.len(), 1);
+    let u = &gpu.update[0];
+    assert_eq!(
+        (u.container_id.as_str(), u.linux.resources.cpu.cpus.as_str()),
+        ("s1", "2-7")
+    );
+    assert!(u.linux.resources.devices.is_empty() && u.linux.resources.memory.is_none());
+    assert!(u.linux.resources.cpu.mems.is_empty() && u.ignore_failure);
+}
+
+#[tokio::test]
+async fn rejection_fails_create_and_remove_grows_the_pool() {
+    let p = plugin();
+    let err = p
+        .create_container(pod(), container("big", 6, None))
+        .await
+        .expect_err("too big");
+    assert_eq!(
+        err,
+        HandlerError::Failed("nri-align: 6 CPUs do not fit on one NUMA node".into())
+    );
+    p.create_container(pod(), container("s1", 0, None))
+        .await
+        .expect("shared");
+    p.create_container(pod(), container("x1", 4, None))
+        .await
+        .expect("x1");
+    // Stopped, x1 keeps its CPUs (the kubelet keeps them until RemoveContainer).
+    let stop = p
+        .stop_container(pod(), container("x1", 4, None))
+        .await
+        .expect("stop");
+    assert!(stop.update.is_empty(), "{:?}", stop.update);
+    // Removed, they go back to the pool; the update rides on the next response.
+    p.remove_container(pod(), container("x1", 4, None))
+        .await
+        .expect("remove");
+    let next = p
+        .stop_container(pod(), container("s1", 0, None))
+        .await
+        .expect("stop s1");
+    assert_eq!(next.update.len(), 1);
+    assert_eq!(next.update[0].container_id, "s1");
+    assert_eq!(next.update[0].linux.resources.cpu.cpus, "0-7");
+}
+
+#[tokio::test]
+async fn cri_update_moves_the_container_and_the_pool() {
+    let p = plugin();
+    p.create_container(pod(), container("s1", 0, None))
+        .await
+        .expect("shared");
+    p.create_container(pod(), container("x1", 2, None))
+        .await
+        .expect("x1");
+    let res = |c: &Container| c.linux.resources.clone().into_option();
+    let none = p
+        .update_container(pod(), container("x1", 2, None), None)
+        .await
+        .expect("ok");
+    assert!(none.update.is_empty());
+    let bigger = container("x1", 3, None);
+    let out = p
+        .update_container(pod(), container("x1", 2, None), res(&bigger))
+        .await
+        .expect("ok");
+    let got: Vec<(String, String)> = out
+        .update
+        .iter()
+        .map(|u| (u.container_id.clone(), u.linux.resources.cpu.cpus.clone()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![("x1".into(), "0-2".into()), ("s1".into(), "3-7".into())]
+    );
+}
+
+#[tokio::test]
+async fn updates_without_a_response_wait_for_the_next_one() {
+    let p = plugin();
+    p.create_container(pod(), container("s1", 0, None))
+        .await
+        .expect("shared");
+    p.create_container(pod(), container("x1", 2, None))
+        .await
+        .expect("x1");
+    // Released at RemoveContainer (no StopContainer seen): s1 must grow back, but a
+    // notification has no response, and UpdateContainers could deadlock containerd.
+    p.remove_container(pod(), container("x1", 2, None))
+        .await
+        .expect("remove");
+    let next = p
+        .create_container(pod(), container("s2", 0, None))
+        .await
+        .expect("s2");
+    let got: Vec<(String, String)> = next
+        .update
+        .iter()
+        .map(|u| (u.container_id.clone(), u.linux.resources.cpu.cpus.clone()))
+        .collect();
+    assert_eq!(got, vec![("s1".into(), "0-7".into())]);
+    // Sent once.
+    let again = p
+        .create_container(pod(), container("s3", 0, None))
+        .await
+        .expect("s3");
+    assert!(again.update.is_empty());
+}
+
+#[tokio::test]
+async fn a_panic_inside_an_event_is_recovered_with_the_placer_back_on_the_records() {
+    let engine = Arc::new(Mutex::new(Engine::new(
+        FakePlacer::new(),
+        Config::default(),
+        None,
+        None,
+        Box::new(AllDevices),
+    )));
+    let p = Arc::new(AlignPlugin::new(engine.clone(), false));
+    p.create_container(pod(), container("x1", 2, None))
+        .await
+        .expect("x1");
+    let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
+    lock().placer_mut().panic_on_plan = true;
+    // The CRI update releases x1 to decide again, and the decision panics: the lock is
+    // poisoned with x1 recorded but no longer in the placer.
+    let bigger = container("x1", 3, None)
+        .linux
+        .resources
+        .clone()
+        .into_option();
+    let plugin = p.clone();
+    let panicked = tokio::spawn(async move {
+        plugin
+            .update_container(pod(), container("x1", 2, None), bigger)
+            .await
+    })
+    .await;
+    assert!(
+        panicked.is_err_and(|e| e.is_panic()),
+        "the injected panic happened"
+    );
+    assert!(engine.is_poisoned());
+    lock().placer_mut().panic_on_plan = false;
+    // The next event finds the poisoned lock and puts the placer back on the records.
+    let next = p
+        .create_container(pod(), container("x2", 2, None))
+        .await
+        .expect("x2");
+    assert!(!engine.is_poisoned());
+    let e = lock();
+    let mut held: Vec<String> = e
+        .placer()
+        .held()
+        .into_iter()
+        .map(|a| a.container_id)
+        .collect();
+    held.sort();
+    let recorded: Vec<&String> = e.records().containers.keys().collect();
+    assert_eq!(recorded, vec!["x1", "x2"]);
+    assert_eq!(held, vec!["x1".to_string(), "x2".to_string()]);
+    // x2 got CPUs x1 does not hold.
+    let x1 = &e.records().containers["x1"].assignment.cpus;
+    let x2 = next.adjust.linux.resources.cpu.cpus.clone();
+    assert!(
+        CpuSet::parse_list(&x2).expect("set").is_disjoint(x1),
+        "x1 {x1}, x2 {x2}"
+    );
+}
+
+#[test]
+fn removed_devices_use_the_dash_prefix() {
+    let adj = Adjustment {
+        remove_devices: vec!["/dev/nvidia3".into()],
+        ..Default::default()
+    };
+    let out = container_adjustment(&adj);
+    assert_eq!(out.linux.devices[0].path, "-/dev/nvidia3");
+}
+
+#[test]
+fn only_events_every_nri_release_knows_are_requested() {
+    let mask = wanted_events();
+    assert!(
+        mask.contains(api::Event::CREATE_CONTAINER) && mask.contains(api::Event::STOP_CONTAINER)
+    );
+    assert!(!mask.contains(api::Event::UPDATE_POD_SANDBOX));
+    assert_eq!(
+        mask.intersection(EventMask::up_to(api::Event::REMOVE_CONTAINER)),
+        mask
+    );
+}
