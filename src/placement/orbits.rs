@@ -56,17 +56,30 @@ struct Check<'a> {
     free: &'a [usize],
     /// Whether the request wants NICs: their PCIe levels to the GPUs then enter the rank.
     nics: bool,
+    /// Pair score (high half) and NVLink count (low half) by free positions, row-major.
+    links: Vec<u64>,
 }
 
 impl<'a> Symmetry<'a> {
     /// The symmetries of `free` (ascending GPU indices) for a rank that reads NIC paths
     /// (`nics`) or not.
     pub fn new(table: &LinkTable, ledger: &Ledger, free: &'a [usize], nics: bool) -> Self {
+        // Every free pair's score and NVLink count, read from the table once: the swap checks
+        // compare them some 10,000 times per decision on 16 GPUs.
+        let n = free.len();
+        let mut links = vec![0u64; n * n];
+        for (p, &a) in free.iter().enumerate() {
+            for (q, &b) in free.iter().enumerate() {
+                links[p * n + q] =
+                    u64::from(table.pair(a, b)) << 32 | u64::from(table.nvlinks(a, b));
+            }
+        }
         let check = Check {
             table,
             ledger,
             free,
             nics,
+            links,
         };
         let classes = check.classes();
         let groups = check.groups(&classes);
@@ -222,20 +235,15 @@ impl Check<'_> {
     /// Whether the permutation `map` of free positions (position p goes to `map[p]`) keeps
     /// every device property and every pair relation the ranking reads.
     fn preserves(&self, map: &[usize]) -> bool {
-        let f = self.free;
-        let t = self.table;
+        let (f, n, l) = (self.free, self.free.len(), &self.links);
         // Only pairs touching a moved GPU can change: a swap checks 2 rows, not all pairs
         // (finding the classes of 16 free GPUs runs this some 100 times per decision). Both
         // orientations, so a table that is not symmetric is still compared as read.
-        let same = |a: usize, b: usize, x: usize, y: usize| {
-            t.pair(a, b) == t.pair(x, y) && t.nvlinks(a, b) == t.nvlinks(x, y)
-        };
-        (0..f.len()).filter(|&p| map[p] != p).all(|p| {
+        (0..n).filter(|&p| map[p] != p).all(|p| {
             self.same_device(f[p], f[map[p]])
-                && (0..f.len()).filter(|&q| q != p).all(|q| {
-                    let (a, b) = (f[p], f[q]);
-                    let (x, y) = (f[map[p]], f[map[q]]);
-                    same(a, b, x, y) && same(b, a, y, x)
+                && (0..n).filter(|&q| q != p).all(|q| {
+                    let (x, y) = (map[p], map[q]);
+                    l[p * n + q] == l[x * n + y] && l[q * n + p] == l[y * n + x]
                 })
         })
     }
