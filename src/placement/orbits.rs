@@ -107,6 +107,23 @@ impl<'a> Symmetry<'a> {
     /// One `k`-set (GPU indices, ascending) per class of interchangeable sets, at least; `None`
     /// when there would be more than [`MAX_SETS`].
     pub fn representatives(&self, k: usize) -> Option<Vec<Vec<usize>>> {
+        let mut out: Vec<Vec<usize>> = Vec::new();
+        let ok = self.walk_counts(k, &mut |order, counts| {
+            let mut set: Vec<usize> = counts
+                .iter()
+                .zip(order)
+                .flat_map(|(&n, s)| self.classes[s.class][..n].iter().map(|&p| self.free[p]))
+                .collect();
+            set.sort_unstable();
+            out.push(set);
+            out.len() <= MAX_SETS
+        });
+        ok.then_some(out)
+    }
+
+    /// Walks the class counts of one `k`-set per class of interchangeable sets, calling `leaf`
+    /// with the classes in walk order and each one's count; false once `leaf` does.
+    fn walk_counts(&self, k: usize, leaf: &mut dyn FnMut(&[Slot], &[usize]) -> bool) -> bool {
         // The classes in block and group order, each with whether it opens its group (its
         // count is then free; later ones in the group take at most the count before them) and
         // its twin, the class at its place in the block's group before (the group's counts
@@ -133,11 +150,10 @@ impl<'a> Symmetry<'a> {
             classes: &self.classes,
             order: &order,
             room: &room,
-            free: self.free,
             counts: Vec::with_capacity(order.len()),
-            out: Vec::new(),
+            leaf,
         };
-        walk.step(k, true).then_some(walk.out)
+        walk.step(k, true)
     }
 
     /// A key equal for two sets of free GPUs exactly when one maps onto the other by the
@@ -308,31 +324,23 @@ struct Slot {
 }
 
 /// The enumeration of class counts behind [`Symmetry::representatives`].
-struct Walk<'a> {
+struct Walk<'a, 'l> {
     classes: &'a [Vec<usize>],
     order: &'a [Slot],
     room: &'a [usize],
-    free: &'a [usize],
     counts: Vec<usize>,
-    out: Vec<Vec<usize>>,
+    /// Called with each complete choice of counts; false stops the walk.
+    leaf: &'l mut dyn FnMut(&[Slot], &[usize]) -> bool,
 }
 
-impl Walk<'_> {
+impl Walk<'_, '_> {
     /// Chooses the count of the next class with `left` GPUs still to take, `tied` while the
     /// counts of its group so far equal those of the group before in the block; false once
-    /// the output passes [`MAX_SETS`].
+    /// `leaf` says stop.
     fn step(&mut self, left: usize, tied: bool) -> bool {
         let i = self.counts.len();
         if left == 0 {
-            let mut set: Vec<usize> = self
-                .counts
-                .iter()
-                .zip(self.order)
-                .flat_map(|(&n, s)| self.classes[s.class][..n].iter().map(|&p| self.free[p]))
-                .collect();
-            set.sort_unstable();
-            self.out.push(set);
-            return self.out.len() <= MAX_SETS;
+            return (self.leaf)(self.order, &self.counts);
         }
         if i == self.order.len() || self.room[i] < left {
             return true;
@@ -490,6 +498,8 @@ pub fn lookahead_invariant(table: &LinkTable, free: &[usize], k: usize) -> bool 
             .all(|n| n.len() <= gpus::PARTITION_EXACT_GPUS)
 }
 
+#[path = "orbits_best.rs"]
+mod best;
 #[cfg(test)]
 #[path = "orbits_tests.rs"]
 mod tests;
