@@ -44,10 +44,12 @@ impl Symmetry<'_> {
                 }
             }
             let score = u32::try_from(score).unwrap_or(u32::MAX);
-            if best
-                .as_ref()
-                .is_none_or(|(b, ties)| score > *b || (score == *b && ties.len() < MAX_BEST))
-            {
+            // MSRV 1.80: no `Option::is_none_or`.
+            let keep = match &best {
+                None => true,
+                Some((b, ties)) => score > *b || (score == *b && ties.len() < MAX_BEST),
+            };
+            if keep {
                 let mut by_class = vec![0u8; c];
                 for (&n, s) in counts.iter().zip(order) {
                     by_class[s.class] = u8::try_from(n).unwrap_or(u8::MAX);
