@@ -340,12 +340,12 @@ impl<'a> Search<'a> {
         // The GPU-only fields first, every other field at the best it could be (admissible,
         // on no node, no NIC cost), and the look-ahead at its bound until the set comes up:
         // a bound of the set's rank whatever the field order.
-        let mut look = Lookahead::new(self.links, &free, r.gpu_count, exact);
+        let mut look = Lookahead::new(self.links, &free, r.gpu_count, exact).with_symmetry(&sym);
         let mut bounds: BinaryHeap<Bounded> = BinaryHeap::with_capacity(sets.len());
         let free_score = self.links.set_score(&free);
         for (order, s) in sets.into_iter().enumerate() {
             let own_links = self.links.set_score(&s);
-            let (ahead, known) = look.bound(&self.rest(&free, &s));
+            let (ahead, known) = look.bound(&s);
             let bound = Rank {
                 admissible: true,
                 fewer_unlinked_pairs: Reverse(gpus::unlinked_pairs(self.links, &s)),
@@ -370,7 +370,7 @@ impl<'a> Search<'a> {
                 break;
             }
             if !known {
-                let ahead = look.exact(&self.rest(&free, &s));
+                let ahead = look.exact(&s);
                 let bound = Rank {
                     link_score: bound.own_links.saturating_add(ahead),
                     ..bound

@@ -56,17 +56,30 @@ struct Check<'a> {
     free: &'a [usize],
     /// Whether the request wants NICs: their PCIe levels to the GPUs then enter the rank.
     nics: bool,
+    /// Pair score (high half) and NVLink count (low half) by free positions, row-major.
+    links: Vec<u64>,
 }
 
 impl<'a> Symmetry<'a> {
     /// The symmetries of `free` (ascending GPU indices) for a rank that reads NIC paths
     /// (`nics`) or not.
     pub fn new(table: &LinkTable, ledger: &Ledger, free: &'a [usize], nics: bool) -> Self {
+        // Every free pair's score and NVLink count, read from the table once: the swap checks
+        // compare them some 10,000 times per decision on 16 GPUs.
+        let n = free.len();
+        let mut links = vec![0u64; n * n];
+        for (p, &a) in free.iter().enumerate() {
+            for (q, &b) in free.iter().enumerate() {
+                links[p * n + q] =
+                    u64::from(table.pair(a, b)) << 32 | u64::from(table.nvlinks(a, b));
+            }
+        }
         let check = Check {
             table,
             ledger,
             free,
             nics,
+            links,
         };
         let classes = check.classes();
         let groups = check.groups(&classes);
@@ -94,6 +107,23 @@ impl<'a> Symmetry<'a> {
     /// One `k`-set (GPU indices, ascending) per class of interchangeable sets, at least; `None`
     /// when there would be more than [`MAX_SETS`].
     pub fn representatives(&self, k: usize) -> Option<Vec<Vec<usize>>> {
+        let mut out: Vec<Vec<usize>> = Vec::new();
+        let ok = self.walk_counts(k, &mut |order, counts| {
+            let mut set: Vec<usize> = counts
+                .iter()
+                .zip(order)
+                .flat_map(|(&n, s)| self.classes[s.class][..n].iter().map(|&p| self.free[p]))
+                .collect();
+            set.sort_unstable();
+            out.push(set);
+            out.len() <= MAX_SETS
+        });
+        ok.then_some(out)
+    }
+
+    /// Walks the class counts of one `k`-set per class of interchangeable sets, calling `leaf`
+    /// with the classes in walk order and each one's count; false once `leaf` does.
+    fn walk_counts(&self, k: usize, leaf: &mut dyn FnMut(&[Slot], &[usize]) -> bool) -> bool {
         // The classes in block and group order, each with whether it opens its group (its
         // count is then free; later ones in the group take at most the count before them) and
         // its twin, the class at its place in the block's group before (the group's counts
@@ -120,11 +150,10 @@ impl<'a> Symmetry<'a> {
             classes: &self.classes,
             order: &order,
             room: &room,
-            free: self.free,
             counts: Vec::with_capacity(order.len()),
-            out: Vec::new(),
+            leaf,
         };
-        walk.step(k, true).then_some(walk.out)
+        walk.step(k, true)
     }
 
     /// A key equal for two sets of free GPUs exactly when one maps onto the other by the
@@ -222,20 +251,15 @@ impl Check<'_> {
     /// Whether the permutation `map` of free positions (position p goes to `map[p]`) keeps
     /// every device property and every pair relation the ranking reads.
     fn preserves(&self, map: &[usize]) -> bool {
-        let f = self.free;
-        let t = self.table;
+        let (f, n, l) = (self.free, self.free.len(), &self.links);
         // Only pairs touching a moved GPU can change: a swap checks 2 rows, not all pairs
         // (finding the classes of 16 free GPUs runs this some 100 times per decision). Both
         // orientations, so a table that is not symmetric is still compared as read.
-        let same = |a: usize, b: usize, x: usize, y: usize| {
-            t.pair(a, b) == t.pair(x, y) && t.nvlinks(a, b) == t.nvlinks(x, y)
-        };
-        (0..f.len()).filter(|&p| map[p] != p).all(|p| {
+        (0..n).filter(|&p| map[p] != p).all(|p| {
             self.same_device(f[p], f[map[p]])
-                && (0..f.len()).filter(|&q| q != p).all(|q| {
-                    let (a, b) = (f[p], f[q]);
-                    let (x, y) = (f[map[p]], f[map[q]]);
-                    same(a, b, x, y) && same(b, a, y, x)
+                && (0..n).filter(|&q| q != p).all(|q| {
+                    let (x, y) = (map[p], map[q]);
+                    l[p * n + q] == l[x * n + y] && l[q * n + p] == l[y * n + x]
                 })
         })
     }
@@ -300,31 +324,23 @@ struct Slot {
 }
 
 /// The enumeration of class counts behind [`Symmetry::representatives`].
-struct Walk<'a> {
+struct Walk<'a, 'l> {
     classes: &'a [Vec<usize>],
     order: &'a [Slot],
     room: &'a [usize],
-    free: &'a [usize],
     counts: Vec<usize>,
-    out: Vec<Vec<usize>>,
+    /// Called with each complete choice of counts; false stops the walk.
+    leaf: &'l mut dyn FnMut(&[Slot], &[usize]) -> bool,
 }
 
-impl Walk<'_> {
+impl Walk<'_, '_> {
     /// Chooses the count of the next class with `left` GPUs still to take, `tied` while the
     /// counts of its group so far equal those of the group before in the block; false once
-    /// the output passes [`MAX_SETS`].
+    /// `leaf` says stop.
     fn step(&mut self, left: usize, tied: bool) -> bool {
         let i = self.counts.len();
         if left == 0 {
-            let mut set: Vec<usize> = self
-                .counts
-                .iter()
-                .zip(self.order)
-                .flat_map(|(&n, s)| self.classes[s.class][..n].iter().map(|&p| self.free[p]))
-                .collect();
-            set.sort_unstable();
-            self.out.push(set);
-            return self.out.len() <= MAX_SETS;
+            return (self.leaf)(self.order, &self.counts);
         }
         if i == self.order.len() || self.room[i] < left {
             return true;
@@ -482,6 +498,8 @@ pub fn lookahead_invariant(table: &LinkTable, free: &[usize], k: usize) -> bool 
             .all(|n| n.len() <= gpus::PARTITION_EXACT_GPUS)
 }
 
+#[path = "orbits_best.rs"]
+mod best;
 #[cfg(test)]
 #[path = "orbits_tests.rs"]
 mod tests;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::*;
 use crate::topology::testing::fixture_or_shipped;
 use crate::topology::CpuSet;
+use best::MAX_BEST;
 
 /// The link table and an empty ledger of host `name`.
 fn host(name: &str) -> (LinkTable, Ledger) {
@@ -113,4 +114,58 @@ fn held_gpus_leave_their_mates_alone() {
     assert_eq!(sym.groups[0], vec![0]);
     assert_eq!(sym.groups[1], vec![1, 2, 3]);
     assert!(lookahead_invariant(&table, &free, 4));
+}
+
+/// The best score from class counts equals the best set score of every set, on every GPU
+/// host, idle and with GPUs held, for sets up to 8 (the look-ahead's `2k` for 4 GPUs).
+#[test]
+fn best_score_from_class_counts_is_the_best_set_score() {
+    for name in crate::topology::testing::GPU_HOSTS {
+        let (table, ledger) = host(name);
+        let n = ledger.topo().gpus.len();
+        for held in [vec![], vec![0, 5], vec![1, 2, 4, 7, 8, 9, 13, 14]] {
+            let free: Vec<usize> = (0..n).filter(|g| !held.contains(g)).collect();
+            let sym = Symmetry::new(&table, &ledger, &free, false);
+            for k in 1..=8.min(free.len() + 1) {
+                let got = sym.best_score(k, |a, b| table.pair(free[a], free[b]));
+                let got = got.map(|(best, _)| best);
+                let all = gpus::candidates(&table, &free, &[], k);
+                let want = all.iter().map(|s| table.set_score(s)).max().unwrap_or(0);
+                assert_eq!(got, Some(want), "{name} {held:?} k={k}");
+            }
+        }
+    }
+}
+
+/// A set leaves a best `2k`-set of the free GPUs exactly when `holds` says so for one of the
+/// best class counts (when every tie was kept; only then, else).
+#[test]
+fn holds_finds_the_best_sets_a_set_leaves() {
+    for name in crate::topology::testing::GPU_HOSTS {
+        let (table, ledger) = host(name);
+        let n = ledger.topo().gpus.len();
+        for held in [vec![], vec![0, 5], vec![1, 2, 4, 7, 8, 9, 13, 14]] {
+            let free: Vec<usize> = (0..n).filter(|g| !held.contains(g)).collect();
+            let sym = Symmetry::new(&table, &ledger, &free, false);
+            for k in 2..=4 {
+                let pair = |a: usize, b: usize| table.pair(free[a], free[b]);
+                let (best, ties) = sym.best_score(2 * k, pair).expect("few");
+                for taken in gpus::candidates(&table, &free, &[], k).iter().step_by(5) {
+                    let rest: Vec<usize> = free
+                        .iter()
+                        .copied()
+                        .filter(|g| !taken.contains(g))
+                        .collect();
+                    let left = gpus::candidates(&table, &rest, &[], 2 * k)
+                        .iter()
+                        .any(|s| table.set_score(s) == best);
+                    let held_best = ties.iter().any(|c| sym.holds(c, taken));
+                    assert!(!held_best || left, "{name} {held:?} {taken:?}");
+                    if ties.len() < MAX_BEST {
+                        assert_eq!(held_best, left, "{name} {held:?} {taken:?}");
+                    }
+                }
+            }
+        }
+    }
 }
