@@ -8,6 +8,7 @@ pub mod http;
 pub use health::Health;
 pub use http::{serve, ServeLimits};
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -111,8 +112,11 @@ pub struct Metrics {
     config_reloads: Family<OutcomeLabels, Counter>,
     config_last_reload_ok: Gauge,
     device_link_missing: Family<DeviceLabels, Counter>,
-    // Serialises encoding with updates of the node gauges so a scrape sees one snapshot.
-    snapshot: Mutex<()>,
+    // Serialises encoding with updates of the node gauges so a scrape sees one snapshot. It
+    // holds each node's four free gauges (handles on the families' own series): every
+    // admission that takes something sets them, and finding them in the families formats and
+    // hashes the node's label four times per node.
+    snapshot: Mutex<HashMap<u32, [Gauge; 4]>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -234,7 +238,7 @@ impl Metrics {
             config_reloads,
             config_last_reload_ok,
             device_link_missing,
-            snapshot: Mutex::new(()),
+            snapshot: Mutex::new(HashMap::new()),
         }
     }
 
@@ -308,20 +312,24 @@ impl Metrics {
 
     /// Replaces the per-node free gauges.
     pub fn set_free(&self, nodes: &[NodeFreeSample]) {
-        let _guard = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
+        let mut gauges = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
         let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         for n in nodes {
-            let l = NodeLabels {
-                numa_node: n.node.to_string(),
-            };
-            self.free_cpus.get_or_create(&l).set(gauge(n.cpus));
-            self.free_memory
-                .get_or_create(&l)
-                .set(gauge(n.memory_bytes));
-            self.free_gpus.get_or_create(&l).set(gauge(n.gpus));
-            self.free_rdma_nics
-                .get_or_create(&l)
-                .set(gauge(n.rdma_nics));
+            let [cpus, memory, gpus, nics] = gauges.entry(n.node).or_insert_with(|| {
+                let l = NodeLabels {
+                    numa_node: n.node.to_string(),
+                };
+                [
+                    self.free_cpus.get_or_create(&l).clone(),
+                    self.free_memory.get_or_create(&l).clone(),
+                    self.free_gpus.get_or_create(&l).clone(),
+                    self.free_rdma_nics.get_or_create(&l).clone(),
+                ]
+            });
+            cpus.set(gauge(n.cpus));
+            memory.set(gauge(n.memory_bytes));
+            gpus.set(gauge(n.gpus));
+            nics.set(gauge(n.rdma_nics));
         }
     }
 

@@ -336,8 +336,8 @@ impl Allocator {
         nodes: &[usize],
         r: &Resolved,
     ) -> Result<CpuSet, PlacementError> {
-        let avail: Vec<CpuSet> = nodes.iter().map(|i| caps[*i].avail.clone()).collect();
-        let picked = cpus::pick(self.ledger.topo(), &avail, r.cpus, config.full_pcpus_only)
+        let avail = nodes.iter().map(|i| &caps[*i].avail);
+        let picked = cpus::pick(self.ledger.topo(), avail, r.cpus, config.full_pcpus_only)
             .ok_or_else(|| reject::insufficient(&self.ledger, config, r, caps))?;
         if r.isolated {
             // Isolated CPUs are never in the shared pool: taking them cannot empty it.

@@ -1,8 +1,6 @@
 //! Choosing exclusive CPUs inside a chosen node set: whole cores before SMT siblings, one L3
 //! (uncore) group before spreading over several, best-fit group first. Linear in CPUs.
 
-use std::collections::BTreeMap;
-
 use crate::topology::{Cpu, CpuSet, Topology};
 
 /// Hardware threads per core (the largest sibling set; 1 without SMT).
@@ -16,10 +14,16 @@ pub fn threads_per_core(topo: &Topology) -> u32 {
 }
 
 fn cpu(topo: &Topology, id: u32) -> Option<&Cpu> {
-    topo.cpus
-        .binary_search_by_key(&id, |c| c.id)
-        .ok()
-        .map(|i| &topo.cpus[i])
+    // CPU ids are dense on nearly every host, so the id is usually the index: try it before
+    // searching (this runs for every free CPU of a node at each exclusive decision).
+    match topo.cpus.get(id as usize) {
+        Some(c) if c.id == id => Some(c),
+        _ => topo
+            .cpus
+            .binary_search_by_key(&id, |c| c.id)
+            .ok()
+            .map(|i| &topo.cpus[i]),
+    }
 }
 
 /// CPUs of `avail` whose whole core (every sibling) is in `avail`.
@@ -59,7 +63,12 @@ pub fn shared_on(topo: &Topology, pool: &CpuSet, nodes: &crate::topology::NodeSe
 
 /// Takes `k` CPUs from `avail_by_node` (free CPUs of each chosen node, in preference order),
 /// filling the first node before the next. `None` when they do not hold `k`.
-pub fn pick(topo: &Topology, avail_by_node: &[CpuSet], k: u32, whole_only: bool) -> Option<CpuSet> {
+pub fn pick<'a>(
+    topo: &Topology,
+    avail_by_node: impl IntoIterator<Item = &'a CpuSet>,
+    k: u32,
+    whole_only: bool,
+) -> Option<CpuSet> {
     let mut out = CpuSet::new();
     let mut left = k;
     for avail in avail_by_node {
@@ -78,10 +87,17 @@ pub fn pick(topo: &Topology, avail_by_node: &[CpuSet], k: u32, whole_only: bool)
 /// Takes `k` CPUs from one node's free CPUs: the best-fitting L3 group that holds them all,
 /// else the fewest groups (largest first, best fit for the rest).
 fn pick_in_node(topo: &Topology, avail: &CpuSet, k: u32, whole_only: bool) -> CpuSet {
-    let mut groups: BTreeMap<u32, CpuSet> = BTreeMap::new();
+    // A node has a handful of L3 groups and its CPUs come grouped in id order, so a short
+    // list searched from its last entry beats a map looked up for every CPU.
+    let mut groups: Vec<(u32, CpuSet)> = Vec::new();
     for id in avail.iter() {
         let g = cpu(topo, id).and_then(|c| c.l3_group).unwrap_or(u32::MAX);
-        groups.entry(g).or_default().insert(id);
+        match groups.iter_mut().rev().find(|(key, _)| *key == g) {
+            Some((_, set)) => {
+                set.insert(id);
+            }
+            None => groups.push((g, [id].into_iter().collect())),
+        }
     }
     let mut caps: Vec<(u32, u32)> = groups
         .iter()
@@ -110,7 +126,10 @@ fn pick_in_node(topo: &Topology, avail: &CpuSet, k: u32, whole_only: bool) -> Cp
         if take == 0 {
             break;
         }
-        out.extend_from(&take_from_group(topo, &groups[&g], take, whole_only));
+        let Some((_, group)) = groups.iter().find(|(key, _)| *key == g) else {
+            break;
+        };
+        out.extend_from(&take_from_group(topo, group, take, whole_only));
         left -= take;
     }
     out
@@ -119,34 +138,39 @@ fn pick_in_node(topo: &Topology, avail: &CpuSet, k: u32, whole_only: bool) -> Cp
 /// Takes `n` CPUs from one group: whole free cores first (lowest ids), then threads of cores
 /// that are already partly allocated, then splits a free core.
 fn take_from_group(topo: &Topology, avail: &CpuSet, n: u32, whole_only: bool) -> CpuSet {
-    let mut whole: Vec<CpuSet> = Vec::new();
+    let mut out = CpuSet::new();
+    let mut left = n as usize;
+    // Whole cores too big for what is left, split only when nothing partial is there.
+    let mut split: Vec<CpuSet> = Vec::new();
     let mut partial: Vec<u32> = Vec::new();
     let mut seen = CpuSet::new();
     for id in avail.iter() {
+        if left == 0 {
+            // Whole cores in id order filled the request: the rest cannot change the answer
+            // (partial threads and split cores are only ever taken after every whole core).
+            return out;
+        }
         if seen.contains(id) {
             continue;
         }
-        let sib =
-            cpu(topo, id).map_or_else(|| [id].into_iter().collect(), |c| c.thread_siblings.clone());
-        seen.extend_from(&sib);
+        let alone;
+        let sib = match cpu(topo, id) {
+            Some(c) => &c.thread_siblings,
+            None => {
+                alone = [id].into_iter().collect::<CpuSet>();
+                &alone
+            }
+        };
+        seen.extend_from(sib);
         if sib.is_subset(avail) {
-            whole.push(sib);
+            if sib.len() <= left {
+                left -= sib.len();
+                out.extend_from(sib);
+            } else {
+                split.push(sib.clone());
+            }
         } else {
-            partial.extend(sib.intersection(avail).iter());
-        }
-    }
-    let mut out = CpuSet::new();
-    let mut left = n as usize;
-    let mut split = Vec::new();
-    for core in whole {
-        if left == 0 {
-            break;
-        }
-        if core.len() <= left {
-            left -= core.len();
-            out.extend_from(&core);
-        } else {
-            split.push(core);
+            partial.extend(sib.iter().filter(|x| avail.contains(*x)));
         }
     }
     if !whole_only {
@@ -165,3 +189,7 @@ fn take_from_group(topo: &Topology, avail: &CpuSet, n: u32, whole_only: bool) ->
     }
     out
 }
+
+#[cfg(test)]
+#[path = "cpus_tests.rs"]
+mod tests;

@@ -50,6 +50,19 @@ pub struct Ledger {
     /// Online CPUs, computed once: the free CPUs and the shared pool start from them at every
     /// decision, and building the set walks every CPU of the topology.
     online: Arc<CpuSet>,
+    /// What each node with CPUs holds in total, per resource, largest first (see
+    /// [`NodeTotals`]): the same at every decision until the reserved CPUs change.
+    totals: Arc<NodeTotals>,
+}
+
+/// The total capacity of the nodes with CPUs, one column per resource (CPUs less the reserved
+/// ones, memory bytes, GPUs, eligible NICs), each sorted largest first. Placement asks it for
+/// the fewest nodes that could ever hold a request; counting GPUs and NICs per node walks every
+/// device, so it is counted once per topology and reserved set, not once per decision.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeTotals {
+    /// Columns in the order CPUs, memory, GPUs, NICs.
+    pub columns: [Vec<u64>; 4],
 }
 
 impl Ledger {
@@ -72,10 +85,11 @@ impl Ledger {
         } else {
             rdma
         };
-        Self {
+        let mut ledger = Self {
             nic_gpu: Arc::new(nic_gpu),
             eligible_nics: Arc::new(eligible_nics),
             online: Arc::new(topo.online_cpus()),
+            totals: Arc::default(),
             topo,
             reserved,
             exclusive: CpuSet::new(),
@@ -85,7 +99,41 @@ impl Ledger {
             gpu_sharers: HashMap::new(),
             nic_users: vec![0; nic_count],
             assignments: BTreeMap::new(),
+        };
+        ledger.totals = Arc::new(ledger.count_totals());
+        ledger
+    }
+
+    /// Counts [`NodeTotals`] from the topology and the reserved CPUs.
+    fn count_totals(&self) -> NodeTotals {
+        let topo = &self.topo;
+        let mut columns: [Vec<u64>; 4] = Default::default();
+        for (i, n) in topo.numa_nodes.iter().enumerate() {
+            if n.is_memory_only() {
+                continue;
+            }
+            let gpus = (0..topo.gpus.len())
+                .filter(|g| self.gpu_node(*g) == Some(i))
+                .count();
+            let nics = self
+                .eligible_nics
+                .iter()
+                .filter(|x| self.nic_node(**x) == Some(i))
+                .count();
+            columns[0].push(n.cpus.difference(&self.reserved).len() as u64);
+            columns[1].push(n.memory_bytes);
+            columns[2].push(gpus as u64);
+            columns[3].push(nics as u64);
         }
+        for c in &mut columns {
+            c.sort_unstable_by(|a, b| b.cmp(a));
+        }
+        NodeTotals { columns }
+    }
+
+    /// The nodes' total capacity, largest first per resource.
+    pub fn totals(&self) -> &NodeTotals {
+        &self.totals
     }
 
     /// The topology.
@@ -101,6 +149,7 @@ impl Ledger {
     /// Changes the reserved CPUs (config reload); allocations stay.
     pub fn set_reserved(&mut self, reserved: CpuSet) {
         self.reserved = reserved;
+        self.totals = Arc::new(self.count_totals());
     }
 
     /// Reserved CPUs.

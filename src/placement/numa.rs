@@ -186,45 +186,26 @@ pub fn choose(topo: &Topology, caps: &[Cap], allowed: &[bool], need: &Need) -> O
 /// The fewest nodes that could ever hold `need` on this host (total capacity, not free): the
 /// width `restricted` accepts, like the kubelet's preferred hints.
 pub fn min_width(ledger: &Ledger, need: &Need) -> usize {
-    let topo = ledger.topo();
-    let eligible = nics::eligible(ledger);
-    let per_node: Vec<[u64; 4]> = topo
-        .numa_nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| !n.is_memory_only())
-        .map(|(i, n)| {
-            [
-                n.cpus.difference(ledger.reserved()).len() as u64,
-                n.memory_bytes,
-                (0..topo.gpus.len())
-                    .filter(|g| ledger.gpu_node(*g) == Some(i))
-                    .count() as u64,
-                eligible
-                    .iter()
-                    .filter(|x| ledger.nic_node(**x) == Some(i))
-                    .count() as u64,
-            ]
-        })
-        .collect();
     let asks = [
         need.cpus as u64,
         need.memory,
         need.gpus as u64,
         need.nics as u64,
     ];
-    (0..4)
-        .map(|r| {
-            let mut v: Vec<u64> = per_node.iter().map(|c| c[r]).collect();
-            v.sort_unstable_by(|a, b| b.cmp(a));
+    ledger
+        .totals()
+        .columns
+        .iter()
+        .zip(asks)
+        .map(|(column, ask)| {
             let mut sum = 0;
             let mut width = 0;
-            for c in v {
-                if sum >= asks[r] {
+            for c in column {
+                if sum >= ask {
                     break;
                 }
                 // Saturating: "at least the ask" stays exact past u64 (memory sizes).
-                sum = u64::saturating_add(sum, c);
+                sum = u64::saturating_add(sum, *c);
                 width += 1;
             }
             width
@@ -285,4 +266,95 @@ pub fn attached_memory_nodes(topo: &Topology, nodes: &NodeSet) -> NodeSet {
         })
         .map(|m| m.id)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::topology::testing::fixture_or_shipped;
+
+    /// The width counted from the host's totals every time, as it was before they were kept.
+    fn counted_width(ledger: &Ledger, need: &Need) -> usize {
+        let topo = ledger.topo();
+        let eligible = nics::eligible(ledger);
+        let per_node: Vec<[u64; 4]> = topo
+            .numa_nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.is_memory_only())
+            .map(|(i, n)| {
+                [
+                    n.cpus.difference(ledger.reserved()).len() as u64,
+                    n.memory_bytes,
+                    (0..topo.gpus.len())
+                        .filter(|g| ledger.gpu_node(*g) == Some(i))
+                        .count() as u64,
+                    eligible
+                        .iter()
+                        .filter(|x| ledger.nic_node(**x) == Some(i))
+                        .count() as u64,
+                ]
+            })
+            .collect();
+        let asks = [
+            need.cpus as u64,
+            need.memory,
+            need.gpus as u64,
+            need.nics as u64,
+        ];
+        (0..4)
+            .map(|r| {
+                let mut v: Vec<u64> = per_node.iter().map(|c| c[r]).collect();
+                v.sort_unstable_by(|a, b| b.cmp(a));
+                let (mut sum, mut width) = (0u64, 0);
+                for c in v {
+                    if sum >= asks[r] {
+                        break;
+                    }
+                    sum = sum.saturating_add(c);
+                    width += 1;
+                }
+                width
+            })
+            .max()
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    #[test]
+    fn min_width_from_the_kept_totals_matches_counting_them_again() {
+        for host in [
+            "dgx-h100",
+            "dgx1-v100",
+            "numa16-1024",
+            "epyc-nps4",
+            "grace-hopper",
+            "hgx16-nvswitch",
+        ] {
+            let topo = Arc::new(fixture_or_shipped(host));
+            let mut ledger = Ledger::new(Arc::clone(&topo), CpuSet::new());
+            let cpus = topo.cpus.len() as u32;
+            let memory: u64 = topo.numa_nodes.iter().map(|n| n.memory_bytes).sum();
+            for reserved in ["", "0-3", "0-15,64-79"] {
+                ledger.set_reserved(reserved.parse().unwrap_or_default());
+                for step in 0..=8u32 {
+                    let need = Need {
+                        cpus: cpus * step / 8,
+                        whole: false,
+                        memory: memory / 8 * u64::from(step),
+                        gpus: topo.gpus.len() as u32 * step / 8,
+                        nics: topo.nics.len() as u32 * (8 - step) / 8,
+                        shared: false,
+                    };
+                    assert_eq!(
+                        min_width(&ledger, &need),
+                        counted_width(&ledger, &need),
+                        "{host}, reserved {reserved:?}, step {step}"
+                    );
+                }
+            }
+        }
+    }
 }

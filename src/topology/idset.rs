@@ -220,6 +220,38 @@ impl IdSet {
         self.to_string()
     }
 
+    /// Runs of consecutive ids as `(first, last)`, ascending. Found a word at a time: the
+    /// shared pool of a large node is a few runs of a thousand CPUs, printed into every shared
+    /// container's response and state line, and walking it id by id cost more than the rest
+    /// of such a decision.
+    pub fn runs(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let mut from = 0u32;
+        std::iter::from_fn(move || {
+            let lo = self.next_with(from, false)?;
+            // Every id up to the last word's end may be set: the run ends there at the latest.
+            let end = self
+                .next_with(lo, true)
+                .unwrap_or(self.words.len() as u32 * 64);
+            from = end;
+            Some((lo, end - 1))
+        })
+    }
+
+    /// The first id at or after `from` that is in the set (`absent` false) or not (`absent`
+    /// true), within the stored words.
+    fn next_with(&self, from: u32, absent: bool) -> Option<u32> {
+        let mut i = (from / 64) as usize;
+        let flip = if absent { u64::MAX } else { 0 };
+        let mut w = (self.words.get(i)? ^ flip) & (u64::MAX << (from % 64));
+        loop {
+            if w != 0 {
+                return Some(i as u32 * 64 + w.trailing_zeros());
+            }
+            i += 1;
+            w = self.words.get(i)? ^ flip;
+        }
+    }
+
     fn word(&self, i: usize) -> u64 {
         self.words.get(i).copied().unwrap_or(0)
     }
@@ -256,18 +288,10 @@ impl FromIterator<u32> for IdSet {
 
 impl fmt::Display for IdSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut first = true;
-        let mut it = self.iter().peekable();
-        while let Some(lo) = it.next() {
-            let mut hi = lo;
-            while it.peek() == Some(&(hi + 1)) {
-                hi += 1;
-                it.next();
-            }
-            if !first {
+        for (i, (lo, hi)) in self.runs().enumerate() {
+            if i > 0 {
                 f.write_str(",")?;
             }
-            first = false;
             if lo == hi {
                 write!(f, "{lo}")?;
             } else {
@@ -391,5 +415,28 @@ mod tests {
         assert!(serde_json::from_str::<IdSet>("\"0-4294967295\"").is_err());
         let ok: IdSet = serde_json::from_str(&format!("[1, {}]", MAX_ID - 1)).expect("ok");
         assert_eq!(ok.len(), 2);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn runs_are_the_ids_grouped_by_consecutive_ones(
+            ids in proptest::collection::btree_set(0u32..700, 0..300),
+        ) {
+            let set: IdSet = ids.iter().copied().collect();
+            let mut expected: Vec<(u32, u32)> = Vec::new();
+            for id in &ids {
+                match expected.last_mut() {
+                    Some((_, hi)) if *hi + 1 == *id => *hi = *id,
+                    _ => expected.push((*id, *id)),
+                }
+            }
+            proptest::prop_assert_eq!(set.runs().collect::<Vec<_>>(), expected.clone());
+            let text = expected
+                .iter()
+                .map(|(lo, hi)| if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") })
+                .collect::<Vec<_>>()
+                .join(",");
+            proptest::prop_assert_eq!(set.to_string(), text);
+        }
     }
 }
