@@ -24,6 +24,10 @@ use nri_align::host::devices::HostDevices;
 use nri_align::metrics::Metrics;
 use nri_align::placement::Allocator;
 
+#[path = "support/runtime.rs"]
+mod runtime;
+use runtime::{hex_id, load, quantiles};
+
 const ROUNDS: usize = 10;
 const PER_BATCH: usize = 2_000;
 
@@ -31,7 +35,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn pod(i: usize) -> PodView {
     PodView {
-        id: format!("{:064x}", 0xaa00_0000_u64 + i as u64),
+        id: hex_id(0xaa, i as u64),
         uid: format!("uid-{i:08}"),
         name: format!("bench-{i}"),
         namespace: "bench".into(),
@@ -42,7 +46,7 @@ fn pod(i: usize) -> PodView {
 /// A container as the kubelet asks for it: a Guaranteed one with one whole CPU, or a
 /// Burstable one with a tenth of a CPU (the shared pool); 64 MiB either way.
 fn container(i: usize, p: &PodView, exclusive: bool) -> ContainerView {
-    let id = format!("{:064x}", 0xcc00_0000_u64 + i as u64);
+    let id = hex_id(0xcc, i as u64);
     let resources = ResourcesView {
         cpu_shares: Some(if exclusive { 1024 } else { 102 }),
         cpu_quota: exclusive.then_some(100_000),
@@ -84,9 +88,9 @@ fn batch(
     Ok(out)
 }
 
-fn quantile(v: &mut [f64], q: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((v.len() - 1) as f64 * q).round() as usize]
+/// The median of `v` (sorted in place).
+fn median(v: &mut [f64]) -> f64 {
+    quantiles(v, 0.5).0
 }
 
 fn main() -> Result<(), BoxError> {
@@ -118,30 +122,25 @@ fn main() -> Result<(), BoxError> {
         } else {
             (&mut a, &mut b)
         };
-        ratios.push(quantile(x, 0.5) / quantile(s, 0.5));
+        ratios.push(median(x) / median(s));
         shared.append(s);
         exclusive.append(x);
     }
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "engine create, numa16-1024, state persisted, metrics on: {ROUNDS} rounds of {PER_BATCH} per kind; load {}",
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        load()
     );
     println!("\n| create | p50 | p99 | ratio to shared (median of rounds, min-max) |");
     println!("|---|---|---|---|");
-    println!(
-        "| shared pool | {:.1} µs | {:.1} µs | 1.00 |",
-        quantile(&mut shared, 0.5),
-        quantile(&mut shared, 0.99)
-    );
+    let (p50, p99) = quantiles(&mut shared, 0.99);
+    println!("| shared pool | {p50:.1} µs | {p99:.1} µs | 1.00 |");
     let (lo, hi) = ratios
         .iter()
         .fold((f64::MAX, 0.0f64), |(l, h), r| (l.min(*r), h.max(*r)));
+    let (p50, p99) = quantiles(&mut exclusive, 0.99);
     println!(
-        "| one exclusive CPU | {:.1} µs | {:.1} µs | {:.2} ({lo:.2}-{hi:.2}) |",
-        quantile(&mut exclusive, 0.5),
-        quantile(&mut exclusive, 0.99),
-        quantile(&mut ratios, 0.5)
+        "| one exclusive CPU | {p50:.1} µs | {p99:.1} µs | {:.2} ({lo:.2}-{hi:.2}) |",
+        median(&mut ratios)
     );
     Ok(())
 }
