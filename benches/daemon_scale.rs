@@ -71,6 +71,16 @@ impl Daemon {
             .arg(&setup.config)
             .stdout(Stdio::null())
             .stderr(err);
+        // The daemon dies with the bench, even one killed by a signal (its Drop never runs
+        // then, and a daemon left behind would hold its socket and skew the next run).
+        // SAFETY: the closure runs in the child between fork and exec and only calls prctl.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)
+            });
+        }
         if let Some(lib) = &setup.nvml_lib {
             cmd.arg("--nvml-lib")
                 .arg(lib)
