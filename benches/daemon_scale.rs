@@ -6,9 +6,10 @@
 //! At each size the live set is held steady while WINDOW containers are created (each followed
 //! by the removal of the oldest one of its kind), and the bench reads:
 //! - the daemon's own time per CreateContainer, from its `decision` log lines (`latency_us`:
-//!   request in, decision, adjustment, pool updates, state written; `pool_us` is the part
-//!   spent building the updates of shared containers, which an exclusive admission must send,
-//!   so the exclusive column gives the time without it and the updates apart);
+//!   request in, decision, adjustment, its record written, pool updates; `pool_us` is the part
+//!   spent moving the shared containers, building their updates and writing where they went,
+//!   which an exclusive admission must do, so the exclusive column gives the time without it
+//!   and the updates apart);
 //! - the round trip the runtime sees, and the size of the responses;
 //! - the daemon's resident memory.
 //!
@@ -70,6 +71,16 @@ impl Daemon {
             .arg(&setup.config)
             .stdout(Stdio::null())
             .stderr(err);
+        // The daemon dies with the bench, even one killed by a signal (its Drop never runs
+        // then, and a daemon left behind would hold its socket and skew the next run).
+        // SAFETY: the closure runs in the child between fork and exec and only calls prctl.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)
+            });
+        }
         if let Some(lib) = &setup.nvml_lib {
             cmd.arg("--nvml-lib")
                 .arg(lib)

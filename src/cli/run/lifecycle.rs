@@ -10,13 +10,14 @@
 //! without `NOTIFY_SOCKET`, so the same binary runs under systemd, in a DaemonSet and
 //! launched by a runtime.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sd_notify::NotifyState;
 
 use crate::enforce::nri::LinkWatch;
-use crate::metrics::{Health, Metrics};
+use crate::metrics::{serve, Health, Metrics, ServeLimits};
 
 /// How often the heartbeat runs.
 const BEAT_EVERY: Duration = Duration::from_secs(1);
@@ -107,6 +108,49 @@ async fn wait_for(free: &impl Fn() -> bool, limit: Duration) -> bool {
     }
 }
 
+/// Serves `/metrics`, `/healthz` and `/readyz` on `addr` from a thread of its own, and returns
+/// the address bound (or why it could not be). Apart from the event loop so that a scrape
+/// never delays a container event, and so that `/healthz` still answers, with the age of the
+/// last heartbeat, when the event loop has stopped.
+pub fn spawn_endpoints(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+) -> std::io::Result<SocketAddr> {
+    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("nri-align-http".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = bound_tx.send(Err(e));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                match serve(addr, metrics, health, ServeLimits::default()).await {
+                    Ok((bound, task)) => {
+                        let _ = bound_tx.send(Ok(bound));
+                        // Serves until the process exits.
+                        let _ = task.await;
+                    }
+                    Err(e) => {
+                        let _ = bound_tx.send(Err(e));
+                    }
+                }
+            });
+        })?;
+    bound_rx.recv().unwrap_or_else(|_| {
+        Err(std::io::Error::other(
+            "the endpoints' thread ended before binding",
+        ))
+    })
+}
+
 /// Tells systemd the daemon is stopping (SIGTERM), so `systemctl status` says so at once.
 pub fn notify_stopping() {
     notify(&[
@@ -119,6 +163,39 @@ pub fn notify_stopping() {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// The endpoints answer from their own thread: here no event loop runs at all (a plain
+    /// test thread that blocks), and `/healthz` says the heartbeat stopped.
+    #[test]
+    fn healthz_answers_while_no_event_loop_runs() {
+        use std::io::{Read, Write};
+        let health = Arc::new(Health::new(Duration::from_millis(100)));
+        let addr = spawn_endpoints(
+            "127.0.0.1:0".parse().expect("addr"),
+            Arc::new(Metrics::new()),
+            health,
+        )
+        .expect("bound");
+        std::thread::sleep(Duration::from_millis(300));
+        let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .expect("request");
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).expect("answer");
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("the event loop did not run"), "{answer}");
+    }
+
+    #[test]
+    fn a_port_taken_is_an_error_at_start() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = taken.local_addr().expect("addr");
+        let err = spawn_endpoints(addr, Arc::new(Metrics::new()), Arc::new(Health::default()))
+            .expect_err("in use");
+        assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse, "{err}");
+    }
 
     // Real time (tokio's paused clock needs its test-util feature, which would rebuild every
     // crate on tokio for tests): ~6 s, the heartbeat's own pace.

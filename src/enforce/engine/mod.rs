@@ -236,13 +236,9 @@ impl<P: Placer> Engine<P> {
             .inspect_err(|r| self.count_rejection(&r.reason, started))
             .map_err(EngineError::Rejected)?;
         self.doc.containers.insert(c.id.clone(), rec);
-        let decided = started.elapsed();
-        let updates = self.follow_pool(Some(&c.id));
-        let pool_moved = started.elapsed();
-        self.persist();
-        let took = started.elapsed();
+        let (updates, timing) = self.persist_and_follow_pool(&c.id, started);
         if let Some(m) = &self.metrics {
-            m.admitted(&a.policy.to_string(), a.aligned, took);
+            m.admitted(&a.policy.to_string(), a.aligned, timing.took);
         }
         let takes_something = a.exclusive
             || !a.gpus.is_empty()
@@ -254,11 +250,6 @@ impl<P: Placer> Engine<P> {
             // resources (its CPUs are the pool's): the gauges and the NRT stay as they are.
             self.refresh_free();
         }
-        let timing = Timing {
-            took,
-            pool: pool_moved - decided,
-            persist: took - pool_moved,
-        };
         log_decision(pod, c, &a, timing, updates.len());
         Ok(Some(CreateOutcome {
             adjustment,
@@ -322,20 +313,12 @@ impl<P: Placer> Engine<P> {
             ..old
         };
         self.doc.containers.insert(c.id.clone(), rec);
-        let decided = started.elapsed();
-        updates.extend(self.follow_pool(Some(&c.id)));
-        let pool_moved = started.elapsed();
-        self.persist();
-        let took = started.elapsed();
+        let (moved, timing) = self.persist_and_follow_pool(&c.id, started);
+        updates.extend(moved);
         if let Some(m) = &self.metrics {
-            m.admitted(&a.policy.to_string(), a.aligned, took);
+            m.admitted(&a.policy.to_string(), a.aligned, timing.took);
         }
         self.refresh_free();
-        let timing = Timing {
-            took,
-            pool: pool_moved - decided,
-            persist: took - pool_moved,
-        };
         log_decision(pod, c, &a, timing, updates.len());
         Ok(updates)
     }
@@ -476,6 +459,34 @@ impl<P: Placer> Engine<P> {
             .unwrap_or_default()
     }
 
+    /// After container `id`'s record went into the table: writes it, then moves the shared
+    /// containers after the pool and writes where they went. Returns the updates to send and
+    /// where the time since `started` went.
+    ///
+    /// The record is written before the move, not after it: a pool move rewrites thousands of
+    /// records on a large node, and the record's line written on the caches the move leaves
+    /// took three times as long (27 against 9 µs at 5,000 live). Both writes are done before
+    /// the response goes out, as before; a crash between them leaves the log saying the groups
+    /// run where the runtime still runs them (it has not had the updates).
+    fn persist_and_follow_pool(
+        &mut self,
+        id: &str,
+        started: Instant,
+    ) -> (Vec<CpusetUpdate>, Timing) {
+        let decided = started.elapsed();
+        self.persist();
+        let persisted = started.elapsed();
+        let updates = self.follow_pool(Some(id));
+        self.persist();
+        let took = started.elapsed();
+        let timing = Timing {
+            took,
+            pool: took - persisted,
+            persist: persisted - decided,
+        };
+        (updates, timing)
+    }
+
     /// Writes the records changed since the last call (all of them only when the store
     /// compacts its log).
     fn persist(&mut self) {
@@ -511,9 +522,9 @@ fn pod_name(pod: &PodView) -> String {
 struct Timing {
     /// From the request to the persisted record (the plugin's own time, as `latency_us`).
     took: std::time::Duration,
-    /// Moving shared containers onto the pool.
+    /// Moving shared containers onto the pool, and writing where they went.
     pool: std::time::Duration,
-    /// Writing the state.
+    /// Writing the container's own record.
     persist: std::time::Duration,
 }
 

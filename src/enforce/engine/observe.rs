@@ -27,10 +27,13 @@ pub trait StateObserver: Send {
     fn config_changed(&self, config: &Config);
 }
 
-/// The pods the engine knows (pod sandbox id -> pod) and the shared list observers get.
+/// The pods the engine knows (pod sandbox id -> namespace and name) and the shared list
+/// observers get. Only what is read later is kept: a pod's annotations and labels (a
+/// `last-applied-configuration` alone is often kilobytes) come with every request that needs
+/// them.
 #[derive(Default)]
 pub(super) struct PodSet {
-    pods: std::collections::HashMap<String, PodView>,
+    pods: std::collections::HashMap<String, PodId>,
     /// The list of `pods`, built on first use after a change.
     ids: std::cell::OnceCell<Arc<[PodId]>>,
     /// Whether `pods` holds every pod of the node (a Synchronize was seen).
@@ -39,13 +42,13 @@ pub(super) struct PodSet {
 
 impl PodSet {
     /// The pod of sandbox `id`.
-    pub(super) fn get(&self, id: &str) -> Option<&PodView> {
+    pub(super) fn get(&self, id: &str) -> Option<&PodId> {
         self.pods.get(id)
     }
 
     /// Adds or replaces `pod`; `true` when the set of pod names changed.
     pub(super) fn insert(&mut self, pod: &PodView) -> bool {
-        let old = self.pods.insert(pod.id.clone(), pod.clone());
+        let old = self.pods.insert(pod.id.clone(), pod_id(pod));
         let same = old.is_some_and(|p| p.namespace == pod.namespace && p.name == pod.name);
         if !same {
             self.ids = Default::default();
@@ -70,7 +73,7 @@ impl PodSet {
     /// Makes the set exactly `pods` (the runtime's Synchronize: pods removed while nri-align
     /// was away go too), and complete from now on.
     pub(super) fn replace(&mut self, pods: &[PodView]) {
-        self.pods = pods.iter().map(|p| (p.id.clone(), p.clone())).collect();
+        self.pods = pods.iter().map(|p| (p.id.clone(), pod_id(p))).collect();
         self.ids = Default::default();
         self.complete = true;
     }
@@ -82,14 +85,14 @@ impl PodSet {
             return None;
         }
         Some(self.ids.get_or_init(|| {
-            let set: BTreeSet<PodId> = self
-                .pods
-                .values()
-                .map(|p| PodId::new(p.namespace.clone(), p.name.clone()))
-                .collect();
+            let set: BTreeSet<PodId> = self.pods.values().cloned().collect();
             set.into_iter().collect()
         }))
     }
+}
+
+fn pod_id(pod: &PodView) -> PodId {
+    PodId::new(pod.namespace.clone(), pod.name.clone())
 }
 
 impl<P: Placer> Engine<P> {

@@ -194,3 +194,32 @@ fn a_retried_create_that_fails_leaves_neither_the_old_record_nor_its_file_entry(
     };
     assert!(doc.containers.is_empty(), "{:?}", doc.containers.keys());
 }
+
+#[test]
+fn an_admission_writes_its_record_before_the_pool_move_and_both_before_it_returns() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = StateStore::open(dir.path()).expect("store");
+    let mut e = engine(Some(store), Config::default());
+    for id in ["s1", "s2"] {
+        e.create_container(&pod("a"), &ctr(id, "a", 0, &[]))
+            .expect("ok");
+    }
+    let log = dir.path().join(crate::enforce::state::STATE_FILE);
+    let before = std::fs::read_to_string(&log).expect("log").len();
+    let x1 = e
+        .create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(x1.updates.len(), 2, "both shared containers move");
+    let text = std::fs::read_to_string(&log).expect("log");
+    let appended: Vec<&str> = text[before..].lines().collect();
+    // The record first (written on the caches the decision left), then the group's line.
+    assert_eq!(appended.len(), 2, "{appended:?}");
+    assert!(appended[0].contains("\"x1\""), "{appended:?}");
+    assert!(appended[1].contains("\"group\""), "{appended:?}");
+    let Loaded::Doc(doc) = reader(dir.path()).load() else {
+        panic!("state written")
+    };
+    assert_eq!(doc.containers, e.records().containers);
+    assert_eq!(doc.containers["s1"].applied_cpus.to_string(), "2-7");
+}
