@@ -2,6 +2,7 @@
 //! joint choice: exact enumeration while it stays small (up to 16 free GPUs is always exact),
 //! a best-link greedy growth from every seed beyond that.
 
+use super::partitions::{self, NodePartitions};
 use crate::topology::desc::MAX_NVLINKS;
 use crate::topology::{PcieLevel, Topology};
 
@@ -34,6 +35,8 @@ pub struct LinkTable {
     nvswitch: bool,
     /// Each GPU's NUMA node: the look-ahead partitions what is left node by node.
     numa: Vec<Option<u32>>,
+    /// Each node's best partitions, computed once for the topology (see `partitions.rs`).
+    pub(super) partitions: NodePartitions,
 }
 
 impl LinkTable {
@@ -61,11 +64,13 @@ impl LinkTable {
                 score[i][j] = if nvswitch { NVSWITCH } else { nv * NVLINK } + pcie;
             }
         }
+        let numa: Vec<Option<u32>> = topo.gpus.iter().map(|g| g.numa_node).collect();
         Self {
             score,
             nvlink,
             nvswitch,
-            numa: topo.gpus.iter().map(|g| g.numa_node).collect(),
+            partitions: NodePartitions::new(&numa),
+            numa,
         }
     }
 
@@ -356,7 +361,12 @@ pub fn partition_score(table: &LinkTable, pool: &[usize], k: usize, exact: bool)
         return 0;
     }
     if exact && pool.len() <= PARTITION_EXACT_GPUS {
-        return best_partition(table, pool, k);
+        // A node's remainder (ascending) is read from the topology's table; anything else
+        // is searched as it always was.
+        return table
+            .partitions
+            .get(table, pool, k)
+            .unwrap_or_else(|| partitions::best_partition(table, pool, k));
     }
     let mut left = pool.to_vec();
     let mut total = 0;
@@ -365,100 +375,6 @@ pub fn partition_score(table: &LinkTable, pool: &[usize], k: usize, exact: bool)
         left.retain(|g| !set.contains(g));
     }
     total
-}
-
-/// Exhaustive partition: the first GPU either joins a set with `k - 1` of the others or, while
-/// the pool is not a multiple of `k`, stays out. At most 8 GPUs (105 pairings), so a subset of
-/// the pool is a bit mask and each one's best partition is computed once: the look-ahead runs
-/// this per node for every candidate set, and the former recursion allocated every split.
-fn best_partition(table: &LinkTable, pool: &[usize], k: usize) -> u32 {
-    debug_assert!(pool.len() <= PARTITION_EXACT_GPUS);
-    let n = pool.len();
-    // The pool's pair scores copied once: each split reads a handful of them, and the table's
-    // rows are two bounds-checked lookups each (a sixth of a partition of 8 GPUs).
-    let mut pair = [[0u32; PARTITION_EXACT_GPUS]; PARTITION_EXACT_GPUS];
-    for (a, row) in pair.iter_mut().enumerate().take(n) {
-        for (b, v) in row.iter_mut().enumerate().take(n) {
-            *v = table.pair(pool[a], pool[b]);
-        }
-    }
-    let mut by_index = [0usize; PARTITION_EXACT_GPUS];
-    for (p, v) in by_index.iter_mut().enumerate() {
-        *v = p;
-    }
-    by_index[..n].sort_unstable_by_key(|&p| pool[p]);
-    let mut part = Partition {
-        pair,
-        by_index: &by_index[..n],
-        k,
-        memo: [u32::MAX; 1 << PARTITION_EXACT_GPUS],
-    };
-    part.of((1u32 << n) - 1)
-}
-
-/// The search behind [`best_partition`], on pool positions.
-struct Partition<'a> {
-    /// Pair scores by pool position.
-    pair: [[u32; PARTITION_EXACT_GPUS]; PARTITION_EXACT_GPUS],
-    /// Pool positions in GPU index order.
-    by_index: &'a [usize],
-    k: usize,
-    /// Best partition by subset of positions, `u32::MAX` until computed.
-    memo: [u32; 1 << PARTITION_EXACT_GPUS],
-}
-
-impl Partition<'_> {
-    /// The best partition of the pool positions in `mask`. Skips left are the size modulo
-    /// `k`: skipping takes one off both, forming a set takes `k` off the size.
-    fn of(&mut self, mask: u32) -> u32 {
-        let k = self.k;
-        let size = mask.count_ones() as usize;
-        if size < k {
-            return 0;
-        }
-        if self.memo[mask as usize] != u32::MAX {
-            return self.memo[mask as usize];
-        }
-        let first = mask.trailing_zeros() as usize;
-        let others = mask & !(1 << first);
-        let mut best = if size % k > 0 { self.of(others) } else { 0 };
-        // Every (k - 1)-subset of the others, as sub-masks.
-        let mut sub = others;
-        loop {
-            if sub.count_ones() as usize == k - 1 {
-                let rest = self.of(others & !sub);
-                best = best.max(self.score(sub, first).saturating_add(rest));
-            }
-            if sub == 0 {
-                break;
-            }
-            sub = (sub - 1) & others;
-        }
-        self.memo[mask as usize] = best;
-        best
-    }
-
-    /// The set of the mates in `sub` and `first`, scored as the set of the mates in GPU index
-    /// order (each pair from its lower index), then each mate with the first GPU: the order
-    /// matters only to a table that is not symmetric, and stays that of the former search.
-    fn score(&self, sub: u32, first: usize) -> u32 {
-        let mut score = 0u32;
-        let mut seen = 0u32;
-        for &p in self.by_index {
-            if sub & (1 << p) == 0 {
-                continue;
-            }
-            let mut before = seen;
-            while before != 0 {
-                let q = before.trailing_zeros() as usize;
-                score = score.saturating_add(self.pair[q][p]);
-                before &= before - 1;
-            }
-            score = score.saturating_add(self.pair[p][first]);
-            seen |= 1 << p;
-        }
-        score
-    }
 }
 
 /// The best `k`-set among `pool` grown greedily from every seed (each step adds the GPU with

@@ -95,7 +95,11 @@ fn partition_by_masks_agrees_with_the_recursion() {
             let pool: Vec<usize> = pool.into_iter().filter(|g| *g < t.numa.len()).collect();
             for k in 2..=4 {
                 let want = reference_partition(&t, &pool, k, pool.len() % k);
-                assert_eq!(best_partition(&t, &pool, k), want, "{name} {pool:?} k={k}");
+                assert_eq!(
+                    partitions::best_partition(&t, &pool, k),
+                    want,
+                    "{name} {pool:?} k={k}"
+                );
             }
         }
     }

@@ -15,6 +15,7 @@ mod lookahead;
 pub mod nics;
 pub mod numa;
 mod orbits;
+mod partitions;
 pub mod policy;
 pub mod reject;
 pub mod request;
