@@ -3,6 +3,7 @@
 //! a best-link greedy growth from every seed beyond that.
 
 use super::partitions::{self, NodePartitions};
+use super::twins::Twins;
 use crate::topology::desc::MAX_NVLINKS;
 use crate::topology::{PcieLevel, Topology};
 
@@ -37,6 +38,8 @@ pub struct LinkTable {
     numa: Vec<Option<u32>>,
     /// Each node's best partitions, computed once for the topology (see `partitions.rs`).
     pub(super) partitions: NodePartitions,
+    /// Which GPUs could swap places, for hosts of up to 64 GPUs (see `twins.rs`).
+    pub(super) twins: Option<Twins>,
 }
 
 impl LinkTable {
@@ -65,7 +68,12 @@ impl LinkTable {
             }
         }
         let numa: Vec<Option<u32>> = topo.gpus.iter().map(|g| g.numa_node).collect();
+        // The relation the symmetries compare: pair score and NVLink count.
+        let twins = Twins::new(topo, |a, b| {
+            u64::from(score[a][b]) << 32 | u64::from(nvlink[a][b])
+        });
         Self {
+            twins,
             score,
             nvlink,
             nvswitch,

@@ -20,6 +20,7 @@ pub mod policy;
 pub mod reject;
 pub mod request;
 pub mod resolve;
+mod twins;
 
 pub use allocator::{Allocator, Plan};
 pub use choose::GpuSearch;

@@ -267,6 +267,24 @@ impl Check<'_> {
     /// Classes of interchangeable free GPUs: a GPU joins the first class whose first member it
     /// can swap with (swaps compose, so it can then swap with every member).
     fn classes(&self) -> Vec<Vec<usize>> {
+        // Links alone on a host of up to 64 GPUs: the topology's table of which GPUs tell a
+        // pair apart answers each swap with one AND against the free mask (`twins.rs`), the
+        // same answer as the permutation check below.
+        let twins = self.table.twins.as_ref().filter(|_| !self.nics);
+        if let Some(twins) = twins.filter(|_| self.free.iter().all(|&g| g < 64)) {
+            let mask = self.free.iter().fold(0u64, |m, &g| m | 1 << g);
+            let mut classes: Vec<Vec<usize>> = Vec::new();
+            for (p, &g) in self.free.iter().enumerate() {
+                match classes
+                    .iter_mut()
+                    .find(|c| twins.swap(self.free[c[0]], g, mask))
+                {
+                    Some(c) => c.push(p),
+                    None => classes.push(vec![p]),
+                }
+            }
+            return classes;
+        }
         // One permutation buffer, swapped and swapped back, rather than a copy per check.
         let mut m: Vec<usize> = (0..self.free.len()).collect();
         let mut classes: Vec<Vec<usize>> = Vec::new();
