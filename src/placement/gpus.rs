@@ -31,8 +31,13 @@ pub fn pcie_score(level: PcieLevel) -> u32 {
 /// Precomputed pair scores for the GPUs of a topology.
 #[derive(Debug, Clone)]
 pub struct LinkTable {
-    score: Vec<Vec<u32>>,
-    nvlink: Vec<Vec<u32>>,
+    /// GPUs in the table.
+    n: usize,
+    /// Pair scores, row-major (`i * n + j`): one flat array rather than a vector per row, as
+    /// every search of a decision reads pairs in its innermost loop.
+    score: Vec<u32>,
+    /// NVLink counts, row-major as `score`.
+    nvlink: Vec<u32>,
     nvswitch: bool,
     /// Each GPU's NUMA node: the look-ahead partitions what is left node by node.
     numa: Vec<Option<u32>>,
@@ -48,8 +53,8 @@ impl LinkTable {
         let n = topo.gpus.len();
         let links = topo.gpu_links.as_ref();
         let nvswitch = links.is_some_and(|l| l.nvswitch);
-        let mut score = vec![vec![0; n]; n];
-        let mut nvlink = vec![vec![0; n]; n];
+        let mut score = vec![0; n * n];
+        let mut nvlink = vec![0; n * n];
         for i in 0..n {
             for j in 0..n {
                 if i == j {
@@ -61,18 +66,19 @@ impl LinkTable {
                     .and_then(|l| l.nvlink.get(i).and_then(|r| r.get(j)).copied())
                     .unwrap_or(0)
                     .min(MAX_NVLINKS);
-                nvlink[i][j] = nv;
+                nvlink[i * n + j] = nv;
                 let pcie =
                     pcie_score(topo.pcie_level(&topo.gpus[i].pci_bus_id, &topo.gpus[j].pci_bus_id));
-                score[i][j] = if nvswitch { NVSWITCH } else { nv * NVLINK } + pcie;
+                score[i * n + j] = if nvswitch { NVSWITCH } else { nv * NVLINK } + pcie;
             }
         }
         let numa: Vec<Option<u32>> = topo.gpus.iter().map(|g| g.numa_node).collect();
         // The relation the symmetries compare: pair score and NVLink count.
         let twins = Twins::new(topo, |a, b| {
-            u64::from(score[a][b]) << 32 | u64::from(nvlink[a][b])
+            u64::from(score[a * n + b]) << 32 | u64::from(nvlink[a * n + b])
         });
         Self {
+            n,
             twins,
             score,
             nvlink,
@@ -84,20 +90,20 @@ impl LinkTable {
 
     /// Score of the pair (i, j).
     pub fn pair(&self, i: usize, j: usize) -> u32 {
-        self.score
-            .get(i)
-            .and_then(|r| r.get(j))
-            .copied()
-            .unwrap_or(0)
+        if i < self.n && j < self.n {
+            self.score[i * self.n + j]
+        } else {
+            0
+        }
     }
 
     /// NVLink links between GPUs i and j (0 without a direct link).
     pub fn nvlinks(&self, i: usize, j: usize) -> u32 {
-        self.nvlink
-            .get(i)
-            .and_then(|r| r.get(j))
-            .copied()
-            .unwrap_or(0)
+        if i < self.n && j < self.n {
+            self.nvlink[i * self.n + j]
+        } else {
+            0
+        }
     }
 
     /// NUMA node of GPU i, when known.
@@ -107,12 +113,7 @@ impl LinkTable {
 
     /// Whether GPUs i and j talk over NVLink (directly or through NVSwitch).
     pub fn linked(&self, i: usize, j: usize) -> bool {
-        self.nvswitch
-            || self
-                .nvlink
-                .get(i)
-                .and_then(|r| r.get(j))
-                .is_some_and(|n| *n > 0)
+        self.nvswitch || self.nvlinks(i, j) > 0
     }
 
     /// Sum of the pair scores of a set.
@@ -132,6 +133,32 @@ impl LinkTable {
     /// Higher means the choice cut fewer good links (does not fragment the rest).
     pub fn remaining(&self, free: &[usize], taken: &[usize]) -> u32 {
         self.remaining_of(free, self.set_score(free), taken)
+    }
+
+    /// Per GPU index, its pair scores to the GPUs of `free`, summed (saturating, as
+    /// [`LinkTable::remaining_of`] sums them): read once per decision, they make each set's
+    /// [`LinkTable::remaining_by`] a sum over the set instead of over the set times the free GPUs.
+    pub fn to_free(&self, free: &[usize]) -> Vec<u32> {
+        (0..self.n)
+            .map(|t| {
+                free.iter()
+                    .map(|&f| self.pair(t, f))
+                    .fold(0, u32::saturating_add)
+            })
+            .collect()
+    }
+
+    /// [`LinkTable::remaining_of`] with each GPU's scores to the free GPUs known (`to_free`,
+    /// from [`LinkTable::to_free`] of the same free GPUs): the same sums in the same order.
+    pub fn remaining_by(&self, to_free: &[u32], free_score: u32, taken: &[usize]) -> u32 {
+        // A GPU past the table pairs with nothing: 0, as `pair` reads it.
+        let touching: u32 = taken
+            .iter()
+            .map(|&t| to_free.get(t).copied().unwrap_or(0))
+            .fold(0, u32::saturating_add);
+        free_score
+            .saturating_add(self.set_score(taken))
+            .saturating_sub(touching)
     }
 
     /// [`LinkTable::remaining`] with the score of `free` known (`free_score`), as it is for

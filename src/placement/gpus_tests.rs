@@ -30,6 +30,12 @@ fn best_set_search_agrees_with_full_enumeration() {
                 t.set_score(&rest),
                 "{pool:?} k={k}"
             );
+            let free_score = t.set_score(&pool);
+            assert_eq!(
+                t.remaining_by(&t.to_free(&pool), free_score, taken),
+                t.remaining_of(&pool, free_score, taken),
+                "{pool:?} k={k}"
+            );
         }
     }
 }
