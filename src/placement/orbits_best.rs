@@ -45,14 +45,14 @@ impl Symmetry<'_> {
                     .iter()
                     .zip(order)
                     .filter(|(&n, _)| n > 0)
-                    .map(|(&n, s)| (s.class * c, n as u64)),
+                    .map(|(&n, s)| (s.class, n as u64)),
             );
             let mut score = 0u64;
-            for (i, &(row, n)) in taken.iter().enumerate() {
-                let class = row / c;
-                score += n * n.saturating_sub(1) / 2 * u64::from(w[row + class]);
+            for (i, &(class, n)) in taken.iter().enumerate() {
+                let row = &w[class * c..(class + 1) * c];
+                score += n * n.saturating_sub(1) / 2 * u64::from(row[class]);
                 for &(other, m) in &taken[..i] {
-                    score += n * m * u64::from(w[row + other / c]);
+                    score += n * m * u64::from(row[other]);
                 }
             }
             let score = u32::try_from(score).unwrap_or(u32::MAX);
