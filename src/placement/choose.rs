@@ -343,6 +343,9 @@ impl<'a> Search<'a> {
         let mut look = Lookahead::new(self.links, &free, r.gpu_count, exact).with_symmetry(&sym);
         let mut bounds: BinaryHeap<Bounded> = BinaryHeap::with_capacity(sets.len());
         let free_score = self.links.set_score(&free);
+        // Each GPU's links to the free ones, summed once: the links left by each set are then
+        // a sum over its GPUs (a tenth of an idle 16-GPU decision went to summing them again).
+        let to_free = self.links.to_free(&free);
         for (order, s) in sets.into_iter().enumerate() {
             let own_links = self.links.set_score(&s);
             let (ahead, known) = look.bound(&s);
@@ -353,7 +356,7 @@ impl<'a> Search<'a> {
                 fewer_nodes: Reverse(0),
                 closer_nodes: Reverse(0),
                 cheaper_nic_paths: Reverse(0),
-                links_left: self.links.remaining_of(&free, free_score, &s),
+                links_left: self.links.remaining_by(&to_free, free_score, &s),
                 tightest_fit: Reverse(0),
                 own_links,
             };

@@ -2,6 +2,8 @@
 //! joint choice: exact enumeration while it stays small (up to 16 free GPUs is always exact),
 //! a best-link greedy growth from every seed beyond that.
 
+use super::partitions::{self, NodePartitions};
+use super::twins::Twins;
 use crate::topology::desc::MAX_NVLINKS;
 use crate::topology::{PcieLevel, Topology};
 
@@ -29,11 +31,20 @@ pub fn pcie_score(level: PcieLevel) -> u32 {
 /// Precomputed pair scores for the GPUs of a topology.
 #[derive(Debug, Clone)]
 pub struct LinkTable {
-    score: Vec<Vec<u32>>,
-    nvlink: Vec<Vec<u32>>,
+    /// GPUs in the table.
+    n: usize,
+    /// Pair scores, row-major (`i * n + j`): one flat array rather than a vector per row, as
+    /// every search of a decision reads pairs in its innermost loop.
+    score: Vec<u32>,
+    /// NVLink counts, row-major as `score`.
+    nvlink: Vec<u32>,
     nvswitch: bool,
     /// Each GPU's NUMA node: the look-ahead partitions what is left node by node.
     numa: Vec<Option<u32>>,
+    /// Each node's best partitions, computed once for the topology (see `partitions.rs`).
+    pub(super) partitions: NodePartitions,
+    /// Which GPUs could swap places, for hosts of up to 64 GPUs (see `twins.rs`).
+    pub(super) twins: Option<Twins>,
 }
 
 impl LinkTable {
@@ -42,8 +53,8 @@ impl LinkTable {
         let n = topo.gpus.len();
         let links = topo.gpu_links.as_ref();
         let nvswitch = links.is_some_and(|l| l.nvswitch);
-        let mut score = vec![vec![0; n]; n];
-        let mut nvlink = vec![vec![0; n]; n];
+        let mut score = vec![0; n * n];
+        let mut nvlink = vec![0; n * n];
         for i in 0..n {
             for j in 0..n {
                 if i == j {
@@ -55,36 +66,44 @@ impl LinkTable {
                     .and_then(|l| l.nvlink.get(i).and_then(|r| r.get(j)).copied())
                     .unwrap_or(0)
                     .min(MAX_NVLINKS);
-                nvlink[i][j] = nv;
+                nvlink[i * n + j] = nv;
                 let pcie =
                     pcie_score(topo.pcie_level(&topo.gpus[i].pci_bus_id, &topo.gpus[j].pci_bus_id));
-                score[i][j] = if nvswitch { NVSWITCH } else { nv * NVLINK } + pcie;
+                score[i * n + j] = if nvswitch { NVSWITCH } else { nv * NVLINK } + pcie;
             }
         }
+        let numa: Vec<Option<u32>> = topo.gpus.iter().map(|g| g.numa_node).collect();
+        // The relation the symmetries compare: pair score and NVLink count.
+        let twins = Twins::new(topo, |a, b| {
+            u64::from(score[a * n + b]) << 32 | u64::from(nvlink[a * n + b])
+        });
         Self {
+            n,
+            twins,
             score,
             nvlink,
             nvswitch,
-            numa: topo.gpus.iter().map(|g| g.numa_node).collect(),
+            partitions: NodePartitions::new(&numa),
+            numa,
         }
     }
 
     /// Score of the pair (i, j).
     pub fn pair(&self, i: usize, j: usize) -> u32 {
-        self.score
-            .get(i)
-            .and_then(|r| r.get(j))
-            .copied()
-            .unwrap_or(0)
+        if i < self.n && j < self.n {
+            self.score[i * self.n + j]
+        } else {
+            0
+        }
     }
 
     /// NVLink links between GPUs i and j (0 without a direct link).
     pub fn nvlinks(&self, i: usize, j: usize) -> u32 {
-        self.nvlink
-            .get(i)
-            .and_then(|r| r.get(j))
-            .copied()
-            .unwrap_or(0)
+        if i < self.n && j < self.n {
+            self.nvlink[i * self.n + j]
+        } else {
+            0
+        }
     }
 
     /// NUMA node of GPU i, when known.
@@ -94,12 +113,7 @@ impl LinkTable {
 
     /// Whether GPUs i and j talk over NVLink (directly or through NVSwitch).
     pub fn linked(&self, i: usize, j: usize) -> bool {
-        self.nvswitch
-            || self
-                .nvlink
-                .get(i)
-                .and_then(|r| r.get(j))
-                .is_some_and(|n| *n > 0)
+        self.nvswitch || self.nvlinks(i, j) > 0
     }
 
     /// Sum of the pair scores of a set.
@@ -119,6 +133,32 @@ impl LinkTable {
     /// Higher means the choice cut fewer good links (does not fragment the rest).
     pub fn remaining(&self, free: &[usize], taken: &[usize]) -> u32 {
         self.remaining_of(free, self.set_score(free), taken)
+    }
+
+    /// Per GPU index, its pair scores to the GPUs of `free`, summed (saturating, as
+    /// [`LinkTable::remaining_of`] sums them): read once per decision, they make each set's
+    /// [`LinkTable::remaining_by`] a sum over the set instead of over the set times the free GPUs.
+    pub fn to_free(&self, free: &[usize]) -> Vec<u32> {
+        (0..self.n)
+            .map(|t| {
+                free.iter()
+                    .map(|&f| self.pair(t, f))
+                    .fold(0, u32::saturating_add)
+            })
+            .collect()
+    }
+
+    /// [`LinkTable::remaining_of`] with each GPU's scores to the free GPUs known (`to_free`,
+    /// from [`LinkTable::to_free`] of the same free GPUs): the same sums in the same order.
+    pub fn remaining_by(&self, to_free: &[u32], free_score: u32, taken: &[usize]) -> u32 {
+        // A GPU past the table pairs with nothing: 0, as `pair` reads it.
+        let touching: u32 = taken
+            .iter()
+            .map(|&t| to_free.get(t).copied().unwrap_or(0))
+            .fold(0, u32::saturating_add);
+        free_score
+            .saturating_add(self.set_score(taken))
+            .saturating_sub(touching)
     }
 
     /// [`LinkTable::remaining`] with the score of `free` known (`free_score`), as it is for
@@ -356,7 +396,12 @@ pub fn partition_score(table: &LinkTable, pool: &[usize], k: usize, exact: bool)
         return 0;
     }
     if exact && pool.len() <= PARTITION_EXACT_GPUS {
-        return best_partition(table, pool, k);
+        // A node's remainder (ascending) is read from the topology's table; anything else
+        // is searched as it always was.
+        return table
+            .partitions
+            .get(table, pool, k)
+            .unwrap_or_else(|| partitions::best_partition(table, pool, k));
     }
     let mut left = pool.to_vec();
     let mut total = 0;
@@ -365,100 +410,6 @@ pub fn partition_score(table: &LinkTable, pool: &[usize], k: usize, exact: bool)
         left.retain(|g| !set.contains(g));
     }
     total
-}
-
-/// Exhaustive partition: the first GPU either joins a set with `k - 1` of the others or, while
-/// the pool is not a multiple of `k`, stays out. At most 8 GPUs (105 pairings), so a subset of
-/// the pool is a bit mask and each one's best partition is computed once: the look-ahead runs
-/// this per node for every candidate set, and the former recursion allocated every split.
-fn best_partition(table: &LinkTable, pool: &[usize], k: usize) -> u32 {
-    debug_assert!(pool.len() <= PARTITION_EXACT_GPUS);
-    let n = pool.len();
-    // The pool's pair scores copied once: each split reads a handful of them, and the table's
-    // rows are two bounds-checked lookups each (a sixth of a partition of 8 GPUs).
-    let mut pair = [[0u32; PARTITION_EXACT_GPUS]; PARTITION_EXACT_GPUS];
-    for (a, row) in pair.iter_mut().enumerate().take(n) {
-        for (b, v) in row.iter_mut().enumerate().take(n) {
-            *v = table.pair(pool[a], pool[b]);
-        }
-    }
-    let mut by_index = [0usize; PARTITION_EXACT_GPUS];
-    for (p, v) in by_index.iter_mut().enumerate() {
-        *v = p;
-    }
-    by_index[..n].sort_unstable_by_key(|&p| pool[p]);
-    let mut part = Partition {
-        pair,
-        by_index: &by_index[..n],
-        k,
-        memo: [u32::MAX; 1 << PARTITION_EXACT_GPUS],
-    };
-    part.of((1u32 << n) - 1)
-}
-
-/// The search behind [`best_partition`], on pool positions.
-struct Partition<'a> {
-    /// Pair scores by pool position.
-    pair: [[u32; PARTITION_EXACT_GPUS]; PARTITION_EXACT_GPUS],
-    /// Pool positions in GPU index order.
-    by_index: &'a [usize],
-    k: usize,
-    /// Best partition by subset of positions, `u32::MAX` until computed.
-    memo: [u32; 1 << PARTITION_EXACT_GPUS],
-}
-
-impl Partition<'_> {
-    /// The best partition of the pool positions in `mask`. Skips left are the size modulo
-    /// `k`: skipping takes one off both, forming a set takes `k` off the size.
-    fn of(&mut self, mask: u32) -> u32 {
-        let k = self.k;
-        let size = mask.count_ones() as usize;
-        if size < k {
-            return 0;
-        }
-        if self.memo[mask as usize] != u32::MAX {
-            return self.memo[mask as usize];
-        }
-        let first = mask.trailing_zeros() as usize;
-        let others = mask & !(1 << first);
-        let mut best = if size % k > 0 { self.of(others) } else { 0 };
-        // Every (k - 1)-subset of the others, as sub-masks.
-        let mut sub = others;
-        loop {
-            if sub.count_ones() as usize == k - 1 {
-                let rest = self.of(others & !sub);
-                best = best.max(self.score(sub, first).saturating_add(rest));
-            }
-            if sub == 0 {
-                break;
-            }
-            sub = (sub - 1) & others;
-        }
-        self.memo[mask as usize] = best;
-        best
-    }
-
-    /// The set of the mates in `sub` and `first`, scored as the set of the mates in GPU index
-    /// order (each pair from its lower index), then each mate with the first GPU: the order
-    /// matters only to a table that is not symmetric, and stays that of the former search.
-    fn score(&self, sub: u32, first: usize) -> u32 {
-        let mut score = 0u32;
-        let mut seen = 0u32;
-        for &p in self.by_index {
-            if sub & (1 << p) == 0 {
-                continue;
-            }
-            let mut before = seen;
-            while before != 0 {
-                let q = before.trailing_zeros() as usize;
-                score = score.saturating_add(self.pair[q][p]);
-                before &= before - 1;
-            }
-            score = score.saturating_add(self.pair[p][first]);
-            seen |= 1 << p;
-        }
-        score
-    }
 }
 
 /// The best `k`-set among `pool` grown greedily from every seed (each step adds the GPU with

@@ -30,6 +30,12 @@ fn best_set_search_agrees_with_full_enumeration() {
                 t.set_score(&rest),
                 "{pool:?} k={k}"
             );
+            let free_score = t.set_score(&pool);
+            assert_eq!(
+                t.remaining_by(&t.to_free(&pool), free_score, taken),
+                t.remaining_of(&pool, free_score, taken),
+                "{pool:?} k={k}"
+            );
         }
     }
 }
@@ -95,7 +101,11 @@ fn partition_by_masks_agrees_with_the_recursion() {
             let pool: Vec<usize> = pool.into_iter().filter(|g| *g < t.numa.len()).collect();
             for k in 2..=4 {
                 let want = reference_partition(&t, &pool, k, pool.len() % k);
-                assert_eq!(best_partition(&t, &pool, k), want, "{name} {pool:?} k={k}");
+                assert_eq!(
+                    partitions::best_partition(&t, &pool, k),
+                    want,
+                    "{name} {pool:?} k={k}"
+                );
             }
         }
     }

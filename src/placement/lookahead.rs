@@ -199,18 +199,31 @@ impl<'a> Lookahead<'a> {
             if (group.count_ones() as usize) < k {
                 continue;
             }
-            let score = match self.partitions.iter().find(|(m, _)| *m == group) {
-                Some(&(_, s)) => s,
+            // The node's remaining GPUs, ascending: the order of the plain grouping.
+            let mut pool = [0usize; 64];
+            let mut n = 0;
+            let mut bits = group;
+            while bits != 0 {
+                pool[n] = bits.trailing_zeros() as usize;
+                n += 1;
+                bits &= bits - 1;
+            }
+            // Nodes of up to 8 GPUs are the topology's table to read (exact only: a greedy
+            // partition is not what the table holds); larger ones are searched once per
+            // decision.
+            let known = if exact {
+                table.partitions.get(table, &pool[..n], k)
+            } else {
+                None
+            };
+            let score = match known.or_else(|| {
+                self.partitions
+                    .iter()
+                    .find(|(m, _)| *m == group)
+                    .map(|&(_, s)| s)
+            }) {
+                Some(s) => s,
                 None => {
-                    // The node's remaining GPUs, ascending: the order of the plain grouping.
-                    let mut pool = [0usize; 64];
-                    let mut n = 0;
-                    let mut bits = group;
-                    while bits != 0 {
-                        pool[n] = bits.trailing_zeros() as usize;
-                        n += 1;
-                        bits &= bits - 1;
-                    }
                     let s = gpus::partition_score(table, &pool[..n], k, exact);
                     self.partitions.push((group, s));
                     s

@@ -15,10 +15,12 @@ mod lookahead;
 pub mod nics;
 pub mod numa;
 mod orbits;
+mod partitions;
 pub mod policy;
 pub mod reject;
 pub mod request;
 pub mod resolve;
+mod twins;
 
 pub use allocator::{Allocator, Plan};
 pub use choose::GpuSearch;

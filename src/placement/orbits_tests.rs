@@ -169,3 +169,23 @@ fn holds_finds_the_best_sets_a_set_leaves() {
         }
     }
 }
+
+/// The topology's twin masks find the classes the permutation check finds, on every GPU host
+/// and a spread of free sets (so the masks are right whatever is held).
+#[test]
+fn twin_masks_give_the_classes_of_the_permutation_check() {
+    for name in crate::topology::testing::GPU_HOSTS {
+        let (table, ledger) = host(name);
+        let mut checked = table.clone();
+        checked.twins = None;
+        let n = ledger.topo().gpus.len();
+        for m in (1u64..1 << n).step_by(37) {
+            let free: Vec<usize> = (0..n).filter(|g| m & (1 << g) != 0).collect();
+            let fast = Symmetry::new(&table, &ledger, &free, false);
+            let slow = Symmetry::new(&checked, &ledger, &free, false);
+            assert_eq!(fast.classes, slow.classes, "{name} {free:?}");
+            assert_eq!(fast.groups, slow.groups, "{name} {free:?}");
+            assert_eq!(fast.blocks, slow.blocks, "{name} {free:?}");
+        }
+    }
+}
