@@ -208,11 +208,13 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
             .with_context(|| format!("metrics on {addr}"))?;
         tracing::info!(address = %bound, "serving /metrics");
     }
-    // One thread for everything the runtime asks: the engine serves one event at a time
-    // under its lock anyway, and with two workers each one's allocator arena held its own
-    // share of the records (1.5 MiB more at 1,000 containers). The endpoints above have their
-    // own thread.
-    let rt = tokio::runtime::Builder::new_current_thread()
+    // Two workers, though the engine serves one event at a time under its lock: with one
+    // event-loop thread the daemon held 1 MiB less at 1,000 containers, but building and
+    // sending the 4,500 updates of an exclusive admission at 5,000 took half as long again
+    // (pool move 1.9-2.0 to 2.8-3.0 ms, round trip 9 to 14 ms; `daemon_scale`, alternated),
+    // a cost the runtime waits for.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()?;
     rt.block_on(async move {
