@@ -197,8 +197,9 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
 
     let connection = crate::enforce::nri::Connection::new(PLUGIN_NAME, &idx, &args.socket)?;
     // Capabilities are per thread: drop them before any other thread starts (the endpoints',
-    // the runtime's blocking pool), so every thread inherits the reduced sets. Nothing after this point needs one (see
-    // host/caps.rs); the inherited socket fd or the root-owned socket path is enough.
+    // the runtime's workers), so every thread inherits the reduced sets. Nothing after this
+    // point needs one (see host/caps.rs); the inherited socket fd or the root-owned socket
+    // path is enough.
     let caps = drop_capabilities(&[]).context("dropping capabilities")?;
     tracing::info!(kept = ?caps.kept, dropped = caps.dropped.len(), bounding = caps.bounding_dropped, "capabilities dropped");
 
