@@ -226,6 +226,24 @@ fn command_line_json_has_the_contract_fields() {
         s.contains("summary (kubelet)") && s.contains("free: node 0"),
         "{s}"
     );
+    // No reserved CPUs: a kubelet with the static policy would not start; the replay says so
+    // and names the first core (CPUs 0 and 40 on the DGX-1V description).
+    let note = String::from_utf8_lossy(&text.stderr);
+    assert!(
+        note.contains("refuses to start without kube-reserved + system-reserved CPU")
+            && note.contains("\"0,40\""),
+        "{note}"
+    );
+    let with_reserved = Command::new(env!("CARGO_BIN_EXE_nri-align"))
+        .args(["simulate", "--host", "dgx1-v100", "--strategy", "kubelet"])
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--workload")
+        .arg(&wl)
+        .output()
+        .expect("run");
+    assert!(with_reserved.status.success());
+    assert!(with_reserved.stderr.is_empty(), "{with_reserved:?}");
     let bad = Command::new(env!("CARGO_BIN_EXE_nri-align"))
         .args([
             "simulate",

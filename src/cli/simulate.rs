@@ -87,6 +87,18 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         Some(p) => load_config(p)?,
         None => Config::default(),
     };
+    if strategy == Strategy::Kubelet && config.placement.reserved_cpus.is_empty() {
+        // Not an error: the replay still answers "what would these hints do"; but the figure
+        // of pods admitted is not one a real node can give, so say so.
+        eprintln!(
+            "note: no reserved_cpus in the configuration. A real kubelet's static CPU manager \
+             policy refuses to start without kube-reserved + system-reserved CPU, so its \
+             shared pool never empties; this replay lets exclusive CPUs take every CPU. Give \
+             reserved_cpus (e.g. \"{}\", the first core, as a kubelet reserving 2 CPUs \
+             takes them) in --config for a node a kubelet can run.",
+            simulate::baseline::kubelet_reserved(&topo, 2)
+        );
+    }
     let Some(workload) = &args.workload else {
         bail!("give the workload: --workload FILE (or --churn)")
     };

@@ -18,7 +18,7 @@ use crate::placement::policy::{PlacementConfig, Policy, Scope};
 use crate::placement::request::{Assignment, Request};
 use crate::placement::resolve::{resolve, Resolved};
 use crate::placement::PodTotals;
-use crate::topology::{CpuSet, Topology};
+use crate::topology::{Cpu, CpuSet, Topology};
 
 /// The kubelet's default `max-allowable-numa-nodes`.
 pub const MAX_NUMA_NODES: usize = 8;
@@ -434,6 +434,25 @@ fn take_lowest(topo: &Topology, avail: &CpuSet, k: u32) -> CpuSet {
         out.insert(id);
     }
     out
+}
+
+/// The CPUs a kubelet with the static CPU manager policy reserves for `count` CPUs of
+/// kube-reserved plus system-reserved: whole cores from the lowest-numbered one, as its
+/// topology-aware take does on an idle node. The static policy refuses to start with none
+/// (the shared pool could then empty), so a real node always has some; nri-align and the
+/// kubelet baseline both keep them out of exclusive allocation.
+pub fn kubelet_reserved(topo: &Topology, count: usize) -> CpuSet {
+    let mut reserved = CpuSet::new();
+    for first in &topo.cpus {
+        if reserved.len() >= count {
+            break;
+        }
+        let core = |c: &&Cpu| c.package == first.package && c.core == first.core;
+        for thread in topo.cpus.iter().filter(core) {
+            reserved.insert(thread.id);
+        }
+    }
+    reserved
 }
 
 #[cfg(test)]

@@ -81,7 +81,13 @@ pub fn workload(topo: &Topology, seed: u64, pods: usize) -> Workload {
     let threads = topo.cpus.len().max(1);
     let memory: u64 = topo.numa_nodes.iter().map(|n| n.memory_bytes).sum();
     // Per GPU (or unit): 60 % of the host's share, so CPUs and memory rarely bind before GPUs.
-    let units = if gpus > 0 { gpus } else { threads / 4 };
+    // A host without GPUs counts four units per NUMA node, as the GPU hosts have four GPUs per
+    // node: the stream then fills it as it fills them, and 8-unit pods span two nodes there too.
+    let units = if gpus > 0 {
+        gpus
+    } else {
+        topo.numa_nodes.len().max(1) * 4
+    };
     let cpu_per_unit = ((threads * 6) / (units.max(1) * 10)).max(1);
     let gib_per_unit = (memory / (1 << 30) / units.max(1) as u64 / 2).max(1);
     // NICs as an RDMA device plugin hands them out; a host without RDMA NICs (the EPYC one:
@@ -135,6 +141,7 @@ pub fn rows(
 ) -> Result<Vec<ChurnRow>, ReplayError> {
     let config = PlacementConfig {
         policy: Policy::SingleNumaNode,
+        reserved_cpus: super::baseline::kubelet_reserved(&topo, 2),
         ..PlacementConfig::default()
     };
     let links = LinkTable::new(&topo);
@@ -306,5 +313,31 @@ mod tests {
         assert!(ratio(&rows[1]) > ratio(&rows[2]), "{rows:?}");
         let t = table(&rows);
         assert_eq!(t.lines().count(), 5, "{t}");
+    }
+
+    #[test]
+    fn a_cpu_only_host_fills_up_as_the_gpu_hosts_do() {
+        let topo = Arc::new(testing::shipped("epyc-nps4"));
+        // The first core's two threads (SMT siblings are n and n + 128 there).
+        let reserved = crate::simulate::baseline::kubelet_reserved(&topo, 2);
+        assert_eq!(reserved.to_string(), "0,128");
+        let wl = workload(&topo, 1, 30);
+        // Four units a node: pods of 4, 8, 16 or 32 CPUs on nodes of 32.
+        let cpus: Vec<f64> = wl
+            .pods
+            .iter()
+            .map(|p| match p.containers[0].cpu {
+                Some(Quantity::Number(n)) => n,
+                ref other => panic!("{other:?}"),
+            })
+            .collect();
+        assert!(
+            cpus.iter().all(|c| [4.0, 8.0, 16.0, 32.0].contains(c)),
+            "{cpus:?}"
+        );
+        let rows = rows("epyc-nps4", topo, ChurnSpec { pods: 60, seeds: 2 }).expect("rows");
+        // Every strategy meets a full node at some point: the host discriminates.
+        assert!(rows.iter().all(|r| r.admitted < r.offered), "{rows:?}");
+        assert!(rows.iter().all(|r| r.aligned == r.containers), "{rows:?}");
     }
 }
