@@ -126,6 +126,19 @@ pub struct Enforced {
     pub config: PathBuf,
 }
 
+/// What an [`Enforced`] constructor adds to the plain start; the defaults are the plain start.
+#[derive(Default)]
+struct Setup<'a> {
+    /// A test kubelet serving PodResources to nri-align.
+    kubelet: bool,
+    /// Runtime options (CDI on, timeouts).
+    options: UpOptions,
+    /// More arguments for `nri-align run`.
+    extra_args: &'a [&'a str],
+    /// GPUs with MIG mode on: index and MIG profiles.
+    mig: &'a [(usize, &'a [&'a str])],
+}
+
 impl Enforced {
     /// Brings up instance `name` of `runtime` and nri-align on a host with `gpus` fake GPUs and
     /// `nics` RDMA NICs, configured by `config` (YAML). `None` when the test must skip (see
@@ -138,17 +151,7 @@ impl Enforced {
         nics: usize,
         config: &str,
     ) -> Option<Self> {
-        Self::start_with(
-            runtime,
-            test,
-            name,
-            (gpus, nics),
-            config,
-            false,
-            UpOptions::default(),
-            &[],
-            &[],
-        )
+        Self::start_with(runtime, test, name, (gpus, nics), config, Setup::default())
     }
 
     /// [`Enforced::start`] with a test kubelet serving PodResources to nri-align.
@@ -160,17 +163,12 @@ impl Enforced {
         config: &str,
         options: UpOptions,
     ) -> Option<Self> {
-        Self::start_with(
-            runtime,
-            test,
-            name,
-            (gpus, nics),
-            config,
-            true,
+        let setup = Setup {
+            kubelet: true,
             options,
-            &[],
-            &[],
-        )
+            ..Setup::default()
+        };
+        Self::start_with(runtime, test, name, (gpus, nics), config, setup)
     }
 
     /// [`Enforced::with_kubelet`] on a host whose GPUs `mig` (index, MIG profiles) have MIG
@@ -183,17 +181,12 @@ impl Enforced {
         mig: &[(usize, &[&str])],
         config: &str,
     ) -> Option<Self> {
-        Self::start_with(
-            runtime,
-            test,
-            name,
-            (gpus, nics),
-            config,
-            true,
-            UpOptions::default(),
-            &[],
+        let setup = Setup {
+            kubelet: true,
             mig,
-        )
+            ..Setup::default()
+        };
+        Self::start_with(runtime, test, name, (gpus, nics), config, setup)
     }
 
     /// [`Enforced::start`] with runtime options (CDI on, timeouts) and no test kubelet.
@@ -205,17 +198,11 @@ impl Enforced {
         config: &str,
         options: UpOptions,
     ) -> Option<Self> {
-        Self::start_with(
-            runtime,
-            test,
-            name,
-            (gpus, nics),
-            config,
-            false,
+        let setup = Setup {
             options,
-            &[],
-            &[],
-        )
+            ..Setup::default()
+        };
+        Self::start_with(runtime, test, name, (gpus, nics), config, setup)
     }
 
     /// [`Enforced::start`] with more arguments for `nri-align run`.
@@ -227,30 +214,25 @@ impl Enforced {
         config: &str,
         extra_args: &[&str],
     ) -> Option<Self> {
-        Self::start_with(
-            runtime,
-            test,
-            name,
-            (gpus, nics),
-            config,
-            false,
-            UpOptions::default(),
+        let setup = Setup {
             extra_args,
-            &[],
-        )
+            ..Setup::default()
+        };
+        Self::start_with(runtime, test, name, (gpus, nics), config, setup)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn start_with(
         runtime: Runtime,
         test: &str,
         name: &str,
         (gpus, nics): (usize, usize),
         config: &str,
-        kubelet: bool,
-        options: UpOptions,
-        extra_args: &[&str],
-        mig: &[(usize, &[&str])],
+        Setup {
+            kubelet,
+            options,
+            extra_args,
+            mig,
+        }: Setup,
     ) -> Option<Self> {
         let test = format!("{test}({})", runtime.name());
         if skip_unless_ready(runtime, &test) {
