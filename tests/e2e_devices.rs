@@ -427,7 +427,59 @@ fn gpus_arrive_through_each_cdi_strategy(rt: Runtime) {
     );
 }
 
+/// A time-sliced GPU (the NVIDIA device plugin's replicas `UUID::N`, its node passed as a
+/// device spec) given to two pods: both run with it, nri-align neither removes nor denies the
+/// node of a GPU it does not hand out, and `verify` finds both as decided.
+fn a_time_sliced_gpu_reaches_both_pods_and_verifies(rt: Runtime) {
+    let Some(e) = Enforced::with_kubelet(
+        rt,
+        "timesliced",
+        "e2e-slice",
+        (1, 0),
+        "",
+        UpOptions::default(),
+    ) else {
+        return;
+    };
+    let k = e.kubelet.as_ref().expect("test kubelet");
+    let gpu = &e.host.gpus[0];
+    let path = format!("/dev/nvidia{}", gpu.minor);
+    let host_path = e.host.dev(&path).to_string_lossy().into_owned();
+    let mut ids = Vec::new();
+    for (pod, replica) in [("slice-a", 0), ("slice-b", 1)] {
+        let sandbox = e.rt.run_pod(&PodSpec::new(pod)).expect("pod");
+        let id = format!("{}::{replica}", gpu.uuid);
+        k.allocate("default", pod, "c", "nvidia.com/gpu", &[&id]);
+        ids.push(
+            e.run(
+                &sandbox,
+                &burstable("c")
+                    .env("NVIDIA_VISIBLE_DEVICES", &gpu.uuid)
+                    .device(&path, &host_path, "rwm"),
+            ),
+        );
+    }
+    for id in &ids {
+        assert_eq!(e.live(id).devices, vec![path.clone()], "{id}");
+    }
+    let out = e.run.verify(&[]).expect("verify");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for id in &ids {
+        let line = text
+            .lines()
+            .find(|l| l.contains(&id[..13]))
+            .unwrap_or_else(|| panic!("{id} not in\n{text}"));
+        assert!(line.starts_with("ok "), "{line}");
+    }
+}
+
 each_runtime!(
+    a_time_sliced_gpu_reaches_both_pods_and_verifies,
     gpus_arrive_through_each_cdi_strategy,
     gpus_are_given_remapped_or_refused,
     rdma_nic_keeps_its_verbs_node,

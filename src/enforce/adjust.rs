@@ -132,7 +132,17 @@ pub fn build_adjustment(
         optional.push(RDMA_CM);
     }
 
-    adj.visible_devices = wanted.clone();
+    // GPUs used shared (replicas of a time-sliced GPU, MIG parents) that arrive as device nodes
+    // are the device plugin's: they stay, and the container sees them beside the chosen ones.
+    let shared_nodes: Vec<String> = topo
+        .gpus
+        .iter()
+        .filter(|g| a.shared_gpus.contains(&g.pci_bus_id))
+        .filter_map(|g| g.minor)
+        .map(|m| format!("/dev/nvidia{m}"))
+        .filter(|p| c.devices.iter().any(|d| &d.path == p) && !wanted.contains(p))
+        .collect();
+    adj.visible_devices = wanted.iter().chain(&shared_nodes).cloned().collect();
     let present = |p: &str| c.devices.iter().any(|d| d.path == p);
     for path in &wanted {
         let node = devs
@@ -153,7 +163,7 @@ pub fn build_adjustment(
     // that honour both.
     for d in &c.devices {
         let unchosen = nvidia_minor(&d.path).is_some() || uverbs_name(&d.path).is_some();
-        if unchosen && !wanted.contains(&d.path) {
+        if unchosen && !wanted.contains(&d.path) && !shared_nodes.contains(&d.path) {
             adj.remove_devices.push(d.path.clone());
             adj.device_rules.push(DeviceRule {
                 allow: false,
@@ -343,6 +353,32 @@ mod tests {
         let added: Vec<_> = adj.add_devices.iter().map(|d| d.path.as_str()).collect();
         assert!(added.contains(&"/dev/infiniband/uverbs0") && added.contains(&RDMA_CM));
         assert!(adj.remove_devices.is_empty());
+    }
+
+    #[test]
+    fn a_shared_gpu_given_as_a_node_stays_and_is_recorded_as_seen() {
+        // GPU 0 (/dev/nvidia0) is held by another container and used shared here (a
+        // time-sliced replica, a MIG parent); GPU 1 arrived too and was not chosen.
+        let c = ContainerView {
+            devices: vec![node("/dev/nvidia0", 195, 0), node("/dev/nvidia1", 195, 1)],
+            ..Default::default()
+        };
+        let a = Assignment {
+            shared_gpus: vec!["0000:1b:00.0".into()],
+            ..decision(&[], &[])
+        };
+        let adj = build_adjustment(&a, &gpu_topology(), &c, &host()).expect("ok");
+        assert_eq!(adj.remove_devices, vec!["/dev/nvidia1"]);
+        assert!(
+            !adj.device_rules.iter().any(|r| r.minor == Some(0)),
+            "{:?}",
+            adj.device_rules
+        );
+        assert_eq!(adj.visible_devices, vec!["/dev/nvidia0"]);
+        // Named only by the env (no node in the spec): nothing to keep, nothing seen.
+        let adj =
+            build_adjustment(&a, &gpu_topology(), &ContainerView::default(), &host()).expect("ok");
+        assert!(adj.visible_devices.is_empty() && adj.remove_devices.is_empty());
     }
 
     #[test]
