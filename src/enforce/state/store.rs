@@ -33,6 +33,8 @@ const MIGRATED_FILE: &str = "state.json.migrated";
 const TEMP_PREFIX: &str = ".state.log";
 /// Changes the log may hold beyond twice the live records before it is compacted.
 const COMPACT_SLACK: usize = 1024;
+/// How many unusable state files are kept aside (`state.log.corrupt`, `.corrupt.1`...).
+const CORRUPT_KEPT: usize = 4;
 
 /// The state log of one state dir.
 #[derive(Debug)]
@@ -274,9 +276,21 @@ impl StateStore {
     }
 
     /// Reports `name` unusable; a writer sets it aside so the next write starts a new log.
+    /// Earlier copies set aside move down one (`.corrupt` to `.corrupt.1`...), the oldest of
+    /// [`CORRUPT_KEPT`] dropping out: a second rollback or crash keeps the first one's evidence,
+    /// and the disk used stays bounded.
     fn corrupt(&mut self, name: &str, why: String) -> Loaded {
         if self.writable {
             let aside = format!("{name}.corrupt");
+            for k in (1..CORRUPT_KEPT).rev() {
+                let older = if k == 1 {
+                    aside.clone()
+                } else {
+                    format!("{aside}.{}", k - 1)
+                };
+                // A missing copy is the usual case: nothing to move.
+                let _ = self.dir.rename(&older, &format!("{aside}.{k}"));
+            }
             if self.dir.rename(name, &aside).is_ok() {
                 tracing::warn!(
                     "kept the unusable state as {}",

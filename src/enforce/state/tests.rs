@@ -129,6 +129,31 @@ fn a_torn_tail_is_dropped_and_the_log_rewritten() {
 }
 
 #[test]
+fn files_set_aside_keep_the_earlier_ones_up_to_a_bound() {
+    let dir = tempfile::tempdir().expect("tmp");
+    // Six unusable logs in a row (a rollback each time): the four latest stay, newest first.
+    for n in 0..6 {
+        let mut store = StateStore::open(dir.path()).expect("open");
+        std::fs::write(store.path(), format!("nri-align state log {}\n", 10 + n)).expect("write");
+        assert!(matches!(store.load(), Loaded::Corrupt(_)));
+    }
+    let kept = |name: &str| std::fs::read_to_string(dir.path().join(name)).ok();
+    for (name, layout) in [
+        ("state.log.corrupt", 15),
+        ("state.log.corrupt.1", 14),
+        ("state.log.corrupt.2", 13),
+        ("state.log.corrupt.3", 12),
+    ] {
+        assert_eq!(
+            kept(name),
+            Some(format!("nri-align state log {layout}\n")),
+            "{name}"
+        );
+    }
+    assert_eq!(kept("state.log.corrupt.4"), None);
+}
+
+#[test]
 fn corrupt_and_future_files_are_reported_set_aside_and_replaced() {
     let dir = tempfile::tempdir().expect("tmp");
     let mut store = StateStore::open(dir.path()).expect("open");
