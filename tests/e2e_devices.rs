@@ -462,20 +462,7 @@ fn a_time_sliced_gpu_reaches_both_pods_and_verifies(rt: Runtime) {
     for id in &ids {
         assert_eq!(e.live(id).devices, vec![path.clone()], "{id}");
     }
-    let out = e.run.verify(&[]).expect("verify");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for id in &ids {
-        let line = text
-            .lines()
-            .find(|l| l.contains(&id[..13]))
-            .unwrap_or_else(|| panic!("{id} not in\n{text}"));
-        assert!(line.starts_with("ok "), "{line}");
-    }
+    e.assert_verified(&[&ids[0], &ids[1]]);
 }
 
 each_runtime!(

@@ -156,20 +156,7 @@ fn verify_detects_drift(rt: Runtime) {
     );
 
     // Every running container matches its decision...
-    let out = e.run.verify(&[]).expect("verify");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for id in [&s1, &g1] {
-        let line = text
-            .lines()
-            .find(|l| l.contains(&id[..13]))
-            .unwrap_or_else(|| panic!("{id} not in\n{text}"));
-        assert!(line.starts_with("ok "), "{line}");
-    }
+    e.assert_verified(&[&s1, &g1]);
     // ...until a cpuset is changed behind nri-align's back.
     let cg = common::cpuset_dir(l1.pid)
         .expect("cgroup")

@@ -266,6 +266,24 @@ impl Enforced {
         })
     }
 
+    /// Runs `nri-align verify`, which must succeed and report each of `ids` as `ok`.
+    pub fn assert_verified(&self, ids: &[&str]) {
+        let out = self.run.verify(&[]).expect("verify");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for id in ids {
+            let line = text
+                .lines()
+                .find(|l| l.contains(&id[..13]))
+                .unwrap_or_else(|| panic!("{id} not in\n{text}"));
+            assert!(line.starts_with("ok "), "{line}");
+        }
+    }
+
     /// The host's online CPUs.
     pub fn online(&self) -> Vec<u32> {
         self.host.machine.cpus.clone()
