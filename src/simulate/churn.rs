@@ -82,7 +82,8 @@ pub fn workload(topo: &Topology, seed: u64, pods: usize) -> Workload {
     let memory: u64 = topo.numa_nodes.iter().map(|n| n.memory_bytes).sum();
     // Per GPU (or unit): 60 % of the host's share, so CPUs and memory rarely bind before GPUs.
     // A host without GPUs counts four units per NUMA node, as the GPU hosts have four GPUs per
-    // node: the stream then fills it as it fills them, and 8-unit pods span two nodes there too.
+    // node: the stream then fills it as it fills them (on EPYC NPS4, 4 CPUs a unit, so an
+    // 8-unit pod needs a whole node of 32 threads).
     let units = if gpus > 0 {
         gpus
     } else {
