@@ -132,6 +132,7 @@ pub fn build_adjustment(
         optional.push(RDMA_CM);
     }
 
+    let present = |p: &str| c.devices.iter().any(|d| d.path == p);
     // GPUs used shared (replicas of a time-sliced GPU, MIG parents) that arrive as device nodes
     // are the device plugin's: they stay, and the container sees them beside the chosen ones.
     let shared_nodes: Vec<String> = topo
@@ -140,10 +141,9 @@ pub fn build_adjustment(
         .filter(|g| a.shared_gpus.contains(&g.pci_bus_id))
         .filter_map(|g| g.minor)
         .map(|m| format!("/dev/nvidia{m}"))
-        .filter(|p| c.devices.iter().any(|d| &d.path == p) && !wanted.contains(p))
+        .filter(|p| present(p) && !wanted.contains(p))
         .collect();
     adj.visible_devices = wanted.iter().chain(&shared_nodes).cloned().collect();
-    let present = |p: &str| c.devices.iter().any(|d| d.path == p);
     for path in &wanted {
         let node = devs
             .lookup(path)
