@@ -18,12 +18,11 @@
 pub mod spec;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cri_client::grpc::{Channel, Code, GrpcError};
 use cri_client::proto as cri;
-
-use std::sync::Arc;
 
 use crate::enforce::container::{ContainerView, PodView};
 use crate::enforce::engine::Placer;
@@ -36,8 +35,9 @@ pub const CRIO_SOCKET: &str = "/var/run/crio/crio.sock";
 
 /// Deadline of one CRI call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long to keep trying: containerd 1.7 serves CRI only once its start-up, which waits for
-/// launched plugins, is over ("server is not initialized yet" until then).
+/// How long to keep trying: a runtime still starting may not serve CRI yet (containerd 1.7.24
+/// here answered the first try, right after Configure; a slower start or a runtime restarting
+/// its CRI service answers later).
 const TRY_FOR: Duration = Duration::from_secs(120);
 /// How long creations wait for the listing at most, counted from the first try: long enough
 /// for a runtime finishing its start-up, short enough that a wrong `cri_socket` delays
@@ -222,6 +222,7 @@ async fn learn(socket: &Path, slow: impl FnOnce()) -> Option<Listing> {
                     pods = l.pods.len(),
                     containers = l.containers.len(),
                     without_spec = l.status_only,
+                    ended_meanwhile = l.vanished,
                     tries,
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "listed the running containers over CRI (this runtime sends launched plugins no Synchronize)"
