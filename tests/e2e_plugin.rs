@@ -9,7 +9,8 @@
 //!   nri-align later updated it: nri-align re-sends its record), and every running container
 //!   keeps its CPUs, seen from inside and in its cgroup;
 //! - it works as a pre-launched plugin (NRI_PLUGIN_SOCKET, drop-in config), relaunched with
-//!   its state after a runtime restart.
+//!   its state after a runtime restart, and, with that state unusable, learns what runs over
+//!   the runtime's CRI where NRI v0.6.1 sends it no Synchronize.
 
 mod common;
 
@@ -299,14 +300,14 @@ fn prelaunched(rt: Runtime) {
     let script = ctrd.dir().join("nri-align-launcher");
     let log = ctrd.dir().join("nri-align-launched.log");
     run.launcher_script(&script, &log).expect("launcher");
-    // The drop-in config reaches the plugin in Configure: kube-system is left alone.
-    ctrd.install_prelaunched_plugin(
-        "45",
-        "nri-align",
-        &script,
-        Some("exempt_namespaces: [kube-system]\n"),
-    )
-    .expect("install");
+    // The drop-in config reaches the plugin in Configure: kube-system is left alone, and what
+    // runs is listed over this instance's CRI, never the host's.
+    let dropin = format!(
+        "exempt_namespaces: [kube-system]\ncri_socket: {}\n",
+        ctrd.cri_socket().display()
+    );
+    ctrd.install_prelaunched_plugin("45", "nri-align", &script, Some(&dropin))
+        .expect("install");
     ctrd.kill(Signal::SIGTERM).expect("stop the runtime");
     ctrd.start()
         .expect("the runtime starts and launches nri-align");
@@ -383,8 +384,106 @@ fn prelaunched(rt: Runtime) {
     eprintln!("{test}: total {:?}", t0.elapsed());
 }
 
+/// nri-align launched by the runtime, its state file unusable when the runtime restarts (a
+/// rollback to a build that reads another layout, a damaged disk): it must still know what
+/// runs. On NRI v0.6.1 no Synchronize comes, so it lists the running containers over the
+/// runtime's CRI (`cri_socket`); later runtimes Synchronize. Either way the exclusive CPU a
+/// running container holds stays out of the shared pool and out of new decisions.
+fn prelaunched_state_lost(rt: Runtime) {
+    let test = format!("prelaunched_state_lost({})", rt.name());
+    if skip_unless_ready(rt, &test) {
+        return;
+    }
+    let t0 = Instant::now();
+    let machine = RealMachine::read().expect("read /sys");
+    let mut ctrd =
+        Instance::fresh_with(rt, "e2e-plost", UpOptions::default()).expect("runtime comes up");
+    let state_dir = ctrd.dir().join("align-state");
+    let run = AlignRun::new(&state_dir);
+    let script = ctrd.dir().join("nri-align-launcher");
+    let log = ctrd.dir().join("nri-align-launched.log");
+    run.launcher_script(&script, &log).expect("launcher");
+    ctrd.install_prelaunched_plugin(
+        "45",
+        "nri-align",
+        &script,
+        Some(&format!("cri_socket: {}\n", ctrd.cri_socket().display())),
+    )
+    .expect("install");
+    ctrd.kill(Signal::SIGTERM).expect("stop the runtime");
+    ctrd.start()
+        .expect("the runtime starts and launches nri-align");
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        common::wait_until(Duration::from_secs(20), || read_log()
+            .contains(": registered")),
+        "not registered; plugin log:\n{}\nruntime log:\n{}",
+        read_log(),
+        ctrd.log_tail(30)
+    );
+    let pod = ctrd.run_pod(&PodSpec::new("app")).expect("pod");
+    let x = ctrd
+        .run_container(&pod, &guaranteed("x", 1))
+        .expect("container");
+    let cpu_id: u32 = cpus_of(&ctrd, &x)
+        .parse()
+        .unwrap_or_else(|_| panic!("one exclusive CPU"));
+    let pool: Vec<u32> = machine
+        .cpus
+        .iter()
+        .copied()
+        .filter(|c| *c != cpu_id)
+        .collect();
+
+    ctrd.kill(Signal::SIGKILL).expect("kill the runtime");
+    std::fs::write(state_dir.join("state.log"), "not a state log\n").expect("damage the state");
+    ctrd.start()
+        .expect("the runtime comes back and relaunches nri-align");
+    assert!(
+        common::wait_until(Duration::from_secs(20), || {
+            log_events(&read_log(), "registered").len() >= 2
+        }),
+        "not relaunched:\n{}",
+        read_log()
+    );
+    // At once, as a kubelet retrying its creations would: on v0.6.1 the creation waits for the
+    // listing.
+    let y = ctrd
+        .run_container(&pod, &burstable("y"))
+        .expect("container after the restart");
+    let out = read_log();
+    assert!(out.contains("previous state unusable"), "{out}");
+    let listings = log_events(
+        &out,
+        "listed the running containers over CRI (this runtime sends launched plugins no Synchronize)",
+    );
+    // One per start where no Synchronize comes (the first start's found nothing to list).
+    let expected = if rt.synchronizes_launched_plugins() {
+        0
+    } else {
+        2
+    };
+    assert_eq!(listings.len(), expected, "{out}");
+    if let Some(l) = listings.last() {
+        eprintln!("{test}: CRI listing after the restart {l:?}");
+        assert_eq!(l["containers"], "1", "x: {l:?}");
+    }
+    let state = run.state().expect("state");
+    let rec = state
+        .get(&x)
+        .unwrap_or_else(|| panic!("x recorded again:\n{out}"));
+    assert_eq!(rec["assignment"]["exclusive"], true, "{rec}");
+    assert_eq!(
+        cpus_of(&ctrd, &y),
+        format_list(&pool),
+        "the shared pool leaves x's CPU out:\n{out}"
+    );
+    eprintln!("{test}: total {:?}", t0.elapsed());
+}
+
 each_runtime!(
     registers_synchronizes_and_adjusts,
     runtime_restart,
-    prelaunched
+    prelaunched,
+    prelaunched_state_lost
 );

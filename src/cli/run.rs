@@ -233,6 +233,8 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
             AlignPlugin::new(engine, args.config.is_some())
                 .with_kubelet(kubelet, Some(metrics.clone())),
         );
+        // Where the runtime sends no Synchronize, what runs is listed over its CRI.
+        crate::enforce::backfill::spawn(connection.watch(), plugin.clone());
         if let Some(path) = args.config.clone() {
             let plugin = plugin.clone();
             let counted = metrics.clone();

@@ -19,6 +19,7 @@
 //! podresources_resources: [nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*, rdma/*]
 //! podresources_timeout_ms: 300 # deadline of one PodResources Get (fails open after it)
 //! trust_visible_devices_env: false  # NVIDIA_VISIBLE_DEVICES lists count as allocations
+//! cri_socket: null             # runtime's CRI, listed where NRI sends no Synchronize; "" off
 //! state_dir: /var/lib/nri-align   # default: --state-dir
 //! state_fsync: false           # fdatasync every state write before answering the runtime
 //! metrics_address: null        # e.g. "127.0.0.1:9464"; default: no metrics endpoint
@@ -142,6 +143,7 @@ struct RawConfig {
     podresources_resources: Option<Vec<String>>,
     podresources_timeout_ms: Option<u64>,
     trust_visible_devices_env: Option<bool>,
+    cri_socket: Option<PathBuf>,
     state_dir: Option<PathBuf>,
     state_fsync: Option<bool>,
     metrics_address: Option<String>,
@@ -195,6 +197,10 @@ pub struct Config {
     /// (nodes whose admission policy keeps pods from setting the variable). Off: a GPU named
     /// only there is aligned to, never held, remapped or given.
     pub trust_visible_devices_env: bool,
+    /// The runtime's CRI socket, read to list what runs when the runtime launched nri-align
+    /// and sends it no Synchronize (containerd 1.7, `enforce::backfill`). `None`: the
+    /// runtime's packaged socket, by the name Configure gives; an empty path: never listed.
+    pub cri_socket: Option<PathBuf>,
     /// State directory; `None` means the command-line default.
     pub state_dir: Option<PathBuf>,
     /// Make every state write durable (fdatasync) before the runtime gets its answer. Off by
@@ -221,6 +227,7 @@ impl Default for Config {
             exempt_namespaces: Vec::new(),
             podresources: Some(PodResourcesConfig::default()),
             trust_visible_devices_env: false,
+            cri_socket: None,
             state_dir: None,
             state_fsync: false,
             metrics_address: None,
@@ -258,6 +265,16 @@ impl Config {
         };
         let defaults = PlacementConfig::default();
         let podresources = podresources_config(&raw).map_err(&invalid)?;
+        if let Some(p) = raw
+            .cri_socket
+            .as_ref()
+            .filter(|p| !p.as_os_str().is_empty() && !p.is_absolute())
+        {
+            return Err(invalid(format!(
+                "cri_socket {} must be an absolute path (or \"\" to turn listing off)",
+                p.display()
+            )));
+        }
         let placement = PlacementConfig {
             policy: raw.policy.unwrap_or(defaults.policy),
             scope: raw.scope.unwrap_or(defaults.scope),
@@ -303,6 +320,7 @@ impl Config {
             exempt_namespaces: raw.exempt_namespaces,
             podresources,
             trust_visible_devices_env: raw.trust_visible_devices_env.unwrap_or(false),
+            cri_socket: raw.cri_socket,
             state_dir: raw.state_dir,
             state_fsync: raw.state_fsync.unwrap_or(false),
             metrics_address,
@@ -484,6 +502,24 @@ mod tests {
         assert_eq!(c.metrics_address.map(|a| a.port()), Some(9464));
         assert_eq!(c.log_format, LogFormat::Json);
         assert_eq!(c.plugin_idx.as_deref(), Some("07"));
+    }
+
+    #[test]
+    fn the_cri_socket_is_absolute_or_turned_off() {
+        assert_eq!(Config::parse("", "t").expect("ok").cri_socket, None);
+        let c = Config::parse("cri_socket: /run/k3s/containerd/containerd.sock\n", "t");
+        assert_eq!(
+            c.expect("ok").cri_socket,
+            Some(PathBuf::from("/run/k3s/containerd/containerd.sock"))
+        );
+        let off = Config::parse("cri_socket: \"\"\n", "t").expect("ok");
+        assert_eq!(off.cri_socket, Some(PathBuf::new()));
+        let err = Config::parse("cri_socket: run/containerd.sock\n", "f.yaml").expect_err("rel");
+        assert!(
+            err.to_string()
+                .contains("cri_socket run/containerd.sock must be an absolute path"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! [`drift`] checks running containers against them (`nri-align verify`).
 
 pub mod adjust;
+pub mod backfill;
 pub mod container;
 pub mod drift;
 pub mod engine;

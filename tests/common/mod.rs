@@ -388,6 +388,16 @@ impl Instance {
             .unwrap_or(false)
     }
 
+    /// The instance's CRI socket (its `CONTAINER_RUNTIME_ENDPOINT` without `unix://`).
+    pub fn cri_socket(&self) -> PathBuf {
+        let endpoint = self
+            .env
+            .get("CONTAINER_RUNTIME_ENDPOINT")
+            .cloned()
+            .unwrap_or_default();
+        PathBuf::from(endpoint.strip_prefix("unix://").unwrap_or(&endpoint))
+    }
+
     /// CRI client bound to this instance.
     pub fn cri(&self) -> Cri {
         Cri {

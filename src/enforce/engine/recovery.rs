@@ -228,6 +228,59 @@ impl<P: Placer> Engine<P> {
         updates
     }
 
+    /// Takes in what the runtime's CRI lists ([`crate::enforce::backfill`]), for runtimes that
+    /// send no Synchronize: every created or running container the engine has no record of is
+    /// recorded as it runs, as Synchronize would have done. Unlike Synchronize it never
+    /// releases a record: a container created between the listing and this call is not in the
+    /// listing and must keep what it holds. Exempt namespaces stay unrecorded. Returns how many
+    /// containers were taken in and the pool updates to send with the next response.
+    pub fn adopt_listed(
+        &mut self,
+        pods: &[PodView],
+        containers: &[ContainerView],
+    ) -> (usize, Vec<CpusetUpdate>) {
+        let mut new_pods = false;
+        for p in pods {
+            new_pods |= self.pods.insert_new(p);
+        }
+        let mut adopted = 0usize;
+        for c in containers.iter().filter(|c| c.state.is_live()) {
+            if self.doc.containers.contains_key(&c.id) {
+                continue;
+            }
+            // A container of a pod the listing missed (removed in between) still holds its CPUs.
+            let orphan;
+            let pod = match pods.iter().find(|p| p.id == c.pod_sandbox_id) {
+                Some(p) => p,
+                None => {
+                    orphan = PodView {
+                        id: c.pod_sandbox_id.clone(),
+                        ..PodView::default()
+                    };
+                    &orphan
+                }
+            };
+            if self.config.is_exempt(&pod.namespace) {
+                continue;
+            }
+            tracing::warn!(container = %c.id, name = %c.name, "running without a record (state lost, or created while nri-align was away): recording it as it runs");
+            self.check_systemd_device_links(c, &[]);
+            if self.track_running(record_as_running(self.placer.topology(), pod, c)) {
+                adopted += 1;
+            }
+        }
+        if adopted == 0 {
+            if new_pods {
+                self.refresh_free();
+            }
+            return (0, Vec::new());
+        }
+        let updates = self.follow_pool(None);
+        self.persist();
+        self.refresh_free();
+        (adopted, updates)
+    }
+
     /// Records a running container as it runs; when what it holds is already held, as a shared
     /// one. `false` when even that cannot be tracked.
     fn track_running(&mut self, mut rec: Record) -> bool {

@@ -55,6 +55,11 @@ pub struct Link {
     pub registrations: u64,
     /// One line: what it is connected to, or why not and what happens next.
     pub description: String,
+    /// Ready on Configure alone: the runtime launched the plugin and sends it no Synchronize
+    /// (NRI before v0.7.0), so what runs must be learned some other way (`enforce::backfill`).
+    pub without_synchronize: bool,
+    /// The runtime's name as Configure gave it (`containerd`, `cri-o`), once configured.
+    pub runtime_name: Option<String>,
 }
 
 impl From<&LinkState> for Link {
@@ -64,6 +69,9 @@ impl From<&LinkState> for Link {
             stopped: s.phase == nri_protocol::stub::LinkPhase::Stopped,
             registrations: s.registrations,
             description: s.to_string(),
+            without_synchronize: s.is_ready()
+                && s.phase == nri_protocol::stub::LinkPhase::Configured,
+            runtime_name: s.runtime.as_ref().map(|r| r.name.clone()),
         }
     }
 }

@@ -56,7 +56,16 @@ pub struct AlignPlugin<P: Placer> {
     /// The kubelet's PodResources API, asked before the engine is locked.
     kubelet: Option<Arc<KubeletSource>>,
     metrics: Option<Arc<Metrics>>,
+    /// True while the running containers are being listed over CRI (a runtime that sends
+    /// this plugin no Synchronize, `enforce::backfill`): creations wait for the listing.
+    learning: tokio::sync::watch::Sender<bool>,
 }
+
+/// How long a creation waits for the running containers to be listed. Below the runtime's
+/// NRI request timeout (2 s by default) with room for the decision and a PodResources lookup;
+/// containerd 1.7 serves CRI only after its launched plugins are configured, so creations and
+/// the listing become possible at the same moment and the wait is short in practice.
+pub const LEARN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl<P: Placer> AlignPlugin<P> {
     /// Wraps `engine`.
@@ -67,6 +76,56 @@ impl<P: Placer> AlignPlugin<P> {
             pending: Mutex::new(BTreeSet::new()),
             kubelet: None,
             metrics: None,
+            learning: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    /// The CRI socket to list running containers on, for runtime `runtime` (Configure's
+    /// name), as the configuration in force says (`cri_socket`); `None` when turned off or
+    /// unknown.
+    pub fn cri_socket(&self, runtime: &str) -> Option<std::path::PathBuf> {
+        let configured = self.engine().config().cri_socket.clone();
+        crate::enforce::backfill::socket_for(configured.as_deref(), runtime)
+    }
+
+    /// The running containers are being listed over CRI: creations wait for [`Self::learned`],
+    /// up to [`LEARN_WAIT`].
+    pub fn learning_begins(&self) {
+        self.learning.send_replace(true);
+    }
+
+    /// Takes in what the CRI listing found (`None`: it could not be had, already said in the
+    /// log) and lets waiting creations go on.
+    pub fn learned(&self, listing: Option<crate::enforce::backfill::Listing>) {
+        if let Some(l) = listing {
+            let (adopted, ups) = self.engine().adopt_listed(&l.pods, &l.containers);
+            tracing::info!(
+                adopted,
+                listed = l.containers.len(),
+                updates = ups.len(),
+                "running containers accounted for; shared containers follow the pool with the next container event"
+            );
+            self.queue(ups);
+        }
+        self.learning.send_replace(false);
+    }
+
+    /// Creations stop waiting for a listing that is slow to come (it is still taken in when
+    /// it comes).
+    pub fn stop_waiting(&self) {
+        self.learning.send_replace(false);
+    }
+
+    /// Waits (up to [`LEARN_WAIT`]) while the running containers are being listed, so that a
+    /// creation never gets what a container not yet known holds.
+    async fn wait_learned(&self, container: &str) {
+        let mut rx = self.learning.subscribe();
+        if !*rx.borrow_and_update() {
+            return;
+        }
+        let waited = tokio::time::timeout(LEARN_WAIT, rx.wait_for(|busy| !*busy)).await;
+        if waited.is_err() {
+            tracing::warn!(container = %container, wait_ms = LEARN_WAIT.as_millis() as u64, "deciding before the running containers are listed over CRI: CPUs or GPUs a container nri-align has no record of holds may be given again");
         }
     }
 
@@ -206,6 +265,7 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
     ) -> HandlerResult<CreateContainerResponse> {
         let pod = pod_view(&pod);
         let mut container = container_view(&container);
+        self.wait_learned(&container.id).await;
         if let Some(k) = &self.kubelet {
             // Before the engine lock: a slow kubelet delays this container only, within the
             // lookup's deadline, never the engine's other callers.

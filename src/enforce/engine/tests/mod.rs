@@ -575,6 +575,7 @@ fn a_container_started_behind_synchronize_is_adopted_into_the_pool() {
 
 mod consistency;
 mod kubernetes;
+mod listing;
 mod observe;
 mod props;
 mod restarts;

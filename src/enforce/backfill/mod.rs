@@ -1,0 +1,247 @@
+//! Learning the running containers from the runtime's CRI, where NRI does not tell them.
+//!
+//! A plugin the runtime launches from its plugin directory gets no Synchronize on NRI before
+//! v0.7.0 (containerd 1.7). Its state file is then all it knows of what runs; when that file is
+//! unusable (a rollback to a build that reads another layout, a damaged disk), missing (first
+//! install on a running node), or silent about containers created while the plugin was down,
+//! exclusive CPUs and GPUs that running containers hold could be handed out again. So, once
+//! the link says the runtime will send no Synchronize, nri-align lists the pods and containers
+//! over the runtime's CRI socket (`ListPodSandbox`, `ListContainers`, `ContainerStatus` with
+//! `verbose` for each created or running container: the OCI spec NRI would have described) and
+//! records every container it has no record of as it runs ([`Engine::adopt_listed`]). It only
+//! adds: a record the listing does not mention is left alone, since a container created
+//! between the listing and its use must never be released by it.
+//!
+//! [`Engine::adopt_listed`]: crate::enforce::engine::Engine::adopt_listed
+//! [`AlignPlugin::learning_begins`]: crate::enforce::nri::AlignPlugin::learning_begins
+
+pub mod spec;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cri_client::grpc::{Channel, Code, GrpcError};
+use cri_client::proto as cri;
+
+use crate::enforce::container::{ContainerView, PodView};
+use crate::enforce::engine::Placer;
+use crate::enforce::nri::{AlignPlugin, LinkWatch};
+
+/// containerd's CRI socket where its packages put it.
+pub const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
+/// CRI-O's CRI socket where its packages put it.
+pub const CRIO_SOCKET: &str = "/var/run/crio/crio.sock";
+
+/// Deadline of one CRI call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long to keep trying: a runtime still starting may not serve CRI yet (containerd 1.7.24
+/// here answered the first try, right after Configure; a slower start or a runtime restarting
+/// its CRI service answers later).
+const TRY_FOR: Duration = Duration::from_secs(120);
+/// How long creations wait for the listing at most, counted from the first try: long enough
+/// for a runtime finishing its start-up, short enough that a wrong `cri_socket` delays
+/// creations (by up to [`crate::enforce::nri::plugin::LEARN_WAIT`] each) only briefly.
+const HOLD_CREATIONS_FOR: Duration = Duration::from_secs(10);
+/// Pause between tries.
+const RETRY_EVERY: Duration = Duration::from_millis(200);
+
+/// Why the running containers could not be listed.
+#[derive(Debug, thiserror::Error)]
+pub enum BackfillError {
+    /// The socket did not answer.
+    #[error("cannot reach the runtime's CRI at {}: {source} (set cri_socket in nri-align's config to the runtime's CRI socket, or \"\" to turn this off)", socket.display())]
+    Connect {
+        /// The socket tried.
+        socket: PathBuf,
+        /// What failed.
+        source: GrpcError,
+    },
+    /// A call failed.
+    #[error("CRI {call} on {}: {source}", socket.display())]
+    Call {
+        /// The call.
+        call: &'static str,
+        /// The socket.
+        socket: PathBuf,
+        /// What failed.
+        source: GrpcError,
+    },
+}
+
+/// What the runtime's CRI lists.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// Every pod sandbox.
+    pub pods: Vec<PodView>,
+    /// Created and running containers (exited ones hold nothing).
+    pub containers: Vec<ContainerView>,
+    /// Containers whose status carried no runtime spec: recorded with their cpuset and
+    /// limits, without device nodes.
+    pub status_only: usize,
+    /// Containers that ended between the listing and their status.
+    pub vanished: usize,
+}
+
+/// The CRI socket to read: the configured one (`Some("")` turns learning off), else the
+/// packaged default of the runtime `runtime_name` names (as Configure reports it).
+pub fn socket_for(configured: Option<&Path>, runtime_name: &str) -> Option<PathBuf> {
+    match configured {
+        Some(p) if p.as_os_str().is_empty() => None,
+        Some(p) => Some(p.to_path_buf()),
+        None if runtime_name.eq_ignore_ascii_case("cri-o") => Some(PathBuf::from(CRIO_SOCKET)),
+        None if runtime_name.eq_ignore_ascii_case("containerd") => {
+            Some(PathBuf::from(CONTAINERD_SOCKET))
+        }
+        None => None,
+    }
+}
+
+/// Lists the pod sandboxes and the created and running containers over `socket`.
+pub async fn list_running(socket: &Path) -> Result<Listing, BackfillError> {
+    let chan = Channel::connect(socket)
+        .await
+        .map_err(|source| BackfillError::Connect {
+            socket: socket.to_path_buf(),
+            source,
+        })?;
+    let call_err = |call: &'static str| {
+        move |source| BackfillError::Call {
+            call,
+            socket: socket.to_path_buf(),
+            source,
+        }
+    };
+    let pods: cri::ListPodSandboxResponse = chan
+        .unary(
+            "/runtime.v1.RuntimeService/ListPodSandbox",
+            &cri::ListPodSandboxRequest::new(),
+            CALL_TIMEOUT,
+        )
+        .await
+        .map_err(call_err("ListPodSandbox"))?;
+    let listed: cri::ListContainersResponse = chan
+        .unary(
+            "/runtime.v1.RuntimeService/ListContainers",
+            &cri::ListContainersRequest::new(),
+            CALL_TIMEOUT,
+        )
+        .await
+        .map_err(call_err("ListContainers"))?;
+    let mut out = Listing {
+        pods: pods.items.iter().map(spec::pod_view).collect(),
+        ..Listing::default()
+    };
+    for c in &listed.containers {
+        let Some(state) = c.state.enum_value().ok().and_then(spec::live_state) else {
+            continue;
+        };
+        let req = cri::ContainerStatusRequest {
+            container_id: c.id.clone(),
+            verbose: true,
+            ..Default::default()
+        };
+        let status: cri::ContainerStatusResponse = match chan
+            .unary(
+                "/runtime.v1.RuntimeService/ContainerStatus",
+                &req,
+                CALL_TIMEOUT,
+            )
+            .await
+        {
+            Ok(s) => s,
+            Err(GrpcError::Status { code, .. }) if code == Code::NOT_FOUND => {
+                out.vanished += 1;
+                continue;
+            }
+            Err(e) => return Err(call_err("ContainerStatus")(e)),
+        };
+        let (view, source) = spec::container_view(c, state, &status);
+        if source == spec::Source::StatusOnly {
+            out.status_only += 1;
+        }
+        out.containers.push(view);
+    }
+    Ok(out)
+}
+
+/// Follows the runtime link and, each time the plugin registers with a runtime that sends it
+/// no Synchronize, lists the running containers over the CRI socket the configuration in force
+/// names (retrying while the runtime's CRI is not serving yet, for up to two minutes) and hands
+/// the listing to `plugin` (creations wait meanwhile, [`AlignPlugin::learning_begins`]). A
+/// listing that cannot be had is said in the log, with what to change.
+pub fn spawn<P: Placer + 'static>(
+    mut link: LinkWatch,
+    plugin: Arc<AlignPlugin<P>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut done_for = 0u64;
+        let mut state = link.current();
+        loop {
+            if state.without_synchronize && state.registrations > done_for {
+                done_for = state.registrations;
+                let runtime = state.runtime_name.clone().unwrap_or_default();
+                match plugin.cri_socket(&runtime) {
+                    None => tracing::warn!(
+                        runtime = %runtime,
+                        "the runtime sends this plugin no Synchronize and no CRI socket is set to list what runs: containers the state file does not record are not accounted for (set cri_socket in the config)"
+                    ),
+                    Some(socket) => {
+                        plugin.learning_begins();
+                        let listing = learn(&socket, || plugin.stop_waiting()).await;
+                        plugin.learned(listing);
+                    }
+                }
+            }
+            match link.changed().await {
+                Some(next) => state = next,
+                None => return,
+            }
+        }
+    })
+}
+
+/// Lists over `socket`, retrying until [`TRY_FOR`] has passed; `slow` is called once when
+/// [`HOLD_CREATIONS_FOR`] has passed without a listing.
+async fn learn(socket: &Path, slow: impl FnOnce()) -> Option<Listing> {
+    let started = Instant::now();
+    let mut tries = 0u32;
+    let mut slow = Some(slow);
+    loop {
+        if started.elapsed() >= HOLD_CREATIONS_FOR {
+            if let Some(f) = slow.take() {
+                tracing::warn!(socket = %socket.display(), "running containers still not listed over CRI after {}s: creations no longer wait for the listing (check cri_socket)", HOLD_CREATIONS_FOR.as_secs());
+                f();
+            }
+        }
+        tries += 1;
+        match list_running(socket).await {
+            Ok(l) => {
+                tracing::info!(
+                    socket = %socket.display(),
+                    pods = l.pods.len(),
+                    containers = l.containers.len(),
+                    without_spec = l.status_only,
+                    ended_meanwhile = l.vanished,
+                    tries,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "listed the running containers over CRI (this runtime sends launched plugins no Synchronize)"
+                );
+                return Some(l);
+            }
+            Err(e) if started.elapsed() < TRY_FOR => {
+                if tries == 1 || tries % 50 == 0 {
+                    tracing::info!("running containers not listed yet, retrying: {e}");
+                }
+                tokio::time::sleep(RETRY_EVERY).await;
+            }
+            Err(e) => {
+                tracing::error!(tries, "running containers not listed, giving up: {e}; containers the state file does not record are not accounted for until the runtime restarts this plugin");
+                return None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

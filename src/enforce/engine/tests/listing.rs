@@ -1,0 +1,65 @@
+//! What the runtime's CRI lists, taken in where no Synchronize comes (`Engine::adopt_listed`):
+//! only ever adds records, never releases one.
+
+use super::*;
+
+#[test]
+fn a_lost_state_learns_the_running_containers_without_releasing_any() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = StateStore::open(dir.path()).expect("s");
+    std::fs::write(store.path(), "not a state log").expect("write");
+    let cfg = Config::parse("exempt_namespaces: [kube-system]", "t").expect("cfg");
+    let mut e = engine(Some(store), cfg);
+    assert!(matches!(e.start(), StartState::Corrupt(_)));
+    // Created after the start, before the listing is taken in: not in the listing.
+    e.create_container(&pod("a"), &ctr("new", "a", 2, &[]))
+        .expect("ok")
+        .expect("adj");
+    let mut held = ctr("x1", "a", 2, &[]);
+    held.resources.cpuset_cpus = "6-7".into();
+    let mut shared = ctr("s1", "a", 0, &[]);
+    shared.resources.cpuset_cpus = "0-7".into();
+    let mut exempt = ctr("k1", "kube-system", 0, &[]);
+    exempt.pod_sandbox_id = "sb-kube-system".into();
+    let mut orphan = ctr("o1", "gone", 1, &[]);
+    orphan.resources.cpuset_cpus = "5".into();
+    let mut ended = ctr("e1", "a", 1, &[]);
+    ended.state = ContainerState::Stopped;
+    ended.resources.cpuset_cpus = "4".into();
+    let (adopted, ups) = e.adopt_listed(
+        &[pod("a"), pod("kube-system")],
+        &[held, shared, exempt, orphan, ended],
+    );
+    assert_eq!(adopted, 3, "x1, s1 and o1 (its pod was not listed)");
+    let recs = &e.records().containers;
+    assert!(
+        recs.contains_key("new"),
+        "a record the listing misses stays"
+    );
+    assert!(recs["x1"].assignment.exclusive);
+    assert!(recs["o1"].assignment.exclusive);
+    assert!(!recs.contains_key("k1"), "never an exempt one");
+    assert!(
+        !recs.contains_key("e1"),
+        "an exited container holds nothing"
+    );
+    assert_eq!(
+        ups,
+        vec![CpusetUpdate {
+            container_id: "s1".into(),
+            cpus: "2-4".parse().expect("set")
+        }],
+        "the shared container leaves the exclusive CPUs"
+    );
+    // What the listing says is held is never handed out again.
+    let next = e
+        .create_container(&pod("a"), &ctr("x2", "a", 2, &[]))
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(next.adjustment.cpuset_cpus, "2-3");
+    // Taking the same listing in again changes nothing.
+    assert_eq!(e.adopt_listed(&[pod("a")], &[]), (0, Vec::new()));
+    assert!(
+        matches!(StateStore::open_read_only(dir.path()).expect("s").load(), Loaded::Doc(d) if d.containers.len() == 5)
+    );
+}
