@@ -7,7 +7,8 @@
 //! - a SIGHUP that reserves a CPU moves the pool of new and running shared containers, a bad
 //!   file keeps the old configuration and says why;
 //! - a CRI resource update that makes a shared container Guaranteed gives it a CPU of its own;
-//! - rejections and bad annotations fail the CRI create with nri-align's message.
+//! - rejections and bad annotations fail the CRI create with nri-align's message;
+//! - a container of an exempt namespace keeps following the pool after nri-align restarted.
 //!
 //! GPUs and NICs are in e2e_devices.rs, metrics and `verify` in e2e_observe.rs, runtime
 //! restarts in e2e_plugin.rs, load in e2e_enforce_load.rs.
@@ -264,9 +265,56 @@ fn rejections_and_bad_annotations_fail_the_create(rt: Runtime) {
     );
 }
 
+/// A container of an exempt namespace runs on the shared pool, never on CPUs held
+/// exclusively, also after nri-align restarted: Synchronize lists it with its record, and the
+/// record is kept, so it still moves off the CPU the next exclusive container takes.
+fn exempt_container_follows_the_pool_after_a_restart(rt: Runtime) {
+    let Some(mut e) = Enforced::start(
+        rt,
+        "exempt_restart",
+        "e2e-exrst",
+        0,
+        0,
+        "exempt_namespaces: [kube-system]\n",
+    ) else {
+        return;
+    };
+    let online = e.online();
+    let spod =
+        e.rt.run_pod(&PodSpec::new("sys").namespace("kube-system"))
+            .expect("kube-system pod");
+    let k1 = e.run(&spod, &burstable("k1"));
+    e.wait_cpus(&k1, &online);
+
+    e.plugin.stop(Signal::SIGTERM);
+    e.plugin = e.run.start(&e.rt).expect("nri-align again");
+    e.plugin
+        .wait_registrations(1, Duration::from_secs(20))
+        .expect("registered");
+    let out = e.plugin.output();
+    assert!(
+        log_events(&out, "released: gone while nri-align was away")
+            .iter()
+            .all(|ev| ev.get("container") != Some(&k1)),
+        "the exempt container's record was released:\n{out}"
+    );
+
+    let xpod = e.rt.run_pod(&PodSpec::new("excl")).expect("pod");
+    let x = e.run(&xpod, &guaranteed("x", 1));
+    let mine = e.live(&x).cpus;
+    assert_eq!(mine.len(), 1, "{mine:?}");
+    let pool: Vec<u32> = online
+        .iter()
+        .copied()
+        .filter(|c| !mine.contains(c))
+        .collect();
+    e.wait_cpus(&k1, &pool);
+}
+
 each_runtime!(
     shared_pool_follows_exclusive_containers,
     sighup_reload_moves_the_pool,
     cri_update_gives_a_cpu_of_its_own,
     rejections_and_bad_annotations_fail_the_create,
+    exempt_container_follows_the_pool_after_a_restart,
 );

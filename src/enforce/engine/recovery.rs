@@ -124,9 +124,14 @@ impl<P: Placer> Engine<P> {
         containers: &[ContainerView],
     ) -> Vec<CpusetUpdate> {
         self.pods.replace(pods);
+        // Exempt containers nri-align recorded stay recorded (they follow the pool, never onto
+        // CPUs held exclusively); the ones it never saw are not its to take over.
         let managed: Vec<ContainerView> = containers
             .iter()
-            .filter(|c| !self.config.is_exempt(&self.namespace_of(&c.pod_sandbox_id)))
+            .filter(|c| {
+                self.doc.containers.contains_key(&c.id)
+                    || !self.config.is_exempt(&self.namespace_of(&c.pod_sandbox_id))
+            })
             .cloned()
             .collect();
         let plan = reconcile(&self.doc, pods, &managed, self.placer.topology());

@@ -300,3 +300,70 @@ fn only_events_every_nri_release_knows_are_requested() {
         mask
     );
 }
+
+/// While the running containers are listed over CRI (no Synchronize on NRI v0.6.1), a creation
+/// waits for the listing and is then decided with what it found held.
+#[tokio::test]
+async fn a_creation_waits_for_the_cri_listing_then_avoids_what_it_found() {
+    use crate::enforce::backfill::Listing;
+    use crate::enforce::container::{ContainerState, ContainerView, PodView, ResourcesView};
+    let p = Arc::new(plugin());
+    p.learning_begins();
+    let waiting = {
+        let p = p.clone();
+        tokio::spawn(async move { p.create_container(pod(), container("x2", 2, None)).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "the creation waits for the listing");
+    // The listing: x1 runs on CPUs 0-1 as a Guaranteed 2-CPU container.
+    let held = ContainerView {
+        id: "x1".into(),
+        name: "x1".into(),
+        pod_sandbox_id: "sb".into(),
+        state: ContainerState::Running,
+        resources: ResourcesView {
+            cpu_shares: Some(2048),
+            cpu_quota: Some(200_000),
+            cpu_period: Some(100_000),
+            cpuset_cpus: "0-1".into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let listed_pod = PodView {
+        id: "sb".into(),
+        uid: "u".into(),
+        name: "p".into(),
+        namespace: "ns".into(),
+        ..Default::default()
+    };
+    p.learned(Some(Listing {
+        pods: vec![listed_pod],
+        containers: vec![held],
+        ..Listing::default()
+    }));
+    let x2 = waiting.await.expect("task").expect("created");
+    assert_eq!(x2.adjust.linux.resources.cpu.cpus, "2-3", "never x1's CPUs");
+}
+
+/// A listing that does not come holds a creation up to `LEARN_WAIT` only.
+#[tokio::test]
+async fn a_creation_waits_for_a_missing_listing_at_most_learn_wait() {
+    let p = plugin();
+    p.learning_begins();
+    let started = std::time::Instant::now();
+    p.create_container(pod(), container("x1", 1, None))
+        .await
+        .expect("created after the wait");
+    let waited = started.elapsed();
+    assert!(
+        waited >= LEARN_WAIT && waited < LEARN_WAIT * 10,
+        "{waited:?}"
+    );
+    p.stop_waiting();
+    let started = std::time::Instant::now();
+    p.create_container(pod(), container("x2", 1, None))
+        .await
+        .expect("created at once");
+    assert!(started.elapsed() < LEARN_WAIT, "no wait once it stopped");
+}

@@ -63,3 +63,34 @@ fn a_lost_state_learns_the_running_containers_without_releasing_any() {
         matches!(StateStore::open_read_only(dir.path()).expect("s").load(), Loaded::Doc(d) if d.containers.len() == 5)
     );
 }
+
+#[test]
+fn an_exempt_container_keeps_following_the_pool_after_synchronize() {
+    let cfg = Config::parse("exempt_namespaces: [kube-system]", "t").expect("cfg");
+    let mut e = engine(None, cfg);
+    let mut k1 = ctr("k1", "kube-system", 0, &[]);
+    k1.pod_sandbox_id = "sb-kube-system".into();
+    e.create_container(&pod("kube-system"), &k1).expect("ok");
+    let mut running_k1 = k1.clone();
+    running_k1.resources.cpuset_cpus = e.records().containers["k1"].applied_cpus.to_string();
+    // nri-align restarted: the runtime lists k1, running where nri-align put it.
+    e.synchronize(&[pod("a"), pod("kube-system")], &[running_k1]);
+    assert!(
+        e.records().containers["k1"].exempt,
+        "its record is kept: {:?}",
+        e.records().containers.keys().collect::<Vec<_>>()
+    );
+    let x = e
+        .create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(x.adjustment.cpuset_cpus, "0-1");
+    assert_eq!(
+        x.updates,
+        vec![CpusetUpdate {
+            container_id: "k1".into(),
+            cpus: "2-7".parse().expect("set")
+        }],
+        "the exempt container leaves the exclusive CPUs"
+    );
+}
