@@ -178,6 +178,35 @@ pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> R
     }
 }
 
+/// Records a running container of an exempt namespace that nri-align has no record of
+/// (created before it ran, or while it was away) as exempt: it holds nothing, and from now on
+/// it follows the shared pool (or the reserved CPUs) like the exempt containers nri-align
+/// created, so it never stays on CPUs held exclusively.
+pub fn exempt_record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> Record {
+    let cpus = CpuSet::parse_list(&c.resources.cpuset_cpus)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| topo.online_cpus());
+    Record {
+        assignment: Assignment {
+            container_id: c.id.clone(),
+            container_name: c.name.clone(),
+            pod_uid: pod.uid.clone(),
+            pod_name: format!("{}/{}", pod.namespace, pod.name),
+            cpus: cpus.clone(),
+            policy: crate::placement::Policy::None,
+            reason: "exempt namespace: recorded as running, follows the shared pool".into(),
+            ..Assignment::default()
+        },
+        pod_sandbox_id: c.pod_sandbox_id.clone(),
+        namespace: pod.namespace.clone(),
+        cgroups_path: c.cgroups_path.clone(),
+        applied_cpus: cpus,
+        exempt: true,
+        ..Record::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@ use std::path::Path;
 use super::{Engine, Placer, StartState};
 use crate::enforce::adjust::CpusetUpdate;
 use crate::enforce::container::{ContainerView, PodView};
-use crate::enforce::engine::reconcile::{reconcile, record_as_running};
+use crate::enforce::engine::reconcile::{exempt_record_as_running, reconcile, record_as_running};
 use crate::enforce::state::{Loaded, Record};
 use crate::topology::CpuSet;
 
@@ -124,16 +124,14 @@ impl<P: Placer> Engine<P> {
         containers: &[ContainerView],
     ) -> Vec<CpusetUpdate> {
         self.pods.replace(pods);
-        // Exempt containers nri-align recorded stay recorded (they follow the pool, never onto
-        // CPUs held exclusively); the ones it never saw are not its to take over.
-        let managed: Vec<ContainerView> = containers
-            .iter()
-            .filter(|c| {
+        // Exempt containers are reconciled only when recorded (they follow the pool, never
+        // onto CPUs held exclusively); the live ones without a record are recorded as exempt
+        // below, after the plan, so they follow the pool too.
+        let (managed, unrecorded_exempt): (Vec<ContainerView>, Vec<ContainerView>) =
+            containers.iter().cloned().partition(|c| {
                 self.doc.containers.contains_key(&c.id)
                     || !self.config.is_exempt(&self.namespace_of(&c.pod_sandbox_id))
-            })
-            .cloned()
-            .collect();
+            });
         let plan = reconcile(&self.doc, pods, &managed, self.placer.topology());
         let rebuilt: HashSet<&str> = plan
             .rebuild
@@ -156,6 +154,14 @@ impl<P: Placer> Engine<P> {
         }
         for rec in plan.rebuild {
             self.track_running(rec);
+        }
+        for c in unrecorded_exempt.iter().filter(|c| c.state.is_live()) {
+            let pod = pods
+                .iter()
+                .find(|p| p.id == c.pod_sandbox_id)
+                .cloned()
+                .unwrap_or_default();
+            self.track_exempt(&pod, c);
         }
         let mut updates = self.follow_pool(None);
         let moving: HashSet<String> = updates.iter().map(|u| u.container_id.clone()).collect();
@@ -214,18 +220,16 @@ impl<P: Placer> Engine<P> {
         if self.doc.containers.contains_key(&c.id) {
             return Vec::new();
         }
-        let new_pod = self.pods.insert_new(pod);
+        self.pods.insert_new(pod);
         if self.config.is_exempt(&pod.namespace) {
-            if new_pod {
-                self.refresh_free();
+            self.track_exempt(pod, c);
+        } else {
+            tracing::warn!(container = %c.id, name = %c.name, "started without nri-align's adjustment (created while no plugin was connected, after Synchronize)");
+            self.check_systemd_device_links(c, &[]);
+            let rec = record_as_running(self.placer.topology(), pod, c);
+            if !self.track_running(rec) {
+                return Vec::new();
             }
-            return Vec::new();
-        }
-        tracing::warn!(container = %c.id, name = %c.name, "started without nri-align's adjustment (created while no plugin was connected, after Synchronize)");
-        self.check_systemd_device_links(c, &[]);
-        let rec = record_as_running(self.placer.topology(), pod, c);
-        if !self.track_running(rec) {
-            return Vec::new();
         }
         let updates = self.follow_pool(None);
         self.persist();
@@ -266,6 +270,7 @@ impl<P: Placer> Engine<P> {
                 }
             };
             if self.config.is_exempt(&pod.namespace) {
+                adopted += usize::from(self.track_exempt(pod, c));
                 continue;
             }
             tracing::warn!(container = %c.id, name = %c.name, "running without a record (state lost, or created while nri-align was away): recording it as it runs");
@@ -284,6 +289,19 @@ impl<P: Placer> Engine<P> {
         self.persist();
         self.refresh_free();
         (adopted, updates)
+    }
+
+    /// Records a running container of an exempt namespace as exempt, so that it follows the
+    /// shared pool from now on. `false` when the placer refuses even that.
+    fn track_exempt(&mut self, pod: &PodView, c: &ContainerView) -> bool {
+        let rec = exempt_record_as_running(self.placer.topology(), pod, c);
+        if let Err(r) = self.placer.restore(rec.assignment.clone()) {
+            tracing::warn!(container = %c.id, "not tracked: {}", r.message);
+            return false;
+        }
+        tracing::info!(container = %c.id, name = %c.name, cpus = %rec.applied_cpus, "exempt namespace, running without a record: recorded, follows the shared pool");
+        self.doc.containers.insert(c.id.clone(), rec);
+        true
     }
 
     /// Records a running container as it runs; when what it holds is already held, as a shared

@@ -30,7 +30,7 @@ fn a_lost_state_learns_the_running_containers_without_releasing_any() {
         &[pod("a"), pod("kube-system")],
         &[held, shared, exempt, orphan, ended],
     );
-    assert_eq!(adopted, 3, "x1, s1 and o1 (its pod was not listed)");
+    assert_eq!(adopted, 4, "x1, s1, k1 and o1 (its pod was not listed)");
     let recs = &e.records().containers;
     assert!(
         recs.contains_key("new"),
@@ -38,18 +38,21 @@ fn a_lost_state_learns_the_running_containers_without_releasing_any() {
     );
     assert!(recs["x1"].assignment.exclusive);
     assert!(recs["o1"].assignment.exclusive);
-    assert!(!recs.contains_key("k1"), "never an exempt one");
+    assert!(recs["k1"].exempt && !recs["k1"].assignment.exclusive);
     assert!(
         !recs.contains_key("e1"),
         "an exited container holds nothing"
     );
+    let pool: CpuSet = "2-4".parse().expect("set");
     assert_eq!(
         ups,
-        vec![CpusetUpdate {
-            container_id: "s1".into(),
-            cpus: "2-4".parse().expect("set")
-        }],
-        "the shared container leaves the exclusive CPUs"
+        ["k1", "s1"]
+            .map(|id| CpusetUpdate {
+                container_id: id.into(),
+                cpus: pool.clone()
+            })
+            .to_vec(),
+        "the shared and the exempt container leave the exclusive CPUs"
     );
     // What the listing says is held is never handed out again.
     let next = e
@@ -60,7 +63,7 @@ fn a_lost_state_learns_the_running_containers_without_releasing_any() {
     // Taking the same listing in again changes nothing.
     assert_eq!(e.adopt_listed(&[pod("a")], &[]), (0, Vec::new()));
     assert!(
-        matches!(StateStore::open_read_only(dir.path()).expect("s").load(), Loaded::Doc(d) if d.containers.len() == 5)
+        matches!(StateStore::open_read_only(dir.path()).expect("s").load(), Loaded::Doc(d) if d.containers.len() == 6)
     );
 }
 
@@ -92,5 +95,31 @@ fn an_exempt_container_keeps_following_the_pool_after_synchronize() {
             cpus: "2-7".parse().expect("set")
         }],
         "the exempt container leaves the exclusive CPUs"
+    );
+}
+
+#[test]
+fn an_unrecorded_exempt_container_is_recorded_and_follows_the_pool() {
+    let cfg = Config::parse("exempt_namespaces: [kube-system]", "t").expect("cfg");
+    let mut e = engine(None, cfg);
+    // Created before nri-align ran: on every CPU, with no record.
+    let mut k2 = ctr("k2", "kube-system", 0, &[]);
+    k2.pod_sandbox_id = "sb-kube-system".into();
+    k2.resources.cpuset_cpus = "0-7".into();
+    let ups = e.synchronize(&[pod("a"), pod("kube-system")], &[k2]);
+    assert!(ups.is_empty(), "the pool is every CPU: {ups:?}");
+    let rec = &e.records().containers["k2"];
+    assert!(rec.exempt && !rec.assignment.exclusive, "{rec:?}");
+    let x = e
+        .create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(x.adjustment.cpuset_cpus, "0-1", "k2 holds nothing");
+    assert_eq!(
+        x.updates,
+        vec![CpusetUpdate {
+            container_id: "k2".into(),
+            cpus: "2-7".parse().expect("set")
+        }]
     );
 }

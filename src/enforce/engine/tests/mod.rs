@@ -563,14 +563,28 @@ fn a_container_started_behind_synchronize_is_adopted_into_the_pool() {
     );
     assert!(e.records().containers.contains_key("s9"));
     assert!(e.adopt_started(&pod("a"), &stray).is_empty(), "once only");
+    // An exempt one is recorded as exempt: it holds nothing and follows the pool off x1's CPUs.
     let cfg = Config::parse("exempt_namespaces: [kube-system]", "t").expect("cfg");
     let mut ex = engine(None, cfg);
-    let k1 = ctr("k1", "kube-system", 0, &[]);
-    assert!(ex.adopt_started(&pod("kube-system"), &k1).is_empty());
-    assert!(
-        !ex.records().containers.contains_key("k1"),
-        "never an exempt one"
+    ex.create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
+        .expect("ok");
+    let mut k1 = ctr("k1", "kube-system", 0, &[]);
+    k1.pod_sandbox_id = "sb-kube-system".into();
+    k1.resources.cpuset_cpus = "0-7".into();
+    assert_eq!(
+        ex.adopt_started(&pod("kube-system"), &k1),
+        vec![CpusetUpdate {
+            container_id: "k1".into(),
+            cpus: "2-7".parse().expect("set")
+        }]
     );
+    let rec = &ex.records().containers["k1"];
+    assert!(rec.exempt && !rec.assignment.exclusive, "{rec:?}");
+    let x2 = ex
+        .create_container(&pod("a"), &ctr("x2", "a", 2, &[]))
+        .expect("ok")
+        .expect("adj");
+    assert_eq!(x2.adjustment.cpuset_cpus, "2-3", "k1 holds nothing");
 }
 
 mod consistency;
