@@ -36,6 +36,11 @@ fn burstable(name: &str) -> ContainerSpec {
     ContainerSpec::new(name).cpu_millis(250, Some(500))
 }
 
+/// The machine's CPUs without `cpu` (the shared pool while one container holds it).
+fn all_but(machine: &RealMachine, cpu: u32) -> Vec<u32> {
+    machine.cpus.iter().copied().filter(|c| *c != cpu).collect()
+}
+
 fn cpus_of(ctrd: &Instance, id: &str) -> String {
     let status = ctrd
         .cri()
@@ -138,12 +143,7 @@ fn registers_synchronizes_and_adjusts(rt: Runtime) {
         decision.as_str()
     );
     // The container that ran before the plugin is in the shared pool, which just lost that CPU.
-    let pool: Vec<u32> = machine
-        .cpus
-        .iter()
-        .copied()
-        .filter(|c| *c != cpu_id)
-        .collect();
+    let pool = all_but(&machine, cpu_id);
     assert_eq!(cpus_of(&ctrd, &early), format_list(&pool));
     assert_eq!(ctrd.cgroup_cpus(&early).expect("cgroup"), pool);
 
@@ -194,12 +194,7 @@ fn runtime_restart(rt: Runtime) {
     let cpu_id: u32 = cpu
         .parse()
         .unwrap_or_else(|_| panic!("one CPU, got {cpu:?}"));
-    let pool: Vec<u32> = machine
-        .cpus
-        .iter()
-        .copied()
-        .filter(|c| *c != cpu_id)
-        .collect();
+    let pool = all_but(&machine, cpu_id);
     assert_eq!(cpus_of(&ctrd, &shared), format_list(&pool));
 
     // SIGKILL, start again: nri-align reconnects with backoff and registers again.
@@ -286,6 +281,56 @@ fn runtime_restart(rt: Runtime) {
     eprintln!("{test}: total {:?}", t0.elapsed());
 }
 
+/// nri-align in `rt`'s plugin directory as `45-nri-align` with the drop-in config `dropin`
+/// plus `cri_socket` (what runs is listed over this instance's CRI, never the host's),
+/// launched by the runtime (restarted for it) and registered; instance `name`.
+struct Launched {
+    ctrd: Instance,
+    run: AlignRun,
+    log: std::path::PathBuf,
+}
+
+impl Launched {
+    fn start(rt: Runtime, name: &str, dropin: &str) -> Self {
+        let mut ctrd =
+            Instance::fresh_with(rt, name, UpOptions::default()).expect("runtime comes up");
+        let run = AlignRun::new(ctrd.dir().join("align-state"));
+        let script = ctrd.dir().join("nri-align-launcher");
+        let log = ctrd.dir().join("nri-align-launched.log");
+        run.launcher_script(&script, &log).expect("launcher");
+        let dropin = format!("{dropin}cri_socket: {}\n", ctrd.cri_socket().display());
+        ctrd.install_prelaunched_plugin("45", "nri-align", &script, Some(&dropin))
+            .expect("install");
+        ctrd.kill(Signal::SIGTERM).expect("stop the runtime");
+        ctrd.start()
+            .expect("the runtime starts and launches nri-align");
+        assert!(
+            common::wait_until(Duration::from_secs(20), || read_text(&log)
+                .contains(": registered")),
+            "not registered; plugin log:\n{}\nruntime log:\n{}",
+            read_text(&log),
+            ctrd.log_tail(30)
+        );
+        Launched { ctrd, run, log }
+    }
+}
+
+/// Waits until nri-align, launched again by the restarted runtime, registered a second time.
+fn wait_relaunched(log: &std::path::Path) {
+    assert!(
+        common::wait_until(Duration::from_secs(20), || {
+            log_events(&read_text(log), "registered").len() >= 2
+        }),
+        "not relaunched:\n{}",
+        read_text(log)
+    );
+}
+
+/// What nri-align logged so far at `path` (every launch appends).
+fn read_text(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
 /// nri-align launched by the runtime from its plugin directory, configured by its drop-in file.
 fn prelaunched(rt: Runtime) {
     let test = format!("prelaunched({})", rt.name());
@@ -294,31 +339,13 @@ fn prelaunched(rt: Runtime) {
     }
     let t0 = Instant::now();
     let machine = RealMachine::read().expect("read /sys");
-    let mut ctrd =
-        Instance::fresh_with(rt, "e2e-prel", UpOptions::default()).expect("runtime comes up");
-    let run = AlignRun::new(ctrd.dir().join("align-state"));
-    let script = ctrd.dir().join("nri-align-launcher");
-    let log = ctrd.dir().join("nri-align-launched.log");
-    run.launcher_script(&script, &log).expect("launcher");
-    // The drop-in config reaches the plugin in Configure: kube-system is left alone, and what
-    // runs is listed over this instance's CRI, never the host's.
-    let dropin = format!(
-        "exempt_namespaces: [kube-system]\ncri_socket: {}\n",
-        ctrd.cri_socket().display()
-    );
-    ctrd.install_prelaunched_plugin("45", "nri-align", &script, Some(&dropin))
-        .expect("install");
-    ctrd.kill(Signal::SIGTERM).expect("stop the runtime");
-    ctrd.start()
-        .expect("the runtime starts and launches nri-align");
-    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        common::wait_until(Duration::from_secs(20), || read_log()
-            .contains(": registered")),
-        "not registered; plugin log:\n{}\nruntime log:\n{}",
-        read_log(),
-        ctrd.log_tail(30)
-    );
+    // The drop-in config reaches the plugin in Configure: kube-system is left alone.
+    let Launched {
+        mut ctrd,
+        run: _run,
+        log,
+    } = Launched::start(rt, "e2e-prel", "exempt_namespaces: [kube-system]\n");
+    let read_log = || read_text(&log);
     let out = read_log();
     let reg = &log_events(&out, "registering with the runtime")[0];
     assert_eq!(reg["plugin"], "45-nri-align", "{out}");
@@ -347,12 +374,7 @@ fn prelaunched(rt: Runtime) {
     let env = ctrd.cri().env(&sys).expect("env");
     assert!(!env.contains_key("NRI_ALIGN_DECISION"), "{env:?}");
     // Exempt: never aligned, on the shared pool, never on x's exclusive CPU (issue 13).
-    let pool: Vec<u32> = machine
-        .cpus
-        .iter()
-        .copied()
-        .filter(|c| *c != cpu_id)
-        .collect();
+    let pool = all_but(&machine, cpu_id);
     assert_eq!(
         cpus_of(&ctrd, &sys),
         format_list(&pool),
@@ -368,13 +390,7 @@ fn prelaunched(rt: Runtime) {
     ctrd.kill(Signal::SIGKILL).expect("kill the runtime");
     ctrd.start()
         .expect("the runtime comes back and relaunches nri-align");
-    assert!(
-        common::wait_until(Duration::from_secs(20), || {
-            log_events(&read_log(), "registered").len() >= 2
-        }),
-        "not relaunched:\n{}",
-        read_log()
-    );
+    wait_relaunched(&log);
     let out = read_log();
     assert!(out.contains("previous decisions restored"), "{out}");
     let y = ctrd
@@ -396,31 +412,9 @@ fn prelaunched_state_lost(rt: Runtime) {
     }
     let t0 = Instant::now();
     let machine = RealMachine::read().expect("read /sys");
-    let mut ctrd =
-        Instance::fresh_with(rt, "e2e-plost", UpOptions::default()).expect("runtime comes up");
+    let Launched { mut ctrd, run, log } = Launched::start(rt, "e2e-plost", "");
+    let read_log = || read_text(&log);
     let state_dir = ctrd.dir().join("align-state");
-    let run = AlignRun::new(&state_dir);
-    let script = ctrd.dir().join("nri-align-launcher");
-    let log = ctrd.dir().join("nri-align-launched.log");
-    run.launcher_script(&script, &log).expect("launcher");
-    ctrd.install_prelaunched_plugin(
-        "45",
-        "nri-align",
-        &script,
-        Some(&format!("cri_socket: {}\n", ctrd.cri_socket().display())),
-    )
-    .expect("install");
-    ctrd.kill(Signal::SIGTERM).expect("stop the runtime");
-    ctrd.start()
-        .expect("the runtime starts and launches nri-align");
-    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        common::wait_until(Duration::from_secs(20), || read_log()
-            .contains(": registered")),
-        "not registered; plugin log:\n{}\nruntime log:\n{}",
-        read_log(),
-        ctrd.log_tail(30)
-    );
     let pod = ctrd.run_pod(&PodSpec::new("app")).expect("pod");
     let x = ctrd
         .run_container(&pod, &guaranteed("x", 1))
@@ -428,24 +422,13 @@ fn prelaunched_state_lost(rt: Runtime) {
     let cpu_id: u32 = cpus_of(&ctrd, &x)
         .parse()
         .unwrap_or_else(|_| panic!("one exclusive CPU"));
-    let pool: Vec<u32> = machine
-        .cpus
-        .iter()
-        .copied()
-        .filter(|c| *c != cpu_id)
-        .collect();
+    let pool = all_but(&machine, cpu_id);
 
     ctrd.kill(Signal::SIGKILL).expect("kill the runtime");
     std::fs::write(state_dir.join("state.log"), "not a state log\n").expect("damage the state");
     ctrd.start()
         .expect("the runtime comes back and relaunches nri-align");
-    assert!(
-        common::wait_until(Duration::from_secs(20), || {
-            log_events(&read_log(), "registered").len() >= 2
-        }),
-        "not relaunched:\n{}",
-        read_log()
-    );
+    wait_relaunched(&log);
     // At once, as a kubelet retrying its creations would: on v0.6.1 the creation waits for the
     // listing.
     let y = ctrd

@@ -103,10 +103,7 @@ fn lost_its_devices(topo: &Topology, pod: &PodView, c: &ContainerView, rec: &Rec
 /// anything else is treated as a shared-pool member and follows the pool from now on.
 pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> Record {
     let online = topo.online_cpus();
-    let cpus = CpuSet::parse_list(&c.resources.cpuset_cpus)
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| online.clone());
+    let cpus = running_cpus(topo, c);
     let numa_nodes: NodeSet = topo
         .cpus
         .iter()
@@ -142,11 +139,6 @@ pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> R
     };
     Record {
         assignment: Assignment {
-            container_id: c.id.clone(),
-            container_name: c.name.clone(),
-            pod_uid: pod.uid.clone(),
-            pod_name: format!("{}/{}", pod.namespace, pod.name),
-            cpus: cpus.clone(),
             exclusive,
             mems,
             numa_nodes,
@@ -162,6 +154,7 @@ pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> R
             policy: crate::placement::Policy::None,
             aligned: false,
             reason: format!("recorded as running after a restart{request_note}"),
+            ..running_identity(pod, c, &cpus)
         },
         pod_sandbox_id: c.pod_sandbox_id.clone(),
         namespace: pod.namespace.clone(),
@@ -183,20 +176,12 @@ pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> R
 /// it follows the shared pool (or the reserved CPUs) like the exempt containers nri-align
 /// created, so it never stays on CPUs held exclusively.
 pub fn exempt_record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> Record {
-    let cpus = CpuSet::parse_list(&c.resources.cpuset_cpus)
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| topo.online_cpus());
+    let cpus = running_cpus(topo, c);
     Record {
         assignment: Assignment {
-            container_id: c.id.clone(),
-            container_name: c.name.clone(),
-            pod_uid: pod.uid.clone(),
-            pod_name: format!("{}/{}", pod.namespace, pod.name),
-            cpus: cpus.clone(),
             policy: crate::placement::Policy::None,
             reason: "exempt namespace: recorded as running, follows the shared pool".into(),
-            ..Assignment::default()
+            ..running_identity(pod, c, &cpus)
         },
         pod_sandbox_id: c.pod_sandbox_id.clone(),
         namespace: pod.namespace.clone(),
@@ -204,6 +189,26 @@ pub fn exempt_record_as_running(topo: &Topology, pod: &PodView, c: &ContainerVie
         applied_cpus: cpus,
         exempt: true,
         ..Record::default()
+    }
+}
+
+/// The CPUs a running container has: its spec's cpuset, every online CPU when it has none.
+fn running_cpus(topo: &Topology, c: &ContainerView) -> CpuSet {
+    CpuSet::parse_list(&c.resources.cpuset_cpus)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| topo.online_cpus())
+}
+
+/// Who a running container is and the CPUs it has, the rest of its assignment empty.
+fn running_identity(pod: &PodView, c: &ContainerView, cpus: &CpuSet) -> Assignment {
+    Assignment {
+        container_id: c.id.clone(),
+        container_name: c.name.clone(),
+        pod_uid: pod.uid.clone(),
+        pod_name: format!("{}/{}", pod.namespace, pod.name),
+        cpus: cpus.clone(),
+        ..Assignment::default()
     }
 }
 
