@@ -215,7 +215,8 @@ impl<P: Placer> Engine<P> {
     /// only once created; seen in the plugin kill -9 burst). It is recorded as it runs, as
     /// Synchronize would have done, so nothing it holds is handed out again and, as a shared
     /// container, it follows the pool from now on. Returns the updates to send with the next
-    /// response (it runs on every CPU until then); none for known or exempt containers.
+    /// response (it runs on every CPU until then); none for known containers. An exempt one is
+    /// recorded as exempt: it holds nothing and follows the pool too.
     pub fn adopt_started(&mut self, pod: &PodView, c: &ContainerView) -> Vec<CpusetUpdate> {
         if self.doc.containers.contains_key(&c.id) {
             return Vec::new();
@@ -241,8 +242,9 @@ impl<P: Placer> Engine<P> {
     /// send no Synchronize: every created or running container the engine has no record of is
     /// recorded as it runs, as Synchronize would have done. Unlike Synchronize it never
     /// releases a record: a container created between the listing and this call is not in the
-    /// listing and must keep what it holds. Exempt namespaces stay unrecorded. Returns how many
-    /// containers were taken in and the pool updates to send with the next response.
+    /// listing and must keep what it holds. Exempt ones are recorded as exempt (they hold
+    /// nothing and follow the pool). Returns how many containers were taken in and the pool
+    /// updates to send with the next response.
     pub fn adopt_listed(
         &mut self,
         pods: &[PodView],
