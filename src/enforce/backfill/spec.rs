@@ -3,7 +3,9 @@
 //! described in a Synchronize), else the CRI status's own resources.
 //!
 //! Only the fields the engine reads are declared; every one defaults when absent, so a runtime
-//! that leaves a part out (or adds its own) still converts. Field names are the OCI runtime
+//! that leaves a part out (or adds its own) still converts. The `oci-spec` crate's complete
+//! types were not used: their enums and required fields would refuse a whole spec over a field
+//! nri-align never reads, and a refused spec loses the container's devices. Field names are the OCI runtime
 //! spec's (config.md, config-linux.md) and the verbose `info` document's keys as containerd
 //! (`sandboxID`, `pid`, `runtimeSpec`) and CRI-O write them.
 
