@@ -21,8 +21,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cri_client::grpc::{Channel, Code, GrpcError};
+use cri_client::config::Settings;
+use cri_client::grpc::{Code, GrpcError};
 use cri_client::proto as cri;
+use cri_client::CriClient;
 
 use crate::enforce::container::{ContainerView, PodView};
 use crate::enforce::engine::Placer;
@@ -99,7 +101,12 @@ pub fn socket_for(configured: Option<&Path>, runtime_name: &str) -> Option<PathB
 
 /// Lists the pod sandboxes and the created and running containers over `socket`.
 pub async fn list_running(socket: &Path) -> Result<Listing, BackfillError> {
-    let chan = Channel::connect(socket)
+    let settings = Settings {
+        runtime_socket: socket.to_path_buf(),
+        image_socket: socket.to_path_buf(),
+        timeout: CALL_TIMEOUT,
+    };
+    let client = CriClient::connect(&settings)
         .await
         .map_err(|source| BackfillError::Connect {
             socket: socket.to_path_buf(),
@@ -112,20 +119,12 @@ pub async fn list_running(socket: &Path) -> Result<Listing, BackfillError> {
             source,
         }
     };
-    let pods: cri::ListPodSandboxResponse = chan
-        .unary(
-            "/runtime.v1.RuntimeService/ListPodSandbox",
-            &cri::ListPodSandboxRequest::new(),
-            CALL_TIMEOUT,
-        )
+    let pods = client
+        .list_pod_sandbox(&cri::ListPodSandboxRequest::new())
         .await
         .map_err(call_err("ListPodSandbox"))?;
-    let listed: cri::ListContainersResponse = chan
-        .unary(
-            "/runtime.v1.RuntimeService/ListContainers",
-            &cri::ListContainersRequest::new(),
-            CALL_TIMEOUT,
-        )
+    let listed = client
+        .list_containers(&cri::ListContainersRequest::new())
         .await
         .map_err(call_err("ListContainers"))?;
     let mut out = Listing {
@@ -141,14 +140,7 @@ pub async fn list_running(socket: &Path) -> Result<Listing, BackfillError> {
             verbose: true,
             ..Default::default()
         };
-        let status: cri::ContainerStatusResponse = match chan
-            .unary(
-                "/runtime.v1.RuntimeService/ContainerStatus",
-                &req,
-                CALL_TIMEOUT,
-            )
-            .await
-        {
+        let status = match client.container_status(&req).await {
             Ok(s) => s,
             Err(GrpcError::Status { code, .. }) if code == Code::NOT_FOUND => {
                 out.vanished += 1;

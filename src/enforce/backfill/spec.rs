@@ -9,13 +9,14 @@
 //! spec's (config.md, config-linux.md) and the verbose `info` document's keys as containerd
 //! (`sandboxID`, `pid`, `runtimeSpec`) and CRI-O write them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
 use crate::enforce::container::{
     ContainerState, ContainerView, DeviceRule, MountView, PodView, ResourcesView,
 };
+use crate::enforce::nri::convert::sorted;
 use crate::host::devices::DeviceNode;
 use cri_client::proto as cri;
 
@@ -258,8 +259,4 @@ fn status_resources(l: &cri::LinuxContainerResources) -> ResourcesView {
         memory_limit: set_i(l.memory_limit_in_bytes),
         device_rules: Vec::new(),
     }
-}
-
-fn sorted(m: &HashMap<String, String>) -> BTreeMap<String, String> {
-    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }

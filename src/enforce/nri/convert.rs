@@ -11,7 +11,8 @@ use crate::enforce::container::{
     ContainerState, ContainerView, DeviceNode, DeviceRule, MountView, PodView, ResourcesView,
 };
 
-fn sorted(m: &HashMap<String, String>) -> std::collections::BTreeMap<String, String> {
+/// A protobuf map in a stable order, as the engine's views keep annotations (also for CRI's).
+pub(crate) fn sorted(m: &HashMap<String, String>) -> std::collections::BTreeMap<String, String> {
     m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
