@@ -415,7 +415,9 @@ fn prelaunched_state_lost(rt: Runtime) {
     let Launched { mut ctrd, run, log } = Launched::start(rt, "e2e-plost", "");
     let read_log = || read_text(&log);
     let state_dir = ctrd.dir().join("align-state");
-    let pod = ctrd.run_pod(&PodSpec::new("app")).expect("pod");
+    let pod = ctrd
+        .run_pod(&PodSpec::new("app").annotation("policy.nri-align.io/pod", "single-numa-node"))
+        .expect("pod");
     let x = ctrd
         .run_container(&pod, &guaranteed("x", 1))
         .expect("container");
@@ -456,6 +458,9 @@ fn prelaunched_state_lost(rt: Runtime) {
         .get(&x)
         .unwrap_or_else(|| panic!("x recorded again:\n{out}"));
     assert_eq!(rec["assignment"]["exclusive"], true, "{rec}");
+    // Rebuilt from what runs, it still says what the pod asks for, and that it holds.
+    assert_eq!(rec["assignment"]["policy"], "single-numa-node", "{rec}");
+    assert_eq!(rec["assignment"]["aligned"], true, "{rec}");
     assert_eq!(
         cpus_of(&ctrd, &y),
         format_list(&pool),

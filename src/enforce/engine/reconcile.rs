@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::placement::Assignment;
+use crate::placement::{annotations, Assignment, PlacementConfig, Policy};
 use crate::topology::{CpuSet, NodeSet, Topology};
 
 use crate::enforce::adjust::DECISION_ENV;
@@ -25,12 +25,14 @@ pub struct Reconciliation {
     pub rebuild: Vec<Record>,
 }
 
-/// Reconciles `doc` with the live containers (`pods` for their namespaces).
+/// Reconciles `doc` with the live containers (`pods` for their namespaces); containers rebuilt
+/// are judged against the policy `placement` and their annotations give them.
 pub fn reconcile(
     doc: &StateDoc,
     pods: &[PodView],
     live: &[ContainerView],
     topo: &Topology,
+    placement: &PlacementConfig,
 ) -> Reconciliation {
     let mut out = Reconciliation::default();
     // Indexed once: a restart with thousands of containers must stay linear.
@@ -60,7 +62,8 @@ pub fn reconcile(
         if lost_its_devices(topo, pod_of(c), c, rec) {
             // Its record names devices it does not have: account for what it really holds.
             out.release.push(id.clone());
-            out.rebuild.push(record_as_running(topo, pod_of(c), c));
+            out.rebuild
+                .push(record_as_running(topo, placement, pod_of(c), c));
         } else {
             out.keep.push(rec.clone());
         }
@@ -69,7 +72,8 @@ pub fn reconcile(
         if doc.containers.contains_key(&c.id) {
             continue;
         }
-        out.rebuild.push(record_as_running(topo, pod_of(c), c));
+        out.rebuild
+            .push(record_as_running(topo, placement, pod_of(c), c));
     }
     out
 }
@@ -100,8 +104,16 @@ fn lost_its_devices(topo: &Topology, pod: &PodView, c: &ContainerView, rec: &Rec
 /// Records a running container with what it has now: its cpuset (all online CPUs when it has
 /// none), its mems, and the GPUs and NICs of its device nodes. It counts as exclusive only when
 /// it looks like a Guaranteed integer-CPU container whose cpuset has exactly that many CPUs;
-/// anything else is treated as a shared-pool member and follows the pool from now on.
-pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> Record {
+/// anything else is treated as a shared-pool member and follows the pool from now on. Its
+/// policy is the one its annotations (or the node default in `placement`) ask for, and it
+/// counts as aligned when what it has meets that policy ([`aligned_as_running`]), so that
+/// `status` after a restart says what is true rather than "none".
+pub fn record_as_running(
+    topo: &Topology,
+    placement: &PlacementConfig,
+    pod: &PodView,
+    c: &ContainerView,
+) -> Record {
     let online = topo.online_cpus();
     let cpus = running_cpus(topo, c);
     let numa_nodes: NodeSet = topo
@@ -116,10 +128,16 @@ pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> R
         .unwrap_or_else(|| numa_nodes.clone());
     let mut resources = ResourceSummary::default();
     let mut shared_gpus = Vec::new();
+    let mut policy = placement.policy;
+    let mut policy_note = String::new();
     let (gpus, nics, request_note, exclusive) = match build_request(topo, pod, c) {
         Ok(r) => {
             resources = ResourceSummary::of(&r);
             shared_gpus = r.shared_gpus.clone();
+            match annotations::effective(&r.pod.annotations, &r.container_name, placement) {
+                Ok(eff) => policy = eff.policy,
+                Err(e) => policy_note = format!(" (node default policy shown: {e})"),
+            }
             let integer_guaranteed = r.cpu_limit_milli.is_some_and(|l| {
                 l > 0 && l % 1000 == 0 && l == r.cpu_request_milli && cpus.len() as u64 == l / 1000
             });
@@ -137,6 +155,17 @@ pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> R
             false,
         ),
     };
+    let aligned = aligned_as_running(
+        topo,
+        policy,
+        Held {
+            exclusive,
+            numa_nodes: &numa_nodes,
+            mems: &mems,
+            gpus: &gpus,
+            nics: &nics,
+        },
+    );
     Record {
         assignment: Assignment {
             exclusive,
@@ -151,9 +180,9 @@ pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> R
             nics,
             shared_gpus,
             chosen_gpus: Vec::new(),
-            policy: crate::placement::Policy::None,
-            aligned: false,
-            reason: format!("recorded as running after a restart{request_note}"),
+            policy,
+            aligned,
+            reason: format!("recorded as running after a restart{request_note}{policy_note}"),
             ..running_identity(pod, c, &cpus)
         },
         pod_sandbox_id: c.pod_sandbox_id.clone(),
@@ -171,6 +200,49 @@ pub fn record_as_running(topo: &Topology, pod: &PodView, c: &ContainerView) -> R
     }
 }
 
+/// What a running container holds, as [`record_as_running`] found it.
+struct Held<'a> {
+    exclusive: bool,
+    numa_nodes: &'a NodeSet,
+    mems: &'a NodeSet,
+    gpus: &'a [String],
+    nics: &'a [String],
+}
+
+/// Whether what a running container holds meets `policy`, by the rules nri-align's own
+/// decisions follow: never under `none`; a shared container without devices has nothing to
+/// align; otherwise its GPUs and NICs sit on its CPUs' NUMA nodes, its memory nodes serve
+/// those nodes, and under `single-numa-node` that is one node. (Its own decision would also
+/// weigh the narrowest width the node could have offered then; that moment is gone.)
+fn aligned_as_running(topo: &Topology, policy: Policy, held: Held<'_>) -> bool {
+    if policy == Policy::None {
+        return false;
+    }
+    if !held.exclusive && held.gpus.is_empty() && held.nics.is_empty() {
+        return true;
+    }
+    // A device whose node is unknown (or not on this host's list) cannot be held against it.
+    let on_cpu_nodes = |node: Option<u32>| node.map_or(true, |n| held.numa_nodes.contains(n));
+    let gpus_inside = held.gpus.iter().all(|bus| {
+        topo.gpus
+            .iter()
+            .find(|g| &g.pci_bus_id == bus)
+            .map_or(true, |g| on_cpu_nodes(g.numa_node))
+    });
+    let nics_inside = held.nics.iter().all(|name| {
+        topo.nics
+            .iter()
+            .find(|n| &n.name == name)
+            .map_or(true, |n| on_cpu_nodes(n.numa_node))
+    });
+    let memory_nodes = topo.memory_nodes_for(held.numa_nodes);
+    let mems_inside = held.mems.iter().all(|m| memory_nodes.contains(m));
+    gpus_inside
+        && nics_inside
+        && mems_inside
+        && (policy != Policy::SingleNumaNode || held.numa_nodes.len() == 1)
+}
+
 /// Records a running container of an exempt namespace that nri-align has no record of
 /// (created before it ran, or while it was away) as exempt: it holds nothing, and from now on
 /// it follows the shared pool (or the reserved CPUs) like the exempt containers nri-align
@@ -179,7 +251,7 @@ pub fn exempt_record_as_running(topo: &Topology, pod: &PodView, c: &ContainerVie
     let cpus = running_cpus(topo, c);
     Record {
         assignment: Assignment {
-            policy: crate::placement::Policy::None,
+            policy: Policy::None,
             reason: "exempt namespace: recorded as running, follows the shared pool".into(),
             ..running_identity(pod, c, &cpus)
         },
@@ -286,7 +358,13 @@ mod tests {
             live("stopped", ContainerState::Stopped, "", 0),
             live("new", ContainerState::Running, "4-5", 2),
         ];
-        let r = reconcile(&doc, &pods, &containers, &topo());
+        let r = reconcile(
+            &doc,
+            &pods,
+            &containers,
+            &topo(),
+            &PlacementConfig::default(),
+        );
         // A listed stopped container keeps its record until removed (its restart takes it).
         let stopped = Record {
             stopped: true,
@@ -313,7 +391,13 @@ mod tests {
         recorded.assignment.exclusive = true;
         doc.containers.insert("x".into(), recorded.clone());
         let lost = live("x", ContainerState::Running, "", 2);
-        let r = reconcile(&doc, &[], std::slice::from_ref(&lost), &topo());
+        let r = reconcile(
+            &doc,
+            &[],
+            std::slice::from_ref(&lost),
+            &topo(),
+            &PlacementConfig::default(),
+        );
         assert_eq!(r.release, vec!["x".to_string()]);
         assert_eq!(r.rebuild.len(), 1);
         assert_eq!(r.rebuild[0].assignment.gpus, vec!["0000:3b:00.0"]);
@@ -324,7 +408,7 @@ mod tests {
         applied
             .env
             .push(format!("{DECISION_ENV}=gpus=0000:1b:00.0"));
-        let r = reconcile(&doc, &[], &[applied], &topo());
+        let r = reconcile(&doc, &[], &[applied], &topo(), &PlacementConfig::default());
         assert_eq!(r.keep, vec![recorded.clone()]);
         assert!(r.release.is_empty() && r.rebuild.is_empty());
 
@@ -337,6 +421,7 @@ mod tests {
             &[],
             &[live("x", ContainerState::Running, "", 2)],
             &topo(),
+            &PlacementConfig::default(),
         );
         assert_eq!(r.keep, vec![same]);
     }
@@ -344,14 +429,68 @@ mod tests {
     #[test]
     fn a_container_on_every_cpu_is_shared() {
         let c = live("x", ContainerState::Running, "", 2);
-        let r = record_as_running(&topo(), &PodView::default(), &c);
+        let r = record_as_running(
+            &topo(),
+            &PlacementConfig::default(),
+            &PodView::default(),
+            &c,
+        );
         assert!(!r.assignment.exclusive);
         assert_eq!(r.assignment.cpus.to_string(), "0-7");
         let burstable = live("y", ContainerState::Running, "4-6", 2);
         assert!(
-            !record_as_running(&topo(), &PodView::default(), &burstable)
-                .assignment
-                .exclusive
+            !record_as_running(
+                &topo(),
+                &PlacementConfig::default(),
+                &PodView::default(),
+                &burstable
+            )
+            .assignment
+            .exclusive
+        );
+    }
+
+    #[test]
+    fn a_rebuilt_record_shows_the_policy_asked_and_whether_it_holds() {
+        let pod = |policy: &str| PodView {
+            id: "p".into(),
+            annotations: [("policy.nri-align.io/pod".to_string(), policy.to_string())]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        };
+        let node_default = PlacementConfig::default();
+        // GPU 0000:3b:00.0 (/dev/nvidia1) sits on node 0.
+        let near = live("near", ContainerState::Running, "0-1", 2);
+        let far = live("far", ContainerState::Running, "4-5", 2);
+
+        let a = record_as_running(&topo(), &node_default, &PodView::default(), &near).assignment;
+        assert_eq!(a.policy, Policy::BestEffort, "the node default");
+        assert!(a.aligned, "CPUs, memory and GPU on node 0");
+        let a = record_as_running(&topo(), &node_default, &PodView::default(), &far).assignment;
+        assert!(!a.aligned, "CPUs on node 1, its GPU on node 0");
+
+        let snn = record_as_running(&topo(), &node_default, &pod("single-numa-node"), &near);
+        assert_eq!(
+            snn.assignment.policy,
+            Policy::SingleNumaNode,
+            "the pod's annotation"
+        );
+        assert!(snn.assignment.aligned);
+        let wide = live("wide", ContainerState::Running, "2-5", 4);
+        let a = record_as_running(&topo(), &node_default, &pod("single-numa-node"), &wide);
+        assert!(!a.assignment.aligned, "two nodes under single-numa-node");
+        let a = record_as_running(&topo(), &node_default, &pod("none"), &near).assignment;
+        assert_eq!((a.policy, a.aligned), (Policy::None, false));
+
+        // An annotation that does not parse: the node default, and why, in the reason.
+        let bad = record_as_running(&topo(), &node_default, &pod("strict"), &near).assignment;
+        assert_eq!(bad.policy, Policy::BestEffort);
+        assert!(
+            bad.reason.contains("node default policy shown")
+                && bad.reason.contains("policy.nri-align.io/pod"),
+            "{}",
+            bad.reason
         );
     }
 }

@@ -4,7 +4,7 @@
 //! per-event handling in `mod.rs`, because they are the paths that must never allocate
 //! one exclusive CPU or GPU twice after a crash.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use super::{Engine, Placer, StartState};
@@ -132,7 +132,13 @@ impl<P: Placer> Engine<P> {
                 self.doc.containers.contains_key(&c.id)
                     || !self.config.is_exempt(&self.namespace_of(&c.pod_sandbox_id))
             });
-        let plan = reconcile(&self.doc, pods, &managed, self.placer.topology());
+        let plan = reconcile(
+            &self.doc,
+            pods,
+            &managed,
+            self.placer.topology(),
+            &self.config.placement,
+        );
         let rebuilt: HashSet<&str> = plan
             .rebuild
             .iter()
@@ -227,7 +233,7 @@ impl<P: Placer> Engine<P> {
         } else {
             tracing::warn!(container = %c.id, name = %c.name, "started without nri-align's adjustment (created while no plugin was connected, after Synchronize)");
             self.check_systemd_device_links(c, &[]);
-            let rec = record_as_running(self.placer.topology(), pod, c);
+            let rec = record_as_running(self.placer.topology(), &self.config.placement, pod, c);
             if !self.track_running(rec) {
                 return Vec::new();
             }
@@ -254,6 +260,8 @@ impl<P: Placer> Engine<P> {
         for p in pods {
             new_pods |= self.pods.insert_new(p);
         }
+        // Indexed once: a node lists hundreds of pods and containers.
+        let pods_by_id: HashMap<&str, &PodView> = pods.iter().map(|p| (p.id.as_str(), p)).collect();
         let mut adopted = 0usize;
         for c in containers.iter().filter(|c| c.state.is_live()) {
             if self.doc.containers.contains_key(&c.id) {
@@ -261,7 +269,7 @@ impl<P: Placer> Engine<P> {
             }
             // A container of a pod the listing missed (removed in between) still holds its CPUs.
             let orphan;
-            let pod = match pods.iter().find(|p| p.id == c.pod_sandbox_id) {
+            let pod = match pods_by_id.get(c.pod_sandbox_id.as_str()).copied() {
                 Some(p) => p,
                 None => {
                     orphan = PodView {
@@ -277,7 +285,8 @@ impl<P: Placer> Engine<P> {
             }
             tracing::warn!(container = %c.id, name = %c.name, "running without a record (state lost, or created while nri-align was away): recording it as it runs");
             self.check_systemd_device_links(c, &[]);
-            if self.track_running(record_as_running(self.placer.topology(), pod, c)) {
+            let rec = record_as_running(self.placer.topology(), &self.config.placement, pod, c);
+            if self.track_running(rec) {
                 adopted += 1;
             }
         }

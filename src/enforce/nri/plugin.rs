@@ -107,7 +107,7 @@ impl<P: Placer> AlignPlugin<P> {
             );
             self.queue(ups);
         }
-        self.learning.send_replace(false);
+        self.stop_waiting();
     }
 
     /// Creations stop waiting for a listing that is slow to come (it is still taken in when
@@ -119,10 +119,13 @@ impl<P: Placer> AlignPlugin<P> {
     /// Waits (up to [`LEARN_WAIT`]) while the running containers are being listed, so that a
     /// creation never gets what a container not yet known holds.
     async fn wait_learned(&self, container: &str) {
-        let mut rx = self.learning.subscribe();
-        if !*rx.borrow_and_update() {
+        // The usual path (no listing under way) is one read; a receiver is made only to wait.
+        // A listing that ends between the read and the subscription is seen by `wait_for`,
+        // which looks at the current value first.
+        if !*self.learning.borrow() {
             return;
         }
+        let mut rx = self.learning.subscribe();
         let waited = tokio::time::timeout(LEARN_WAIT, rx.wait_for(|busy| !*busy)).await;
         if waited.is_err() {
             tracing::warn!(container = %container, wait_ms = LEARN_WAIT.as_millis() as u64, "deciding before the running containers are listed over CRI: CPUs or GPUs a container nri-align has no record of holds may be given again");
