@@ -163,6 +163,7 @@ pub fn record_as_running(
             numa_nodes: &numa_nodes,
             mems: &mems,
             gpus: &gpus,
+            shared_gpus: &shared_gpus,
             nics: &nics,
         },
     );
@@ -206,6 +207,8 @@ struct Held<'a> {
     numa_nodes: &'a NodeSet,
     mems: &'a NodeSet,
     gpus: &'a [String],
+    /// GPUs used but not held alone (MIG parents, replicas): aligned to like the others.
+    shared_gpus: &'a [String],
     nics: &'a [String],
 }
 
@@ -218,12 +221,16 @@ fn aligned_as_running(topo: &Topology, policy: Policy, held: Held<'_>) -> bool {
     if policy == Policy::None {
         return false;
     }
-    if !held.exclusive && held.gpus.is_empty() && held.nics.is_empty() {
+    if !held.exclusive
+        && held.gpus.is_empty()
+        && held.shared_gpus.is_empty()
+        && held.nics.is_empty()
+    {
         return true;
     }
     // A device whose node is unknown (or not on this host's list) cannot be held against it.
     let on_cpu_nodes = |node: Option<u32>| node.map_or(true, |n| held.numa_nodes.contains(n));
-    let gpus_inside = held.gpus.iter().all(|bus| {
+    let gpus_inside = held.gpus.iter().chain(held.shared_gpus).all(|bus| {
         topo.gpus
             .iter()
             .find(|g| &g.pci_bus_id == bus)
