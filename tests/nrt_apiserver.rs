@@ -54,6 +54,7 @@ fn settings(node: &str) -> NrtSettings {
             rdma_nic: Some("intel.com/sriov_rdma".into()),
         },
         owner: None,
+        take_over_foreign: false,
     }
 }
 
