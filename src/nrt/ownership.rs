@@ -102,6 +102,13 @@ impl NotOwned {
         }
     }
 
+    /// The object's name.
+    pub fn name(&self) -> &str {
+        match self {
+            NotOwned::Foreign { name, .. } | NotOwned::Contested { name, .. } => name,
+        }
+    }
+
     /// The object and whose it is, in one phrase.
     pub fn summary(&self) -> String {
         match self {
@@ -257,6 +264,33 @@ impl Rewrites {
         self.last_version = version.map(str::to_string);
         self.last_at = Some(at);
         self.count
+    }
+}
+
+/// Logs what changed: the error with what to do the first time an object is left alone (or
+/// left alone for another reason), when nri-align owns it again, and a take-over.
+pub fn log_change(
+    before: Option<&NotOwned>,
+    now: Option<&NotOwned>,
+    taken_over: Option<&NotOwned>,
+) {
+    match (before, now) {
+        (b, Some(n)) if b != Some(n) => tracing::error!(reason = n.reason(), "{n}"),
+        (_, Some(n)) => {
+            tracing::debug!(reason = n.reason(), "NodeResourceTopology still left alone")
+        }
+        (Some(b), None) => tracing::info!(
+            was = b.reason(),
+            "NodeResourceTopology {} is nri-align's again",
+            b.name()
+        ),
+        (None, None) => {}
+    }
+    if let Some(n) = taken_over {
+        tracing::warn!(
+            "took over {} and replaced it with nri-align's (nrt.take_over_foreign is set)",
+            n.summary()
+        );
     }
 }
 

@@ -414,31 +414,13 @@ impl Worker {
     /// Logs a change of ownership once (the first time an object is left alone, with what to
     /// do; when nri-align owns it again), and sets the status and the gauge.
     fn report_ownership(&self, outcome: &Outcome) {
-        let now = match outcome {
-            Outcome::LeftAlone(n) => Some(n.clone()),
-            _ => None,
+        let (now, taken_over) = match outcome {
+            Outcome::LeftAlone(n) => (Some(n.clone()), None),
+            Outcome::TakenOver(n) => (None, Some(n)),
+            _ => (None, None),
         };
         let before = self.status.borrow().not_owned.clone();
-        match (&before, &now) {
-            (_, Some(n)) if before.as_ref() != Some(n) => {
-                tracing::error!(reason = n.reason(), "{n}");
-            }
-            (_, Some(n)) => {
-                tracing::debug!(reason = n.reason(), "NodeResourceTopology still left alone");
-            }
-            (Some(b), None) => tracing::info!(
-                was = b.reason(),
-                outcome = outcome.label(),
-                "NodeResourceTopology is nri-align's again"
-            ),
-            (None, None) => {}
-        }
-        if let Outcome::TakenOver(n) = outcome {
-            tracing::warn!(
-                "took over {} and replaced it with nri-align's (nrt.take_over_foreign is set)",
-                n.summary()
-            );
-        }
+        ownership::log_change(before.as_ref(), now.as_ref(), taken_over);
         self.metrics
             .set_not_owned(now.as_ref().map(NotOwned::reason));
         if before != now {
@@ -482,7 +464,12 @@ impl Worker {
                     return Ok(Outcome::LeftAlone(n));
                 }
                 (Decision::Replace, Some(cur)) => (Some(cur), Outcome::Replaced),
-                (Decision::TakeOver(n), Some(cur)) => (Some(cur), Outcome::TakenOver(n)),
+                (Decision::TakeOver(n), Some(mut cur)) => {
+                    // The previous producer's owner goes with it: its deletion (NFD's
+                    // namespace) would otherwise collect nri-align's object.
+                    cur.metadata.owner_references = None;
+                    (Some(cur), Outcome::TakenOver(n))
+                }
                 // Create (decide answers it whenever there is no object).
                 (_, _) => (None, Outcome::Created),
             };
