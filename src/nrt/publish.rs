@@ -362,7 +362,7 @@ impl Worker {
                         if s.consecutive_failures > 0 {
                             tracing::info!(
                                 after = s.consecutive_failures,
-                                "NodeResourceTopology reached again after failures"
+                                "the API server answers the NodeResourceTopology publisher again after failures"
                             );
                         }
                         if published {
