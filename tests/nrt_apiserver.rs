@@ -11,10 +11,15 @@
 //! - client certificates, bearer tokens (kubeconfig and service-account directory), 403 and
 //!   401 are told apart and counted;
 //! - the API server stopped mid-way: updates never block, failures are counted, and the
-//!   object catches up after the restart.
+//!   object catches up after the restart;
+//! - objects nri-align does not own (`nrt_apiserver/ownership.rs`): one NFD made is left
+//!   untouched until deleted or taken over; NFD rewriting nri-align's object is detected and
+//!   no longer fought, while a hand edit is still repaired.
 
 #[path = "nrt_apiserver/harness.rs"]
 mod harness;
+#[path = "nrt_apiserver/ownership.rs"]
+mod ownership;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,6 +59,7 @@ fn settings(node: &str) -> NrtSettings {
             rdma_nic: Some("intel.com/sriov_rdma".into()),
         },
         owner: None,
+        take_over_foreign: false,
     }
 }
 

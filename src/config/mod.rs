@@ -32,6 +32,7 @@
 //!   gpu_resource: nvidia.com/gpu
 //!   rdma_nic_resource: null
 //!   resync_seconds: 60
+//!   take_over_foreign: false
 //! ```
 
 use std::net::SocketAddr;

@@ -8,6 +8,7 @@
 //!   gpu_resource: nvidia.com/gpu   # the GPU device plugin's resource name; null: GPUs left out
 //!   rdma_nic_resource: null        # e.g. intel.com/sriov_rdma; null: NICs left out
 //!   resync_seconds: 60             # how often the server's copy is checked and repaired
+//!   take_over_foreign: false       # replace an object of the node's name nri-align did not make
 //! ```
 
 use serde::{Deserialize, Deserializer};
@@ -32,6 +33,9 @@ pub struct NrtConfig {
     pub resources: ResourceNames,
     /// Seconds between re-reads of the server's object (repairs hand edits and deletions).
     pub resync_seconds: u64,
+    /// Replace an object of the node's name that lacks nri-align's label (another producer's,
+    /// or left behind) instead of leaving it alone and saying so (`src/nrt/ownership.rs`).
+    pub take_over_foreign: bool,
 }
 
 impl Default for NrtConfig {
@@ -41,13 +45,15 @@ impl Default for NrtConfig {
             node_name: None,
             resources: ResourceNames::default(),
             resync_seconds: DEFAULT_RESYNC_SECONDS,
+            take_over_foreign: false,
         }
     }
 }
 
 impl super::Config {
     /// What the object published for node `node_name` says besides the resources: the node
-    /// default policy and scope, the reserved CPUs, the resource names.
+    /// default policy and scope, the reserved CPUs, the resource names; and whether a foreign
+    /// object is taken over.
     pub fn nrt_settings(&self, node_name: &str) -> NrtSettings {
         NrtSettings {
             node_name: node_name.to_string(),
@@ -56,6 +62,7 @@ impl super::Config {
             reserved_cpus: self.placement.reserved_cpus.clone(),
             resources: self.nrt.resources.clone(),
             owner: None,
+            take_over_foreign: self.nrt.take_over_foreign,
         }
     }
 }
@@ -72,6 +79,7 @@ pub(super) struct RawNrt {
     #[serde(deserialize_with = "present")]
     rdma_nic_resource: Option<Option<String>>,
     resync_seconds: Option<u64>,
+    take_over_foreign: Option<bool>,
 }
 
 /// A key that is there, even as `null`, is `Some`.
@@ -127,6 +135,7 @@ impl RawNrt {
             node_name,
             resources,
             resync_seconds,
+            take_over_foreign: self.take_over_foreign.unwrap_or(defaults.take_over_foreign),
         })
     }
 }
@@ -143,6 +152,8 @@ mod tests {
         assert_eq!(c.nrt.resources.gpu.as_deref(), Some("nvidia.com/gpu"));
         assert_eq!(c.nrt.resources.rdma_nic, None);
         assert_eq!(c.nrt.resync_seconds, 60);
+        assert!(!c.nrt.take_over_foreign);
+        assert!(!c.nrt_settings("n").take_over_foreign);
         // `nrt:` alone (null) is the defaults too.
         assert_eq!(Config::parse("nrt:\n", "t").expect("null").nrt, c.nrt);
     }
@@ -151,7 +162,8 @@ mod tests {
     fn every_key_is_read_and_null_turns_a_device_off() {
         let c = Config::parse(
             "nrt:\n  publish: false\n  node_name: worker-a.example\n  gpu_resource: null\n  \
-             rdma_nic_resource: intel.com/sriov_rdma\n  resync_seconds: 5\n",
+             rdma_nic_resource: intel.com/sriov_rdma\n  resync_seconds: 5\n  \
+             take_over_foreign: true\n",
             "t",
         )
         .expect("valid");
@@ -163,6 +175,13 @@ mod tests {
             Some("intel.com/sriov_rdma")
         );
         assert_eq!(c.nrt.resync_seconds, 5);
+        assert!(c.nrt.take_over_foreign);
+        // It reaches the publisher with the settings, so a reload changes it.
+        assert!(c.nrt_settings("n").take_over_foreign);
+        assert!(c
+            .restart_only_changes(&Config::parse("", "t").expect("empty"))
+            .iter()
+            .all(|k| *k != "nrt.take_over_foreign"));
     }
 
     #[test]
@@ -182,6 +201,8 @@ mod tests {
         assert!(e.contains("nrt.rdma_nic_resource"), "{e}");
         let e = err("nrt:\n  resync_seconds: 0\n");
         assert!(e.contains("out of range"), "{e}");
+        let e = err("nrt:\n  take_over_foreign: yes please\n");
+        assert!(e.contains("take_over_foreign"), "{e}");
         let e = err("nrt:\n  publsh: true\n");
         assert!(e.contains("unknown field `publsh`"), "{e}");
     }

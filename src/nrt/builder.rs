@@ -104,7 +104,7 @@ impl Default for ResourceNames {
     }
 }
 
-/// What the object says besides the resources.
+/// What the object says besides the resources (and whether a foreign one is replaced).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NrtSettings {
     /// The Kubernetes node name (the object's name).
@@ -119,6 +119,9 @@ pub struct NrtSettings {
     pub resources: ResourceNames,
     /// Owner of the object (e.g. the Node), so it is garbage-collected with it.
     pub owner: Option<OwnerReference>,
+    /// Not part of the object: replace an object of the node's name that does not carry
+    /// nri-align's label (`nrt.take_over_foreign`) instead of leaving it alone.
+    pub take_over_foreign: bool,
 }
 
 /// The object for `topo` with `free` resources and, when known, the `pods` on the node.

@@ -48,6 +48,7 @@ fn settings(reserved: &str) -> NrtSettings {
             rdma_nic: Some("intel.com/sriov_rdma".into()),
         },
         owner: None,
+        take_over_foreign: false,
     }
 }
 

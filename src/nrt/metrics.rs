@@ -8,11 +8,14 @@
 //!   `other`);
 //! - `nri_align_nrt_publish_conflicts_total`: 409s answered by re-reading the object;
 //! - `nri_align_nrt_publishes_total{outcome}`: successful attempts (`created`, `replaced`,
-//!   `unchanged`).
+//!   `unchanged`, `taken-over`; `foreign` and `contested` when the object was left alone);
+//! - `nri_align_nrt_not_owned{reason}`: 1 while the node's object is left alone because it is
+//!   `foreign` (no nri-align label) or `contested` (another producer keeps rewriting it), else 0.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 /// Label of a failure.
@@ -36,7 +39,12 @@ pub struct NrtMetrics {
     failures: Family<ReasonLabel, Counter>,
     conflicts: Counter,
     publishes: Family<OutcomeLabel, Counter>,
+    not_owned: Family<ReasonLabel, Gauge>,
 }
+
+/// The reasons of `nri_align_nrt_not_owned`, all exported (0 or 1) so an alert needs no
+/// absent().
+const NOT_OWNED: [&str; 2] = ["foreign", "contested"];
 
 impl NrtMetrics {
     /// Registers the counters under `nrt_` in `registry` (whose prefix, `nri_align`, comes
@@ -63,6 +71,16 @@ impl NrtMetrics {
             "NodeResourceTopology attempts that succeeded, by outcome",
             self.publishes.clone(),
         );
+        // Both series from the start, at 0.
+        for reason in NOT_OWNED {
+            self.not_owned(reason);
+        }
+        sub.register(
+            "not_owned",
+            "1 while the node's NodeResourceTopology is left alone because nri-align does not \
+             own it, by reason (foreign, contested)",
+            self.not_owned.clone(),
+        );
     }
 
     pub(super) fn attempt(&self) {
@@ -87,6 +105,24 @@ impl NrtMetrics {
                 outcome: outcome.into(),
             })
             .inc();
+    }
+
+    /// Sets `not_owned{reason}` to 1 for `reason` (if any) and 0 for the others.
+    pub(super) fn set_not_owned(&self, reason: Option<&str>) {
+        for r in NOT_OWNED {
+            self.not_owned
+                .get_or_create(&ReasonLabel { reason: r.into() })
+                .set(i64::from(reason == Some(r)));
+        }
+    }
+
+    /// `not_owned{reason}`: 1 while the object is left alone for `reason`.
+    pub fn not_owned(&self, reason: &str) -> i64 {
+        self.not_owned
+            .get_or_create(&ReasonLabel {
+                reason: reason.into(),
+            })
+            .get()
     }
 
     /// Attempts so far.
@@ -130,6 +166,7 @@ mod tests {
         m.attempt();
         m.failure("unreachable");
         m.success("created");
+        m.set_not_owned(Some("foreign"));
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
         assert!(
@@ -144,9 +181,19 @@ mod tests {
             text.contains("nri_align_nrt_publishes_total{outcome=\"created\"} 1"),
             "{text}"
         );
+        assert!(
+            text.contains("nri_align_nrt_not_owned{reason=\"foreign\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nri_align_nrt_not_owned{reason=\"contested\"} 0"),
+            "{text}"
+        );
         assert_eq!(
             (m.attempts(), m.failures("unreachable"), m.conflicts()),
             (1, 1, 0)
         );
+        m.set_not_owned(None);
+        assert_eq!((m.not_owned("foreign"), m.not_owned("contested")), (0, 0));
     }
 }

@@ -8,6 +8,8 @@
 //! - [`builder`]: topology + free resources + settings -> object (pure);
 //! - [`fingerprint`]: the pod-set fingerprint the scheduler's cache resyncs on;
 //! - [`client`]: in-cluster or kubeconfig access (client certificates, bearer tokens);
+//! - [`ownership`]: whether the server's object is nri-align's to replace (foreign objects,
+//!   other producers rewriting it);
 //! - [`publish`]: the background publisher (debounced, create-or-replace, retries, backoff);
 //! - [`feed`]: the daemon's state changes handed to the publisher without waiting;
 //! - [`metrics`]: its counters.
@@ -20,6 +22,7 @@ pub mod feed;
 pub mod fingerprint;
 pub mod metrics;
 pub mod object;
+pub mod ownership;
 pub mod publish;
 pub mod quantity;
 

@@ -8,9 +8,14 @@
 //! - Unreachable, 429 or 5xx, 401/403, 422: the attempt fails, is counted, and is retried with
 //!   exponential backoff (jittered, capped); newer snapshots replace what it will publish.
 //! - Every `resync` the object is read again and repaired if someone edited or deleted it.
+//! - An object nri-align does not own is left alone, and looked at again every `resync`:
+//!   one without its label (another producer's, or left behind; replaced only with
+//!   `nrt.take_over_foreign`), or one another field manager keeps rewriting ([`ownership`]).
 //!
 //! Other controllers' labels and annotations on the object are kept; nri-align owns the
 //! zones, attributes, policies, its label and the owner reference.
+//!
+//! [`ownership`]: super::ownership
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +30,7 @@ use super::builder::{build, NrtSettings, ZoneFree};
 use super::fingerprint::PodId;
 use super::metrics::NrtMetrics;
 use super::object::NodeResourceTopology;
+use super::ownership::{self, Decision, NotOwned, Rewrites};
 use crate::topology::Topology;
 
 /// Field manager recorded in managedFields.
@@ -85,6 +91,9 @@ pub struct PublishStatus {
     pub consecutive_failures: u32,
     /// The last failure, if the last attempt failed.
     pub last_error: Option<String>,
+    /// Set while the server's object is left alone because nri-align does not own it (its
+    /// message says whose it is and what to do).
+    pub not_owned: Option<NotOwned>,
 }
 
 #[derive(Debug, Clone)]
@@ -143,6 +152,7 @@ impl Publisher {
             status: status_tx,
             seen: None,
             refresh,
+            rewrites: Rewrites::default(),
         };
         let task = tokio::spawn(worker.run(rx));
         Publisher {
@@ -197,19 +207,25 @@ impl Publisher {
 }
 
 /// What one successful attempt did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Outcome {
     Created,
     Replaced,
     Unchanged,
+    /// A foreign object replaced, as `nrt.take_over_foreign` asks.
+    TakenOver(NotOwned),
+    /// Not nri-align's: nothing written.
+    LeftAlone(NotOwned),
 }
 
 impl Outcome {
-    fn label(self) -> &'static str {
+    fn label(&self) -> &'static str {
         match self {
             Outcome::Created => "created",
             Outcome::Replaced => "replaced",
             Outcome::Unchanged => "unchanged",
+            Outcome::TakenOver(_) => "taken-over",
+            Outcome::LeftAlone(n) => n.reason(),
         }
     }
 }
@@ -259,6 +275,8 @@ struct Worker {
     /// The object as last read from or written to the server.
     seen: Option<NodeResourceTopology>,
     refresh: Option<Refresh>,
+    /// Other field managers' rewrites of the object, counted across attempts.
+    rewrites: Rewrites,
 }
 
 impl Worker {
@@ -316,7 +334,10 @@ impl Worker {
                 snapshot.pods.as_deref(),
                 &input.settings,
             ) {
-                Ok(desired) => self.reconcile(desired).await,
+                Ok(desired) => {
+                    self.reconcile(desired, input.settings.take_over_foreign)
+                        .await
+                }
                 Err(e) => Err(Failure {
                     reason: "build",
                     message: e.to_string(),
@@ -325,7 +346,8 @@ impl Worker {
             match result {
                 Ok(outcome) => {
                     self.metrics.success(outcome.label());
-                    if outcome != Outcome::Unchanged {
+                    self.report_ownership(&outcome);
+                    if !matches!(outcome, Outcome::Unchanged | Outcome::LeftAlone(_)) {
                         tracing::debug!(
                             outcome = outcome.label(),
                             "NodeResourceTopology published"
@@ -335,15 +357,18 @@ impl Worker {
                         .seen
                         .as_ref()
                         .and_then(|o| o.metadata.resource_version.clone());
+                    let published = !matches!(outcome, Outcome::LeftAlone(_));
                     self.status.send_modify(|s| {
                         if s.consecutive_failures > 0 {
                             tracing::info!(
                                 after = s.consecutive_failures,
-                                "NodeResourceTopology published again after failures"
+                                "the API server answers the NodeResourceTopology publisher again after failures"
                             );
                         }
-                        s.published = s.published.max(input.generation);
-                        s.resource_version = rv;
+                        if published {
+                            s.published = s.published.max(input.generation);
+                            s.resource_version = rv;
+                        }
                         s.consecutive_failures = 0;
                         s.last_error = None;
                     });
@@ -386,8 +411,29 @@ impl Worker {
         }
     }
 
-    /// Makes the server's object equal to `desired`.
-    async fn reconcile(&mut self, desired: NodeResourceTopology) -> Result<Outcome, Failure> {
+    /// Logs a change of ownership once (the first time an object is left alone, with what to
+    /// do; when nri-align owns it again), and sets the status and the gauge.
+    fn report_ownership(&self, outcome: &Outcome) {
+        let (now, taken_over) = match outcome {
+            Outcome::LeftAlone(n) => (Some(n.clone()), None),
+            Outcome::TakenOver(n) => (None, Some(n)),
+            _ => (None, None),
+        };
+        let before = self.status.borrow().not_owned.clone();
+        ownership::log_change(before.as_ref(), now.as_ref(), taken_over);
+        self.metrics
+            .set_not_owned(now.as_ref().map(NotOwned::reason));
+        if before != now {
+            self.status.send_modify(|s| s.not_owned = now);
+        }
+    }
+
+    /// Makes the server's object equal to `desired`, if it is nri-align's to change.
+    async fn reconcile(
+        &mut self,
+        desired: NodeResourceTopology,
+        take_over_foreign: bool,
+    ) -> Result<Outcome, Failure> {
         let name = desired.metadata.name.clone().unwrap_or_default();
         let pp = PostParams {
             dry_run: false,
@@ -399,24 +445,42 @@ impl Worker {
                 Some(o) => Some(o),
                 None => self.api.get_opt(&name).await?,
             };
-            let result = match current {
-                None => self
-                    .api
-                    .create(&pp, &desired)
-                    .await
-                    .map(|o| (o, Outcome::Created)),
-                Some(cur) if cur.content_matches(&desired) => {
-                    self.seen = Some(cur);
+            let window = ownership::window(self.options.resync);
+            let decision = ownership::decide(
+                current.as_ref(),
+                &desired,
+                take_over_foreign,
+                window,
+                &mut self.rewrites,
+            );
+            let (cur, outcome) = match (decision, current) {
+                (Decision::Unchanged, cur) => {
+                    self.seen = cur;
                     return Ok(Outcome::Unchanged);
                 }
+                (Decision::LeaveAlone(n), _) => {
+                    // Read again next time: the object may be gone or relabelled by then.
+                    self.seen = None;
+                    return Ok(Outcome::LeftAlone(n));
+                }
+                (Decision::Replace, Some(cur)) => (Some(cur), Outcome::Replaced),
+                (Decision::TakeOver(n), Some(mut cur)) => {
+                    // The previous producer's owner goes with it: its deletion (NFD's
+                    // namespace) would otherwise collect nri-align's object.
+                    cur.metadata.owner_references = None;
+                    (Some(cur), Outcome::TakenOver(n))
+                }
+                // Create (decide answers it whenever there is no object).
+                (_, _) => (None, Outcome::Created),
+            };
+            let result = match cur {
+                None => self.api.create(&pp, &desired).await,
                 Some(cur) => {
                     let obj = merge_metadata(&cur, desired.clone());
-                    self.api
-                        .replace(&name, &pp, &obj)
-                        .await
-                        .map(|o| (o, Outcome::Replaced))
+                    self.api.replace(&name, &pp, &obj).await
                 }
-            };
+            }
+            .map(|o| (o, outcome));
             match result {
                 Ok((obj, outcome)) => {
                     self.seen = Some(obj);
