@@ -103,10 +103,10 @@ pub fn socket_for(configured: Option<&Path>, runtime_name: &str) -> Option<PathB
 /// Most `ContainerStatus` calls in flight at once on the listing's one connection. A node runs
 /// up to a few hundred containers (the kubelet's default is 110 pods, 250 at most) and
 /// creations wait for the listing (up to [`crate::enforce::nri::plugin::LEARN_WAIT`] each). One
-/// call after another, 500 containers took 0.30-0.32 s (median) on containerd 1.7.24 on a
-/// 2-core box, 16 at once 0.16 s (1.8-2.1 times faster); 4 and 64 at once were slower at 500
-/// (`hack/bench-cri-listing`, docs/performance.md). Bounded, so that the answers held at once
-/// stay few (about 10 KiB each, at most the client's 16 MiB) and a runtime busy starting
+/// call after another, 500 containers took 0.24-0.32 s (median) on containerd 1.7.24 on a
+/// 2-core box, 16 at once 0.11-0.16 s (1.8-2.2 times faster); 4 and 64 at once were slower at
+/// 500 (`hack/bench-cri-listing`, docs/performance.md). Bounded, so that the answers held at
+/// once stay few (about 10 KiB each, at most the client's 16 MiB) and a runtime busy starting
 /// containers is not flooded.
 pub const STATUS_IN_FLIGHT: usize = 16;
 
