@@ -7,7 +7,10 @@
 //! - clients holding many connections open take at most the connection cap of descriptors,
 //!   and are cut off by the request time limit;
 //! - a FIFO in place of the configuration file is refused at once on SIGHUP and by the file
-//!   watch, and SIGTERM still ends the daemon.
+//!   watch, and SIGTERM still ends the daemon;
+//! - a state dir whose filesystem is full, or read-only after an ext4 error, at start: the
+//!   daemon starts with the records it reads, says so once and in its metrics, and once the
+//!   filesystem is writable again its next start rewrites the log (root only: real mounts).
 
 mod common;
 
@@ -16,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::testfs::Mounted;
 use common::{
     log_events, metric, nri_align_bin, probe, scrape, wait_probe, wait_until, write_private,
     PluginProcess,
@@ -32,6 +36,11 @@ struct Daemon {
 
 impl Daemon {
     fn start(prefix: &[&str]) -> Daemon {
+        Self::start_on(prefix, None)
+    }
+
+    /// [`Daemon::start`] with `state` as its state dir (else one in its own temp dir).
+    fn start_on(prefix: &[&str], state: Option<&Path>) -> Daemon {
         let dir = tempfile::tempdir().expect("tmp");
         let config = dir.path().join("nri-align.yaml");
         write_private(&config, "metrics_address: \"127.0.0.1:0\"\n").expect("config");
@@ -47,7 +56,7 @@ impl Daemon {
             .arg("--socket")
             .arg(dir.path().join("no-runtime.sock"))
             .arg("--state-dir")
-            .arg(dir.path().join("state"))
+            .arg(state.map_or_else(|| dir.path().join("state"), Path::to_path_buf))
             .arg("--config")
             .arg(&config)
             .env("RUST_LOG", "info");
@@ -309,4 +318,118 @@ fn a_fifo_in_place_of_the_config_is_refused_and_sigterm_still_stops_the_daemon()
         "{status:?}\n{}",
         d.process.output()
     );
+}
+
+/// A state log under `state` holding three containers (none visible on this host: the daemon
+/// keeps them, it never releases on a guess), its last line torn when `torn`.
+fn write_records(state: &Path, torn: bool) {
+    use nri_align::enforce::state::{Record, Records, StateStore};
+    let mut store = StateStore::open(state).expect("state dir");
+    store.load();
+    let mut records = Records::new();
+    for i in 0..3 {
+        let mut r = Record::default();
+        r.assignment.container_id = format!("gone-{i}");
+        r.cgroups_path = format!("/nri-align-test-gone/gone-{i}");
+        records.insert(format!("gone-{i}"), r);
+    }
+    store.write(&mut records).expect("write the log");
+    drop(store);
+    if torn {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(state.join("state.log"))
+            .expect("log");
+        f.write_all(b"0123456789abcdef {\"put\":\"cut-sh")
+            .expect("torn tail");
+    }
+}
+
+/// The daemon on `state`, which cannot be written: alive with the records it read, the
+/// failure said once and in the metrics.
+fn starts_on_unwritable_state(state: &Path, error: &str) {
+    let mut d = Daemon::start_on(&[], Some(state));
+    let (code, body) = wait_probe(&d.addr, "/healthz", 200, Duration::from_secs(10));
+    assert_eq!(code, 200, "{body}\n{}", d.process.output());
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            scrape(&d.addr)
+                .map(|m| metric(&m, "nri_align_state_write_failing") == Some(1.0))
+                .unwrap_or(false)
+        }),
+        "{}",
+        d.process.output()
+    );
+    // Still up a moment later (no crash loop), with its records, and said why once.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(d.process.exited().is_none(), "{}", d.process.output());
+    let out = d.process.output();
+    let restored = log_events(&out, "previous decisions restored");
+    assert_eq!(restored.len(), 1, "{out}");
+    assert_eq!(restored[0]["restored"], "3", "{out}");
+    let said: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("cannot rewrite") || l.contains("decision not persisted"))
+        .collect();
+    assert_eq!(said.len(), 1, "{out}");
+    assert!(said[0].contains(error), "{out}");
+    d.process.stop(nix::sys::signal::Signal::SIGTERM);
+    let names: Vec<String> = std::fs::read_dir(state)
+        .expect("ls")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    assert_eq!(names, vec!["state.log".to_string()], "no temp file left");
+}
+
+/// The next start, the filesystem writable again: the same records, the log whole.
+fn restarts_and_rewrites(state: &Path) {
+    use nri_align::enforce::state::{Loaded, StateStore};
+    let mut d = Daemon::start_on(&[], Some(state));
+    assert_eq!(
+        wait_probe(&d.addr, "/healthz", 200, Duration::from_secs(10)).0,
+        200
+    );
+    assert!(d
+        .process
+        .wait_for_output("previous decisions restored", Duration::from_secs(10)));
+    d.process.stop(nix::sys::signal::Signal::SIGTERM);
+    let out = d.process.output();
+    assert!(
+        !out.contains("cannot rewrite") && !out.contains("not persisted"),
+        "{out}"
+    );
+    match StateStore::open_read_only(state).expect("reader").load() {
+        Loaded::Doc(doc) => assert_eq!(doc.containers.len(), 3, "{:?}", doc.containers),
+        other => panic!("{other:?}"),
+    }
+    let log = std::fs::read(state.join("state.log")).expect("log");
+    assert!(log.ends_with(b"\n"), "a torn tail is rewritten away");
+}
+
+#[test]
+fn a_full_state_disk_at_start_does_not_stop_the_daemon_and_is_said_once() {
+    let Some(fs) = Mounted::tmpfs("daemon_faults::full_state_disk", 256) else {
+        return;
+    };
+    let state = fs.root.join("state");
+    write_records(&state, true);
+    fs.fill();
+    starts_on_unwritable_state(&state, "No space left on device");
+    fs.free();
+    restarts_and_rewrites(&state);
+}
+
+#[test]
+fn a_state_dir_read_only_after_an_ext4_error_at_start_does_not_stop_the_daemon() {
+    let Some(mut fs) = Mounted::ext4("daemon_faults::read_only_state", 16) else {
+        return;
+    };
+    let state = fs.root.join("state");
+    write_records(&state, false);
+    nix::unistd::sync();
+    fs.fail_ext4();
+    starts_on_unwritable_state(&state, "Read-only file system");
+    fs.repair_ext4();
+    restarts_and_rewrites(&state);
 }

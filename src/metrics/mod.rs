@@ -112,6 +112,8 @@ pub struct Metrics {
     config_reloads: Family<OutcomeLabels, Counter>,
     config_last_reload_ok: Gauge,
     device_link_missing: Family<DeviceLabels, Counter>,
+    state_write_failures: Counter,
+    state_write_failing: Gauge,
     // Serialises encoding with updates of the node gauges so a scrape sees one snapshot. It
     // holds each node's four free gauges (handles on the families' own series): every
     // admission that takes something sets them, and finding them in the families formats and
@@ -223,6 +225,20 @@ impl Metrics {
              leaves it out of DeviceAllow=: access is lost at the next cpuset update)",
             device_link_missing.clone(),
         );
+        let state_write_failures = Counter::default();
+        registry.register(
+            "state_write_failures",
+            "Writes of the state log that failed (its filesystem full or read-only): retried at \
+             most once a second, the skipped ones are not counted",
+            state_write_failures.clone(),
+        );
+        let state_write_failing = Gauge::default();
+        registry.register(
+            "state_write_failing",
+            "1 while decisions cannot be persisted (from a failed state write until one \
+             succeeds and rewrites every record), else 0",
+            state_write_failing.clone(),
+        );
         Metrics {
             registry,
             admissions,
@@ -238,6 +254,8 @@ impl Metrics {
             config_reloads,
             config_last_reload_ok,
             device_link_missing,
+            state_write_failures,
+            state_write_failing,
             snapshot: Mutex::new(HashMap::new()),
         }
     }
@@ -302,6 +320,17 @@ impl Metrics {
                 device: device.to_string(),
             })
             .inc();
+    }
+
+    /// Counts a failed state write: decisions are not persisted until one succeeds.
+    pub fn state_write_failed(&self) {
+        self.state_write_failures.inc();
+        self.state_write_failing.set(1);
+    }
+
+    /// A state write succeeded after failures: every live record is persisted again.
+    pub fn state_write_recovered(&self) {
+        self.state_write_failing.set(0);
     }
 
     /// The configuration file went back to the configuration in force after a rejected

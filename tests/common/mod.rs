@@ -17,6 +17,9 @@ mod plugin;
 mod runtime;
 mod spec;
 pub mod suite;
+/// Small real filesystems (tmpfs, ext4 turned read-only), shared with the store's own tests.
+#[path = "../../src/enforce/state/testfs.rs"]
+pub mod testfs;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -15,7 +15,9 @@ use crate::topology::CpuSet;
 use crate::enforce::adjust::{build_adjustment, AdjustError, Adjustment, CpusetUpdate};
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
 use crate::enforce::inputs::{build, build_request, pod_totals, RequestError};
-use crate::enforce::state::{Record, ResourceSummary, StateDoc, StateStore};
+use crate::enforce::state::{
+    Record, ResourceSummary, StateDoc, StateError, StateStore, RETRY_AFTER,
+};
 use crate::host::devices::{nvidia_minor, uverbs_name, DeviceLookup};
 
 pub use observe::{samples, StateObserver};
@@ -489,14 +491,48 @@ impl<P: Placer> Engine<P> {
 
     /// Writes the records changed since the last call (all of them only when the store
     /// compacts its log).
+    ///
+    /// A failure is not fatal: the decision stands (the runtime's CreateContainer must not
+    /// fail because nri-align's disk is full), and Synchronize rebuilds from the running
+    /// containers after a restart. It is logged once when the writes start failing and once
+    /// when one succeeds again, not per event: a busy node with a full `/var` would otherwise
+    /// add a log line per container to the disk that is full. The metrics follow it.
     fn persist(&mut self) {
         let Some(store) = self.store.as_mut() else {
             self.doc.containers.clear_dirty();
             return;
         };
-        // Not fatal: Synchronize rebuilds from the running containers after a restart.
-        if let Err(e) = store.write(&mut self.doc.containers) {
-            tracing::error!("decision not persisted: {e}");
+        match store.write(&mut self.doc.containers) {
+            Ok(()) => {}
+            // Waiting to retry: the outage is already logged and counted.
+            Err(StateError::Deferred { .. }) => {}
+            Err(e) => {
+                if let Some(m) = &self.metrics {
+                    m.state_write_failed();
+                }
+                match store.outage() {
+                    Some(o) if o.attempts == 1 => tracing::error!(
+                        "decision not persisted: {e}; containers are still placed, the state \
+                         is rewritten whole once a write succeeds (tried again at most every \
+                         {}s, logged again when it succeeds)",
+                        RETRY_AFTER.as_secs()
+                    ),
+                    _ => tracing::debug!("state still not persisted: {e}"),
+                }
+            }
+        }
+        if let Some(o) = store.take_recovered() {
+            if let Some(m) = &self.metrics {
+                m.state_write_recovered();
+            }
+            tracing::warn!(
+                lost_writes = o.lost_writes,
+                failed_attempts = o.attempts,
+                down_s = o.since.elapsed().as_secs(),
+                records = self.doc.containers.len(),
+                "state persisted again: every live record rewritten (writes had failed: {})",
+                o.error
+            );
         }
     }
 

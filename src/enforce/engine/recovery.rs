@@ -48,7 +48,15 @@ impl<P: Placer> Engine<P> {
         let Some(store) = self.store.as_mut() else {
             return StartState::Fresh;
         };
-        let doc = match store.load() {
+        let loaded = store.load();
+        if store.outage().is_some() {
+            // The load could not rewrite the log (a torn tail, on a disk still full): it said
+            // why; the gauge says it until a write succeeds.
+            if let Some(m) = &self.metrics {
+                m.state_write_failed();
+            }
+        }
+        let doc = match loaded {
             Loaded::Fresh => return StartState::Fresh,
             Loaded::Corrupt(why) => {
                 tracing::warn!("state unusable, rebuilding from Synchronize: {why}");

@@ -28,7 +28,7 @@ mod records;
 mod store;
 
 pub use records::{GroupKey, RecordMut, Records, SharedGroup};
-pub use store::{StateStore, LEGACY_FILE, STATE_FILE};
+pub use store::{Outage, StateStore, LEGACY_FILE, RETRY_AFTER, STATE_FILE};
 
 /// Version of the 0.1.0 document layout (`state.json`), read to migrate it.
 pub const STATE_VERSION: u32 = 1;
@@ -52,6 +52,18 @@ pub enum StateError {
     /// The state dir or a file in it could not be used safely (symlink, lock...).
     #[error(transparent)]
     File(#[from] FileError),
+    /// Not written: an earlier write failed `since` ago and the store waits before it tries
+    /// again ([`RETRY_AFTER`]); the try rewrites every live record, these changes included.
+    #[error(
+        "not written: state writes have failed for {}s, the next try (every {}s) rewrites \
+         every record",
+        .since.as_secs(),
+        RETRY_AFTER.as_secs()
+    )]
+    Deferred {
+        /// Time since the first failure.
+        since: std::time::Duration,
+    },
     /// Serialising failed (should not happen with these types).
     #[error("cannot encode state: {0}")]
     Encode(String),
@@ -153,6 +165,10 @@ pub enum Loaded {
 }
 
 #[cfg(test)]
+mod diskfull;
+#[cfg(test)]
 mod props;
+#[cfg(test)]
+pub(crate) mod testfs;
 #[cfg(test)]
 mod tests;

@@ -13,11 +13,20 @@
 //! costs one `write` of the changed records' lines; a compaction, one record per live
 //! container, happens once per as many changes as there are live containers (plus 1,024),
 //! so its cost per event stays constant too.
+//!
+//! A write that fails (the state dir's filesystem full or turned read-only) costs no event
+//! more than its own `write`: the store marks the log for a whole rewrite and tries that
+//! rewrite again at most every [`RETRY_AFTER`]; writes in between do nothing (their changes
+//! are in the table, and the rewrite writes every live record). Without that, every event of
+//! the outage compacted the whole log into a temp file that failed (162 ms per event at 5,000
+//! live records in a debug build). The [`Outage`] says since when and how many writes were
+//! lost, for the caller to log once when it starts and once when it ends.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use super::{journal, GroupKey, Loaded, Record, Records, StateDoc, StateError, STATE_VERSION};
 use crate::host::files::OwnedDir;
@@ -32,9 +41,28 @@ const MIGRATED_FILE: &str = "state.json.migrated";
 /// Prefix of temporary files (compactions in progress).
 const TEMP_PREFIX: &str = ".state.log";
 /// Changes the log may hold beyond twice the live records before it is compacted.
-const COMPACT_SLACK: usize = 1024;
+pub(super) const COMPACT_SLACK: usize = 1024;
 /// How many unusable state files are kept aside (`state.log.corrupt`, `.corrupt.1`...).
 const CORRUPT_KEPT: usize = 4;
+/// After a failed write, how long writes wait before the whole log is rewritten again. A
+/// rewrite that fails costs the serialisation of every record and a temp file (ms at 5,000
+/// records): once a second is nothing, once per event would slow every CreateContainer while
+/// the disk is full. Space back, the first write after this delay persists everything.
+pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Writes failing in a row: the state dir cannot be written (full, read-only...).
+#[derive(Debug, Clone)]
+pub struct Outage {
+    /// When the first write failed.
+    pub since: Instant,
+    /// The first failure.
+    pub error: String,
+    /// Writes with changes that were not persisted (failed, or skipped until the retry).
+    pub lost_writes: u64,
+    /// Rewrites tried and failed (the first failure included).
+    pub attempts: u64,
+    retry_at: Instant,
+}
 
 /// The state log of one state dir.
 #[derive(Debug)]
@@ -52,6 +80,11 @@ pub struct StateStore {
     buf: Vec<u8>,
     /// What the log says of the groups.
     file: FileGroups,
+    /// Set while writes fail; `None` once one succeeds.
+    outage: Option<Outage>,
+    /// The outage the last successful write ended, until [`StateStore::take_recovered`].
+    recovered: Option<Outage>,
+    retry_after: Duration,
 }
 
 /// What the log says of the shared groups: the last cpuset of each (its followers run there)
@@ -168,7 +201,46 @@ impl StateStore {
             fsync: false,
             buf: Vec::new(),
             file: FileGroups::default(),
+            outage: None,
+            recovered: None,
+            retry_after: RETRY_AFTER,
         }
+    }
+
+    /// Sets how long writes wait after a failure before the next try (tests).
+    #[cfg(test)]
+    pub(crate) fn set_retry_after(&mut self, after: Duration) {
+        self.retry_after = after;
+    }
+
+    /// The writes failing now, if they do.
+    pub fn outage(&self) -> Option<&Outage> {
+        self.outage.as_ref()
+    }
+
+    /// The outage a write just ended (everything live is persisted again), once.
+    pub fn take_recovered(&mut self) -> Option<Outage> {
+        self.recovered.take()
+    }
+
+    /// Notes a failed write (or rewrite): the next write rewrites the whole log, not before
+    /// [`RETRY_AFTER`].
+    fn failed(&mut self, e: &StateError, lost: bool) {
+        // What the store knows of the log is no longer sure, and the changes taken from the
+        // table are in no file: only a whole rewrite makes the log right again.
+        self.rewrite = true;
+        self.log = None;
+        let now = Instant::now();
+        let o = self.outage.get_or_insert_with(|| Outage {
+            since: now,
+            error: e.to_string(),
+            lost_writes: 0,
+            attempts: 0,
+            retry_at: now,
+        });
+        o.attempts += 1;
+        o.lost_writes += u64::from(lost);
+        o.retry_at = now + self.retry_after;
     }
 
     /// Makes every write durable (fdatasync) before the event is answered.
@@ -229,7 +301,9 @@ impl StateStore {
         }
         if self.writable && self.rewrite {
             if let Err(e) = self.compact(&doc.containers) {
+                // Not fatal: the records are loaded, the rewrite is tried again later.
                 tracing::error!("cannot rewrite {}: {e}", path.display());
+                self.failed(&e, false);
             }
         }
         Loaded::Doc(doc)
@@ -269,7 +343,10 @@ impl StateStore {
                         self.path().display()
                     );
                 }
-                Err(e) => tracing::error!("cannot migrate {}: {e}", path.display()),
+                Err(e) => {
+                    tracing::error!("cannot migrate {}: {e}", path.display());
+                    self.failed(&e, false);
+                }
             }
         }
         Loaded::Doc(doc)
@@ -305,7 +382,40 @@ impl StateStore {
     /// Persists what changed in `records` since the last write: one line per changed record
     /// and one per group moved whole, in one append; the whole log is rewritten instead when
     /// it is due for compaction or must be (first write, a failed append).
+    ///
+    /// After a failure, writes until [`RETRY_AFTER`] has passed only forget what changed
+    /// ([`StateError::Deferred`]); the next one rewrites the whole log, so it persists every
+    /// change of the outage (a record removed meanwhile included) or fails again.
     pub fn write(&mut self, records: &mut Records) -> Result<(), StateError> {
+        let waiting = self
+            .outage
+            .as_ref()
+            .is_some_and(|o| Instant::now() < o.retry_at);
+        if waiting {
+            let dirty = records.take_dirty();
+            let moved = records.take_moved();
+            let changed = !dirty.is_empty() || !moved.is_empty();
+            if let Some(o) = self.outage.as_mut().filter(|_| changed) {
+                o.lost_writes += 1;
+                return Err(StateError::Deferred {
+                    since: o.since.elapsed(),
+                });
+            }
+            return Ok(());
+        }
+        match self.write_now(records) {
+            Ok(()) => {
+                self.recovered = self.outage.take();
+                Ok(())
+            }
+            Err(e) => {
+                self.failed(&e, true);
+                Err(e)
+            }
+        }
+    }
+
+    fn write_now(&mut self, records: &mut Records) -> Result<(), StateError> {
         let dirty = records.take_dirty();
         let moved = records.take_moved();
         if dirty.is_empty() && moved.is_empty() && !self.rewrite {
@@ -316,14 +426,8 @@ impl StateStore {
         {
             return self.compact(records);
         }
-        let lines = match self.changes(records, &dirty, moved) {
-            Ok(lines) => lines,
-            Err(e) => {
-                // What the store knows of the log is no longer sure: rewrite it whole.
-                self.rewrite = true;
-                return Err(e);
-            }
-        };
+        // On an error, `write` has the whole log rewritten.
+        let lines = self.changes(records, &dirty, moved)?;
         let path = self.path();
         let result = match self.log.as_mut() {
             Some(f) => {
@@ -345,9 +449,9 @@ impl StateStore {
                 Ok(())
             }
             Err(source) => {
-                // Part of the lines may be in the file: rewrite it whole next time.
-                self.rewrite = true;
-                self.log = None;
+                // Part of the lines may be in the file (a short write on a full disk): the
+                // whole rewrite `write` sets up replaces it, and until then a restart drops
+                // that torn tail.
                 Err(StateError::Io {
                     op: "append to",
                     path,
@@ -389,21 +493,16 @@ impl StateStore {
         if !self.writable {
             return Ok(());
         }
-        self.buf.clear();
-        journal::header(&mut self.buf);
-        let mut file = FileGroups::default();
-        let mut lines = 0;
-        for (key, g) in records.groups() {
-            if let Some(cpus) = g.aligned_to() {
-                journal::group(&mut self.buf, key, cpus).map_err(StateError::Encode)?;
-                file.cpus.insert(key.clone(), cpus.clone());
-                lines += 1;
-            }
-        }
-        for (id, rec) in records {
-            lines += file.write_record(&mut self.buf, id, Some(rec))?;
-        }
+        // The file first: on a read-only filesystem (or one out of inodes) the retry fails
+        // here, before every record is serialised.
         let (mut f, tmp) = self.dir.create_temp(TEMP_PREFIX)?;
+        let (file, lines) = match self.serialise(records) {
+            Ok(done) => done,
+            Err(e) => {
+                let _ = self.dir.remove(&tmp);
+                return Err(e);
+            }
+        };
         let written =
             f.write_all(&self.buf)
                 .and_then(|()| if self.fsync { f.sync_data() } else { Ok(()) });
@@ -428,6 +527,26 @@ impl StateStore {
         self.file = file;
         self.rewrite = self.log.is_none();
         Ok(())
+    }
+
+    /// The whole log for `records` into `self.buf`: what the log will say of the groups, and
+    /// its number of change lines.
+    fn serialise(&mut self, records: &Records) -> Result<(FileGroups, usize), StateError> {
+        self.buf.clear();
+        journal::header(&mut self.buf);
+        let mut file = FileGroups::default();
+        let mut lines = 0;
+        for (key, g) in records.groups() {
+            if let Some(cpus) = g.aligned_to() {
+                journal::group(&mut self.buf, key, cpus).map_err(StateError::Encode)?;
+                file.cpus.insert(key.clone(), cpus.clone());
+                lines += 1;
+            }
+        }
+        for (id, rec) in records {
+            lines += file.write_record(&mut self.buf, id, Some(rec))?;
+        }
+        Ok((file, lines))
     }
 
     /// Lines in the log (records and changes since the last compaction), for tests.

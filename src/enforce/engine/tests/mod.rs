@@ -588,6 +588,7 @@ fn a_container_started_behind_synchronize_is_adopted_into_the_pool() {
 }
 
 mod consistency;
+mod diskfull;
 mod kubernetes;
 mod listing;
 mod observe;

@@ -1,0 +1,310 @@
+//! The store on a state dir whose filesystem fills up (a tmpfs of a few MB: ENOSPC) or turns
+//! read-only after an error (ext4 with `errors=remount-ro`: EROFS), then recovers. Root only
+//! (`testfs.rs` skips with a reason otherwise).
+
+use std::time::{Duration, Instant};
+
+use super::testfs::Mounted;
+use super::*;
+
+fn record(id: &str, cpus: &str) -> Record {
+    let cpus: CpuSet = cpus.parse().expect("set");
+    Record {
+        assignment: Assignment {
+            container_id: id.into(),
+            cpus: cpus.clone(),
+            exclusive: true,
+            ..Default::default()
+        },
+        pod_sandbox_id: format!("pod-{id}"),
+        namespace: "ns".into(),
+        cgroups_path: format!("/kubepods/pod-{id}/{id}"),
+        applied_cpus: cpus,
+        ..Record::default()
+    }
+}
+
+fn table(prefix: &str, n: usize) -> Records {
+    let mut t = Records::new();
+    for i in 0..n {
+        let id = format!("{prefix}{i}");
+        t.insert(id.clone(), record(&id, &format!("{}", 2 + i % 60)));
+    }
+    t
+}
+
+fn names(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .expect("ls")
+        .filter_map(|e| e.ok().and_then(|e| e.file_name().into_string().ok()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// What a restart would load from `dir` (read-only: no rewrite, no lock).
+fn on_disk(dir: &std::path::Path) -> Records {
+    match StateStore::open_read_only(dir).expect("reader").load() {
+        Loaded::Doc(d) => d.containers,
+        other => panic!("expected records, got {other:?}"),
+    }
+}
+
+fn os_error(e: &StateError) -> Option<i32> {
+    match e {
+        StateError::Io { source, .. } => source.raw_os_error(),
+        StateError::File(crate::host::files::FileError::Io { source, .. }) => source.raw_os_error(),
+        _ => None,
+    }
+}
+
+fn same_ids(a: &Records, b: &Records) -> bool {
+    a.keys().eq(b.keys())
+}
+
+#[test]
+fn a_full_disk_fails_one_write_then_waits_and_the_first_write_once_space_is_back_persists_all() {
+    let Some(fs) = Mounted::tmpfs("state::diskfull::full", 16 << 10) else {
+        return;
+    };
+    let dir = fs.root.join("state");
+    let mut store = StateStore::open(&dir).expect("open");
+    assert!(matches!(store.load(), Loaded::Fresh));
+    store.set_retry_after(Duration::from_millis(400));
+    let mut t = table("c", 5000);
+    store.write(&mut t).expect("5,000 records");
+    let before = t.clone();
+    fs.fill();
+
+    // The first write fails with the filesystem's own error (more than the room left in the
+    // log's last page).
+    for i in 0..100 {
+        t.insert(format!("m{i}"), record(&format!("m{i}"), "70"));
+    }
+    let e = store.write(&mut t).expect_err("full");
+    assert_eq!(os_error(&e), Some(nix::libc::ENOSPC), "{e}");
+    assert_eq!(store.outage().map(|o| o.attempts), Some(1));
+    // The next ones, until the retry, cost no I/O at all: no rewrite of 5,000 records each.
+    let started = Instant::now();
+    for i in 1..200 {
+        t.insert(format!("n{i}"), record(&format!("n{i}"), "71"));
+        t.remove(&format!("c{i}"));
+        let e = store.write(&mut t).expect_err("waiting");
+        assert!(matches!(e, StateError::Deferred { .. }), "{e}");
+    }
+    let per_write = started.elapsed() / 199;
+    eprintln!("a write while the disk is full and the retry is not due: {per_write:?}");
+    assert!(per_write < Duration::from_millis(1), "{per_write:?}");
+    // Released during the outage: must not come back.
+    t.remove("c0");
+    let _ = store.write(&mut t);
+    // What was persisted before is all there, the failed append's torn tail dropped.
+    let read = on_disk(&dir);
+    assert!(
+        before.keys().all(|id| read.contains_key(id)),
+        "records persisted before the fault are kept"
+    );
+    assert!(
+        read.keys()
+            .all(|id| before.contains_key(id) || id.starts_with('m')),
+        "at most whole lines of the failed append got in"
+    );
+
+    // The retry, disk still full: fails again and leaves no temp file.
+    std::thread::sleep(Duration::from_millis(450));
+    let started = Instant::now();
+    let e = store.write(&mut t).expect_err("still full");
+    eprintln!(
+        "a retry (whole rewrite) on the full disk: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(os_error(&e), Some(nix::libc::ENOSPC), "{e}");
+    assert_eq!(
+        names(&dir),
+        vec![STATE_FILE.to_string()],
+        "no temp file left"
+    );
+    let o = store.outage().expect("failing").clone();
+    assert_eq!((o.attempts, o.lost_writes), (2, 202));
+
+    // Space back: the first write after the delay, changes or not, rewrites every live record.
+    fs.free();
+    std::thread::sleep(Duration::from_millis(450));
+    store.write(&mut t).expect("space is back");
+    let ended = store.take_recovered().expect("the outage ended");
+    assert_eq!(ended.attempts, 2);
+    assert!(store.outage().is_none() && store.take_recovered().is_none());
+    drop(store);
+    let mut again = StateStore::open(&dir).expect("restart");
+    match again.load() {
+        Loaded::Doc(d) => {
+            assert!(same_ids(&d.containers, &t), "exactly the live records");
+            assert_eq!(d.containers, t);
+            assert!(!d.containers.contains_key("c0"), "a release stays released");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(names(&dir), vec![STATE_FILE.to_string()]);
+}
+
+#[test]
+fn a_short_append_leaves_a_readable_log_and_a_restart_while_the_disk_is_full_starts() {
+    let Some(fs) = Mounted::tmpfs("state::diskfull::short", 256) else {
+        return;
+    };
+    let dir = fs.root.join("state");
+    let mut store = StateStore::open(&dir).expect("open");
+    store.load();
+    let mut t = table("a", 20);
+    store.write(&mut t).expect("write");
+    let before = t.clone();
+    let size = std::fs::metadata(store.path()).expect("stat").len();
+    fs.fill();
+    // One event with many lines: the end of the log's last page takes part of them.
+    for i in 0..200 {
+        t.insert(format!("b{i}"), record(&format!("b{i}"), "9"));
+    }
+    let e = store.write(&mut t).expect_err("full");
+    assert_eq!(os_error(&e), Some(nix::libc::ENOSPC), "{e}");
+    let torn = std::fs::read(store.path()).expect("read");
+    assert!(torn.len() as u64 > size, "part of the append was written");
+    assert!(!torn.ends_with(b"\n"), "and it ends inside a line");
+
+    // nri-align restarts, the disk still full: it opens, loads, and goes on.
+    drop(store);
+    let mut store = StateStore::open(&dir).expect("restart on a full disk");
+    store.set_retry_after(Duration::ZERO);
+    let loaded = match store.load() {
+        Loaded::Doc(d) => d.containers,
+        other => panic!("{other:?}"),
+    };
+    assert!(before.iter().all(|(id, r)| loaded.get(id) == Some(r)));
+    assert!(
+        loaded.keys().all(|id| t.contains_key(id)),
+        "whole lines only"
+    );
+    let o = store
+        .outage()
+        .expect("the load could not rewrite the torn log");
+    assert!(o.error.contains("No space left"), "{}", o.error);
+    assert_eq!(
+        names(&dir),
+        vec![STATE_FILE.to_string()],
+        "no temp file left"
+    );
+
+    // Space back: the next write replaces the torn log with every live record.
+    fs.free();
+    store.write(&mut t).expect("space back");
+    assert!(store.take_recovered().is_some());
+    drop(store);
+    assert_eq!(on_disk(&dir), t);
+    let text = std::fs::read(dir.join(STATE_FILE)).expect("read");
+    assert!(text.ends_with(b"\n"));
+}
+
+#[test]
+fn a_failed_compaction_is_retried_whole_so_a_record_removed_then_does_not_come_back() {
+    let Some(fs) = Mounted::tmpfs("state::diskfull::compaction", 2048) else {
+        return;
+    };
+    let dir = fs.root.join("state");
+    let mut store = StateStore::open(&dir).expect("open");
+    store.load();
+    store.set_retry_after(Duration::ZERO);
+    let mut t = table("r", 10);
+    store.write(&mut t).expect("write");
+    // Changes until the next one compacts the log.
+    let mut k = 0;
+    while store.lines() < 2 * t.len() + super::store::COMPACT_SLACK {
+        k += 1;
+        t.get_mut("r9").expect("r9").applied_cpus = format!("{}", 3 + k % 2).parse().expect("set");
+        store.write(&mut t).expect("append");
+    }
+    fs.fill();
+    t.remove("r0");
+    let e = store.write(&mut t).expect_err("the compaction fails");
+    assert_eq!(os_error(&e), Some(nix::libc::ENOSPC), "{e}");
+    assert_eq!(
+        names(&dir),
+        vec![STATE_FILE.to_string()],
+        "no temp file left"
+    );
+    fs.free();
+    // Many new records in one write (a Synchronize): no longer due for compaction by size,
+    // it must rewrite anyway, or the removal of r0 is in no file and r0 comes back.
+    for i in 0..50 {
+        t.insert(format!("s{i}"), record(&format!("s{i}"), "5"));
+    }
+    store.write(&mut t).expect("space back");
+    drop(store);
+    let read = on_disk(&dir);
+    assert!(!read.contains_key("r0"), "a removed record came back");
+    assert_eq!(read, t);
+}
+
+#[test]
+fn a_read_only_filesystem_fails_writes_fast_and_a_restart_on_it_loads_what_was_persisted() {
+    let Some(mut fs) = Mounted::ext4("state::diskfull::erofs", 16) else {
+        return;
+    };
+    let dir = fs.root.join("state");
+    let mut store = StateStore::open(&dir).expect("open");
+    store.load();
+    let mut t = table("e", 300);
+    store.write(&mut t).expect("write");
+    let before = t.clone();
+    // Committed by the journal, as a log written more than a few seconds before the error
+    // is (what ext4 had not committed when it aborts is lost: the log as of the last commit
+    // comes back, or none, and Synchronize rebuilds the rest).
+    nix::unistd::sync();
+    fs.fail_ext4();
+
+    t.remove("e0");
+    t.insert("x".into(), record("x", "7"));
+    let e = store.write(&mut t).expect_err("read-only");
+    assert_eq!(os_error(&e), Some(nix::libc::EROFS), "{e}");
+    t.insert("y".into(), record("y", "8"));
+    assert!(matches!(
+        store.write(&mut t),
+        Err(StateError::Deferred { .. })
+    ));
+
+    // A restart while it is read-only: the dir opens (and locks), the log loads as it was.
+    drop(store);
+    let mut store = StateStore::open(&dir).expect("restart on a read-only filesystem");
+    store.set_retry_after(Duration::ZERO);
+    match store.load() {
+        Loaded::Doc(d) => assert_eq!(d.containers, before),
+        other => panic!("{other:?}"),
+    }
+    let mut live = t.clone();
+    live.mark_dirty("e0");
+    for id in ["x", "y"] {
+        live.mark_dirty(id);
+    }
+    let started = Instant::now();
+    let e = store.write(&mut live).expect_err("still read-only");
+    eprintln!(
+        "a rewrite tried on the read-only filesystem: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(os_error(&e), Some(nix::libc::EROFS), "{e}");
+    drop(store);
+
+    // Repaired (unmount, fsck, mount): the log persisted before the error is whole, and the
+    // next write brings it up to date.
+    fs.repair_ext4();
+    let mut store = StateStore::open(&dir).expect("after the repair");
+    match store.load() {
+        Loaded::Doc(d) => assert_eq!(d.containers, before),
+        other => panic!("{other:?}"),
+    }
+    let mut live = t.clone();
+    for id in ["e0", "x", "y"] {
+        live.mark_dirty(id);
+    }
+    store.write(&mut live).expect("writable again");
+    drop(store);
+    assert_eq!(on_disk(&dir), t);
+}
