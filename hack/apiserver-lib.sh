@@ -54,6 +54,18 @@ pid_of() {
     echo "$pid"
 }
 
+# alive PIDFILE: the process just started from PIDFILE still runs (not gone, not a zombie).
+# Unlike pid_of it does not look for the command line: right after `start` the PID can still
+# be the forked shell that has not exec'ed the program yet (seen under load: the program's
+# log not even opened), which is starting, not dead.
+alive() {
+    local pid state
+    pid="$(cat "$1" 2>/dev/null)" || return 1
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" || return 1
+    [[ -n "$state" && "$state" != Z && "$state" != X ]]
+}
+
 # stop_pid PID WHAT: TERM, wait up to 10 s, then KILL.
 stop_pid() {
     local pid="$1" what="$2"
