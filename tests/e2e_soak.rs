@@ -20,44 +20,21 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::align::read_state;
-use common::soak::{fresh_seed, observe, Observed, Rng};
+use common::soak::{check_now, check_settled, fresh_seed, held, nri_msg, observe, pool};
+use common::soak::{Ctr, Kind, Observed, Placement, Rng};
 use common::suite::{burstable, guaranteed, Enforced};
 use common::Runtime;
-use common::{format_list, log_events, recorded_ids, wait_until, ContainerSpec, Pod, PodSpec};
+use common::{format_list, log_events, wait_until, ContainerSpec, Pod, PodSpec};
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
 
 /// Steps per runtime unless NRI_ALIGN_SOAK_STEPS says otherwise: about a minute each here.
 const DEFAULT_STEPS: usize = 100;
 const BASE_CONFIG: &str = "exempt_namespaces: [kube-system]\ntrust_visible_devices_env: true\n";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Exclusive,
-    Shared,
-    BestEffort,
-    Exempt,
-    Gpu,
-}
-
-/// A container the soak created and has not removed.
-#[derive(Debug, Clone)]
-struct Ctr {
-    id: String,
-    name: String,
-    kind: Kind,
-    pod: String,
-    running: bool,
-    /// A CRI update changed its resources, or the runtime created it while nri-align was
-    /// down: only its record says what it holds.
-    by_record: bool,
-    /// What it was created from (a restart is the next attempt of it).
-    spec: ContainerSpec,
-}
 
 struct Soak {
     e: Enforced,
@@ -71,35 +48,6 @@ struct Soak {
     reserved: Option<u32>,
     /// Registrations of the current nri-align process so far.
     registrations: usize,
-}
-
-/// What nri-align records: exclusive CPUs held, GPUs held (by container id).
-struct Held {
-    cpus: BTreeMap<u32, String>,
-    gpus: BTreeMap<String, String>,
-}
-
-fn strs(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_str())
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// nri-align's message in a CRI error (the real crictl quotes it in a log line).
-fn nri_msg(text: &str) -> &str {
-    text.find("nri-align: ")
-        .map(|at| text[at..].lines().next().unwrap_or(""))
-        .map(|m| m.split('"').next().unwrap_or(m).trim())
-        .unwrap_or(text)
-}
-
-fn overlap(a: &[u32], b: &[u32]) -> Vec<u32> {
-    a.iter().copied().filter(|c| b.contains(c)).collect()
 }
 
 impl Soak {
@@ -135,54 +83,20 @@ impl Soak {
         read_state(&self.e.run.state_dir).unwrap_or_else(|e| self.fail(&format!("state: {e}")))
     }
 
-    /// What the records hold, leaving out the stopped containers of `reuse_pod` (a new
-    /// container of a pod takes its stopped containers' CPUs and devices, as after an init
-    /// container).
-    fn held(&self, state: &BTreeMap<String, Value>, reuse_pod: Option<&str>) -> Held {
-        let mut held = Held {
-            cpus: BTreeMap::new(),
-            gpus: BTreeMap::new(),
-        };
-        for (id, r) in state {
-            let released = r["stopped"] == true
-                && Some(r["pod_sandbox_id"].as_str().unwrap_or("")) == reuse_pod;
-            if released {
-                continue;
-            }
-            if r["assignment"]["exclusive"] == true {
-                for c in recorded_ids(&r["assignment"]["cpus"]) {
-                    held.cpus.insert(c, id.clone());
-                }
-            }
-            for g in strs(&r["assignment"]["gpus"]) {
-                held.gpus.insert(g, id.clone());
-            }
-        }
-        held
-    }
-
     fn online(&self) -> Vec<u32> {
         self.e.online()
-    }
-
-    /// The pool: online CPUs, minus the reserved one, minus those held exclusively.
-    fn pool(&self, held: &Held) -> Vec<u32> {
-        let online = self.online();
-        online
-            .into_iter()
-            .filter(|c| Some(*c) != self.reserved && !held.cpus.contains_key(c))
-            .collect()
     }
 
     fn observed(&self) -> BTreeMap<String, Observed> {
         observe(self.e.rt.var("CGROUP_PARENT").unwrap_or_default())
     }
 
-    fn running(&self) -> impl Iterator<Item = &Ctr> {
-        self.ctrs.iter().filter(|c| c.running)
+    /// What the invariants are checked on, read now.
+    fn world(&self) -> (BTreeMap<String, Value>, BTreeMap<String, Observed>) {
+        (self.state(), self.observed())
     }
 
-    /// The invariants that hold at every moment.
+    /// nri-align runs, never panicked, and the invariants that hold at every moment hold.
     fn check_now(&mut self) -> Result<(), String> {
         if let Some(status) = self.e.plugin.exited() {
             return Err(format!("nri-align exited: {status}"));
@@ -190,121 +104,22 @@ impl Soak {
         if self.e.plugin.output().contains("panicked") {
             return Err("nri-align panicked".into());
         }
-        let seen = self.observed();
-        let state = self.state();
-        // Exclusive by what was asked (never updated) or by the record.
-        let mut excl: Vec<(&str, &Observed)> = Vec::new();
-        for c in self.running() {
-            let o = seen
-                .get(&c.id)
-                .ok_or_else(|| format!("{} ({}) is running but has no process", c.name, c.id))?;
-            let recorded = state
-                .get(&c.id)
-                .map(|r| r["assignment"]["exclusive"] == true);
-            if (c.kind == Kind::Exclusive && !c.by_record) || recorded == Some(true) {
-                if o.proc_cpus != o.cgroup_cpus {
-                    return Err(format!(
-                        "exclusive {}: affinity {:?}, cgroup {:?}",
-                        c.name, o.proc_cpus, o.cgroup_cpus
-                    ));
-                }
-                excl.push((&c.name, o));
-            }
-        }
-        for (i, (a, oa)) in excl.iter().enumerate() {
-            for (b, ob) in &excl[i + 1..] {
-                let both = overlap(&oa.cgroup_cpus, &ob.cgroup_cpus);
-                if !both.is_empty() {
-                    return Err(format!("CPUs {both:?} in exclusive {a} and {b}"));
-                }
-            }
-        }
-        let mut gpu_users: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for (id, o) in &seen {
-            for d in o.devices.iter().filter(|d| d.starts_with("/dev/nvidia")) {
-                gpu_users.entry(d).or_default().push(id);
-            }
-        }
-        if let Some((d, users)) = gpu_users.iter().find(|(_, u)| u.len() > 1) {
-            return Err(format!("{d} visible in {users:?}"));
-        }
-        let mut cpu_owner: BTreeMap<u32, &str> = BTreeMap::new();
-        let mut gpu_owner: BTreeMap<String, &str> = BTreeMap::new();
-        for (id, r) in &state {
-            if r["assignment"]["exclusive"] == true {
-                for c in recorded_ids(&r["assignment"]["cpus"]) {
-                    if let Some(o) = cpu_owner.insert(c, id) {
-                        return Err(format!("CPU {c} recorded for {o} and {id}"));
-                    }
-                }
-            }
-            for g in strs(&r["assignment"]["gpus"]) {
-                if let Some(o) = gpu_owner.insert(g.clone(), id) {
-                    return Err(format!("GPU {g} recorded for {o} and {id}"));
-                }
-            }
-        }
-        Ok(())
+        let (state, seen) = self.world();
+        check_now(&self.ctrs, &state, &seen)
     }
 
-    /// The invariants that hold once an event carried nri-align's pending updates.
+    /// [`Soak::check_now`], and the invariants that hold once an event carried nri-align's
+    /// pending updates.
     fn check_settled(&mut self) -> Result<(), String> {
         self.check_now()?;
-        let seen = self.observed();
-        let state = self.state();
-        let held = self.held(&state, None);
-        let pool = self.pool(&held);
-        let single_node = self.e.host.machine.nodes.len() == 1;
-        let held_cpus: Vec<u32> = held.cpus.keys().copied().collect();
-        for c in self.running() {
-            let o = &seen[&c.id];
-            let rec = state
-                .get(&c.id)
-                .ok_or_else(|| format!("running {} ({}) has no record", c.name, c.id))?;
-            let exclusive = rec["assignment"]["exclusive"] == true;
-            if c.kind == Kind::Exclusive && !c.by_record && !exclusive {
-                return Err(format!("{} was admitted exclusive, recorded {rec}", c.name));
-            }
-            if (c.kind == Kind::Exempt) != (rec["exempt"] == true) {
-                return Err(format!("{} ({:?}) recorded {rec}", c.name, c.kind));
-            }
-            if exclusive {
-                let mine = recorded_ids(&rec["assignment"]["cpus"]);
-                if o.cgroup_cpus != mine || o.proc_cpus != mine {
-                    return Err(format!(
-                        "exclusive {} recorded on {mine:?}, runs on {:?} (cgroup {:?})",
-                        c.name, o.proc_cpus, o.cgroup_cpus
-                    ));
-                }
-                continue;
-            }
-            for cpus in [&o.proc_cpus, &o.cgroup_cpus] {
-                let bad = overlap(cpus, &held_cpus);
-                if !bad.is_empty() {
-                    return Err(format!(
-                        "{} ({:?}) runs on {cpus:?}, CPUs {bad:?} held exclusively",
-                        c.name, c.kind
-                    ));
-                }
-            }
-            let want = match (c.kind, self.reserved) {
-                (Kind::Exempt, Some(r)) => vec![r],
-                _ => pool.clone(),
-            };
-            if single_node && (o.cgroup_cpus != want || o.proc_cpus != want) {
-                return Err(format!(
-                    "{} ({:?}) runs on {:?} (cgroup {:?}), the pool is {want:?}",
-                    c.name, c.kind, o.proc_cpus, o.cgroup_cpus
-                ));
-            }
-        }
-        let known: BTreeSet<&str> = self.ctrs.iter().map(|c| c.id.as_str()).collect();
-        if let Some(id) = state.keys().find(|id| !known.contains(id.as_str())) {
-            return Err(format!("record of {id}, which is removed"));
-        }
-        Ok(())
+        let (state, seen) = self.world();
+        let at = Placement {
+            online: self.online(),
+            reserved: self.reserved,
+            single_node: self.e.host.machine.nodes.len() == 1,
+        };
+        check_settled(&self.ctrs, &state, &seen, &at)
     }
-
     /// A no-op event (a shared container created and removed) that carries the pending pool
     /// updates, then waits for the settled invariants; `verify` too when asked.
     fn settle(&mut self, verify: bool) {
@@ -430,10 +245,10 @@ impl Soak {
     fn admit(&mut self, kind: Kind, pod: &Pod, spec: ContainerSpec) {
         let name = spec.name.clone();
         let state = self.state();
-        let held = self.held(&state, Some(&pod.id));
+        let held = held(&state, Some(&pod.id));
         // One CPU for it and at least one left to the pool; a GPU among the free ones.
         let expected = match kind {
-            Kind::Exclusive => self.pool(&held).len() >= 2,
+            Kind::Exclusive => pool(&self.online(), self.reserved, &held).len() >= 2,
             Kind::Gpu => held.gpus.len() < self.e.host.gpus.len(),
             _ => true,
         };
@@ -631,7 +446,7 @@ impl Soak {
         } else {
             self.rng.pick(&online).copied()
         };
-        let held = self.held(&self.state(), None);
+        let held = held(&self.state(), None);
         // Refused when it reserves a held CPU or leaves no shared one.
         let refused =
             new.is_some_and(|r| held.cpus.contains_key(&r) || online.len() <= held.cpus.len() + 1);
@@ -777,7 +592,7 @@ fn soak(rt: Runtime) {
         "soak({}): seed {seed}: {steps} steps ({n} log lines) passed in {:?}; pool {}",
         rt.name(),
         t0.elapsed(),
-        format_list(&s.pool(&s.held(&left, None)))
+        format_list(&pool(&s.online(), s.reserved, &held(&left, None)))
     );
 }
 

@@ -3,13 +3,16 @@
 //! every running container from the host alone (/proc and its cpuset cgroup), cheap enough to
 //! take after every step.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 
 use super::align::{container_devices, container_of_cgroup, cpuset_dir};
-use super::host::parse_list;
+use serde_json::Value;
+
+use super::host::{parse_list, recorded_ids};
 use super::status_field;
+use super::ContainerSpec;
 
 /// SplitMix64: small, fast, and the same sequence from the same seed on every machine.
 #[derive(Debug, Clone)]
@@ -118,4 +121,230 @@ pub fn observe(cgroup_parent: &str) -> BTreeMap<String, Observed> {
         entry.proc_cpus.dedup();
     }
     out
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Exclusive,
+    Shared,
+    BestEffort,
+    Exempt,
+    Gpu,
+}
+
+/// A container the soak created and has not removed.
+#[derive(Debug, Clone)]
+pub struct Ctr {
+    pub id: String,
+    pub name: String,
+    pub kind: Kind,
+    pub pod: String,
+    pub running: bool,
+    /// A CRI update changed its resources, or the runtime created it while nri-align was
+    /// down: only its record says what it holds.
+    pub by_record: bool,
+    /// What it was created from (a restart is the next attempt of it).
+    pub spec: ContainerSpec,
+}
+
+/// What nri-align records: exclusive CPUs held, GPUs held (by container id).
+pub struct Held {
+    pub cpus: BTreeMap<u32, String>,
+    pub gpus: BTreeMap<String, String>,
+}
+
+fn strs(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// nri-align's message in a CRI error (the real crictl quotes it in a log line).
+pub fn nri_msg(text: &str) -> &str {
+    text.find("nri-align: ")
+        .map(|at| text[at..].lines().next().unwrap_or(""))
+        .map(|m| m.split('"').next().unwrap_or(m).trim())
+        .unwrap_or(text)
+}
+
+fn overlap(a: &[u32], b: &[u32]) -> Vec<u32> {
+    a.iter().copied().filter(|c| b.contains(c)).collect()
+}
+
+/// Where shared containers belong.
+pub struct Placement {
+    /// The host's online CPUs.
+    pub online: Vec<u32>,
+    /// The CPU `reserved_cpus` names in the configuration in force.
+    pub reserved: Option<u32>,
+    /// One NUMA node: every shared container is on the whole pool.
+    pub single_node: bool,
+}
+
+/// The pool: online CPUs, minus the reserved one, minus those held exclusively.
+pub fn pool(online: &[u32], reserved: Option<u32>, held: &Held) -> Vec<u32> {
+    online
+        .iter()
+        .copied()
+        .filter(|c| Some(*c) != reserved && !held.cpus.contains_key(c))
+        .collect()
+}
+
+/// What the records hold, leaving out the stopped containers of `reuse_pod` (a new
+/// container of a pod takes its stopped containers' CPUs and devices, as after an init
+/// container).
+pub fn held(state: &BTreeMap<String, Value>, reuse_pod: Option<&str>) -> Held {
+    let mut held = Held {
+        cpus: BTreeMap::new(),
+        gpus: BTreeMap::new(),
+    };
+    for (id, r) in state {
+        let released =
+            r["stopped"] == true && Some(r["pod_sandbox_id"].as_str().unwrap_or("")) == reuse_pod;
+        if released {
+            continue;
+        }
+        if r["assignment"]["exclusive"] == true {
+            for c in recorded_ids(&r["assignment"]["cpus"]) {
+                held.cpus.insert(c, id.clone());
+            }
+        }
+        for g in strs(&r["assignment"]["gpus"]) {
+            held.gpus.insert(g, id.clone());
+        }
+    }
+    held
+}
+
+/// The invariants that hold at every moment, on the containers `ctrs` the soak runs, nri-align's
+/// records `state` and what the host shows (`seen`): no CPU in two exclusive containers' cpusets
+/// (exclusive as asked, or as recorded), no GPU node in two containers, no CPU or GPU recorded
+/// for two holders.
+pub fn check_now(
+    ctrs: &[Ctr],
+    state: &BTreeMap<String, Value>,
+    seen: &BTreeMap<String, Observed>,
+) -> Result<(), String> {
+    // Exclusive by what was asked (never updated) or by the record.
+    let mut excl: Vec<(&str, &Observed)> = Vec::new();
+    for c in ctrs.iter().filter(|c| c.running) {
+        let o = seen
+            .get(&c.id)
+            .ok_or_else(|| format!("{} ({}) is running but has no process", c.name, c.id))?;
+        let recorded = state
+            .get(&c.id)
+            .map(|r| r["assignment"]["exclusive"] == true);
+        if (c.kind == Kind::Exclusive && !c.by_record) || recorded == Some(true) {
+            if o.proc_cpus != o.cgroup_cpus {
+                return Err(format!(
+                    "exclusive {}: affinity {:?}, cgroup {:?}",
+                    c.name, o.proc_cpus, o.cgroup_cpus
+                ));
+            }
+            excl.push((&c.name, o));
+        }
+    }
+    for (i, (a, oa)) in excl.iter().enumerate() {
+        for (b, ob) in &excl[i + 1..] {
+            let both = overlap(&oa.cgroup_cpus, &ob.cgroup_cpus);
+            if !both.is_empty() {
+                return Err(format!("CPUs {both:?} in exclusive {a} and {b}"));
+            }
+        }
+    }
+    let mut gpu_users: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (id, o) in seen {
+        for d in o.devices.iter().filter(|d| d.starts_with("/dev/nvidia")) {
+            gpu_users.entry(d).or_default().push(id);
+        }
+    }
+    if let Some((d, users)) = gpu_users.iter().find(|(_, u)| u.len() > 1) {
+        return Err(format!("{d} visible in {users:?}"));
+    }
+    let mut cpu_owner: BTreeMap<u32, &str> = BTreeMap::new();
+    let mut gpu_owner: BTreeMap<String, &str> = BTreeMap::new();
+    for (id, r) in state {
+        if r["assignment"]["exclusive"] == true {
+            for c in recorded_ids(&r["assignment"]["cpus"]) {
+                if let Some(o) = cpu_owner.insert(c, id) {
+                    return Err(format!("CPU {c} recorded for {o} and {id}"));
+                }
+            }
+        }
+        for g in strs(&r["assignment"]["gpus"]) {
+            if let Some(o) = gpu_owner.insert(g.clone(), id) {
+                return Err(format!("GPU {g} recorded for {o} and {id}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The invariants that hold once an event carried nri-align's pending updates: every running
+/// container has a record (exempt ones an exempt record, exclusive ones an exclusive record
+/// whose CPUs are its cpuset), none is on a CPU held exclusively, shared ones are on exactly
+/// the pool (the reserved CPU for exempt ones, when one is), and no record names a removed
+/// container.
+pub fn check_settled(
+    ctrs: &[Ctr],
+    state: &BTreeMap<String, Value>,
+    seen: &BTreeMap<String, Observed>,
+    at: &Placement,
+) -> Result<(), String> {
+    let held = held(state, None);
+    let pool = pool(&at.online, at.reserved, &held);
+    let single_node = at.single_node;
+    let held_cpus: Vec<u32> = held.cpus.keys().copied().collect();
+    for c in ctrs.iter().filter(|c| c.running) {
+        let o = &seen[&c.id];
+        let rec = state
+            .get(&c.id)
+            .ok_or_else(|| format!("running {} ({}) has no record", c.name, c.id))?;
+        let exclusive = rec["assignment"]["exclusive"] == true;
+        if c.kind == Kind::Exclusive && !c.by_record && !exclusive {
+            return Err(format!("{} was admitted exclusive, recorded {rec}", c.name));
+        }
+        if (c.kind == Kind::Exempt) != (rec["exempt"] == true) {
+            return Err(format!("{} ({:?}) recorded {rec}", c.name, c.kind));
+        }
+        if exclusive {
+            let mine = recorded_ids(&rec["assignment"]["cpus"]);
+            if o.cgroup_cpus != mine || o.proc_cpus != mine {
+                return Err(format!(
+                    "exclusive {} recorded on {mine:?}, runs on {:?} (cgroup {:?})",
+                    c.name, o.proc_cpus, o.cgroup_cpus
+                ));
+            }
+            continue;
+        }
+        for cpus in [&o.proc_cpus, &o.cgroup_cpus] {
+            let bad = overlap(cpus, &held_cpus);
+            if !bad.is_empty() {
+                return Err(format!(
+                    "{} ({:?}) runs on {cpus:?}, CPUs {bad:?} held exclusively",
+                    c.name, c.kind
+                ));
+            }
+        }
+        let want = match (c.kind, at.reserved) {
+            (Kind::Exempt, Some(r)) => vec![r],
+            _ => pool.clone(),
+        };
+        if single_node && (o.cgroup_cpus != want || o.proc_cpus != want) {
+            return Err(format!(
+                "{} ({:?}) runs on {:?} (cgroup {:?}), the pool is {want:?}",
+                c.name, c.kind, o.proc_cpus, o.cgroup_cpus
+            ));
+        }
+    }
+    let known: BTreeSet<&str> = ctrs.iter().map(|c| c.id.as_str()).collect();
+    if let Some(id) = state.keys().find(|id| !known.contains(id.as_str())) {
+        return Err(format!("record of {id}, which is removed"));
+    }
+    Ok(())
 }
