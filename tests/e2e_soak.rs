@@ -499,14 +499,17 @@ impl Soak {
         let crowded = self.ctrs.len() >= 8;
         match self.rng.below(100) {
             n if n < 40 && !crowded => {
+                // The contended kinds (exclusive CPUs, GPUs) twice as often as the others.
                 let kinds = [
+                    Kind::Exclusive,
                     Kind::Exclusive,
                     Kind::Shared,
                     Kind::BestEffort,
                     Kind::Exempt,
                     Kind::Gpu,
+                    Kind::Gpu,
                 ];
-                let kind = kinds[self.rng.below(if gpus { 5 } else { 4 })];
+                let kind = kinds[self.rng.below(if gpus { 7 } else { 5 })];
                 self.create(kind);
             }
             n if n < 50 => self.stop(),
