@@ -2,9 +2,11 @@
 //! emulated host with this machine's CPUs and NUMA nodes and two fake GPUs. From a seed
 //! (printed; `NRI_ALIGN_SOAK_SEED=N` replays it, `NRI_ALIGN_SOAK_STEPS=N` sets the length) it
 //! runs a random sequence of steps: create+start an exclusive (Guaranteed, one CPU), shared
-//! (Burstable), best-effort, exempt-namespace or GPU container; stop or remove a container;
-//! remove a pod; a CRI resource update; SIGKILL nri-align and start it again; SIGKILL the runtime
-//! and start it again; SIGHUP nri-align with another `reserved_cpus`. After every step it checks,
+//! (Burstable), best-effort, exempt-namespace or GPU container; stop, restart (the kubelet's
+//! next attempt) or remove a container; remove a pod; a CRI resource update; SIGKILL nri-align
+//! and start it again (meanwhile the runtime may create, stop or remove a container without
+//! it); SIGKILL the runtime and start it again; SIGHUP nri-align with another `reserved_cpus`.
+//! After every step it checks,
 //! from /proc and the containers' cpuset cgroups as well as from nri-align's state:
 //! 1. no CPU in two exclusive containers, no GPU node in two containers, no CPU or GPU recorded
 //!    for two holders (at every moment);
@@ -24,8 +26,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::align::read_state;
-use common::soak::{check_now, check_settled, fresh_seed, held, nri_msg, observe, pool};
-use common::soak::{Ctr, Kind, Observed, Placement, Rng};
+use common::soak::{check_now, check_settled, held, nri_msg, observe, pool};
+use common::soak::{seed_and_steps, test_filter, Ctr, Kind, Observed, Placement, Rng};
 use common::suite::{burstable, guaranteed, Enforced};
 use common::Runtime;
 use common::{format_list, log_events, wait_until, ContainerSpec, Pod, PodSpec};
@@ -48,6 +50,8 @@ struct Soak {
     reserved: Option<u32>,
     /// Registrations of the current nri-align process so far.
     registrations: usize,
+    /// Steps of the run (the length to replay it with).
+    total: usize,
 }
 
 impl Soak {
@@ -68,10 +72,11 @@ impl Soak {
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         panic!(
             "soak({rt}) VIOLATION: {what}\nreplay: NRI_ALIGN_SOAK_SEED={} NRI_ALIGN_SOAK_STEPS={} \
-             cargo test --test e2e_soak\nsteps:\n  {}\nmodel: {:#?}\nstate: {state}\n\
+             cargo test --test e2e_soak {}\nsteps:\n  {}\nmodel: {:#?}\nstate: {state}\n\
              observed: {seen:#?}\nnri-align log (last 80 lines):\n{}\nruntime log:\n{}",
             self.seed,
-            self.steps.len(),
+            self.total,
+            test_filter(self.e.rt.runtime),
             self.steps.join("\n  "),
             self.ctrs,
             tail.join("\n"),
@@ -91,11 +96,6 @@ impl Soak {
         observe(self.e.rt.var("CGROUP_PARENT").unwrap_or_default())
     }
 
-    /// What the invariants are checked on, read now.
-    fn world(&self) -> (BTreeMap<String, Value>, BTreeMap<String, Observed>) {
-        (self.state(), self.observed())
-    }
-
     /// nri-align runs, never panicked, and the invariants that hold at every moment hold.
     fn check_now(&mut self) -> Result<(), String> {
         if let Some(status) = self.e.plugin.exited() {
@@ -104,7 +104,7 @@ impl Soak {
         if self.e.plugin.output().contains("panicked") {
             return Err("nri-align panicked".into());
         }
-        let (state, seen) = self.world();
+        let (state, seen) = (self.state(), self.observed());
         check_now(&self.ctrs, &state, &seen)
     }
 
@@ -112,7 +112,7 @@ impl Soak {
     /// pending updates.
     fn check_settled(&mut self) -> Result<(), String> {
         self.check_now()?;
-        let (state, seen) = self.world();
+        let (state, seen) = (self.state(), self.observed());
         let at = Placement {
             online: self.online(),
             reserved: self.reserved,
@@ -120,6 +120,7 @@ impl Soak {
         };
         check_settled(&self.ctrs, &state, &seen, &at)
     }
+
     /// A no-op event (a shared container created and removed) that carries the pending pool
     /// updates, then waits for the settled invariants; `verify` too when asked.
     fn settle(&mut self, verify: bool) {
@@ -372,53 +373,63 @@ impl Soak {
         self.ctrs[i].by_record = true;
     }
 
+    /// SIGKILL nri-align; while it is down the runtime may create, stop or remove a container
+    /// without it; then nri-align starts again (Synchronize).
     fn restart_plugin(&mut self) {
-        self.log("SIGKILL nri-align, start it again".into());
+        self.log("SIGKILL nri-align".into());
         if let Err(e) = self.check_now() {
             self.fail(&e);
         }
         self.e.plugin.stop(Signal::SIGKILL);
-        if self.ctrs.len() < 8 && self.rng.chance(50) {
-            // The runtime creates it without nri-align (unconstrained); the restarted
-            // nri-align's Synchronize records it and moves it into the pool.
-            let kinds = [
-                Kind::Exclusive,
-                Kind::Shared,
-                Kind::BestEffort,
-                Kind::Exempt,
-            ];
-            let kind = kinds[self.rng.below(kinds.len())];
-            let pod = self.pod_for(kind == Kind::Exempt);
-            self.serial += 1;
-            let name = format!("c{}", self.serial);
-            let spec = self.spec(kind, &name);
-            let id = self
-                .e
-                .rt
-                .run_container(&pod, &spec)
-                .unwrap_or_else(|e| self.fail(&format!("{name} without nri-align: {e}")));
-            self.log(format!(
-                "create {kind:?} {name} in {}/{} while nri-align is down: {}",
-                pod.namespace,
-                pod.name,
-                &id[..12]
-            ));
-            self.ctrs.push(Ctr {
-                id,
-                name,
-                kind,
-                pod: pod.id.clone(),
-                running: true,
-                by_record: true,
-                spec,
-            });
+        match self.rng.below(4) {
+            0 if self.ctrs.len() < 8 => self.create_unseen(),
+            1 => self.stop(),
+            2 => self.remove(),
+            _ => {}
         }
+        self.log("start nri-align again".into());
         self.e.plugin = self
             .e
             .run
             .start(&self.e.rt)
             .unwrap_or_else(|e| self.fail(&format!("nri-align again: {e}")));
         self.registrations = 1;
+    }
+
+    /// The runtime creates a container without nri-align (unconstrained); the restarted
+    /// nri-align's Synchronize records it and moves it into the pool.
+    fn create_unseen(&mut self) {
+        let kinds = [
+            Kind::Exclusive,
+            Kind::Shared,
+            Kind::BestEffort,
+            Kind::Exempt,
+        ];
+        let kind = kinds[self.rng.below(kinds.len())];
+        let pod = self.pod_for(kind == Kind::Exempt);
+        self.serial += 1;
+        let name = format!("c{}", self.serial);
+        let spec = self.spec(kind, &name);
+        let id = self
+            .e
+            .rt
+            .run_container(&pod, &spec)
+            .unwrap_or_else(|e| self.fail(&format!("{name} without nri-align: {e}")));
+        self.log(format!(
+            "create {kind:?} {name} in {}/{} without nri-align: {}",
+            pod.namespace,
+            pod.name,
+            &id[..12]
+        ));
+        self.ctrs.push(Ctr {
+            id,
+            name,
+            kind,
+            pod: pod.id.clone(),
+            running: true,
+            by_record: true,
+            spec,
+        });
     }
 
     fn restart_runtime(&mut self) {
@@ -531,18 +542,8 @@ impl Soak {
     }
 }
 
-fn env_number(key: &str) -> Option<u64> {
-    let v = std::env::var(key).ok()?;
-    Some(
-        v.trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{key}={v:?}: not a number")),
-    )
-}
-
 fn soak(rt: Runtime) {
-    let seed = env_number("NRI_ALIGN_SOAK_SEED").unwrap_or_else(fresh_seed);
-    let steps = env_number("NRI_ALIGN_SOAK_STEPS").map_or(DEFAULT_STEPS, |n| n as usize);
+    let (seed, steps) = seed_and_steps(DEFAULT_STEPS);
     let Some(e) = Enforced::start(rt, "soak", "e2e-soak", 2, 0, BASE_CONFIG) else {
         return;
     };
@@ -551,11 +552,7 @@ fn soak(rt: Runtime) {
         "soak({}): seed {seed}, {steps} steps (replay: NRI_ALIGN_SOAK_SEED={seed} \
          NRI_ALIGN_SOAK_STEPS={steps} cargo test --test e2e_soak {})",
         rt.name(),
-        match rt {
-            Runtime::Crio => "crio",
-            _ if rt == Runtime::CONTAINERD_1_7 => "containerd_1_7",
-            _ => "containerd_2_1",
-        }
+        test_filter(rt)
     );
     let tick_pod = e.rt.run_pod(&PodSpec::new("tick")).expect("tick pod");
     let mut s = Soak {
@@ -569,6 +566,7 @@ fn soak(rt: Runtime) {
         serial: 0,
         reserved: None,
         registrations: 1,
+        total: steps,
     };
     for _ in 0..steps {
         let verify = s.step();

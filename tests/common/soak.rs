@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::host::{parse_list, recorded_ids};
 use super::status_field;
-use super::ContainerSpec;
+use super::{ContainerSpec, Runtime};
 
 /// SplitMix64: small, fast, and the same sequence from the same seed on every machine.
 #[derive(Debug, Clone)]
@@ -56,6 +56,31 @@ pub fn fresh_seed() -> u64 {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     Rng::new(nanos ^ u64::from(std::process::id()).rotate_left(32)).next_u64() % 1_000_000_000
+}
+
+/// The seed (`NRI_ALIGN_SOAK_SEED`, else a fresh one) and the number of steps
+/// (`NRI_ALIGN_SOAK_STEPS`, else `default`) of a soak run.
+pub fn seed_and_steps(default: usize) -> (u64, usize) {
+    let number = |key: &str| -> Option<u64> {
+        let v = std::env::var(key).ok()?;
+        Some(
+            v.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{key}={v:?}: not a number")),
+        )
+    };
+    let seed = number("NRI_ALIGN_SOAK_SEED").unwrap_or_else(fresh_seed);
+    let steps = number("NRI_ALIGN_SOAK_STEPS").map_or(default, |n| n as usize);
+    (seed, steps)
+}
+
+/// The name `cargo test --test e2e_soak NAME` runs `rt`'s soak by.
+pub fn test_filter(rt: Runtime) -> &'static str {
+    match rt {
+        Runtime::Crio => "crio",
+        _ if rt == Runtime::CONTAINERD_1_7 => "containerd_1_7",
+        _ => "containerd_2_1",
+    }
 }
 
 /// A container seen from the host: the CPUs its processes may run on, its cpuset cgroup's CPUs
