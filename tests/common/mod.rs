@@ -15,6 +15,7 @@ pub mod host;
 pub mod kubelet;
 mod plugin;
 mod runtime;
+pub mod soak;
 mod spec;
 pub mod suite;
 /// Small real filesystems (tmpfs, ext4 turned read-only), shared with the store's own tests.

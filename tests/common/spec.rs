@@ -129,6 +129,9 @@ pub struct ContainerSpec {
     pub devices: Vec<(String, String, String)>,
     /// Capabilities added to the runtime's default set (`securityContext.capabilities.add`).
     pub add_capabilities: Vec<String>,
+    /// metadata.attempt: the kubelet's restart count (0 for the first run; a restarted
+    /// container is a new one of the same name and the next attempt).
+    pub attempt: u32,
 }
 
 impl ContainerSpec {
@@ -229,7 +232,7 @@ impl ContainerSpec {
             .map(|(c, h, p)| json!({"container_path": c, "host_path": h, "permissions": p}))
             .collect();
         json!({
-            "metadata": {"name": self.name, "attempt": 0},
+            "metadata": {"name": self.name, "attempt": self.attempt},
             "image": {"image": image, "user_specified_image": image},
             "command": command,
             "envs": envs,

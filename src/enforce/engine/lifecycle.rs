@@ -7,6 +7,7 @@
 
 use std::time::Instant;
 
+use super::reconcile::RECORDED_AS_RUNNING;
 use super::{pod_name, CreateOutcome, Engine, EngineError, Placer};
 use crate::enforce::adjust::{build_adjustment, decision_record, Adjustment, DECISION_KEY};
 use crate::enforce::container::{ContainerView, PodView};
@@ -189,6 +190,17 @@ impl<P: Placer> Engine<P> {
         }
         if old.resources != ResourceSummary::of(req) || !same_devices {
             tracing::info!(container = %c.name, old = %old_id, "restarted with another request: placed anew");
+            return None;
+        }
+        // A shared record made as the predecessor ran (Synchronize, the CRI listing or
+        // PostStartContainer of a container created while nri-align was away) was never a
+        // decision for its request: a Guaranteed container runs on the shared pool there only
+        // because nri-align could not place it. Kept, it would stay there across every restart
+        // without being refused either (tests/e2e_soak.rs found it). Its restart asks
+        // nri-align, so it is placed anew, as the kubelet's static CPU manager would do; an
+        // exclusive one keeps its CPUs.
+        if !old.assignment.exclusive && old.assignment.reason.starts_with(RECORDED_AS_RUNNING) {
+            tracing::info!(container = %c.name, old = %old_id, "restarted; its predecessor was recorded as it ran, never placed: placed anew");
             return None;
         }
         let mut a = old.assignment.clone();

@@ -101,6 +101,10 @@ fn lost_its_devices(topo: &Topology, pod: &PodView, c: &ContainerView, rec: &Rec
     !same(&r.allocated_gpus, &rec.assignment.gpus) || !same(&r.allocated_nics, &rec.assignment.nics)
 }
 
+/// How [`record_as_running`]'s reason begins: such a record is what a container held when
+/// nri-align found it running, not a decision nri-align made for its request.
+pub(super) const RECORDED_AS_RUNNING: &str = "recorded as running after a restart";
+
 /// Records a running container with what it has now: its cpuset (all online CPUs when it has
 /// none), its mems, and the GPUs and NICs of its device nodes. It counts as exclusive only when
 /// it looks like a Guaranteed integer-CPU container whose cpuset has exactly that many CPUs;
@@ -183,7 +187,7 @@ pub fn record_as_running(
             chosen_gpus: Vec::new(),
             policy,
             aligned,
-            reason: format!("recorded as running after a restart{request_note}{policy_note}"),
+            reason: format!("{RECORDED_AS_RUNNING}{request_note}{policy_note}"),
             ..running_identity(pod, c, &cpus)
         },
         pod_sandbox_id: c.pod_sandbox_id.clone(),

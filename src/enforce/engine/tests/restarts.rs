@@ -101,3 +101,24 @@ fn an_exempt_restart_releases_its_predecessor_so_the_next_restart_finds_the_righ
     assert_eq!(ids, ["a-3"]);
     assert_eq!((&again.cpus, &again.gpus), (&first.cpus, &first.gpus));
 }
+
+/// Found by tests/e2e_soak.rs (CRI-O, seed 213152819): a Guaranteed container the runtime
+/// created while nri-align was down runs on every CPU, and Synchronize records it as it runs,
+/// in the shared pool. When the kubelet restarts it, the new instance asks nri-align with the
+/// same request: that record was never a decision for it, so it is placed anew (a CPU of its
+/// own, or refused), not kept in the shared pool for the rest of its pod's life.
+#[test]
+fn a_guaranteed_container_recorded_as_running_is_placed_anew_when_it_restarts() {
+    let mut e = real(Config::default(), "");
+    let p = kpod("default", "web", &[]);
+    let mut c = kctr(&p, "w-0", "web", 1000, Some(1000));
+    c.state = ContainerState::Running;
+    c.resources.cpuset_cpus = e.placer.topology().online_cpus().to_string();
+    e.synchronize(std::slice::from_ref(&p), std::slice::from_ref(&c));
+    assert!(!e.records().containers["w-0"].assignment.exclusive);
+    let again = restart(&mut e, &p, &c, "w-1");
+    assert!(again.exclusive, "{again:?}");
+    assert_eq!(again.cpus.len(), 1, "{again:?}");
+    let ids: Vec<&String> = e.records().containers.keys().collect();
+    assert_eq!(ids, ["w-1"]);
+}
