@@ -14,6 +14,7 @@ pub mod daemonset;
 pub mod host;
 pub mod kubelet;
 mod plugin;
+pub mod procs;
 mod runtime;
 pub mod soak;
 mod spec;

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 
-use super::align::{container_devices, container_of_cgroup, cpuset_dir};
+use super::align::{container_devices, cpuset_dir, processes_under, ContainerProcess};
 use serde_json::Value;
 
 use super::host::{parse_list, recorded_ids};
@@ -101,27 +101,7 @@ pub struct Observed {
 /// enforces, whatever nri-align or the runtime believe.
 pub fn observe(cgroup_parent: &str) -> BTreeMap<String, Observed> {
     let mut out: BTreeMap<String, Observed> = BTreeMap::new();
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return out;
-    };
-    let needle = format!("{}/", cgroup_parent.trim_end_matches('/'));
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(cg) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
-            continue;
-        };
-        let Some(id) = cg.lines().find_map(|l| {
-            let at = l.find(&needle)?;
-            container_of_cgroup(l[at + needle.len()..].split('/').next()?)
-        }) else {
-            continue;
-        };
-        let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
-            continue;
-        };
-        let cpus = parse_list(&status_field(&status, "Cpus_allowed_list").unwrap_or_default());
+    for ContainerProcess { pid, id, cpus } in processes_under(cgroup_parent) {
         let entry = out.entry(id).or_insert_with(|| {
             let cgroup_cpus = cpuset_dir(pid)
                 .map(|d| {
