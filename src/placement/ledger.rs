@@ -209,12 +209,12 @@ impl Ledger {
             .unwrap_or(PcieLevel::CrossSocket)
     }
 
-    /// Index into `Topology::numa_nodes` of a GPU's node (see [`Ledger::locality`]).
+    /// Index into `Topology::numa_nodes` of a GPU's node (see `Ledger::locality`).
     pub fn gpu_node(&self, g: usize) -> Option<usize> {
         self.locality(self.topo.gpus.get(g)?.numa_node?)
     }
 
-    /// Index into `Topology::numa_nodes` of a NIC's node (see [`Ledger::locality`]).
+    /// Index into `Topology::numa_nodes` of a NIC's node (see `Ledger::locality`).
     pub fn nic_node(&self, n: usize) -> Option<usize> {
         self.locality(self.topo.nics.get(n)?.numa_node?)
     }

@@ -110,7 +110,7 @@ pub(super) const RECORDED_AS_RUNNING: &str = "recorded as running after a restar
 /// it looks like a Guaranteed integer-CPU container whose cpuset has exactly that many CPUs;
 /// anything else is treated as a shared-pool member and follows the pool from now on. Its
 /// policy is the one its annotations (or the node default in `placement`) ask for, and it
-/// counts as aligned when what it has meets that policy ([`aligned_as_running`]), so that
+/// counts as aligned when what it has meets that policy (`aligned_as_running`), so that
 /// `status` after a restart says what is true rather than "none".
 pub fn record_as_running(
     topo: &Topology,

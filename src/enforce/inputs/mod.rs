@@ -93,7 +93,7 @@ pub fn build_request(
 }
 
 /// [`build_request`] with the source of its GPUs and what could not be read; `trust_env` as
-/// in [`devices::find`].
+/// in `devices::find`.
 pub fn build(
     topo: &Topology,
     pod: &PodView,

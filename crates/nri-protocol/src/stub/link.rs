@@ -28,8 +28,8 @@ pub enum LinkPhase {
     Stopped,
 }
 
-/// The runtime connection's state: what the stub publishes to [`RuntimeHandle::link`]
-/// (super::RuntimeHandle::link) subscribers.
+/// The runtime connection's state: what the stub publishes to
+/// [`RuntimeHandle::link`](super::RuntimeHandle::link) subscribers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinkState {
     /// Phase of the current connection.
