@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use apiserver::ApiServer;
 use common::suite::{burstable, guaranteed, Enforced};
-use common::{metric, scrape, wait_until, Pod, PodSpec, Runtime};
+use common::{metric, probe, scrape, wait_until, Pod, PodSpec, Runtime};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
 use nri_align::nrt::fingerprint::{self, PodId};
@@ -152,6 +152,13 @@ impl Daemon {
 
     fn counter(&self, series: &str) -> f64 {
         metric(&self.scrape(), series).unwrap_or(0.0)
+    }
+
+    /// `/readyz`'s body when it answers 200.
+    fn readyz(&self) -> Option<String> {
+        probe(&self.metrics, "/readyz")
+            .ok()
+            .and_then(|(code, body)| (code == 200).then_some(body))
     }
 }
 
@@ -400,11 +407,26 @@ fn publishes_what_its_free_metrics_say(rt: Runtime) {
         "failures while the API server is down are counted:\n{}",
         d.scrape()
     );
+    // `/readyz` stays ready (containers are still aligned) and lists publishing as degraded.
+    assert!(
+        wait_until(Duration::from_secs(30), || d.readyz().is_some_and(|body| {
+            body.starts_with("ready: ") && body.contains("\ndegraded: nrt: publishing failed ")
+        })),
+        "/readyz does not list publishing as degraded: {:?}",
+        d.readyz()
+    );
 
     // 4. Back: the object catches up with what happened meanwhile.
     server.start();
     let back = in_step("API server restarted", &cluster, &d, &e);
     assert_eq!(back, down);
+    assert!(
+        wait_until(Duration::from_secs(10), || d.readyz().is_some_and(
+            |body| body.starts_with("ready: ") && !body.contains("degraded:")
+        )),
+        "/readyz still lists something degraded: {:?}",
+        d.readyz()
+    );
     pods_published("API server restarted", &cluster, &[&a, &b], &e);
     // The restarted server answers for a moment before it serves the CRD again (404 for the
     // resource path until its handler is added): an attempt in that window is counted as

@@ -221,7 +221,9 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     rt.block_on(async move {
         if let Some(plan) = nrt {
             // Created at start with the recovered state; every later change follows.
-            engine.set_observer(Box::new(plan.start(nrt_metrics)?));
+            let observer = plan.start(nrt_metrics)?;
+            lifecycle::spawn_nrt_follower(observer.status(), health.clone());
+            engine.set_observer(Box::new(observer));
         }
         let engine = Arc::new(Mutex::new(engine));
         lifecycle::spawn_link_follower(connection.watch(), health.clone(), metrics.clone());
@@ -367,6 +369,13 @@ impl NrtPlan {
 pub struct NrtObserver {
     feed: Feed,
     node_name: String,
+}
+
+impl NrtObserver {
+    /// The publisher's progress, as it changes.
+    pub fn status(&self) -> tokio::sync::watch::Receiver<crate::nrt::PublishStatus> {
+        self.feed.publisher().follow_status()
+    }
 }
 
 impl StateObserver for NrtObserver {

@@ -9,7 +9,13 @@
 //! - **Readiness** (`/readyz`): registered with the runtime and caught up with it
 //!   (Synchronize done on the current connection). Set from the NRI stub's connection state;
 //!   the text says why not (`connecting to /var/run/nri/nri.sock, 3 failed attempt(s), ...`).
+//! - **Degraded parts**: what still works but not fully, one line each after the readiness
+//!   line (`degraded: nrt: ...`). They never turn readiness off: nri-align still aligns every
+//!   container while its state cannot be written or its NodeResourceTopology is left alone,
+//!   and a DaemonSet marked unready for that would tell the operator less, not more. The
+//!   metrics carry the same facts for alerts; this is for the person with `curl`.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -33,6 +39,8 @@ pub struct Health {
     stall_reason: Mutex<Option<String>>,
     /// `Ok(description)` when ready, `Err(why not)` otherwise.
     readiness: Mutex<Result<String, String>>,
+    /// Degraded parts: name (`state`, `nrt`) to what is wrong.
+    degraded: Mutex<BTreeMap<&'static str, String>>,
 }
 
 impl Default for Health {
@@ -50,6 +58,7 @@ impl Health {
             stall_after,
             stall_reason: Mutex::new(None),
             readiness: Mutex::new(Err("starting".into())),
+            degraded: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -102,6 +111,24 @@ impl Health {
     pub fn readiness(&self) -> Result<String, String> {
         lock(&self.readiness).clone()
     }
+
+    /// Marks `part` degraded with `why` (one line), or, with `None`, whole again.
+    pub fn set_degraded(&self, part: &'static str, why: Option<String>) {
+        let mut d = lock(&self.degraded);
+        match why {
+            // One line each: the body is read line by line.
+            Some(w) => d.insert(part, w.replace('\n', " ")),
+            None => d.remove(part),
+        };
+    }
+
+    /// The degraded parts as `part: why`, by part name.
+    pub fn degraded(&self) -> Vec<String> {
+        lock(&self.degraded)
+            .iter()
+            .map(|(part, why)| format!("{part}: {why}"))
+            .collect()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -143,5 +170,19 @@ mod tests {
         assert!(h.readiness().is_ok());
         h.set_readiness(false, "connecting to /run/nri.sock".into());
         assert_eq!(h.readiness(), Err("connecting to /run/nri.sock".into()));
+    }
+
+    #[test]
+    fn degraded_parts_are_listed_by_name_one_line_each_and_cleared() {
+        let h = Health::default();
+        assert!(h.degraded().is_empty());
+        h.set_degraded("state", Some("writes failing\nsince 12:00".into()));
+        h.set_degraded("nrt", Some("left alone".into()));
+        assert_eq!(
+            h.degraded(),
+            vec!["nrt: left alone", "state: writes failing since 12:00"]
+        );
+        h.set_degraded("state", None);
+        assert_eq!(h.degraded(), vec!["nrt: left alone"]);
     }
 }

@@ -181,10 +181,17 @@ fn respond(request_line: &str, metrics: &Metrics, health: &Health) -> String {
             Ok(text) => ("200 OK", format!("{text}\n")),
             Err(why) => ("503 Service Unavailable", format!("unhealthy: {why}\n")),
         },
-        _ => match health.readiness() {
-            Ok(text) => ("200 OK", format!("ready: {text}\n")),
-            Err(why) => ("503 Service Unavailable", format!("not ready: {why}\n")),
-        },
+        _ => {
+            let (status, mut body) = match health.readiness() {
+                Ok(text) => ("200 OK", format!("ready: {text}\n")),
+                Err(why) => ("503 Service Unavailable", format!("not ready: {why}\n")),
+            };
+            // Listed, never a reason to fail readiness (see health.rs).
+            for line in health.degraded() {
+                body.push_str(&format!("degraded: {line}\n"));
+            }
+            (status, body)
+        }
     };
     response(status, "text/plain; charset=utf-8", body, head_only)
 }

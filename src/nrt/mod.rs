@@ -30,4 +30,4 @@ pub use builder::{build, NrtSettings, ResourceNames, ZoneFree};
 pub use client::{ApiAccess, ClientError};
 pub use feed::Feed;
 pub use object::NodeResourceTopology;
-pub use publish::{PublishOptions, Publisher, Snapshot};
+pub use publish::{PublishOptions, PublishStatus, Publisher, Snapshot};

@@ -192,6 +192,11 @@ impl Publisher {
         self.status.borrow().clone()
     }
 
+    /// The publisher's progress, as it changes.
+    pub fn follow_status(&self) -> watch::Receiver<PublishStatus> {
+        self.status.clone()
+    }
+
     /// Waits until generation `generation` (or a newer one) is on the server, or `timeout`
     /// passes; returns the status either way.
     pub async fn wait_published(&self, generation: u64, timeout: Duration) -> PublishStatus {

@@ -15,9 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sd_notify::NotifyState;
+use tokio::sync::watch;
 
 use crate::enforce::nri::LinkWatch;
 use crate::metrics::{serve, Health, Metrics, ServeLimits};
+use crate::nrt::PublishStatus;
 
 /// How often the heartbeat runs.
 const BEAT_EVERY: Duration = Duration::from_secs(1);
@@ -58,6 +60,48 @@ pub fn spawn_link_follower(
                 None => return,
             }
         }
+    })
+}
+
+/// Publishing failures in a row before `/readyz` lists NodeResourceTopology as degraded: one
+/// or two are an API server restart, retried with backoff.
+const NRT_FAILURES_SHOWN: u32 = 3;
+
+/// Lists NodeResourceTopology publishing among `/readyz`'s degraded parts while the node's
+/// object is left alone (another producer's) or publishing keeps failing, until the
+/// publisher is gone.
+pub fn spawn_nrt_follower(
+    mut status: watch::Receiver<PublishStatus>,
+    health: Arc<Health>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let why = nrt_degraded(&status.borrow_and_update());
+            health.set_degraded("nrt", why);
+            if status.changed().await.is_err() {
+                health.set_degraded("nrt", None);
+                return;
+            }
+        }
+    })
+}
+
+/// What `/readyz` says of publishing in `s`, when it is degraded.
+fn nrt_degraded(s: &PublishStatus) -> Option<String> {
+    if let Some(n) = &s.not_owned {
+        return Some(format!(
+            "{} is left alone ({}): nri-align publishes nothing for this node; the log's \
+             error line says what to do",
+            n.summary(),
+            n.reason()
+        ));
+    }
+    (s.consecutive_failures >= NRT_FAILURES_SHOWN).then(|| {
+        format!(
+            "publishing failed {} times in a row, retrying: {}",
+            s.consecutive_failures,
+            s.last_error.as_deref().unwrap_or("no error recorded")
+        )
     })
 }
 
@@ -214,5 +258,56 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(3000)).await;
         assert_eq!(health.liveness(), Ok("ok".into()));
         task.abort();
+    }
+
+    /// `/readyz` lists publishing as degraded while the object is another producer's or after
+    /// three failures in a row, clears it when that ends, and when the publisher is gone.
+    #[tokio::test]
+    async fn nrt_trouble_is_listed_as_degraded_until_it_ends() {
+        use crate::nrt::ownership::NotOwned;
+        let health = Arc::new(Health::default());
+        let (tx, rx) = watch::channel(PublishStatus::default());
+        let task = spawn_nrt_follower(rx, health.clone());
+        let listed = |want: bool| {
+            let health = health.clone();
+            async move {
+                for _ in 0..200 {
+                    if health.degraded().iter().any(|l| l.starts_with("nrt: ")) == want {
+                        return health.degraded();
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                panic!("nrt listed should be {want}: {:?}", health.degraded());
+            }
+        };
+        tx.send_modify(|s| {
+            s.not_owned = Some(NotOwned::Foreign {
+                name: "node-a".into(),
+                managed_by: None,
+                managers: vec!["nfd-topology-updater (Update)".into()],
+            })
+        });
+        let lines = listed(true).await;
+        assert!(
+            lines[0].starts_with("nrt: NodeResourceTopology node-a (it has no ")
+                && lines[0].contains("nfd-topology-updater (Update)")
+                && lines[0].contains("is left alone (foreign)"),
+            "{lines:?}"
+        );
+        tx.send_modify(|s| {
+            s.not_owned = None;
+            s.consecutive_failures = 2;
+            s.last_error = Some("connection refused".into());
+        });
+        listed(false).await;
+        tx.send_modify(|s| s.consecutive_failures = 3);
+        let lines = listed(true).await;
+        assert_eq!(
+            lines,
+            vec!["nrt: publishing failed 3 times in a row, retrying: connection refused"]
+        );
+        drop(tx);
+        listed(false).await;
+        task.await.expect("follower ends with the publisher");
     }
 }

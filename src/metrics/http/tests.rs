@@ -120,6 +120,18 @@ async fn health_endpoints_answer_get_and_head_with_their_reason() {
             && readyz.ends_with("ready: registered and synchronized with containerd 2.1.9\n"),
         "{readyz}"
     );
+    // A degraded part is listed after the readiness line and leaves the status alone.
+    h.set_degraded("state", Some("writes failing since 12:00:00".into()));
+    let readyz = get(addr, "GET /readyz HTTP/1.1\r\n\r\n").await;
+    assert!(
+        readyz.starts_with("HTTP/1.1 200 OK")
+            && readyz.ends_with(
+                "ready: registered and synchronized with containerd 2.1.9\n\
+                 degraded: state: writes failing since 12:00:00\n"
+            ),
+        "{readyz}"
+    );
+    h.set_degraded("state", None);
     // HEAD: the same status and length, no body.
     let head = get(addr, "HEAD /readyz HTTP/1.1\r\n\r\n").await;
     assert!(
