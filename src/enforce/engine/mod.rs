@@ -312,6 +312,8 @@ impl<P: Placer> Engine<P> {
             applied_cpus: a.cpus.clone(),
             assignment: a.clone(),
             resources: ResourceSummary::of(&req),
+            // A decision nri-align made for the new request, whatever the record was.
+            found_running: false,
             ..old
         };
         self.doc.containers.insert(c.id.clone(), rec);

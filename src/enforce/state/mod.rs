@@ -108,6 +108,35 @@ pub struct Record {
     /// never aligned.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub exempt: bool,
+    /// Made from what the container had when nri-align found it running (Synchronize, the CRI
+    /// listing, PostStartContainer of a container created without nri-align's adjustment),
+    /// not a decision for its request: a shared one is placed anew when its container
+    /// restarts. Absent (false) in the log unless set, so logs stay readable both ways.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub found_running: bool,
+}
+
+/// How the reason of a record made from a running container begins. Versions before the
+/// [`Record::found_running`] flag knew such a record by this text alone; it is kept so their
+/// records are still recognised at load ([`Record::upgrade`]) and so an older version reading
+/// a newer log still recognises them.
+pub const RECORDED_AS_RUNNING: &str = "recorded as running after a restart";
+
+impl Record {
+    /// Upgrade path for records written before [`Record::found_running`] existed: a record
+    /// whose reason says it was recorded as running gets the flag. The only place the reason
+    /// text is read; every later decision reads the flag. Applied to every record loaded
+    /// (`StateStore::load`).
+    pub fn upgrade(&mut self) {
+        if self.predates_found_running() {
+            self.found_running = true;
+        }
+    }
+
+    /// Whether [`Record::upgrade`] would set the flag.
+    pub fn predates_found_running(&self) -> bool {
+        !self.found_running && self.assignment.reason.starts_with(RECORDED_AS_RUNNING)
+    }
 }
 
 /// The resource numbers of a request.

@@ -262,6 +262,28 @@ impl StateStore {
     /// when the store is writable). A missing state is fresh; an unusable one is corrupt (with
     /// why) and, when writable, set aside as `*.corrupt` so the next write starts a new log.
     pub fn load(&mut self) -> Loaded {
+        let mut loaded = self.load_any();
+        if let Loaded::Doc(doc) = &mut loaded {
+            // Upgrade path: records of earlier versions carry no `found_running` flag, only
+            // their reason says they were recorded as running (`Record::upgrade`). Not marked
+            // changed: every load derives it again, and the next compaction writes it.
+            let old: Vec<String> = doc
+                .containers
+                .iter()
+                .filter(|(_, r)| r.predates_found_running())
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in old {
+                if let Some(mut r) = doc.containers.get_mut(&id) {
+                    r.upgrade();
+                }
+            }
+            doc.containers.clear_dirty();
+        }
+        loaded
+    }
+
+    fn load_any(&mut self) -> Loaded {
         let path = self.path();
         let bytes = match self.dir.read(STATE_FILE) {
             Ok(Some(b)) => b,
