@@ -28,7 +28,7 @@ mod records;
 mod store;
 
 pub use records::{GroupKey, RecordMut, Records, SharedGroup};
-pub use store::{Outage, StateStore, LEGACY_FILE, RETRY_AFTER, STATE_FILE};
+pub use store::{Outage, StateStore, LEGACY_FILE, RETRY_AFTER, RETRY_AFTER_MAX, STATE_FILE};
 
 /// Version of the 0.1.0 document layout (`state.json`), read to migrate it.
 pub const STATE_VERSION: u32 = 1;
@@ -67,6 +67,32 @@ pub enum StateError {
     /// Serialising failed (should not happen with these types).
     #[error("cannot encode state: {0}")]
     Encode(String),
+    /// The state dir could not be created or opened yet ([`StateStore::open_or_wait`]).
+    #[error("state dir {} is not open", .0.display())]
+    NotOpen(PathBuf),
+}
+
+impl StateError {
+    /// Whether the failure is the state dir's filesystem's condition, one that passes without
+    /// changing nri-align's configuration: read-only (EROFS: ext4 after an I/O error, a
+    /// read-only mount), full (ENOSPC) or over quota (EDQUOT), an I/O error (EIO). The daemon
+    /// runs on with its decisions in memory and tries again. Everything else (not a
+    /// directory, a symlink, permissions or ownership refused, EACCES or EPERM, another
+    /// daemon's lock) is a state dir set up wrong: it stops the daemon at start with the
+    /// reason, as it always did (docs/failure-behaviour.md).
+    pub fn is_outage(&self) -> bool {
+        let source = match self {
+            StateError::Io { source, .. } | StateError::File(FileError::Io { source, .. }) => {
+                source
+            }
+            StateError::NotOpen(_) => return true,
+            _ => return false,
+        };
+        use nix::libc::{EDQUOT, EIO, ENOSPC, EROFS};
+        source
+            .raw_os_error()
+            .is_some_and(|errno| [EROFS, ENOSPC, EDQUOT, EIO].contains(&errno))
+    }
 }
 
 /// One container as recorded.

@@ -380,3 +380,37 @@ fn the_found_running_flag_round_trips_alone_and_as_a_group_follower() {
     let mut store = StateStore::open(&path).expect("restart");
     assert_eq!(loaded(&mut store), t);
 }
+
+/// What `open_or_wait` still refuses at once, as `open` does: a state dir set up wrong is a
+/// configuration error, not an outage to wait out.
+#[test]
+fn a_wrong_state_dir_still_fails_at_start_for_the_daemon() {
+    let t = tempfile::tempdir().expect("tmp");
+    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let file = t.path().join("a-file");
+    std::fs::write(&file, "x").expect("write");
+    let elsewhere = t.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("mkdir");
+    let link = t.path().join("link");
+    std::os::unix::fs::symlink(t.path().join("missing"), &link).expect("symlink");
+    let open = t.path().join("group-writable");
+    std::fs::create_dir(&open).expect("mkdir");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o770)).expect("chmod");
+    let held = t.path().join("held");
+    let _first = StateStore::open(&held).expect("first");
+    for (dir, want) in [
+        (file.clone(), "Not a directory"),
+        (file.join("below"), "Not a directory"),
+        (link, "File exists"),
+        (open, "group-writable"),
+        (held, "in use by another process"),
+    ] {
+        let err = StateStore::open_or_wait(&dir).expect_err("refused");
+        assert!(!err.is_outage(), "{err}");
+        assert!(err.to_string().contains(want), "{}: {err}", dir.display());
+    }
+    // A symlink to a directory is followed as `open` always did (and checked there).
+    let to_dir = t.path().join("to-dir");
+    std::os::unix::fs::symlink(&elsewhere, &to_dir).expect("symlink");
+    assert!(StateStore::open_or_wait(&to_dir).expect("open").is_open());
+}
