@@ -23,6 +23,7 @@ use crate::host::perms::PermissionError;
 use crate::placement::Assignment;
 use crate::topology::CpuSet;
 
+mod file_groups;
 mod journal;
 mod records;
 mod store;

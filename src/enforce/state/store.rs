@@ -20,17 +20,23 @@
 //! are in the table, and the rewrite writes every live record). Without that, every event of
 //! the outage compacted the whole log into a temp file that failed (162 ms per event at 5,000
 //! live records in a debug build). The [`Outage`] says since when and how many writes were
-//! lost, for the caller to log once when it starts and once when it ends.
+//! lost, for the caller to log once when it starts and once when it ends. Without events, the
+//! daemon's timer asks for that retry ([`StateStore::retry_in`] says when it is due).
+//!
+//! A state dir its filesystem keeps from being created or opened at start (read-only, full:
+//! [`StateError::is_outage`]) is the same outage ([`StateStore::open_or_wait`]): the store
+//! starts without it and each retry tries to open it first; once open, the rewrite writes
+//! every live record.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::{journal, GroupKey, Loaded, Record, Records, StateDoc, StateError, STATE_VERSION};
+use super::file_groups::FileGroups;
+use super::{journal, GroupKey, Loaded, Records, StateDoc, StateError, STATE_VERSION};
 use crate::host::files::OwnedDir;
-use crate::topology::CpuSet;
 
 /// The log's file name under the state dir.
 pub const STATE_FILE: &str = "state.log";
@@ -91,92 +97,6 @@ pub struct StateStore {
     /// The outage the last successful write ended, until [`StateStore::take_recovered`].
     recovered: Option<Outage>,
     retry_after: Duration,
-}
-
-/// What the log says of the shared groups: the last cpuset of each (its followers run there)
-/// and the shared records it holds with a cpuset of their own.
-#[derive(Debug, Default)]
-struct FileGroups {
-    cpus: HashMap<GroupKey, CpuSet>,
-    pinned: HashMap<GroupKey, BTreeSet<String>>,
-}
-
-impl FileGroups {
-    /// Whether `rec` can be written as a follower: the log's cpuset of its group is its own.
-    fn follows(&self, rec: &Record) -> Option<GroupKey> {
-        let key = rec.group_key()?;
-        (self.cpus.get(&key) == Some(&rec.applied_cpus)).then_some(key)
-    }
-
-    fn unpin(&mut self, id: &str) {
-        self.pinned.retain(|_, ids| {
-            ids.remove(id);
-            !ids.is_empty()
-        });
-    }
-
-    /// Writes `id`'s record (or its removal) to `buf`; returns the lines written.
-    fn write_record(
-        &mut self,
-        buf: &mut Vec<u8>,
-        id: &str,
-        rec: Option<&Record>,
-    ) -> Result<usize, StateError> {
-        self.unpin(id);
-        let line = match rec {
-            None => journal::del(buf, id),
-            Some(rec) if self.follows(rec).is_some() => journal::put_follower(buf, id, rec),
-            Some(rec) => {
-                if let Some(key) = rec.group_key() {
-                    self.pinned.entry(key).or_default().insert(id.to_string());
-                }
-                journal::put(buf, id, rec)
-            }
-        };
-        line.map_err(StateError::Encode)?;
-        Ok(1)
-    }
-
-    /// Brings group `key` of `records` up to date in `buf`: its line when every member runs
-    /// on a cpuset the log does not say, and its pinned members that run there now (not those
-    /// in `skip`, written anyway) rewritten as followers. Returns the lines written.
-    fn write_group(
-        &mut self,
-        buf: &mut Vec<u8>,
-        key: &GroupKey,
-        records: &Records,
-        skip: &BTreeSet<String>,
-    ) -> Result<usize, StateError> {
-        let Some(cpus) = records.group(key).and_then(|g| g.aligned_to()) else {
-            return Ok(0);
-        };
-        let mut lines = 0;
-        if self.cpus.get(key) != Some(cpus) {
-            journal::group(buf, key, cpus).map_err(StateError::Encode)?;
-            self.cpus.insert(key.clone(), cpus.clone());
-            lines += 1;
-        }
-        let Some(pinned) = self.pinned.remove(key) else {
-            return Ok(lines);
-        };
-        let mut keep = BTreeSet::new();
-        for id in pinned {
-            match records.get(&id) {
-                _ if skip.contains(&id) => {}
-                Some(rec) if rec.in_group(key) && rec.applied_cpus == *cpus => {
-                    journal::put_follower(buf, &id, rec).map_err(StateError::Encode)?;
-                    lines += 1;
-                }
-                _ => {
-                    keep.insert(id);
-                }
-            }
-        }
-        if !keep.is_empty() {
-            self.pinned.insert(key.clone(), keep);
-        }
-        Ok(lines)
-    }
 }
 
 impl StateStore {
