@@ -362,3 +362,31 @@ fn a_state_dir_that_cannot_be_created_waits_in_memory_and_is_created_once_it_can
     drop(store);
     assert_eq!(on_disk(&dir), t);
 }
+
+/// A state log that appears in the dir while the daemon waits for it (restored by hand, or
+/// a dir that could not be read at start) was never loaded: it is kept aside, not replaced.
+#[test]
+fn a_log_found_when_the_dir_opens_late_is_kept_aside_not_overwritten() {
+    let Some(fs) = Mounted::tmpfs("state::diskfull::late-log", 256) else {
+        return;
+    };
+    let dir = fs.root.join("var/lib/nri-align");
+    fs.set_read_only(true);
+    let mut store = StateStore::open_or_wait(&dir).expect("the daemon waits for it");
+    store.set_retry_after(Duration::from_millis(50));
+    fs.set_read_only(false);
+    // Meanwhile a log of earlier decisions lands in the dir (another store writes it).
+    let earlier = table("old", 5);
+    {
+        let mut other = StateStore::open(&dir).expect("other");
+        other.write(&mut earlier.clone()).expect("earlier log");
+    }
+    let old_log = std::fs::read(dir.join(STATE_FILE)).expect("earlier log on disk");
+    // The first retry waits the delay set at open.
+    std::thread::sleep(store.retry_in().expect("waiting"));
+    let mut t = table("m", 3);
+    store.write(&mut t).expect("opened and written");
+    assert_eq!(on_disk(&dir), t, "the live records are the log now");
+    let kept = std::fs::read(dir.join(format!("{STATE_FILE}.unloaded"))).expect("kept aside");
+    assert_eq!(kept, old_log, "the unloaded log is kept byte for byte");
+}

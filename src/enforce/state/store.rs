@@ -361,24 +361,12 @@ impl StateStore {
         Loaded::Doc(doc)
     }
 
-    /// Reports `name` unusable; a writer sets it aside so the next write starts a new log.
-    /// Earlier copies set aside move down one (`.corrupt` to `.corrupt.1`...), the oldest of
-    /// [`CORRUPT_KEPT`] dropping out: a second rollback or crash keeps the first one's evidence,
-    /// and the disk used stays bounded.
+    /// Reports `name` unusable; a writer sets it aside (`*.corrupt`, see [`set_aside`]) so the
+    /// next write starts a new log.
     fn corrupt(&mut self, name: &str, why: String) -> Loaded {
         if let Some(dir) = self.dir.as_ref().filter(|_| self.writable) {
-            let aside = format!("{name}.corrupt");
-            for k in (1..CORRUPT_KEPT).rev() {
-                let older = if k == 1 {
-                    aside.clone()
-                } else {
-                    format!("{aside}.{}", k - 1)
-                };
-                // A missing copy is the usual case: nothing to move.
-                let _ = dir.rename(&older, &format!("{aside}.{k}"));
-            }
-            if dir.rename(name, &aside).is_ok() {
-                tracing::warn!("kept the unusable state as {}", dir.join(&aside).display());
+            if let Some(aside) = set_aside(dir, name, "corrupt") {
+                tracing::warn!("kept the unusable state as {}", aside.display());
             }
             self.rewrite = true;
         }
@@ -415,7 +403,23 @@ impl StateStore {
             // The dir could not be created or opened so far: try again; the whole log is
             // written below if it opens (`rewrite` is set).
             match Self::open_dir(&self.dir_path) {
-                Ok(dir) => self.dir = Some(dir),
+                Ok(dir) => {
+                    // nri-align started without reading this dir (EIO...): a log in it holds
+                    // decisions never loaded, which the rewrite below would replace with
+                    // the records rebuilt meanwhile. Kept aside as evidence instead.
+                    for name in [STATE_FILE, LEGACY_FILE] {
+                        if dir.names_with_prefix(name).iter().any(|n| n == name) {
+                            if let Some(aside) = set_aside(&dir, name, "unloaded") {
+                                tracing::warn!(
+                                    "the state dir opened late and held a state log nri-align \
+                                     never read: kept as {}, the live records are written anew",
+                                    aside.display()
+                                );
+                            }
+                        }
+                    }
+                    self.dir = Some(dir);
+                }
                 Err(e) => {
                     records.take_dirty();
                     records.take_moved();
@@ -575,4 +579,21 @@ impl StateStore {
     pub fn lines(&self) -> usize {
         self.lines
     }
+}
+
+/// Renames `name` in `dir` to `name.SUFFIX`, earlier copies moving down one (`.SUFFIX` to
+/// `.SUFFIX.1`...), the oldest of [`CORRUPT_KEPT`] dropping out: a second rollback or crash
+/// keeps the first one's evidence, and the disk used stays bounded. Where it went, if moved.
+fn set_aside(dir: &OwnedDir, name: &str, suffix: &str) -> Option<PathBuf> {
+    let aside = format!("{name}.{suffix}");
+    for k in (1..CORRUPT_KEPT).rev() {
+        let older = if k == 1 {
+            aside.clone()
+        } else {
+            format!("{aside}.{}", k - 1)
+        };
+        // A missing copy is the usual case: nothing to move.
+        let _ = dir.rename(&older, &format!("{aside}.{k}"));
+    }
+    dir.rename(name, &aside).is_ok().then(|| dir.join(&aside))
 }
