@@ -10,9 +10,15 @@
 //!   watch, and SIGTERM still ends the daemon;
 //! - a state dir whose filesystem is full, or read-only after an ext4 error, at start: the
 //!   daemon starts with the records it reads, says so once and in its metrics, and once the
-//!   filesystem is writable again its next start rewrites the log (root only: real mounts).
+//!   filesystem is writable again its next start rewrites the log (root only: real mounts);
+//! - a state dir that cannot even be created (its parent read-only) at start: the daemon
+//!   starts, registers and admits with its decisions in memory, says so once and in its
+//!   metrics, and creates the dir and writes every record once it can, without an event.
 
 mod common;
+mod daemon_runtime;
+#[path = "../crates/nri-protocol/tests/support/mod.rs"]
+mod support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -432,4 +438,64 @@ fn a_state_dir_read_only_after_an_ext4_error_at_start_does_not_stop_the_daemon()
     starts_on_unwritable_state(&state, "Read-only file system");
     fs.repair_ext4();
     restarts_and_rewrites(&state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_dir_that_cannot_be_created_at_start_is_waited_for_and_written_once_it_can() {
+    use daemon_runtime::{connect, create, gauge, recorded, start_daemon};
+    let Some(fs) = Mounted::tmpfs("daemon_faults::uncreatable_state", 256) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let state = fs.root.join("lib/nri-align");
+    fs.set_read_only(true);
+    let listener =
+        tokio::net::UnixListener::bind(dir.path().join("nri.sock")).expect("runtime socket");
+    let mut d = start_daemon(dir.path(), &state);
+    let addr = d.metrics_address().expect("metrics address");
+    // It registers and admits: before, it exited at start (`state dir ...: create ...`).
+    let rt = connect(&listener).await;
+    let want: Vec<String> = (0..3).map(|i| format!("mem-{i}")).collect();
+    for id in &want {
+        create(&rt, id).await;
+    }
+    assert_eq!(gauge(&addr, "nri_align_state_write_failing"), Some(1.0));
+    let out = d.output();
+    let said: Vec<&str> = out
+        .lines()
+        .filter(|l| {
+            l.contains("state dir not usable")
+                || l.contains("not persisted")
+                || l.contains("cannot rewrite")
+        })
+        .collect();
+    assert_eq!(said.len(), 1, "one line for the outage:\n{out}");
+    assert!(
+        said[0].contains("Read-only file system (os error 30)")
+            && said[0].contains(&state.display().to_string()),
+        "{out}"
+    );
+    eprintln!("{}", said[0]);
+    assert!(d.exited().is_none() && !state.exists(), "{out}");
+
+    // Writable again, and no event: the dir is created and every record written.
+    fs.set_read_only(false);
+    let log = state.join("state.log");
+    assert!(
+        wait_until(Duration::from_secs(15), || log.exists()
+            && recorded(&state) == want),
+        "{}",
+        d.output()
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || d
+            .output()
+            .contains("state persisted again")),
+        "{}",
+        d.output()
+    );
+    assert_eq!(gauge(&addr, "nri_align_state_write_failing"), Some(0.0));
+    assert_eq!(d.output().matches("state persisted again").count(), 1);
+    rt.hang_up().await;
+    d.stop(nix::sys::signal::Signal::SIGTERM);
 }

@@ -461,6 +461,8 @@ fn prelaunched_state_lost(rt: Runtime) {
     // Rebuilt from what runs, it still says what the pod asks for, and that it holds.
     assert_eq!(rec["assignment"]["policy"], "single-numa-node", "{rec}");
     assert_eq!(rec["assignment"]["aligned"], true, "{rec}");
+    // And the record says, typed, that it was found running, not decided.
+    assert_eq!(rec["found_running"], true, "{rec}");
     assert_eq!(
         cpus_of(&ctrd, &y),
         format_list(&pool),

@@ -4,6 +4,7 @@
 //! reports about itself while it runs (health, readiness, systemd) is in `run/lifecycle.rs`.
 
 mod lifecycle;
+mod retry;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -105,7 +106,9 @@ pub fn prepare(args: &RunArgs) -> anyhow::Result<Prepared> {
         .clone()
         .or_else(|| config.state_dir.clone())
         .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
-    let store = StateStore::open(&state_dir)
+    // A dir its filesystem keeps from being created or opened (read-only, full) is an outage
+    // the daemon runs through, its decisions in memory; a wrong one stops it here.
+    let store = StateStore::open_or_wait(&state_dir)
         .with_context(|| format!("state dir {}", state_dir.display()))?;
     let host_root = args.host_root.clone().unwrap_or_else(|| PathBuf::from("/"));
     Ok(Prepared {
@@ -193,6 +196,8 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         Some(metrics.clone()),
         Box::new(HostDevices::new(&host_root)),
     );
+    // Before the recovery, which may find the state dir failing already.
+    let outage = retry::outage_signal(&mut engine);
     engine.recover(&host_root);
 
     let connection = crate::enforce::nri::Connection::new(PLUGIN_NAME, &idx, &args.socket)?;
@@ -227,6 +232,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         }
         let engine = Arc::new(Mutex::new(engine));
         lifecycle::spawn_link_follower(connection.watch(), health.clone(), metrics.clone());
+        retry::spawn_state_retry(engine.clone(), outage);
         let probe = engine.clone();
         lifecycle::spawn_heartbeat(health, move || {
             !matches!(probe.try_lock(), Err(std::sync::TryLockError::WouldBlock))

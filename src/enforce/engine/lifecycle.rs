@@ -7,7 +7,6 @@
 
 use std::time::Instant;
 
-use super::reconcile::RECORDED_AS_RUNNING;
 use super::{pod_name, CreateOutcome, Engine, EngineError, Placer};
 use crate::enforce::adjust::{build_adjustment, decision_record, Adjustment, DECISION_KEY};
 use crate::enforce::container::{ContainerView, PodView};
@@ -198,8 +197,9 @@ impl<P: Placer> Engine<P> {
         // because nri-align could not place it. Kept, it would stay there across every restart
         // without being refused either (tests/e2e_soak.rs found it). Its restart asks
         // nri-align, so it is placed anew, as the kubelet's static CPU manager would do; an
-        // exclusive one keeps its CPUs.
-        if !old.assignment.exclusive && old.assignment.reason.starts_with(RECORDED_AS_RUNNING) {
+        // exclusive one keeps its CPUs. Such a record is known by its typed flag (set where it
+        // is made, and at load for earlier versions' records), never by its reason's text.
+        if !old.assignment.exclusive && old.found_running {
             tracing::info!(container = %c.name, old = %old_id, "restarted; its predecessor was recorded as it ran, never placed: placed anew");
             return None;
         }
@@ -239,6 +239,11 @@ impl<P: Placer> Engine<P> {
                 cgroups_path: c.cgroups_path.clone(),
                 devices: adjustment.visible_devices.clone(),
                 resources: old.resources,
+                // An exclusive record found running stays what it was (its CPUs were never
+                // nri-align's choice): the flag goes with the reason the decision keeps, so a
+                // reason that says "recorded as running" always has the flag and the upgrade
+                // at load (`Record::upgrade`) never flags a decision.
+                found_running: old.found_running,
                 ..Record::default()
             },
         );

@@ -15,9 +15,7 @@ use crate::topology::CpuSet;
 use crate::enforce::adjust::{build_adjustment, AdjustError, Adjustment, CpusetUpdate};
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
 use crate::enforce::inputs::{build, build_request, pod_totals, RequestError};
-use crate::enforce::state::{
-    Record, ResourceSummary, StateDoc, StateError, StateStore, RETRY_AFTER,
-};
+use crate::enforce::state::{Record, ResourceSummary, StateDoc, StateStore};
 use crate::host::devices::{nvidia_minor, uverbs_name, DeviceLookup};
 
 pub use observe::{samples, StateObserver};
@@ -79,6 +77,8 @@ pub struct Engine<P: Placer> {
     kubelet_cpuset_pods: HashSet<String>,
     /// Devices already warned about for lacking a `/dev/char` link (`devlinks.rs`).
     device_links_warned: HashSet<String>,
+    /// Called when state writes start failing (`persist.rs`): the daemon's retry timer.
+    on_outage: Option<Box<dyn Fn() + Send>>,
 }
 
 impl<P: Placer> Engine<P> {
@@ -104,6 +104,7 @@ impl<P: Placer> Engine<P> {
             observer: None,
             kubelet_cpuset_pods: HashSet::new(),
             device_links_warned: HashSet::new(),
+            on_outage: None,
         }
     }
 
@@ -312,6 +313,8 @@ impl<P: Placer> Engine<P> {
             applied_cpus: a.cpus.clone(),
             assignment: a.clone(),
             resources: ResourceSummary::of(&req),
+            // A decision nri-align made for the new request, whatever the record was.
+            found_running: false,
             ..old
         };
         self.doc.containers.insert(c.id.clone(), rec);
@@ -489,53 +492,6 @@ impl<P: Placer> Engine<P> {
         (updates, timing)
     }
 
-    /// Writes the records changed since the last call (all of them only when the store
-    /// compacts its log).
-    ///
-    /// A failure is not fatal: the decision stands (the runtime's CreateContainer must not
-    /// fail because nri-align's disk is full), and Synchronize rebuilds from the running
-    /// containers after a restart. It is logged once when the writes start failing and once
-    /// when one succeeds again, not per event: a busy node with a full `/var` would otherwise
-    /// add a log line per container to the disk that is full. The metrics follow it.
-    fn persist(&mut self) {
-        let Some(store) = self.store.as_mut() else {
-            self.doc.containers.clear_dirty();
-            return;
-        };
-        match store.write(&mut self.doc.containers) {
-            Ok(()) => {}
-            // Waiting to retry: the outage is already logged and counted.
-            Err(StateError::Deferred { .. }) => {}
-            Err(e) => {
-                if let Some(m) = &self.metrics {
-                    m.state_write_failed();
-                }
-                match store.outage() {
-                    Some(o) if o.attempts == 1 => tracing::error!(
-                        "decision not persisted: {e}; containers are still placed, the state \
-                         is rewritten whole once a write succeeds (tried again at most every \
-                         {}s, logged again when it succeeds)",
-                        RETRY_AFTER.as_secs()
-                    ),
-                    _ => tracing::debug!("state still not persisted: {e}"),
-                }
-            }
-        }
-        if let Some(o) = store.take_recovered() {
-            if let Some(m) = &self.metrics {
-                m.state_write_recovered();
-            }
-            tracing::warn!(
-                lost_writes = o.lost_writes,
-                failed_attempts = o.attempts,
-                down_s = o.since.elapsed().as_secs(),
-                records = self.doc.containers.len(),
-                "state persisted again: every live record rewritten (writes had failed: {})",
-                o.error
-            );
-        }
-    }
-
     fn count_rejection(&self, reason: &str, started: Instant) {
         if let Some(m) = &self.metrics {
             m.rejected(reason, started.elapsed());
@@ -587,6 +543,7 @@ fn log_decision(pod: &PodView, c: &ContainerView, a: &Assignment, t: Timing, upd
 mod devlinks;
 mod lifecycle;
 mod observe;
+mod persist;
 pub mod placer;
 mod pool;
 pub mod reconcile;

@@ -10,7 +10,7 @@ use crate::topology::{CpuSet, NodeSet, Topology};
 use crate::enforce::adjust::DECISION_ENV;
 use crate::enforce::container::{ContainerView, PodView};
 use crate::enforce::inputs::{build_request, RequestError};
-use crate::enforce::state::{Record, ResourceSummary, StateDoc};
+use crate::enforce::state::{Record, ResourceSummary, StateDoc, RECORDED_AS_RUNNING};
 use crate::host::devices::{nvidia_minor, uverbs_name};
 
 /// What to do after a restart.
@@ -101,17 +101,15 @@ fn lost_its_devices(topo: &Topology, pod: &PodView, c: &ContainerView, rec: &Rec
     !same(&r.allocated_gpus, &rec.assignment.gpus) || !same(&r.allocated_nics, &rec.assignment.nics)
 }
 
-/// How [`record_as_running`]'s reason begins: such a record is what a container held when
-/// nri-align found it running, not a decision nri-align made for its request.
-pub(super) const RECORDED_AS_RUNNING: &str = "recorded as running after a restart";
-
 /// Records a running container with what it has now: its cpuset (all online CPUs when it has
 /// none), its mems, and the GPUs and NICs of its device nodes. It counts as exclusive only when
 /// it looks like a Guaranteed integer-CPU container whose cpuset has exactly that many CPUs;
 /// anything else is treated as a shared-pool member and follows the pool from now on. Its
 /// policy is the one its annotations (or the node default in `placement`) ask for, and it
 /// counts as aligned when what it has meets that policy (`aligned_as_running`), so that
-/// `status` after a restart says what is true rather than "none".
+/// `status` after a restart says what is true rather than "none". The record is flagged
+/// [`Record::found_running`]; its reason begins with [`RECORDED_AS_RUNNING`] for people and
+/// for older versions reading the log.
 pub fn record_as_running(
     topo: &Topology,
     placement: &PlacementConfig,
@@ -201,6 +199,7 @@ pub fn record_as_running(
             .map(|d| d.path.clone())
             .collect(),
         resources,
+        found_running: true,
         ..Record::default()
     }
 }
@@ -271,6 +270,7 @@ pub fn exempt_record_as_running(topo: &Topology, pod: &PodView, c: &ContainerVie
         cgroups_path: c.cgroups_path.clone(),
         applied_cpus: cpus,
         exempt: true,
+        found_running: true,
         ..Record::default()
     }
 }
@@ -448,6 +448,9 @@ mod tests {
         );
         assert!(!r.assignment.exclusive);
         assert_eq!(r.assignment.cpus.to_string(), "0-7");
+        assert!(r.found_running && r.assignment.reason.starts_with(RECORDED_AS_RUNNING));
+        let exempt = exempt_record_as_running(&topo(), &PodView::default(), &c);
+        assert!(exempt.found_running && exempt.exempt);
         let burstable = live("y", ContainerState::Running, "4-6", 2);
         assert!(
             !record_as_running(

@@ -50,11 +50,13 @@ impl<P: Placer> Engine<P> {
         };
         let loaded = store.load();
         if store.outage().is_some() {
-            // The load could not rewrite the log (a torn tail, on a disk still full): it said
-            // why; the gauge says it until a write succeeds.
+            // The load could not rewrite the log (a torn tail, on a disk still full), or the
+            // dir could not be opened: the store said why; the gauge says it until a write
+            // succeeds, and the daemon's timer retries meanwhile.
             if let Some(m) = &self.metrics {
                 m.state_write_failed();
             }
+            self.outage_started();
         }
         let doc = match loaded {
             Loaded::Fresh => return StartState::Fresh,

@@ -23,12 +23,13 @@ use crate::host::perms::PermissionError;
 use crate::placement::Assignment;
 use crate::topology::CpuSet;
 
+mod file_groups;
 mod journal;
 mod records;
 mod store;
 
 pub use records::{GroupKey, RecordMut, Records, SharedGroup};
-pub use store::{Outage, StateStore, LEGACY_FILE, RETRY_AFTER, STATE_FILE};
+pub use store::{Outage, StateStore, LEGACY_FILE, RETRY_AFTER, RETRY_AFTER_MAX, STATE_FILE};
 
 /// Version of the 0.1.0 document layout (`state.json`), read to migrate it.
 pub const STATE_VERSION: u32 = 1;
@@ -67,6 +68,32 @@ pub enum StateError {
     /// Serialising failed (should not happen with these types).
     #[error("cannot encode state: {0}")]
     Encode(String),
+    /// The state dir could not be created or opened yet ([`StateStore::open_or_wait`]).
+    #[error("state dir {} is not open", .0.display())]
+    NotOpen(PathBuf),
+}
+
+impl StateError {
+    /// Whether the failure is the state dir's filesystem's condition, one that passes without
+    /// changing nri-align's configuration: read-only (EROFS: ext4 after an I/O error, a
+    /// read-only mount), full (ENOSPC) or over quota (EDQUOT), an I/O error (EIO). The daemon
+    /// runs on with its decisions in memory and tries again. Everything else (not a
+    /// directory, a symlink, permissions or ownership refused, EACCES or EPERM, another
+    /// daemon's lock) is a state dir set up wrong: it stops the daemon at start with the
+    /// reason, as it always did (docs/failure-behaviour.md).
+    pub fn is_outage(&self) -> bool {
+        let source = match self {
+            StateError::Io { source, .. } | StateError::File(FileError::Io { source, .. }) => {
+                source
+            }
+            StateError::NotOpen(_) => return true,
+            _ => return false,
+        };
+        use nix::libc::{EDQUOT, EIO, ENOSPC, EROFS};
+        source
+            .raw_os_error()
+            .is_some_and(|errno| [EROFS, ENOSPC, EDQUOT, EIO].contains(&errno))
+    }
 }
 
 /// One container as recorded.
@@ -108,6 +135,35 @@ pub struct Record {
     /// never aligned.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub exempt: bool,
+    /// Made from what the container had when nri-align found it running (Synchronize, the CRI
+    /// listing, PostStartContainer of a container created without nri-align's adjustment),
+    /// not a decision for its request: a shared one is placed anew when its container
+    /// restarts. Absent (false) in the log unless set, so logs stay readable both ways.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub found_running: bool,
+}
+
+/// How the reason of a record made from a running container begins. Versions before the
+/// [`Record::found_running`] flag knew such a record by this text alone; it is kept so their
+/// records are still recognised at load ([`Record::upgrade`]) and so an older version reading
+/// a newer log still recognises them.
+pub const RECORDED_AS_RUNNING: &str = "recorded as running after a restart";
+
+impl Record {
+    /// Upgrade path for records written before [`Record::found_running`] existed: a record
+    /// whose reason says it was recorded as running gets the flag. The only place the reason
+    /// text is read; every later decision reads the flag. Applied to every record loaded
+    /// (`StateStore::load`).
+    pub fn upgrade(&mut self) {
+        if self.predates_found_running() {
+            self.found_running = true;
+        }
+    }
+
+    /// Whether [`Record::upgrade`] would set the flag.
+    pub fn predates_found_running(&self) -> bool {
+        !self.found_running && self.assignment.reason.starts_with(RECORDED_AS_RUNNING)
+    }
 }
 
 /// The resource numbers of a request.

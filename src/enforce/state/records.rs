@@ -297,6 +297,11 @@ impl Records {
         std::mem::take(&mut self.dirty)
     }
 
+    /// Whether nothing changed since the last persist.
+    pub fn is_clean(&self) -> bool {
+        self.dirty.is_empty() && self.moved.is_empty()
+    }
+
     /// Marks `id` changed (a record the file has and the table does not, to delete there).
     pub fn mark_dirty(&mut self, id: &str) {
         self.dirty.insert(id.to_string());

@@ -20,17 +20,23 @@
 //! are in the table, and the rewrite writes every live record). Without that, every event of
 //! the outage compacted the whole log into a temp file that failed (162 ms per event at 5,000
 //! live records in a debug build). The [`Outage`] says since when and how many writes were
-//! lost, for the caller to log once when it starts and once when it ends.
+//! lost, for the caller to log once when it starts and once when it ends. Without events, the
+//! daemon's timer asks for that retry ([`StateStore::retry_in`] says when it is due).
+//!
+//! A state dir its filesystem keeps from being created or opened at start (read-only, full:
+//! [`StateError::is_outage`]) is the same outage ([`StateStore::open_or_wait`]): the store
+//! starts without it and each retry tries to open it first; once open, the rewrite writes
+//! every live record.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::{journal, GroupKey, Loaded, Record, Records, StateDoc, StateError, STATE_VERSION};
+use super::file_groups::FileGroups;
+use super::{journal, GroupKey, Loaded, Records, StateDoc, StateError, STATE_VERSION};
 use crate::host::files::OwnedDir;
-use crate::topology::CpuSet;
 
 /// The log's file name under the state dir.
 pub const STATE_FILE: &str = "state.log";
@@ -49,6 +55,9 @@ const CORRUPT_KEPT: usize = 4;
 /// records): once a second is nothing, once per event would slow every CreateContainer while
 /// the disk is full. Space back, the first write after this delay persists everything.
 pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// The longest pause between two tries of the daemon's timer while writes fail without
+/// events (`cli/run/retry.rs`): its pauses double from [`RETRY_AFTER`] up to this.
+pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(5);
 
 /// Writes failing in a row: the state dir cannot be written (full, read-only...).
 #[derive(Debug, Clone)]
@@ -67,7 +76,10 @@ pub struct Outage {
 /// The state log of one state dir.
 #[derive(Debug)]
 pub struct StateStore {
-    dir: OwnedDir,
+    /// `None` while the dir cannot be created or opened ([`StateStore::open_or_wait`]): the
+    /// records live in memory only, and each retry tries to open it first.
+    dir: Option<OwnedDir>,
+    dir_path: PathBuf,
     writable: bool,
     /// Open to append (after the first load or write).
     log: Option<File>,
@@ -87,113 +99,66 @@ pub struct StateStore {
     retry_after: Duration,
 }
 
-/// What the log says of the shared groups: the last cpuset of each (its followers run there)
-/// and the shared records it holds with a cpuset of their own.
-#[derive(Debug, Default)]
-struct FileGroups {
-    cpus: HashMap<GroupKey, CpuSet>,
-    pinned: HashMap<GroupKey, BTreeSet<String>>,
-}
-
-impl FileGroups {
-    /// Whether `rec` can be written as a follower: the log's cpuset of its group is its own.
-    fn follows(&self, rec: &Record) -> Option<GroupKey> {
-        let key = rec.group_key()?;
-        (self.cpus.get(&key) == Some(&rec.applied_cpus)).then_some(key)
-    }
-
-    fn unpin(&mut self, id: &str) {
-        self.pinned.retain(|_, ids| {
-            ids.remove(id);
-            !ids.is_empty()
-        });
-    }
-
-    /// Writes `id`'s record (or its removal) to `buf`; returns the lines written.
-    fn write_record(
-        &mut self,
-        buf: &mut Vec<u8>,
-        id: &str,
-        rec: Option<&Record>,
-    ) -> Result<usize, StateError> {
-        self.unpin(id);
-        let line = match rec {
-            None => journal::del(buf, id),
-            Some(rec) if self.follows(rec).is_some() => journal::put_follower(buf, id, rec),
-            Some(rec) => {
-                if let Some(key) = rec.group_key() {
-                    self.pinned.entry(key).or_default().insert(id.to_string());
-                }
-                journal::put(buf, id, rec)
-            }
-        };
-        line.map_err(StateError::Encode)?;
-        Ok(1)
-    }
-
-    /// Brings group `key` of `records` up to date in `buf`: its line when every member runs
-    /// on a cpuset the log does not say, and its pinned members that run there now (not those
-    /// in `skip`, written anyway) rewritten as followers. Returns the lines written.
-    fn write_group(
-        &mut self,
-        buf: &mut Vec<u8>,
-        key: &GroupKey,
-        records: &Records,
-        skip: &BTreeSet<String>,
-    ) -> Result<usize, StateError> {
-        let Some(cpus) = records.group(key).and_then(|g| g.aligned_to()) else {
-            return Ok(0);
-        };
-        let mut lines = 0;
-        if self.cpus.get(key) != Some(cpus) {
-            journal::group(buf, key, cpus).map_err(StateError::Encode)?;
-            self.cpus.insert(key.clone(), cpus.clone());
-            lines += 1;
-        }
-        let Some(pinned) = self.pinned.remove(key) else {
-            return Ok(lines);
-        };
-        let mut keep = BTreeSet::new();
-        for id in pinned {
-            match records.get(&id) {
-                _ if skip.contains(&id) => {}
-                Some(rec) if rec.in_group(key) && rec.applied_cpus == *cpus => {
-                    journal::put_follower(buf, &id, rec).map_err(StateError::Encode)?;
-                    lines += 1;
-                }
-                _ => {
-                    keep.insert(id);
-                }
-            }
-        }
-        if !keep.is_empty() {
-            self.pinned.insert(key.clone(), keep);
-        }
-        Ok(lines)
-    }
-}
-
 impl StateStore {
     /// Opens the state dir for the daemon: creates it (mode 0700) when missing, refuses one
     /// that others could change, and locks it, so a second daemon on it fails here.
     pub fn open(dir: &Path) -> Result<StateStore, StateError> {
+        Ok(Self::with(dir, Some(Self::open_dir(dir)?), true))
+    }
+
+    /// [`StateStore::open`] for the daemon: when the dir cannot be created or opened for a
+    /// reason that is the filesystem's state, not the configuration (read-only, full, an I/O
+    /// error: [`StateError::is_outage`]), the store starts without it, in the same outage as
+    /// a full disk: nothing is loaded, every write is deferred until the retry, and the retry
+    /// opens (creates) the dir and rewrites every live record. Said once, here. Any other
+    /// failure (not a directory, a symlink, permissions, another daemon) is returned as
+    /// `open` returns it: a state dir that is wrong stops the daemon at start.
+    pub fn open_or_wait(dir: &Path) -> Result<StateStore, StateError> {
+        match Self::open_dir(dir) {
+            Ok(d) => Ok(Self::with(dir, Some(d), true)),
+            Err(e) if e.is_outage() => {
+                tracing::error!(
+                    "state dir not usable: {e}; containers are still placed and their \
+                     decisions kept in memory only: make its filesystem writable (or free \
+                     space), or set state_dir to a writable directory; it is tried again \
+                     every {}-{}s and every live record written once it can be (logged then)",
+                    RETRY_AFTER.as_secs(),
+                    RETRY_AFTER_MAX.as_secs()
+                );
+                let mut store = Self::with(dir, None, true);
+                store.failed(&e, false);
+                Ok(store)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn open_dir(dir: &Path) -> Result<OwnedDir, StateError> {
         let dir = OwnedDir::open_exclusive(dir)?;
         // Compactions a crash interrupted.
         for name in dir.names_with_prefix(TEMP_PREFIX) {
             let _ = dir.remove(&name);
         }
-        Ok(Self::with(dir, true))
+        Ok(dir)
+    }
+
+    /// The dir, once open.
+    fn opened(&self) -> Result<&OwnedDir, StateError> {
+        self.dir
+            .as_ref()
+            .ok_or_else(|| StateError::NotOpen(self.dir_path.clone()))
     }
 
     /// Opens the state dir to read only (`verify`, while the daemon runs): no lock, no
     /// migration, the same checks.
     pub fn open_read_only(dir: &Path) -> Result<StateStore, StateError> {
-        Ok(Self::with(OwnedDir::open_read_only(dir)?, false))
+        Ok(Self::with(dir, Some(OwnedDir::open_read_only(dir)?), false))
     }
 
-    fn with(dir: OwnedDir, writable: bool) -> StateStore {
+    fn with(path: &Path, dir: Option<OwnedDir>, writable: bool) -> StateStore {
         StateStore {
             dir,
+            dir_path: path.to_path_buf(),
             writable,
             log: None,
             lines: 0,
@@ -216,6 +181,18 @@ impl StateStore {
     /// The writes failing now, if they do.
     pub fn outage(&self) -> Option<&Outage> {
         self.outage.as_ref()
+    }
+
+    /// While writes fail: how long until the next write tries again (zero: due now). `None`
+    /// when nothing fails.
+    pub fn retry_in(&self) -> Option<Duration> {
+        let o = self.outage.as_ref()?;
+        Some(o.retry_at.saturating_duration_since(Instant::now()))
+    }
+
+    /// Whether the state dir is open (it is not while creating or opening it fails).
+    pub fn is_open(&self) -> bool {
+        self.dir.is_some()
     }
 
     /// The outage a write just ended (everything live is persisted again), once.
@@ -250,20 +227,47 @@ impl StateStore {
 
     /// Path of the log.
     pub fn path(&self) -> PathBuf {
-        self.dir.join(STATE_FILE)
+        self.dir_path.join(STATE_FILE)
     }
 
     /// Whether the dir holds any state (the log or a 0.1.0 document).
     pub fn exists(&self) -> bool {
-        self.dir.join(STATE_FILE).exists() || self.dir.join(LEGACY_FILE).exists()
+        self.dir.is_some()
+            && (self.dir_path.join(STATE_FILE).exists() || self.dir_path.join(LEGACY_FILE).exists())
     }
 
     /// Loads the records: from the log, else from a 0.1.0 `state.json` (migrated to a log
     /// when the store is writable). A missing state is fresh; an unusable one is corrupt (with
     /// why) and, when writable, set aside as `*.corrupt` so the next write starts a new log.
     pub fn load(&mut self) -> Loaded {
+        let mut loaded = self.load_any();
+        if let Loaded::Doc(doc) = &mut loaded {
+            // Upgrade path: records of earlier versions carry no `found_running` flag, only
+            // their reason says they were recorded as running (`Record::upgrade`). Not marked
+            // changed: every load derives it again, and the next compaction writes it.
+            let old: Vec<String> = doc
+                .containers
+                .iter()
+                .filter(|(_, r)| r.predates_found_running())
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in old {
+                if let Some(mut r) = doc.containers.get_mut(&id) {
+                    r.upgrade();
+                }
+            }
+            doc.containers.clear_dirty();
+        }
+        loaded
+    }
+
+    fn load_any(&mut self) -> Loaded {
         let path = self.path();
-        let bytes = match self.dir.read(STATE_FILE) {
+        let Some(dir) = self.dir.as_ref() else {
+            // Not open (`open_or_wait`): nothing to read; Synchronize brings what runs.
+            return Loaded::Fresh;
+        };
+        let bytes = match dir.read(STATE_FILE) {
             Ok(Some(b)) => b,
             Ok(None) => return self.load_legacy(),
             Err(e) => return self.corrupt(STATE_FILE, e.to_string()),
@@ -294,7 +298,7 @@ impl StateStore {
         // layout 3 lines.
         self.rewrite = replayed.torn > 0 || replayed.old_layout;
         if self.writable && !self.rewrite {
-            match self.dir.open_append(STATE_FILE) {
+            match dir.open_append(STATE_FILE) {
                 Ok(Some(f)) => self.log = Some(f),
                 _ => self.rewrite = true,
             }
@@ -310,8 +314,11 @@ impl StateStore {
     }
 
     fn load_legacy(&mut self) -> Loaded {
-        let path = self.dir.join(LEGACY_FILE);
-        let bytes = match self.dir.read(LEGACY_FILE) {
+        let path = self.dir_path.join(LEGACY_FILE);
+        let Some(dir) = self.dir.as_ref() else {
+            return Loaded::Fresh;
+        };
+        let bytes = match dir.read(LEGACY_FILE) {
             Ok(Some(b)) => b,
             Ok(None) => return Loaded::Fresh,
             Err(e) => return self.corrupt(LEGACY_FILE, e.to_string()),
@@ -335,7 +342,9 @@ impl StateStore {
         if self.writable {
             match self.compact(&doc.containers) {
                 Ok(()) => {
-                    let _ = self.dir.rename(LEGACY_FILE, MIGRATED_FILE);
+                    if let Some(dir) = &self.dir {
+                        let _ = dir.rename(LEGACY_FILE, MIGRATED_FILE);
+                    }
                     tracing::info!(
                         records = doc.containers.len(),
                         "migrated {} to {} (the old file is kept as {MIGRATED_FILE})",
@@ -352,27 +361,12 @@ impl StateStore {
         Loaded::Doc(doc)
     }
 
-    /// Reports `name` unusable; a writer sets it aside so the next write starts a new log.
-    /// Earlier copies set aside move down one (`.corrupt` to `.corrupt.1`...), the oldest of
-    /// [`CORRUPT_KEPT`] dropping out: a second rollback or crash keeps the first one's evidence,
-    /// and the disk used stays bounded.
+    /// Reports `name` unusable; a writer sets it aside (`*.corrupt`, see [`set_aside`]) so the
+    /// next write starts a new log.
     fn corrupt(&mut self, name: &str, why: String) -> Loaded {
-        if self.writable {
-            let aside = format!("{name}.corrupt");
-            for k in (1..CORRUPT_KEPT).rev() {
-                let older = if k == 1 {
-                    aside.clone()
-                } else {
-                    format!("{aside}.{}", k - 1)
-                };
-                // A missing copy is the usual case: nothing to move.
-                let _ = self.dir.rename(&older, &format!("{aside}.{k}"));
-            }
-            if self.dir.rename(name, &aside).is_ok() {
-                tracing::warn!(
-                    "kept the unusable state as {}",
-                    self.dir.join(&aside).display()
-                );
+        if let Some(dir) = self.dir.as_ref().filter(|_| self.writable) {
+            if let Some(aside) = set_aside(dir, name, "corrupt") {
+                tracing::warn!("kept the unusable state as {}", aside.display());
             }
             self.rewrite = true;
         }
@@ -403,13 +397,44 @@ impl StateStore {
             }
             return Ok(());
         }
+        // A retry of the daemon's timer comes without changes: it loses nothing.
+        let changed = !records.is_clean();
+        if self.dir.is_none() && self.writable {
+            // The dir could not be created or opened so far: try again; the whole log is
+            // written below if it opens (`rewrite` is set).
+            match Self::open_dir(&self.dir_path) {
+                Ok(dir) => {
+                    // nri-align started without reading this dir (EIO...): a log in it holds
+                    // decisions never loaded, which the rewrite below would replace with
+                    // the records rebuilt meanwhile. Kept aside as evidence instead.
+                    for name in [STATE_FILE, LEGACY_FILE] {
+                        if dir.names_with_prefix(name).iter().any(|n| n == name) {
+                            if let Some(aside) = set_aside(&dir, name, "unloaded") {
+                                tracing::warn!(
+                                    "the state dir opened late and held a state log nri-align \
+                                     never read: kept as {}, the live records are written anew",
+                                    aside.display()
+                                );
+                            }
+                        }
+                    }
+                    self.dir = Some(dir);
+                }
+                Err(e) => {
+                    records.take_dirty();
+                    records.take_moved();
+                    self.failed(&e, changed);
+                    return Err(e);
+                }
+            }
+        }
         match self.write_now(records) {
             Ok(()) => {
                 self.recovered = self.outage.take();
                 Ok(())
             }
             Err(e) => {
-                self.failed(&e, true);
+                self.failed(&e, changed);
                 Err(e)
             }
         }
@@ -495,34 +520,35 @@ impl StateStore {
         }
         // The file first: on a read-only filesystem (or one out of inodes) the retry fails
         // here, before every record is serialised.
-        let (mut f, tmp) = self.dir.create_temp(TEMP_PREFIX)?;
+        let (mut f, tmp) = self.opened()?.create_temp(TEMP_PREFIX)?;
         let (file, lines) = match self.serialise(records) {
             Ok(done) => done,
             Err(e) => {
-                let _ = self.dir.remove(&tmp);
+                let _ = self.opened()?.remove(&tmp);
                 return Err(e);
             }
         };
+        let dir = self.opened()?;
         let written =
             f.write_all(&self.buf)
                 .and_then(|()| if self.fsync { f.sync_data() } else { Ok(()) });
         if let Err(source) = written {
-            let _ = self.dir.remove(&tmp);
+            let _ = dir.remove(&tmp);
             return Err(StateError::Io {
                 op: "write",
-                path: self.dir.join(&tmp),
+                path: dir.join(&tmp),
                 source,
             });
         }
         drop(f);
-        if let Err(e) = self.dir.rename(&tmp, STATE_FILE) {
-            let _ = self.dir.remove(&tmp);
+        if let Err(e) = dir.rename(&tmp, STATE_FILE) {
+            let _ = dir.remove(&tmp);
             return Err(e.into());
         }
         if self.fsync {
-            self.dir.sync()?;
+            dir.sync()?;
         }
-        self.log = self.dir.open_append(STATE_FILE)?;
+        self.log = dir.open_append(STATE_FILE)?;
         self.lines = lines;
         self.file = file;
         self.rewrite = self.log.is_none();
@@ -553,4 +579,21 @@ impl StateStore {
     pub fn lines(&self) -> usize {
         self.lines
     }
+}
+
+/// Renames `name` in `dir` to `name.SUFFIX`, earlier copies moving down one (`.SUFFIX` to
+/// `.SUFFIX.1`...), the oldest of [`CORRUPT_KEPT`] dropping out: a second rollback or crash
+/// keeps the first one's evidence, and the disk used stays bounded. Where it went, if moved.
+fn set_aside(dir: &OwnedDir, name: &str, suffix: &str) -> Option<PathBuf> {
+    let aside = format!("{name}.{suffix}");
+    for k in (1..CORRUPT_KEPT).rev() {
+        let older = if k == 1 {
+            aside.clone()
+        } else {
+            format!("{aside}.{}", k - 1)
+        };
+        // A missing copy is the usual case: nothing to move.
+        let _ = dir.rename(&older, &format!("{aside}.{k}"));
+    }
+    dir.rename(name, &aside).is_ok().then(|| dir.join(&aside))
 }

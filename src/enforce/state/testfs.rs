@@ -1,7 +1,7 @@
 //! Real small filesystems for the disk-full and read-only tests of the store and the engine: a
 //! tmpfs of a few hundred KB (ENOSPC), or an ext4 image on a loop device mounted with
 //! `errors=remount-ro` whose error is triggered through sysfs, as the kernel does after an I/O
-//! error (EROFS). Root only: without root, or when the kernel refuses the mount, a test prints
+//! error (EROFS), or either remounted read-only and back. Root only: without root, or when the kernel refuses the mount, a test prints
 //! why and skips. Whatever was mounted is unmounted when the guard drops, a test's panic
 //! included.
 
@@ -136,6 +136,13 @@ impl Mounted {
             .expect("e2fsck");
         assert!(matches!(st.status.code(), Some(0 | 1)), "e2fsck: {st:?}");
         self.mount_image().expect("mount again");
+    }
+
+    /// Remounts the filesystem read-only (`ro`) or writable again, as an operator does (or
+    /// the kernel, read-only, after an error): writes fail with EROFS until it is writable.
+    pub fn set_read_only(&self, ro: bool) {
+        let opts = if ro { "remount,ro" } else { "remount,rw" };
+        run(Command::new("mount").args(["-o", opts]).arg(&self.root)).expect("remount");
     }
 
     fn unmount(&mut self) -> Result<(), String> {

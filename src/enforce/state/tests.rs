@@ -292,3 +292,125 @@ fn a_crashed_compaction_leaves_nothing_behind() {
     let _store = StateStore::open(dir.path()).expect("open");
     assert!(names(dir.path()).is_empty());
 }
+
+/// A shared record made from a running container, with its reason as record_as_running
+/// writes it.
+fn found_running(id: &str, cpus: &str, flagged: bool) -> Record {
+    let mut r = record(id, cpus);
+    r.assignment.exclusive = false;
+    r.assignment.gpus.clear();
+    r.devices.clear();
+    r.assignment.reason = format!("{RECORDED_AS_RUNNING} (node default policy shown)");
+    r.found_running = flagged;
+    r
+}
+
+#[test]
+fn records_of_earlier_versions_recorded_as_running_load_with_the_flag() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("state");
+    let mut store = StateStore::open(&path).expect("open");
+    assert!(matches!(store.load(), Loaded::Fresh));
+    // What a version before the flag wrote: the reason alone says it, no field.
+    let mut t = Records::new();
+    t.insert("old".into(), found_running("old", "4-7", false));
+    t.insert("decided".into(), record("decided", "2"));
+    store.write(&mut t).expect("write");
+    let text = std::fs::read_to_string(store.path()).expect("read");
+    assert!(!text.contains("found_running"), "{text}");
+    assert!(text.contains(RECORDED_AS_RUNNING), "{text}");
+    drop(store);
+    let mut store = StateStore::open(&path).expect("restart");
+    let back = loaded(&mut store);
+    assert!(back["old"].found_running, "upgraded at load");
+    assert!(!back["decided"].found_running);
+    let mut back = back;
+    assert!(back.take_dirty().is_empty(), "a load changes nothing");
+    // A version that knows the flag reads one more field it does not know (this version
+    // reading a newer log, or an older one reading this one's `found_running`).
+    let mut rec = serde_json::to_value(record("next", "3")).expect("json");
+    rec["a_later_field"] = 7.into();
+    let json = serde_json::json!({"put": "next", "rec": rec}).to_string();
+    let sum = twox_hash::XxHash64::oneshot(0, json.as_bytes());
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(store.path())
+        .expect("log");
+    std::io::Write::write_all(&mut f, format!("{sum:016x} {json}\n").as_bytes()).expect("append");
+    drop(store);
+    let mut store = StateStore::open(&path).expect("restart");
+    let back = loaded(&mut store);
+    assert!(back.contains_key("next"), "{back:?}");
+}
+
+#[test]
+fn the_found_running_flag_round_trips_alone_and_as_a_group_follower() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("state");
+    let mut store = StateStore::open(&path).expect("open");
+    store.load();
+    let mut t = Records::new();
+    // Flagged with a reason that says nothing of it: the flag alone is kept.
+    let mut plain = found_running("flagged", "4-7", true);
+    plain.assignment.reason = "anything".into();
+    t.insert("flagged".into(), plain);
+    t.insert("unflagged".into(), record("unflagged", "2"));
+    store.write(&mut t).expect("write");
+    // The shared group moves whole: the log says it in one group line and rewrites the
+    // flagged member as a follower (without its own cpuset), flag included.
+    let key = t["flagged"].group_key().expect("shared");
+    t.move_group(&key, &"5-7".parse().expect("cpus"), None, |_| {});
+    store.write(&mut t).expect("move");
+    let text = std::fs::read_to_string(store.path()).expect("read");
+    assert!(text.contains(r#""found_running":true"#), "{text}");
+    assert!(text.contains(r#""follows":true"#), "{text}");
+    drop(store);
+    let mut store = StateStore::open(&path).expect("restart");
+    let back = loaded(&mut store);
+    assert_eq!(back, t);
+    assert!(back["flagged"].found_running && !back["unflagged"].found_running);
+    // And a compaction (a new log, one line per group and record) keeps it too.
+    store
+        .save(&StateDoc {
+            version: STATE_VERSION,
+            containers: t.clone(),
+        })
+        .expect("compact");
+    drop(store);
+    let mut store = StateStore::open(&path).expect("restart");
+    assert_eq!(loaded(&mut store), t);
+}
+
+/// What `open_or_wait` still refuses at once, as `open` does: a state dir set up wrong is a
+/// configuration error, not an outage to wait out.
+#[test]
+fn a_wrong_state_dir_still_fails_at_start_for_the_daemon() {
+    let t = tempfile::tempdir().expect("tmp");
+    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let file = t.path().join("a-file");
+    std::fs::write(&file, "x").expect("write");
+    let elsewhere = t.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("mkdir");
+    let link = t.path().join("link");
+    std::os::unix::fs::symlink(t.path().join("missing"), &link).expect("symlink");
+    let open = t.path().join("group-writable");
+    std::fs::create_dir(&open).expect("mkdir");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o770)).expect("chmod");
+    let held = t.path().join("held");
+    let _first = StateStore::open(&held).expect("first");
+    for (dir, want) in [
+        (file.clone(), "Not a directory"),
+        (file.join("below"), "Not a directory"),
+        (link, "File exists"),
+        (open, "group-writable"),
+        (held, "in use by another process"),
+    ] {
+        let err = StateStore::open_or_wait(&dir).expect_err("refused");
+        assert!(!err.is_outage(), "{err}");
+        assert!(err.to_string().contains(want), "{}: {err}", dir.display());
+    }
+    // A symlink to a directory is followed as `open` always did (and checked there).
+    let to_dir = t.path().join("to-dir");
+    std::os::unix::fs::symlink(&elsewhere, &to_dir).expect("symlink");
+    assert!(StateStore::open_or_wait(&to_dir).expect("open").is_open());
+}

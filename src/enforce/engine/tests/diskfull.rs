@@ -144,3 +144,63 @@ fn a_full_state_disk_admits_every_container_and_space_back_persists_the_live_rec
     );
     assert_eq!(e.records().containers["x2"].assignment.cpus, held);
 }
+
+#[test]
+fn without_an_event_the_retry_persists_once_space_is_back_and_wakes_once_per_outage() {
+    let Some(fs) = Mounted::tmpfs("engine::diskfull::retry", 512) else {
+        return;
+    };
+    let dir = fs.root.join("state");
+    let m = Arc::new(Metrics::new());
+    let mut e = engine_on(&dir, &m);
+    let wakes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let w = wakes.clone();
+    e.set_outage_hook(Box::new(move || {
+        w.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }));
+    let woken = || wakes.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(e.start(), StartState::Fresh);
+    e.create_container(&pod("a"), &ctr("s0", "a", 0, &[]))
+        .expect("ok")
+        .expect("placed");
+    assert_eq!(
+        e.retry_persist(),
+        None,
+        "nothing to retry while writes succeed"
+    );
+    fs.fill();
+    // Enough that the lines outgrow the room left in the log's last page.
+    for i in 1..=40 {
+        e.create_container(&pod("a"), &ctr(&format!("s{i}"), "a", 0, &[]))
+            .expect("admitted")
+            .expect("placed");
+    }
+    assert_eq!(
+        woken(),
+        1,
+        "woken when the outage starts, not per failed write"
+    );
+    // Still full: the timer's tries fail, quietly.
+    std::thread::sleep(Duration::from_millis(120));
+    assert!(e.retry_persist().is_some());
+    assert_eq!(
+        gauge(&m, "nri_align_state_write_failing").as_deref(),
+        Some("1")
+    );
+    fs.free();
+    std::thread::sleep(Duration::from_millis(120));
+    // No event: the retry alone persists every live record and ends the outage.
+    assert_eq!(e.retry_persist(), None);
+    assert_eq!(
+        gauge(&m, "nri_align_state_write_failing").as_deref(),
+        Some("0")
+    );
+    assert_eq!(woken(), 1);
+    let want = ids(&e);
+    drop(e);
+    let m = Arc::new(Metrics::new());
+    let mut e = engine_on(&dir, &m);
+    e.start();
+    assert_eq!(ids(&e), want);
+    assert_eq!(want.len(), 41);
+}

@@ -99,7 +99,7 @@ fn cpus(s: &str) -> CpuSet {
     s.parse().expect("set")
 }
 
-fn events(e: &Engine<Allocator>) -> String {
+pub(super) fn events(e: &Engine<Allocator>) -> String {
     e.metrics.as_ref().map(|m| m.encode()).unwrap_or_default()
 }
 

@@ -2,9 +2,10 @@
 //! cases. A CRI update changes CPUs, never which GPUs a container holds; an exempt restart
 //! releases the instance it replaces, so that the next restart finds the right predecessor.
 
-use super::kubernetes::{kctr, kpod, real, BUS};
+use super::kubernetes::{events, kctr, kpod, real, BUS};
 use super::*;
 use crate::enforce::container::KubeletDevices;
+use crate::enforce::state::RECORDED_AS_RUNNING;
 use crate::placement::Allocator;
 
 fn kubelet_gpu(c: &mut ContainerView, uuid: &str) {
@@ -121,4 +122,61 @@ fn a_guaranteed_container_recorded_as_running_is_placed_anew_when_it_restarts() 
     assert_eq!(again.cpus.len(), 1, "{again:?}");
     let ids: Vec<&String> = e.records().containers.keys().collect();
     assert_eq!(ids, ["w-1"]);
+}
+
+/// The same container recorded as it ran (Synchronize, on every CPU), its record then changed
+/// by `edit`; its restart's decision.
+fn restart_recorded_as_running(edit: impl FnOnce(&mut Record)) -> crate::placement::Assignment {
+    let mut e = real(Config::default(), "");
+    let p = kpod("default", "web", &[]);
+    let mut c = kctr(&p, "w-0", "web", 1000, Some(1000));
+    c.state = ContainerState::Running;
+    c.resources.cpuset_cpus = e.placer.topology().online_cpus().to_string();
+    e.synchronize(std::slice::from_ref(&p), std::slice::from_ref(&c));
+    assert!(e.records().containers["w-0"].found_running);
+    edit(&mut e.doc.containers.get_mut("w-0").expect("w-0"));
+    restart(&mut e, &p, &c, "w-1")
+}
+
+/// The flag decides, not the reason's text: a record flagged with any reason is placed anew,
+/// one whose reason merely begins with "recorded as running" but is not flagged (a decision)
+/// is kept. (The engine never makes the second kind, and the load flags such a reason from an
+/// earlier version; this shows the text is no longer read.)
+#[test]
+fn whether_a_restart_is_placed_anew_follows_the_flag_not_the_reason() {
+    let anew = restart_recorded_as_running(|r| r.assignment.reason = "anything".into());
+    assert!(anew.exclusive && anew.cpus.len() == 1, "{anew:?}");
+    let kept = restart_recorded_as_running(|r| {
+        assert!(r.assignment.reason.starts_with(RECORDED_AS_RUNNING));
+        r.found_running = false;
+    });
+    assert!(!kept.exclusive, "kept as the decision it was: {kept:?}");
+    assert!(kept.reason.starts_with(RECORDED_AS_RUNNING), "{kept:?}");
+}
+
+/// A container recorded as it ran and then resized (a CRI update: nri-align decides for the
+/// new request) has a decision: its restart with that request keeps it.
+#[test]
+fn a_container_recorded_as_running_then_resized_keeps_its_decision_when_it_restarts() {
+    let mut e = real(Config::default(), "");
+    let p = kpod("default", "web", &[]);
+    let mut c = kctr(&p, "w-0", "web", 1000, Some(1000));
+    c.state = ContainerState::Running;
+    c.resources.cpuset_cpus = e.placer.topology().online_cpus().to_string();
+    e.synchronize(std::slice::from_ref(&p), std::slice::from_ref(&c));
+    // Down to 500m: the shared pool, now as nri-align's decision.
+    resize(&mut e, &p, &c, 500);
+    let decided = e.records().containers["w-0"].clone();
+    assert!(
+        !decided.assignment.exclusive && !decided.found_running,
+        "{decided:?}"
+    );
+    let mut resized = kctr(&p, "w-0", "web", 500, Some(500));
+    resized.state = ContainerState::Running;
+    restart(&mut e, &p, &resized, "w-1");
+    assert!(
+        events(&e).contains("event=\"restart-kept\"} 1"),
+        "{}",
+        events(&e)
+    );
 }

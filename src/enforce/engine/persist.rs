@@ -1,0 +1,95 @@
+//! Persisting the records, and what happens while it fails: the engine writes after every
+//! event ([`Engine::persist`]), logs an outage once when it starts and once when it ends, and
+//! keeps the metrics. While writes fail, the store retries only when a write is asked for;
+//! on a quiet node that would be never, so the daemon arms a timer when an outage starts
+//! ([`Engine::set_outage_hook`]) that calls [`Engine::retry_persist`] until it ends: a node
+//! whose disk got space back persists within seconds, not at its next container event, and
+//! a crash meanwhile loses nothing decided. No timer runs while writes succeed.
+
+use std::time::Duration;
+
+use super::{Engine, Placer};
+use crate::enforce::state::{StateError, RETRY_AFTER, RETRY_AFTER_MAX};
+
+impl<P: Placer> Engine<P> {
+    /// Sets what to call when state writes start failing (once per outage, an outage the
+    /// load or the opening of the state dir found included): the daemon wakes its retry
+    /// timer with it.
+    pub fn set_outage_hook(&mut self, hook: Box<dyn Fn() + Send>) {
+        self.on_outage = Some(hook);
+    }
+
+    /// Calls the outage hook (an outage found at start).
+    pub(super) fn outage_started(&self) {
+        if let Some(hook) = &self.on_outage {
+            hook();
+        }
+    }
+
+    /// While state writes fail: tries the whole rewrite when it is due (the store's
+    /// [`RETRY_AFTER`] since the last failure), as the next event's write would, opening the
+    /// state dir first when it could not be so far. Logs and counts as an event's write does
+    /// (the recovery once). Returns how long until the next try is due, `None` once writes
+    /// succeed (or there is no store).
+    pub fn retry_persist(&mut self) -> Option<Duration> {
+        if self.store.as_ref()?.retry_in()?.is_zero() {
+            self.persist();
+        }
+        self.store.as_ref()?.retry_in()
+    }
+
+    /// Writes the records changed since the last call (all of them only when the store
+    /// compacts its log).
+    ///
+    /// A failure is not fatal: the decision stands (the runtime's CreateContainer must not
+    /// fail because nri-align's disk is full), and Synchronize rebuilds from the running
+    /// containers after a restart. It is logged once when the writes start failing and once
+    /// when one succeeds again, not per event: a busy node with a full `/var` would otherwise
+    /// add a log line per container to the disk that is full. The metrics follow it.
+    pub(super) fn persist(&mut self) {
+        let Some(store) = self.store.as_mut() else {
+            self.doc.containers.clear_dirty();
+            return;
+        };
+        match store.write(&mut self.doc.containers) {
+            Ok(()) => {}
+            // Waiting to retry: the outage is already logged and counted.
+            Err(StateError::Deferred { .. }) => {}
+            Err(e) => {
+                if let Some(m) = &self.metrics {
+                    m.state_write_failed();
+                }
+                match store.outage() {
+                    Some(o) if o.attempts == 1 => {
+                        tracing::error!(
+                            "decision not persisted: {e}; containers are still placed, the \
+                             state is rewritten whole once a write succeeds (tried again at \
+                             most every {}s, without an event every {}-{}s; logged again when \
+                             it succeeds)",
+                            RETRY_AFTER.as_secs(),
+                            RETRY_AFTER.as_secs(),
+                            RETRY_AFTER_MAX.as_secs()
+                        );
+                        if let Some(hook) = &self.on_outage {
+                            hook();
+                        }
+                    }
+                    _ => tracing::debug!("state still not persisted: {e}"),
+                }
+            }
+        }
+        if let Some(o) = store.take_recovered() {
+            if let Some(m) = &self.metrics {
+                m.state_write_recovered();
+            }
+            tracing::warn!(
+                lost_writes = o.lost_writes,
+                failed_attempts = o.attempts,
+                down_s = o.since.elapsed().as_secs(),
+                records = self.doc.containers.len(),
+                "state persisted again: every live record rewritten (writes had failed: {})",
+                o.error
+            );
+        }
+    }
+}
