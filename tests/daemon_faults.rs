@@ -477,6 +477,14 @@ async fn a_state_dir_that_cannot_be_created_at_start_is_waited_for_and_written_o
     );
     eprintln!("{}", said[0]);
     assert!(d.exited().is_none() && !state.exists(), "{out}");
+    // `/readyz` lists the state as degraded, with the error.
+    let (_, body) = probe(&addr, "/readyz").expect("readyz");
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("degraded: state: writes failing for ")
+                && l.contains("Read-only file system")),
+        "{body}"
+    );
 
     // Writable again, and no event: the dir is created and every record written.
     fs.set_read_only(false);
@@ -496,6 +504,8 @@ async fn a_state_dir_that_cannot_be_created_at_start_is_waited_for_and_written_o
     );
     assert_eq!(gauge(&addr, "nri_align_state_write_failing"), Some(0.0));
     assert_eq!(d.output().matches("state persisted again").count(), 1);
+    let (_, body) = probe(&addr, "/readyz").expect("readyz");
+    assert!(!body.contains("degraded:"), "{body}");
     rt.hang_up().await;
     d.stop(nix::sys::signal::Signal::SIGTERM);
 }

@@ -232,7 +232,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         }
         let engine = Arc::new(Mutex::new(engine));
         lifecycle::spawn_link_follower(connection.watch(), health.clone(), metrics.clone());
-        retry::spawn_state_retry(engine.clone(), outage);
+        retry::spawn_state_retry(engine.clone(), outage, health.clone());
         let probe = engine.clone();
         lifecycle::spawn_heartbeat(health, move || {
             !matches!(probe.try_lock(), Err(std::sync::TryLockError::WouldBlock))

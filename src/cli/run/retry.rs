@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 
 use crate::enforce::engine::{Engine, Placer};
 use crate::enforce::state::{RETRY_AFTER, RETRY_AFTER_MAX};
+use crate::metrics::Health;
 
 /// The wake-up the engine's outage hook sends ([`Engine::set_outage_hook`]). A wake-up sent
 /// before the task waits (an outage found at start) is kept for it.
@@ -24,18 +25,18 @@ pub fn outage_signal<P: Placer>(engine: &mut Engine<P>) -> Arc<Notify> {
     wake
 }
 
-/// Retries the state writes after each wake-up until they succeed.
+/// Retries the state writes after each wake-up until they succeed; meanwhile `/readyz` lists
+/// the state as degraded (refreshed at every try).
 pub fn spawn_state_retry<P: Placer + Send + 'static>(
     engine: Arc<Mutex<Engine<P>>>,
     wake: Arc<Notify>,
+    health: Arc<Health>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             wake.notified().await;
             let mut pause = RETRY_AFTER;
-            // A poisoned lock is the plugin's to recover (it resyncs the placer); the
-            // records and the store are whole either way.
-            while let Some(due) = retry(&engine) {
+            while let Some(due) = retry(&engine, &health) {
                 tokio::time::sleep(due.max(pause)).await;
                 pause = (pause * 2).min(RETRY_AFTER_MAX);
             }
@@ -43,9 +44,11 @@ pub fn spawn_state_retry<P: Placer + Send + 'static>(
     })
 }
 
-fn retry<P: Placer>(engine: &Mutex<Engine<P>>) -> Option<Duration> {
-    engine
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .retry_persist()
+fn retry<P: Placer>(engine: &Mutex<Engine<P>>, health: &Health) -> Option<Duration> {
+    // A poisoned lock is the plugin's to recover (it resyncs the placer); the records and
+    // the store are whole either way.
+    let mut engine = engine.lock().unwrap_or_else(|p| p.into_inner());
+    let due = engine.retry_persist();
+    health.set_degraded("state", engine.state_outage());
+    due
 }

@@ -38,6 +38,18 @@ impl<P: Placer> Engine<P> {
         self.store.as_ref()?.retry_in()
     }
 
+    /// While state writes fail, what is wrong, in one line for `/readyz`.
+    pub fn state_outage(&self) -> Option<String> {
+        let o = self.store.as_ref()?.outage()?;
+        Some(format!(
+            "writes failing for {}s ({} tries): {}; decisions are kept in memory and written \
+             whole once a write succeeds",
+            o.since.elapsed().as_secs(),
+            o.attempts,
+            o.error
+        ))
+    }
+
     /// Writes the records changed since the last call (all of them only when the store
     /// compacts its log).
     ///
