@@ -103,6 +103,18 @@ fn an_exempt_restart_releases_its_predecessor_so_the_next_restart_finds_the_righ
     assert_eq!((&again.cpus, &again.gpus), (&first.cpus, &first.gpus));
 }
 
+/// A Guaranteed container (1 CPU) found running on every CPU by Synchronize, as `w-0` of pod
+/// `web`: recorded as it runs, in the shared pool.
+fn recorded_as_running() -> (Engine<Allocator>, PodView, ContainerView) {
+    let mut e = real(Config::default(), "");
+    let p = kpod("default", "web", &[]);
+    let mut c = kctr(&p, "w-0", "web", 1000, Some(1000));
+    c.state = ContainerState::Running;
+    c.resources.cpuset_cpus = e.placer.topology().online_cpus().to_string();
+    e.synchronize(std::slice::from_ref(&p), std::slice::from_ref(&c));
+    (e, p, c)
+}
+
 /// Found by tests/e2e_soak.rs (CRI-O, seed 213152819): a Guaranteed container the runtime
 /// created while nri-align was down runs on every CPU, and Synchronize records it as it runs,
 /// in the shared pool. When the kubelet restarts it, the new instance asks nri-align with the
@@ -110,12 +122,7 @@ fn an_exempt_restart_releases_its_predecessor_so_the_next_restart_finds_the_righ
 /// own, or refused), not kept in the shared pool for the rest of its pod's life.
 #[test]
 fn a_guaranteed_container_recorded_as_running_is_placed_anew_when_it_restarts() {
-    let mut e = real(Config::default(), "");
-    let p = kpod("default", "web", &[]);
-    let mut c = kctr(&p, "w-0", "web", 1000, Some(1000));
-    c.state = ContainerState::Running;
-    c.resources.cpuset_cpus = e.placer.topology().online_cpus().to_string();
-    e.synchronize(std::slice::from_ref(&p), std::slice::from_ref(&c));
+    let (mut e, p, c) = recorded_as_running();
     assert!(!e.records().containers["w-0"].assignment.exclusive);
     let again = restart(&mut e, &p, &c, "w-1");
     assert!(again.exclusive, "{again:?}");
@@ -127,12 +134,7 @@ fn a_guaranteed_container_recorded_as_running_is_placed_anew_when_it_restarts() 
 /// The same container recorded as it ran (Synchronize, on every CPU), its record then changed
 /// by `edit`; its restart's decision.
 fn restart_recorded_as_running(edit: impl FnOnce(&mut Record)) -> crate::placement::Assignment {
-    let mut e = real(Config::default(), "");
-    let p = kpod("default", "web", &[]);
-    let mut c = kctr(&p, "w-0", "web", 1000, Some(1000));
-    c.state = ContainerState::Running;
-    c.resources.cpuset_cpus = e.placer.topology().online_cpus().to_string();
-    e.synchronize(std::slice::from_ref(&p), std::slice::from_ref(&c));
+    let (mut e, p, c) = recorded_as_running();
     assert!(e.records().containers["w-0"].found_running);
     edit(&mut e.doc.containers.get_mut("w-0").expect("w-0"));
     restart(&mut e, &p, &c, "w-1")
@@ -158,12 +160,7 @@ fn whether_a_restart_is_placed_anew_follows_the_flag_not_the_reason() {
 /// new request) has a decision: its restart with that request keeps it.
 #[test]
 fn a_container_recorded_as_running_then_resized_keeps_its_decision_when_it_restarts() {
-    let mut e = real(Config::default(), "");
-    let p = kpod("default", "web", &[]);
-    let mut c = kctr(&p, "w-0", "web", 1000, Some(1000));
-    c.state = ContainerState::Running;
-    c.resources.cpuset_cpus = e.placer.topology().online_cpus().to_string();
-    e.synchronize(std::slice::from_ref(&p), std::slice::from_ref(&c));
+    let (mut e, p, c) = recorded_as_running();
     // Down to 500m: the shared pool, now as nri-align's decision.
     resize(&mut e, &p, &c, 500);
     let decided = e.records().containers["w-0"].clone();
