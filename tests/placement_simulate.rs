@@ -275,7 +275,7 @@ fn command_line_json_has_the_contract_fields() {
 }
 
 #[test]
-fn churn_prints_one_row_per_strategy() {
+fn churn_prints_one_row_per_strategy_and_the_reference() {
     let out = Command::new(env!("CARGO_BIN_EXE_nri-align"))
         .args([
             "simulate", "--churn", "--host", "dgx-h100", "--seeds", "1", "--pods", "20",
@@ -292,10 +292,13 @@ fn churn_prints_one_row_per_strategy() {
         "| nri-align |",
         "| kubelet + NVIDIA plugin |",
         "| kubelet, lowest-index GPUs |",
+        "| repacking reference |",
     ] {
         assert!(s.contains(label), "{s}");
     }
     assert!(s.contains("/ 20 |"), "{s}");
+    assert!(s.contains("| refused, fit if moved |"), "{s}");
+    assert!(!s.contains("search bound"), "{s}");
 }
 
 #[test]

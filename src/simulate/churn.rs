@@ -1,12 +1,15 @@
 //! The churn comparison of `simulate --churn`: seeded streams of GPU pods (1, 2, 4 or 8 GPUs
 //! with CPUs, memory and NICs) arriving and leaving, replayed under single-numa-node through
 //! nri-align and through the kubelet baseline (with the NVIDIA device plugin's preferred GPUs,
-//! and with lowest-index GPUs), summed into one table row per host and strategy.
+//! and with lowest-index GPUs), summed into one table row per host and strategy, with the
+//! repacking reference ([`super::repack`]: any placement, running pods movable) on the same
+//! streams.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use super::{repack, ReplayError, Strategy, Workload};
 use super::{replay_with, ContainerSpec, Event, GpuChoice, PodSpec, Quantity, Report};
-use super::{ReplayError, Strategy, Workload};
 use crate::placement::gpus::LinkTable;
 use crate::placement::policy::{PlacementConfig, Policy};
 use crate::topology::{PcieLevel, Topology};
@@ -31,7 +34,8 @@ impl Default for ChurnSpec {
 pub struct ChurnRow {
     /// Host name.
     pub host: String,
-    /// `nri-align`, `kubelet (preferred)` or `kubelet (lowest)`.
+    /// `nri-align`, `kubelet + NVIDIA plugin`, `kubelet, lowest-index GPUs` or `repacking
+    /// reference`.
     pub strategy: String,
     /// Pods offered.
     pub offered: usize,
@@ -52,7 +56,16 @@ pub struct ChurnRow {
     pub nics: usize,
     /// Of those, NICs sharing a PCIe switch with one of the container's GPUs.
     pub nics_same_switch: usize,
+    /// Pods refused that fit with the pods running then, moved ([`repack::refusals_that_fit`]):
+    /// refused for where the running pods sat, not for a full host (0 for the reference).
+    pub refused_repackable: usize,
+    /// Admission checks of the repacking reference, or of `refused_repackable`, that reached the search bound (counted as
+    /// refused).
+    pub search_bound_hits: usize,
 }
+
+/// The label of the repacking reference's rows.
+pub const REFERENCE: &str = "repacking reference";
 
 /// A small deterministic generator (splitmix64): the streams must be the same on every run
 /// and machine.
@@ -134,7 +147,7 @@ pub fn workload(topo: &Topology, seed: u64, pods: usize) -> Workload {
 }
 
 /// Every row for `topo` (named `host`): nri-align, the kubelet with preferred GPUs, the
-/// kubelet with lowest-index GPUs, under single-numa-node.
+/// kubelet with lowest-index GPUs, under single-numa-node, then the repacking reference.
 pub fn rows(
     host: &str,
     topo: Arc<Topology>,
@@ -146,6 +159,7 @@ pub fn rows(
         ..PlacementConfig::default()
     };
     let links = LinkTable::new(&topo);
+    let bins = repack::bins(Arc::clone(&topo), &config);
     let contenders = [
         (Strategy::NriAlign, GpuChoice::Preferred, "nri-align"),
         (
@@ -171,10 +185,46 @@ pub fn rows(
             let report = replay_with(Arc::clone(&topo), config.clone(), &wl, strategy, choice)?;
             row.offered += spec.pods;
             tally(&mut row, &report, &topo, &links);
+            let admitted: BTreeSet<usize> = report
+                .decisions
+                .iter()
+                .filter(|d| d.admitted)
+                .map(|d| d.step)
+                .collect();
+            let (fit, bound) = repack::refusals_that_fit(&bins, &wl, &admitted);
+            row.refused_repackable += fit;
+            row.search_bound_hits += bound;
         }
         out.push(row);
     }
+    out.push(reference_row(host, topo, &config, spec));
     Ok(out)
+}
+
+/// The repacking reference on the same streams: every pod on one node, all of them aligned by
+/// construction; no GPU set or NIC chosen, so no link or NIC figure.
+fn reference_row(
+    host: &str,
+    topo: Arc<Topology>,
+    config: &PlacementConfig,
+    spec: ChurnSpec,
+) -> ChurnRow {
+    let mut row = ChurnRow {
+        host: host.to_string(),
+        strategy: REFERENCE.to_string(),
+        ..ChurnRow::default()
+    };
+    for seed in 1..=spec.seeds {
+        let wl = workload(&topo, seed, spec.pods);
+        let t = repack::replay(Arc::clone(&topo), config, &wl, repack::NicRule::Shared);
+        row.offered += t.offered;
+        row.admitted += t.admitted;
+        row.search_bound_hits += t.bound_hits;
+    }
+    // One container a pod, each on its one node.
+    row.aligned = row.admitted;
+    row.containers = row.admitted;
+    row
 }
 
 /// Adds one replay's decisions to `row`.
@@ -262,20 +312,31 @@ fn pct(part: f64, whole: f64) -> String {
 /// The rows as a Markdown table.
 pub fn table(rows: &[ChurnRow]) -> String {
     let mut out = String::from(
-        "| host | strategy | pods admitted | fully aligned | mean GPU link score / best | decisions at best | NICs same switch as a GPU |\n\
-         |---|---|---|---|---|---|---|\n",
+        "| host | strategy | pods admitted | refused, fit if moved | fully aligned | mean GPU link score / best | decisions at best | NICs same switch as a GPU |\n\
+         |---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {} / {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} / {} | {} | {} | {} | {} | {} |\n",
             r.host,
             r.strategy,
             r.admitted,
             r.offered,
+            if r.strategy == REFERENCE {
+                "-".to_string()
+            } else {
+                r.refused_repackable.to_string()
+            },
             pct(r.aligned as f64, r.containers as f64),
             pct(r.link_ratio_sum, r.gpu_decisions as f64),
             pct(r.link_best as f64, r.gpu_decisions as f64),
             pct(r.nics_same_switch as f64, r.nics as f64),
+        ));
+    }
+    let hits: usize = rows.iter().map(|r| r.search_bound_hits).sum();
+    if hits > 0 {
+        out.push_str(&format!(
+            "\n{hits} packing checks reached the search bound and count as not fitting\n"
         ));
     }
     out
@@ -305,7 +366,7 @@ mod tests {
         let topo = Arc::new(testing::shipped("dgx1-v100"));
         let spec = ChurnSpec { pods: 30, seeds: 2 };
         let rows = rows("dgx1-v100", topo, spec).expect("rows");
-        assert_eq!(rows.len(), 3);
+        assert_eq!(rows.len(), 4);
         let ratio = |r: &ChurnRow| r.link_ratio_sum / r.gpu_decisions.max(1) as f64;
         assert!(
             rows.iter().all(|r| r.offered == 60 && r.admitted > 0),
@@ -313,7 +374,24 @@ mod tests {
         );
         assert!(ratio(&rows[1]) > ratio(&rows[2]), "{rows:?}");
         let t = table(&rows);
-        assert_eq!(t.lines().count(), 5, "{t}");
+        assert_eq!(t.lines().count(), 6, "{t}");
+        // The reference chooses no GPU set and no NIC: nothing to score.
+        assert!(
+            t.contains("| repacking reference | ") && t.ends_with("| 100.0 % | - | - | - |\n"),
+            "{t}"
+        );
+        assert_eq!(rows[3].search_bound_hits, 0);
+        // Refusals that fit if moved are refusals; the kubelet, whose NIC hints count unused
+        // NICs only, refuses pods here that fit with NICs shared.
+        assert!(
+            rows.iter()
+                .all(|r| r.refused_repackable <= r.offered - r.admitted && r.search_bound_hits == 0),
+            "{rows:?}"
+        );
+        assert!(
+            rows[1].refused_repackable > rows[0].refused_repackable,
+            "{rows:?}"
+        );
     }
 
     #[test]

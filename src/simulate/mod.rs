@@ -5,6 +5,7 @@
 pub mod baseline;
 pub mod churn;
 pub mod device_plugin;
+pub mod repack;
 pub mod workload;
 
 use workload::{bytes, cpu_milli};
