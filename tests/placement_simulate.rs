@@ -299,6 +299,36 @@ fn churn_prints_one_row_per_strategy_and_the_reference() {
     assert!(s.contains("/ 20 |"), "{s}");
     assert!(s.contains("| refused, fit if moved |"), "{s}");
     assert!(!s.contains("search bound"), "{s}");
+    // The kubelet's RDMA NICs: the shared plugin unless told; the plugin named in the heading.
+    assert!(
+        s.contains("RDMA shared device plugin (rdmaHcaMax 63"),
+        "{s}"
+    );
+    let run = |plugin: &str| {
+        Command::new(env!("CARGO_BIN_EXE_nri-align"))
+            .args([
+                "simulate",
+                "--churn",
+                "--host",
+                "dgx1-v100",
+                "--seeds",
+                "1",
+                "--pods",
+                "10",
+                "--kubelet-nic-plugin",
+                plugin,
+                "--kubelet-sriov-vfs",
+                "4",
+            ])
+            .output()
+            .expect("run")
+    };
+    let sriov = run("sriov");
+    assert!(sriov.status.success());
+    assert!(String::from_utf8_lossy(&sriov.stdout).contains("SR-IOV device plugin (4 VFs per"));
+    let bad = run("vf");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected one of: shared sriov per-nic"));
 }
 
 #[test]

@@ -11,7 +11,7 @@ use super::topology::{nrt_object, nrt_text};
 use crate::config::Config;
 use crate::nrt::NodeResourceTopology;
 use crate::simulate::churn::ChurnSpec;
-use crate::simulate::{self, GpuChoice, Report, Strategy, Workload};
+use crate::simulate::{self, GpuChoice, NicPlugin, Report, Strategy, Workload};
 use crate::topology::load::{load, Source};
 use crate::topology::Topology;
 
@@ -41,6 +41,19 @@ pub struct SimulateArgs {
     /// or `lowest` (a plugin without it: lowest index first).
     #[arg(long, default_value = "preferred")]
     pub kubelet_gpu_choice: String,
+    /// Which device plugin advertises the kubelet strategy's RDMA NICs: `shared` (the RDMA
+    /// shared device plugin, as the NVIDIA Network Operator's GPUDirect example: units without
+    /// NUMA node, every allocation gives every RDMA NIC), `sriov` (the SR-IOV network device
+    /// plugin: --kubelet-sriov-vfs VFs per NIC, each on its NIC's node, the kubelet picking
+    /// among them) or `per-nic` (one exclusive unit per NIC, the SR-IOV plugin over PFs).
+    #[arg(long, default_value = "shared")]
+    pub kubelet_nic_plugin: String,
+    /// VFs per RDMA NIC with --kubelet-nic-plugin sriov.
+    #[arg(long, default_value_t = simulate::nic_plugin::DEFAULT_VFS_PER_PF)]
+    pub kubelet_sriov_vfs: u32,
+    /// `rdmaHcaMax` (units of the resource) with --kubelet-nic-plugin shared.
+    #[arg(long, default_value_t = simulate::nic_plugin::DEFAULT_RDMA_HCA_MAX)]
+    pub kubelet_rdma_hca_max: u32,
     /// Instead of a workload file: seeded streams of GPU pods (1, 2, 4, 8 GPUs with CPUs and
     /// NICs) arriving and leaving under single-numa-node, through nri-align and the kubelet
     /// (both GPU choices), on --host or else the shipped dgx1-v100, dgx-h100 and epyc-nps4;
@@ -74,8 +87,19 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             crate::limits::quoted(&args.kubelet_gpu_choice)
         )
     })?;
+    let nic = NicPlugin::parse(
+        &args.kubelet_nic_plugin,
+        args.kubelet_sriov_vfs,
+        args.kubelet_rdma_hca_max,
+    )
+    .with_context(|| {
+        format!(
+            "unknown --kubelet-nic-plugin {}; expected one of: shared sriov per-nic",
+            crate::limits::quoted(&args.kubelet_nic_plugin)
+        )
+    })?;
     if args.churn {
-        return churn(&args);
+        return churn(&args, nic);
     }
     let topo = Arc::new(load_topology(&args)?);
     let strategy = match args.strategy.as_str() {
@@ -105,12 +129,13 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let text = crate::limits::read_to_string(workload, crate::limits::MAX_DOCUMENT_BYTES)
         .with_context(|| format!("reading workload {}", workload.display()))?;
     let wl = Workload::parse(&text).with_context(|| format!("in {}", workload.display()))?;
-    let report = simulate::replay_with(
+    let report = simulate::replay_plugins(
         Arc::clone(&topo),
         config.placement.clone(),
         &wl,
         strategy,
         choice,
+        nic,
     )?;
     let nrt = match &args.nrt {
         Some(node) => report
@@ -135,10 +160,11 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
 }
 
 /// `--churn`: the comparison table on the given host or the three shipped ones.
-fn churn(args: &SimulateArgs) -> anyhow::Result<()> {
+fn churn(args: &SimulateArgs, nic_plugin: NicPlugin) -> anyhow::Result<()> {
     let spec = ChurnSpec {
         pods: args.pods.min(MAX_CHURN_PODS),
         seeds: args.seeds.min(MAX_CHURN_SEEDS),
+        nic_plugin,
     };
     let hosts: Vec<(String, Topology)> =
         if args.host.is_some() || args.hwloc_xml.is_some() || args.host_root.is_some() {
@@ -163,8 +189,11 @@ fn churn(args: &SimulateArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         println!(
-            "churn under single-numa-node: {} pods per seed, seeds 1..={}",
-            spec.pods, spec.seeds
+            "churn under single-numa-node: {} pods per seed, seeds 1..={}; the kubelet's RDMA \
+             NICs: {}",
+            spec.pods,
+            spec.seeds,
+            spec.nic_plugin.describe()
         );
         print!("{}", simulate::churn::table(&rows));
     }

@@ -1,14 +1,16 @@
 //! The kubelet-like baseline of `simulate --strategy kubelet` (Topology Manager as it decides): NUMA-affinity
 //! hints per resource, the cross-product merge with "preferred" flags, the narrowest then
 //! lowest-index mask, GPUs as the device manager and the NVIDIA device plugin pick them
-//! ([`super::device_plugin`]: link-aware within the hint, or lowest index), NICs by lowest
-//! index, CPUs by lowest id.
+//! ([`super::device_plugin`]: link-aware within the hint, or lowest index), RDMA NICs as the
+//! device plugin of [`NicPlugin`] advertises them and the device manager picks them
+//! ([`super::nic_plugin`]), CPUs by lowest id.
 //! It shares the ledger with the allocator so free capacity is accounted the same way.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::device_plugin::{kubelet_gpus, GpuChoice};
+use super::nic_plugin::{NicPlugin, NicUnits, Unit};
 use crate::placement::error::{fmt_bytes, PlacementError};
 use crate::placement::gpus::LinkTable;
 use crate::placement::ledger::{Ledger, NodeFree};
@@ -48,6 +50,8 @@ pub struct KubeletBaseline {
     pod_totals: HashMap<String, PodTotals>,
     links: LinkTable,
     gpu_choice: GpuChoice,
+    nic_plugin: NicPlugin,
+    nic_units: NicUnits,
 }
 
 impl KubeletBaseline {
@@ -62,6 +66,8 @@ impl KubeletBaseline {
         Ok(Self {
             links: LinkTable::new(&topology),
             gpu_choice: GpuChoice::default(),
+            nic_plugin: NicPlugin::default(),
+            nic_units: NicUnits::default(),
             ledger: Ledger::new(topology, config.reserved_cpus.clone()),
             config,
             nodes,
@@ -73,6 +79,12 @@ impl KubeletBaseline {
     /// The same baseline with its device plugin picking GPUs by `choice`.
     pub fn with_gpu_choice(mut self, choice: GpuChoice) -> Self {
         self.gpu_choice = choice;
+        self
+    }
+
+    /// The same baseline with its RDMA NICs advertised by `plugin`.
+    pub fn with_nic_plugin(mut self, plugin: NicPlugin) -> Self {
+        self.nic_plugin = plugin;
         self
     }
 
@@ -89,6 +101,7 @@ impl KubeletBaseline {
     /// Forgets a container.
     pub fn release(&mut self, id: &str) -> Option<Assignment> {
         let a = self.ledger.release(id)?;
+        self.nic_units.remove(id);
         if !self.ledger.assignments().any(|x| x.pod_uid == a.pod_uid) {
             self.pod_masks.remove(&a.pod_uid);
             self.pod_totals.remove(&a.pod_uid);
@@ -208,7 +221,7 @@ impl KubeletBaseline {
                     single,
                 ));
             }
-            if r.nic_count > 0 {
+            if r.nic_count > 0 && self.nic_plugin == NicPlugin::PerNic {
                 let el = nics::eligible(&self.ledger);
                 let on = |i: usize, used_ok: bool| {
                     el.iter()
@@ -225,6 +238,31 @@ impl KubeletBaseline {
                     single,
                 ));
             }
+            if let (true, NicPlugin::Sriov { vfs_per_pf }) = (r.nic_count > 0, self.nic_plugin) {
+                // VFs on NIC nodes; a pool none of whose VFs has a node gives no hint (nil).
+                let el = nics::eligible(&self.ledger);
+                if el.iter().any(|x| self.ledger.nic_node(*x).is_some()) {
+                    let on = |i: usize, all: bool| {
+                        el.iter()
+                            .filter(|x| self.ledger.nic_node(**x) == Some(i))
+                            .map(|x| {
+                                if all {
+                                    u64::from(vfs_per_pf)
+                                } else {
+                                    self.nic_units.free_vfs(*x, vfs_per_pf).len() as u64
+                                }
+                            })
+                            .sum::<u64>()
+                    };
+                    providers.push(self.hints(
+                        r.nic_count as u64,
+                        |i| on(i, false),
+                        |i| on(i, true),
+                        single,
+                    ));
+                }
+            }
+            // The shared plugin's units have no NUMA node: no hint, no preference.
         }
         let pinned = (r.eff.scope == Scope::Pod)
             .then(|| self.pod_masks.get(&req.pod.uid).copied())
@@ -262,7 +300,7 @@ impl KubeletBaseline {
                     .into(),
             });
         }
-        let a = self.allocate(req, &own, mask, preferred && policy != Policy::None)?;
+        let (a, units) = self.allocate(req, &own, mask, preferred && policy != Policy::None)?;
         let split = if a.exclusive && policy != Policy::None {
             let order = self.mask_nodes(mask);
             self.ledger
@@ -278,6 +316,9 @@ impl KubeletBaseline {
             Vec::new()
         };
         self.ledger.record(a.clone(), split)?;
+        if !units.is_empty() {
+            self.nic_units.insert(a.container_id.clone(), units);
+        }
         if own.exclusive || own.gpu_count > 0 {
             self.pod_masks.entry(a.pod_uid.clone()).or_insert(mask);
         }
@@ -290,7 +331,7 @@ impl KubeletBaseline {
         r: &Resolved,
         mask: u32,
         preferred: bool,
-    ) -> Result<Assignment, PlacementError> {
+    ) -> Result<(Assignment, Vec<Unit>), PlacementError> {
         let topo = self.ledger.topo();
         let in_mask = self.mask_nodes(mask);
         let local_cpus: CpuSet = in_mask
@@ -345,19 +386,20 @@ impl KubeletBaseline {
                 free: free.len().to_string(),
             });
         }
-        let el = nics::eligible(&self.ledger);
-        let mut order: Vec<usize> = el.to_vec();
-        order.sort_by_key(|x| {
-            (
-                self.ledger.nic_users(*x),
-                !on_mask(self.ledger.nic_node(*x)),
-                *x,
-            )
-        });
-        let n: Vec<usize> = order.into_iter().take(r.nic_count).collect();
+        let (n, units) = self.nic_units.pick(
+            self.nic_plugin,
+            &self.ledger,
+            (&r.who, &req.container_id),
+            r.nic_count,
+            &in_mask,
+        )?;
+        // The shared plugin's HCAs carry no NUMA node: the Topology Manager aligns none of
+        // them, and the container sees every one (alignment is judged without them).
+        let nics_aligned = matches!(self.nic_plugin, NicPlugin::Shared { .. })
+            || n.iter().all(|x| on_mask(self.ledger.nic_node(*x)));
         a.aligned = preferred
             && g.iter().all(|x| on_mask(self.ledger.gpu_node(*x)))
-            && n.iter().all(|x| on_mask(self.ledger.nic_node(*x)))
+            && nics_aligned
             && (!r.exclusive || a.cpus.is_subset(&local_cpus));
         a.gpus = g.iter().map(|x| topo.gpus[*x].pci_bus_id.clone()).collect();
         a.nics = n.iter().map(|x| topo.nics[*x].name.clone()).collect();
@@ -370,7 +412,7 @@ impl KubeletBaseline {
                 "not preferred"
             }
         );
-        Ok(a)
+        Ok((a, units))
     }
 }
 

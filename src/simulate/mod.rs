@@ -5,6 +5,7 @@
 pub mod baseline;
 pub mod churn;
 pub mod device_plugin;
+pub mod nic_plugin;
 pub mod repack;
 pub mod workload;
 
@@ -25,6 +26,7 @@ use crate::placement::{Allocator, PodTotals};
 use crate::topology::Topology;
 use baseline::KubeletBaseline;
 pub use device_plugin::GpuChoice;
+pub use nic_plugin::NicPlugin;
 
 /// Why a replay stopped.
 #[derive(Debug, thiserror::Error)]
@@ -154,12 +156,24 @@ impl Contender {
         config: PlacementConfig,
         choice: GpuChoice,
     ) -> Result<Contender, ReplayError> {
+        Self::with_plugins(strategy, topo, config, choice, NicPlugin::default())
+    }
+
+    /// As [`Contender::with_gpu_choice`], the kubelet's RDMA NICs advertised by `nic`.
+    pub fn with_plugins(
+        strategy: Strategy,
+        topo: Arc<Topology>,
+        config: PlacementConfig,
+        choice: GpuChoice,
+        nic: NicPlugin,
+    ) -> Result<Contender, ReplayError> {
         Ok(match strategy {
             Strategy::NriAlign => Contender::NriAlign(Box::new(Allocator::new(topo, config))),
             Strategy::Kubelet => Contender::Kubelet(Box::new(
                 KubeletBaseline::new(topo, config)
                     .map_err(ReplayError::Kubelet)?
-                    .with_gpu_choice(choice),
+                    .with_gpu_choice(choice)
+                    .with_nic_plugin(nic),
             )),
         })
     }
@@ -309,7 +323,8 @@ pub fn replay(
     replay_with(topo, config, workload, strategy, GpuChoice::default())
 }
 
-/// As [`replay`], the kubelet's device plugin picking GPUs by `choice`.
+/// As [`replay`], the kubelet's device plugin picking GPUs by `choice` (its RDMA NICs as
+/// [`NicPlugin::default`] advertises them).
 pub fn replay_with(
     topo: Arc<Topology>,
     config: PlacementConfig,
@@ -317,8 +332,27 @@ pub fn replay_with(
     strategy: Strategy,
     choice: GpuChoice,
 ) -> Result<Report, ReplayError> {
+    replay_plugins(
+        topo,
+        config,
+        workload,
+        strategy,
+        choice,
+        NicPlugin::default(),
+    )
+}
+
+/// As [`replay_with`], the kubelet's RDMA NICs advertised by `nic`.
+pub fn replay_plugins(
+    topo: Arc<Topology>,
+    config: PlacementConfig,
+    workload: &Workload,
+    strategy: Strategy,
+    choice: GpuChoice,
+    nic: NicPlugin,
+) -> Result<Report, ReplayError> {
     let links = LinkTable::new(&topo);
-    let mut d = Contender::with_gpu_choice(strategy, Arc::clone(&topo), config, choice)?;
+    let mut d = Contender::with_plugins(strategy, Arc::clone(&topo), config, choice, nic)?;
     let events: Vec<Event> = if workload.events.is_empty() {
         workload.pods.iter().map(|p| Event::add(&p.name)).collect()
     } else {

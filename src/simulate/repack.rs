@@ -7,7 +7,9 @@
 //! strategy can reach is one this reference accepts: CPUs as the kubelet counts them (every CPU
 //! but the reserved ones; nri-align also keeps one for the shared pool), NICs as nri-align
 //! counts them (shared: a node serves a pod asking n NICs when it has n eligible NICs; the
-//! kubelet's hints count unused NICs only, [`NicRule::Exclusive`]).
+//! kubelet's per-NIC hints count unused NICs only, [`NicRule::Exclusive`]), loosened further
+//! where the kubelet's NIC device plugin is looser ([`loosen_nics`]: n VFs of a node's NICs,
+//! or with the shared plugin any node while the host has n RDMA NICs).
 //!
 //! The check is exact: a depth-first search over the pods, largest first, each into every node
 //! it fits, with identical pods kept in node order and nodes left in the same state tried once.
@@ -67,6 +69,23 @@ pub fn bins(topo: Arc<Topology>, config: &PlacementConfig) -> Vec<Amounts> {
             ]
         })
         .collect()
+}
+
+/// `bins` (from [`bins`]) with the NIC amount of each node loosened to the looser of
+/// nri-align's rule (n NICs on the node, [`NicRule::Shared`]) and the kubelet's under
+/// `plugin`, so that a state either strategy reaches fits: with VFs, a node serves a pod
+/// asking n units when its NICs have n VFs (n free VFs is the kubelet's own, tighter, rule);
+/// with the shared plugin's node-less units, any node does while the host has n RDMA NICs
+/// (the churn never asks more; `rdmaHcaMax` bounds the host's units, far above).
+pub fn loosen_nics(bins: &mut [Amounts], plugin: super::NicPlugin) {
+    let host: u64 = bins.iter().map(|b| b[3]).sum();
+    for b in bins.iter_mut() {
+        b[3] = match plugin {
+            super::NicPlugin::PerNic => b[3],
+            super::NicPlugin::Sriov { vfs_per_pf } => b[3] * u64::from(vfs_per_pf.max(1)),
+            super::NicPlugin::Shared { .. } => host,
+        };
+    }
 }
 
 /// What pod `pod` asks of its one node: the sum over its containers of their whole CPUs
@@ -268,7 +287,12 @@ pub fn replay(
     wl: &Workload,
     rule: NicRule,
 ) -> Tally {
-    let mut r = Reference::new(bins(topo, config), rule);
+    replay_on(bins(topo, config), wl, rule)
+}
+
+/// As [`replay`], on nodes `bins`.
+pub fn replay_on(bins: Vec<Amounts>, wl: &Workload, rule: NicRule) -> Tally {
+    let mut r = Reference::new(bins, rule);
     for ev in &wl.events {
         if let Some(name) = &ev.add {
             if let Some(pod) = wl.pods.iter().find(|p| &p.name == name) {

@@ -2,7 +2,7 @@ use std::collections::BTreeSet;
 
 use super::*;
 use crate::placement::policy::Policy;
-use crate::simulate::{churn, replay_with, GpuChoice, Strategy};
+use crate::simulate::{churn, replay_plugins, GpuChoice, NicPlugin, Strategy};
 use crate::topology::testing;
 
 /// A node with `gpus` GPUs and room for everything else.
@@ -195,9 +195,16 @@ fn the_reference_holds_what_the_host_holds_and_whatever_a_strategy_fits_from_les
             reserved_cpus: crate::simulate::baseline::kubelet_reserved(&topo, 2),
             ..PlacementConfig::default()
         };
-        let bins = bins(Arc::clone(&topo), &config);
-        let total = |k: usize| bins.iter().map(|b| b[k]).sum::<u64>();
-        for seed in 1..=2 {
+        let nic_models = [
+            NicPlugin::PerNic,
+            NicPlugin::default(),
+            NicPlugin::Sriov { vfs_per_pf: 8 },
+        ];
+        for (seed, nic) in (1..=2).flat_map(|s| nic_models.map(|n| (s, n))) {
+            // The NIC rule loosened to the kubelet's where that is looser.
+            let mut bins = bins(Arc::clone(&topo), &config);
+            loosen_nics(&mut bins, nic);
+            let total = |k: usize| bins.iter().map(|b| b[k]).sum::<u64>();
             let wl = churn::workload(&topo, seed, 60);
             let reports: Vec<_> = [
                 (Strategy::NriAlign, GpuChoice::Preferred),
@@ -205,7 +212,8 @@ fn the_reference_holds_what_the_host_holds_and_whatever_a_strategy_fits_from_les
             ]
             .into_iter()
             .map(|(s, c)| {
-                let r = replay_with(Arc::clone(&topo), config.clone(), &wl, s, c).expect("replay");
+                let r = replay_plugins(Arc::clone(&topo), config.clone(), &wl, s, c, nic)
+                    .expect("replay");
                 running_sets(&wl, &r)
             })
             .collect();
