@@ -486,8 +486,30 @@ async fn a_state_dir_that_cannot_be_created_at_start_is_waited_for_and_written_o
         "{body}"
     );
 
-    // Writable again, and no event: the dir is created and every record written.
+    // Writable, but a file where the dir should be: a failure that waiting does not end,
+    // said once at error level and shown by `/readyz` beside the first one.
+    // (The retry sleeps a second or more between tries: it does not come between these.)
     fs.set_read_only(false);
+    std::fs::create_dir_all(state.parent().expect("parent")).expect("parent");
+    std::fs::write(&state, b"not a dir").expect("a file in the dir's place");
+    let told = "now for a reason that does not pass by itself";
+    assert!(
+        wait_until(Duration::from_secs(15), || d.output().contains(told)),
+        "{}",
+        d.output()
+    );
+    let (_, body) = probe(&addr, "/readyz").expect("readyz");
+    assert!(
+        body.lines().any(|l| l.starts_with("degraded: state: ")
+            && l.contains(&state.display().to_string())
+            && l.contains("(first: ")
+            && l.contains("Read-only file system")),
+        "{body}"
+    );
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(d.output().matches(told).count(), 1, "{}", d.output());
+    // Put right, and no event: the dir is created and every record written.
+    std::fs::remove_file(&state).expect("the file removed");
     let log = state.join("state.log");
     assert!(
         wait_until(Duration::from_secs(15), || log.exists()

@@ -41,12 +41,17 @@ impl<P: Placer> Engine<P> {
     /// While state writes fail, what is wrong, in one line for `/readyz`.
     pub fn state_outage(&self) -> Option<String> {
         let o = self.store.as_ref()?.outage()?;
+        let first = if o.latest == o.error {
+            String::new()
+        } else {
+            format!(" (first: {})", o.error)
+        };
         Some(format!(
-            "writes failing for {}s ({} tries): {}; decisions are kept in memory and written \
-             whole once a write succeeds",
+            "writes failing for {}s ({} tries): {}{first}; decisions are kept in memory and \
+             written whole once a write succeeds",
             o.since.elapsed().as_secs(),
             o.attempts,
-            o.error
+            o.latest
         ))
     }
 
@@ -86,6 +91,17 @@ impl<P: Placer> Engine<P> {
                             hook();
                         }
                     }
+                    // The dir itself went wrong while it was failing (a symlink planted in
+                    // its place, its permissions changed): no amount of waiting ends that.
+                    Some(o) if o.kind_changed && !o.latest_passes => tracing::error!(
+                        "state still not persisted, now for a reason that does not pass by \
+                         itself: {e}; fix the state dir (docs/failure-behaviour.md); tries go \
+                         on every {}s",
+                        RETRY_AFTER_MAX.as_secs()
+                    ),
+                    Some(o) if o.kind_changed => tracing::warn!(
+                        "state still not persisted, again for the filesystem's condition: {e}"
+                    ),
                     _ => tracing::debug!("state still not persisted: {e}"),
                 }
             }

@@ -390,3 +390,43 @@ fn a_log_found_when_the_dir_opens_late_is_kept_aside_not_overwritten() {
     let kept = std::fs::read(dir.join(format!("{STATE_FILE}.unloaded"))).expect("kept aside");
     assert_eq!(kept, old_log, "the unloaded log is kept byte for byte");
 }
+
+/// While the store waits for its dir, the dir itself may go wrong (here a file put in its
+/// place): that failure is told apart from the filesystem's condition (it does not pass by
+/// itself), kept as the latest beside the first, and the store still recovers once it is
+/// put right.
+#[test]
+fn a_dir_gone_wrong_while_waiting_is_told_apart_from_the_filesystem_condition() {
+    let Some(fs) = Mounted::tmpfs("state::diskfull::gone-wrong", 256) else {
+        return;
+    };
+    let dir = fs.root.join("var/lib/nri-align");
+    fs.set_read_only(true);
+    let mut store = StateStore::open_or_wait(&dir).expect("the daemon waits for it");
+    store.set_retry_after(Duration::from_millis(50));
+    let o = store.outage().expect("waiting").clone();
+    assert!(
+        o.latest_passes && !o.kind_changed && o.latest == o.error,
+        "{o:?}"
+    );
+    fs.set_read_only(false);
+    std::fs::create_dir_all(dir.parent().expect("parent")).expect("parent");
+    std::fs::write(&dir, b"not a dir").expect("a file in its place");
+    let mut t = table("m", 3);
+    std::thread::sleep(store.retry_in().expect("waiting"));
+    let e = store.write(&mut t).expect_err("not a directory");
+    assert!(!e.is_outage(), "{e}");
+    let o = store.outage().expect("still failing").clone();
+    assert!(o.kind_changed && !o.latest_passes, "{o:?}");
+    assert!(o.error.contains("Read-only file system"), "{o:?}");
+    assert_eq!(o.latest, e.to_string());
+    // The same wrong dir again: no change of kind.
+    std::thread::sleep(store.retry_in().expect("waiting"));
+    store.write(&mut t).expect_err("still not a directory");
+    assert!(!store.outage().expect("failing").kind_changed);
+    std::fs::remove_file(&dir).expect("put right");
+    std::thread::sleep(store.retry_in().expect("waiting"));
+    store.write(&mut t).expect("created and written");
+    assert!(store.outage().is_none());
+    assert_eq!(on_disk(&dir), t);
+}

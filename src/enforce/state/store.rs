@@ -66,6 +66,14 @@ pub struct Outage {
     pub since: Instant,
     /// The first failure.
     pub error: String,
+    /// The last failure (the first one until another comes).
+    pub latest: String,
+    /// Whether the last failure is one the filesystem's condition explains and that passes by
+    /// itself ([`StateError::is_outage`]); false once the dir itself went wrong meanwhile (a
+    /// planted symlink, its permissions): waiting will not end that.
+    pub latest_passes: bool,
+    /// The last failure is of the other kind than the one before it.
+    pub kind_changed: bool,
     /// Writes with changes that were not persisted (failed, or skipped until the retry).
     pub lost_writes: u64,
     /// Rewrites tried and failed (the first failure included).
@@ -208,13 +216,20 @@ impl StateStore {
         self.rewrite = true;
         self.log = None;
         let now = Instant::now();
+        let (text, passes) = (e.to_string(), e.is_outage());
         let o = self.outage.get_or_insert_with(|| Outage {
             since: now,
-            error: e.to_string(),
+            error: text.clone(),
+            latest: text.clone(),
+            latest_passes: passes,
+            kind_changed: false,
             lost_writes: 0,
             attempts: 0,
             retry_at: now,
         });
+        o.kind_changed = o.latest_passes != passes;
+        o.latest = text;
+        o.latest_passes = passes;
         o.attempts += 1;
         o.lost_writes += u64::from(lost);
         o.retry_at = now + self.retry_after;
