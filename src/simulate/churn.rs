@@ -5,7 +5,6 @@
 //! repacking reference ([`super::repack`]: any placement, running pods movable) on the same
 //! streams.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::{repack, ReplayError, Strategy, Workload};
@@ -201,13 +200,7 @@ pub fn rows(
             )?;
             row.offered += spec.pods;
             tally(&mut row, &report, &topo, &links);
-            let admitted: BTreeSet<usize> = report
-                .decisions
-                .iter()
-                .filter(|d| d.admitted)
-                .map(|d| d.step)
-                .collect();
-            let (fit, bound) = repack::refusals_that_fit(&bins, &wl, &admitted);
+            let (fit, bound) = repack::refusals_that_fit(&bins, &wl, &report.admitted_steps());
             row.refused_repackable += fit;
             row.search_bound_hits += bound;
         }

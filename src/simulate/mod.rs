@@ -127,6 +127,17 @@ pub struct Report {
     pub summary: Summary,
 }
 
+impl Report {
+    /// The steps (1-based event numbers) whose decision was admitted.
+    pub fn admitted_steps(&self) -> std::collections::BTreeSet<usize> {
+        self.decisions
+            .iter()
+            .filter(|d| d.admitted)
+            .map(|d| d.step)
+            .collect()
+    }
+}
+
 /// What a replay runs under a [`Strategy`]: nri-align's [`Allocator`] or the
 /// [`KubeletBaseline`], behind one interface so both sides of a comparison (here and in the
 /// benches) go through the same code.

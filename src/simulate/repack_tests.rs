@@ -166,12 +166,7 @@ fn the_search_agrees_with_trying_every_assignment() {
 
 /// What each strategy ran after each step of a replay, by pod name.
 fn running_sets(wl: &Workload, report: &crate::simulate::Report) -> Vec<BTreeSet<String>> {
-    let admitted: BTreeSet<usize> = report
-        .decisions
-        .iter()
-        .filter(|d| d.admitted)
-        .map(|d| d.step)
-        .collect();
+    let admitted = report.admitted_steps();
     let mut now = BTreeSet::new();
     let mut out = Vec::new();
     for (i, ev) in wl.events.iter().enumerate() {
