@@ -1,5 +1,5 @@
 //! Times the CRI listing nri-align makes where the runtime sends a launched plugin no
-//! Synchronize (`nri_align::enforce::backfill::list_running_with`), on a running runtime.
+//! Synchronize (`nri_align::enforce::cri_listing::list_running_with`), on a running runtime.
 //!
 //!   cargo run --release --example cri_listing -- SOCKET [ROUNDS] [IN_FLIGHT...]
 //!
@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use nri_align::enforce::backfill::{list_running_with, STATUS_IN_FLIGHT};
+use nri_align::enforce::cri_listing::{list_running_with, STATUS_IN_FLIGHT};
 
 fn usage() -> ! {
     eprintln!("usage: cri_listing SOCKET [ROUNDS] [IN_FLIGHT...]");

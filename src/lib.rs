@@ -2,7 +2,7 @@
 //! part of the machine.
 //!
 //! The concerns, lowest layer first (docs/architecture.md has what each may touch):
-//! - [`limits`]: how much input from outside is read at all, and how much of a bad value an
+//! - [`untrusted`]: how much input from outside is read at all, and how much of a bad value an
 //!   error message repeats.
 //! - [`topology`]: the host model and every way to read it (sysfs under a root, NVML, hwloc XML,
 //!   host descriptions), emulated hosts.
@@ -19,9 +19,10 @@ pub mod cli;
 pub mod config;
 pub mod enforce;
 pub mod host;
-pub mod limits;
 pub mod metrics;
 pub mod nrt;
-pub mod placement;
 pub mod simulate;
-pub mod topology;
+
+// The pure core lives in its own crate so that it cannot reach the host or the wire; its
+// modules keep their paths here.
+pub use align_core::{placement, topology, untrusted};

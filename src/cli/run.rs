@@ -1,9 +1,9 @@
 //! `nri-align run`: the plugin daemon. Reads the configuration, sets up logging, state and
 //! metrics, drops capabilities, then serves NRI until the runtime or a signal ends it. With API
 //! access it also publishes the node's NodeResourceTopology ([`NrtPlan`], docs/nrt.md). What it
-//! reports about itself while it runs (health, readiness, systemd) is in `run/lifecycle.rs`.
+//! reports about itself while it runs (health, readiness, systemd) is in `run/health.rs`.
 
-mod lifecycle;
+mod health;
 mod retry;
 
 use std::path::{Path, PathBuf};
@@ -187,7 +187,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     let metrics_address = config.metrics_address;
     let kubelet = config.podresources.clone().map(|c| {
         tracing::info!(socket = %c.socket.display(), resources = %c.resources.join(","), timeout_ms = c.timeout.as_millis() as u64, "reading allocations from the kubelet's PodResources API");
-        Arc::new(crate::enforce::kubelet::KubeletSource::new(c))
+        Arc::new(crate::enforce::podresources::KubeletSource::new(c))
     });
     let mut engine = Engine::new(
         allocator,
@@ -210,7 +210,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
 
     let health = Arc::new(Health::default());
     if let Some(addr) = metrics_address {
-        let bound = lifecycle::spawn_endpoints(addr, metrics.clone(), health.clone())
+        let bound = health::spawn_endpoints(addr, metrics.clone(), health.clone())
             .with_context(|| format!("metrics on {addr}"))?;
         tracing::info!(address = %bound, "serving /metrics");
     }
@@ -227,14 +227,14 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         if let Some(plan) = nrt {
             // Created at start with the recovered state; every later change follows.
             let observer = plan.start(nrt_metrics)?;
-            lifecycle::spawn_nrt_follower(observer.status(), health.clone());
+            health::spawn_nrt_follower(observer.status(), health.clone());
             engine.set_observer(Box::new(observer));
         }
         let engine = Arc::new(Mutex::new(engine));
-        lifecycle::spawn_link_follower(connection.watch(), health.clone(), metrics.clone());
+        health::spawn_link_follower(connection.watch(), health.clone(), metrics.clone());
         retry::spawn_state_retry(engine.clone(), outage, health.clone());
         let probe = engine.clone();
-        lifecycle::spawn_heartbeat(health, move || {
+        health::spawn_heartbeat(health, move || {
             !matches!(probe.try_lock(), Err(std::sync::TryLockError::WouldBlock))
         });
         let plugin = Arc::new(
@@ -242,7 +242,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
                 .with_kubelet(kubelet, Some(metrics.clone())),
         );
         // Where the runtime sends no Synchronize, what runs is listed over its CRI.
-        crate::enforce::backfill::spawn(connection.watch(), plugin.clone());
+        crate::enforce::cri_listing::spawn(connection.watch(), plugin.clone());
         if let Some(path) = args.config.clone() {
             let plugin = plugin.clone();
             let counted = metrics.clone();
@@ -278,7 +278,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
                     let _ = tokio::signal::ctrl_c().await;
                 }
             }
-            lifecycle::notify_stopping();
+            health::notify_stopping();
         };
         connection.serve(plugin, stop).await?;
         Ok(())

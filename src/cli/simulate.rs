@@ -84,7 +84,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let choice = GpuChoice::parse(&args.kubelet_gpu_choice).with_context(|| {
         format!(
             "unknown --kubelet-gpu-choice {}; expected one of: preferred lowest",
-            crate::limits::quoted(&args.kubelet_gpu_choice)
+            crate::untrusted::quoted(&args.kubelet_gpu_choice)
         )
     })?;
     let nic = NicPlugin::parse(
@@ -95,7 +95,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     .with_context(|| {
         format!(
             "unknown --kubelet-nic-plugin {}; expected one of: shared sriov per-nic",
-            crate::limits::quoted(&args.kubelet_nic_plugin)
+            crate::untrusted::quoted(&args.kubelet_nic_plugin)
         )
     })?;
     if args.churn {
@@ -126,7 +126,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let Some(workload) = &args.workload else {
         bail!("give the workload: --workload FILE (or --churn)")
     };
-    let text = crate::limits::read_to_string(workload, crate::limits::MAX_DOCUMENT_BYTES)
+    let text = crate::untrusted::read_to_string(workload, crate::untrusted::MAX_DOCUMENT_BYTES)
         .with_context(|| format!("reading workload {}", workload.display()))?;
     let wl = Workload::parse(&text).with_context(|| format!("in {}", workload.display()))?;
     let report = simulate::replay_plugins(
@@ -209,7 +209,7 @@ const MAX_CHURN_SEEDS: u64 = 100;
 /// Reads a configuration file in `nri-align run --config` format (a file with only the
 /// placement keys, the format this command read before, is one).
 pub fn load_config(path: &Path) -> anyhow::Result<Config> {
-    let text = crate::limits::read_to_string(path, crate::limits::MAX_CONFIG_BYTES)
+    let text = crate::untrusted::read_to_string(path, crate::untrusted::MAX_CONFIG_BYTES)
         .with_context(|| format!("reading config {}", path.display()))?;
     Ok(Config::parse(&text, &path.display().to_string())?)
 }

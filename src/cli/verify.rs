@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::enforce::drift::{verify, Verdict};
+use crate::enforce::verify::{verify, Verdict};
 use crate::enforce::state::{Loaded, StateStore};
 
 /// Arguments of `nri-align verify`.

@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::limits;
+use crate::untrusted;
 use crate::placement::{GpuMode, PlacementConfig, Policy, Scope};
 
 mod nrt;
@@ -199,7 +199,7 @@ pub struct Config {
     /// only there is aligned to, never held, remapped or given.
     pub trust_visible_devices_env: bool,
     /// The runtime's CRI socket, read to list what runs when the runtime launched nri-align
-    /// and sends it no Synchronize (containerd 1.7, `enforce::backfill`). `None`: the
+    /// and sends it no Synchronize (containerd 1.7, `enforce::cri_listing`). `None`: the
     /// runtime's packaged socket, by the name Configure gives; an empty path: never listed.
     pub cri_socket: Option<PathBuf>,
     /// State directory; `None` means the command-line default.
@@ -243,7 +243,7 @@ impl Default for Config {
 impl Config {
     /// Parses YAML text; `origin` names it in error messages.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        limits::check_len("the configuration", text.len(), limits::MAX_CONFIG_BYTES).map_err(
+        untrusted::check_len("the configuration", text.len(), untrusted::MAX_CONFIG_BYTES).map_err(
             |message| ConfigError::Invalid {
                 origin: origin.to_string(),
                 message,
@@ -256,13 +256,13 @@ impl Config {
             // serde repeats a bad value whole: keep the message's start and end only.
             serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse {
                 origin: origin.to_string(),
-                message: limits::message(&e.to_string()),
+                message: untrusted::message(&e.to_string()),
             })?
         };
         // Every check below names the value it refuses; a backstop keeps any of them bounded.
         let invalid = |message: String| ConfigError::Invalid {
             origin: origin.to_string(),
-            message: limits::message(&message),
+            message: untrusted::message(&message),
         };
         let defaults = PlacementConfig::default();
         let podresources = podresources_config(&raw).map_err(&invalid)?;
@@ -292,7 +292,7 @@ impl Config {
             Some(a) => Some(a.parse::<SocketAddr>().map_err(|e| {
                 invalid(format!(
                     "metrics_address {} is not HOST:PORT ({e})",
-                    limits::quoted(a)
+                    untrusted::quoted(a)
                 ))
             })?),
         };
@@ -302,7 +302,7 @@ impl Config {
         if let Some(ns) = raw.exempt_namespaces.iter().find(|n| n.trim().is_empty()) {
             return Err(invalid(format!(
                 "exempt_namespaces has an empty entry {}",
-                limits::quoted(ns)
+                untrusted::quoted(ns)
             )));
         }
         if let Some(ns) = raw
@@ -312,7 +312,7 @@ impl Config {
         {
             return Err(invalid(format!(
                 "exclusive_annotation_namespaces has an empty entry {}",
-                limits::quoted(ns)
+                untrusted::quoted(ns)
             )));
         }
         let nrt = raw.nrt.unwrap_or_default().resolve().map_err(invalid)?;
@@ -442,7 +442,7 @@ fn podresources_config(raw: &RawConfig) -> Result<Option<PodResourcesConfig>, St
     {
         return Err(format!(
             "podresources_resources has a bad entry {}",
-            limits::quoted(r)
+            untrusted::quoted(r)
         ));
     }
     let ms = raw
@@ -468,7 +468,7 @@ pub fn validate_idx(idx: &str) -> Result<(), String> {
     } else {
         Err(format!(
             "plugin_idx {} must be exactly two digits",
-            limits::quoted(idx)
+            untrusted::quoted(idx)
         ))
     }
 }
@@ -565,7 +565,7 @@ mod tests {
         );
 
         // Over the size limit: refused before parsing, from a file or from the runtime.
-        let huge = format!("# {}\n", "c".repeat(limits::MAX_CONFIG_BYTES as usize));
+        let huge = format!("# {}\n", "c".repeat(untrusted::MAX_CONFIG_BYTES as usize));
         let msg = Config::from_dropin(&huge, false)
             .expect_err("huge")
             .to_string();

@@ -97,7 +97,7 @@ impl RawNrt {
                 return Err(format!(
                     "nrt.node_name {} is not a Kubernetes node name (lowercase letters, \
                      digits, '-' and '.', at most 253 characters)",
-                    crate::limits::quoted(&n)
+                    crate::untrusted::quoted(&n)
                 ))
             }
             other => other,
@@ -113,7 +113,7 @@ impl RawNrt {
                     "nrt.{key} {} is not an extended resource name: give it as the device \
                      plugin registers it, DOMAIN/NAME (e.g. nvidia.com/gpu), or null to leave \
                      the devices out",
-                    crate::limits::quoted(&name)
+                    crate::untrusted::quoted(&name)
                 )),
             };
         let resources = ResourceNames {

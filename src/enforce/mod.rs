@@ -7,12 +7,12 @@
 //! [`drift`] checks running containers against them (`nri-align verify`).
 
 pub mod adjust;
-pub mod backfill;
+pub mod cri_listing;
 pub mod container;
-pub mod drift;
+pub mod verify;
 pub mod engine;
 pub mod inputs;
-pub mod kubelet;
+pub mod podresources;
 pub mod nri;
 pub mod state;
 #[cfg(test)]

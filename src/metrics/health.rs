@@ -2,7 +2,7 @@
 //!
 //! - **Liveness** (`/healthz`): the process can still do its job. A heartbeat task stamps
 //!   [`Health::beat`] about every second, and only after it could take the engine lock (see
-//!   `cli/run/lifecycle.rs`); `/healthz` fails once the last stamp is older than
+//!   `cli/run/health.rs`); `/healthz` fails once the last stamp is older than
 //!   [`Health::stall_after`]: the async runtime is stalled, or a handler is wedged under the
 //!   engine lock. It never depends on the runtime connection: a containerd restart must not
 //!   make the kubelet kill nri-align, which reconnects by itself.

@@ -264,10 +264,10 @@ fn requests(
     for c in &pod.containers {
         // Names and values come from the file: errors repeat only their start.
         let bad = |what, value: &Quantity, hint| WorkloadError::Quantity {
-            pod: crate::limits::excerpt(&pod.name),
-            container: crate::limits::excerpt(&c.name),
+            pod: crate::untrusted::excerpt(&pod.name),
+            container: crate::untrusted::excerpt(&c.name),
             what,
-            value: crate::limits::excerpt(&value.to_string()),
+            value: crate::untrusted::excerpt(&value.to_string()),
             hint,
         };
         let request = match &c.cpu {
@@ -397,13 +397,13 @@ pub fn replay_plugins(
             .find(|p| &p.name == name)
             .ok_or_else(|| WorkloadError::Event {
                 index: step,
-                reason: format!("no pod named {}", crate::limits::quoted(name)),
+                reason: format!("no pod named {}", crate::untrusted::quoted(name)),
             })?;
         if add {
             if live.contains_key(name) {
                 return Err(WorkloadError::Event {
                     index: step,
-                    reason: format!("pod {} is already running", crate::limits::quoted(name)),
+                    reason: format!("pod {} is already running", crate::untrusted::quoted(name)),
                 }
                 .into());
             }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
     /// YAML/JSON syntax or schema (serde's message, which repeats a bad value, is cut).
-    #[error("invalid workload: {}", crate::limits::message(&.0.to_string()))]
+    #[error("invalid workload: {}", crate::untrusted::message(&.0.to_string()))]
     Parse(#[from] serde_yaml_ng::Error),
     /// More text than any workload needs.
     #[error("invalid workload: {0}")]
@@ -152,10 +152,10 @@ impl Event {
 impl Workload {
     /// Parses YAML or JSON (JSON is YAML).
     pub fn parse(text: &str) -> Result<Self, WorkloadError> {
-        crate::limits::check_len(
+        crate::untrusted::check_len(
             "the workload",
             text.len(),
-            crate::limits::MAX_DOCUMENT_BYTES,
+            crate::untrusted::MAX_DOCUMENT_BYTES,
         )
         .map_err(WorkloadError::TooLarge)?;
         let w: Workload = serde_yaml_ng::from_str(text)?;
@@ -163,13 +163,13 @@ impl Workload {
         for (i, p) in w.pods.iter().enumerate() {
             if w.pods[..i].iter().any(|q| q.name == p.name) {
                 return Err(WorkloadError::Pod {
-                    pod: crate::limits::excerpt(&p.name),
+                    pod: crate::untrusted::excerpt(&p.name),
                     reason: "defined twice; pod names must be unique".into(),
                 });
             }
             if p.containers.is_empty() {
                 return Err(WorkloadError::Pod {
-                    pod: crate::limits::excerpt(&p.name),
+                    pod: crate::untrusted::excerpt(&p.name),
                     reason: "has no containers".into(),
                 });
             }

@@ -254,7 +254,7 @@ impl<P: Placer> Engine<P> {
         updates
     }
 
-    /// Takes in what the runtime's CRI lists ([`crate::enforce::backfill`]), for runtimes that
+    /// Takes in what the runtime's CRI lists ([`crate::enforce::cri_listing`]), for runtimes that
     /// send no Synchronize: every created or running container the engine has no record of is
     /// recorded as it runs, as Synchronize would have done. Unlike Synchronize it never
     /// releases a record: a container created between the listing and this call is not in the

@@ -173,9 +173,9 @@ pub fn find(topo: &Topology, c: &ContainerView, trust_env: bool) -> Result<Found
     let mut f = Found::default();
     // Everything here comes from the runtime: never repeat more than the start of it.
     let unknown = |origin: String, given: String| RequestError::UnknownGpu {
-        container: crate::limits::excerpt(&c.name),
-        origin: crate::limits::excerpt(&origin),
-        given: crate::limits::quoted(&given),
+        container: crate::untrusted::excerpt(&c.name),
+        origin: crate::untrusted::excerpt(&origin),
+        given: crate::untrusted::quoted(&given),
     };
     // MIG capability nodes beside a GPU node: the GPU node is a MIG device's parent.
     let has_mig_caps = c.devices.iter().any(|d| {

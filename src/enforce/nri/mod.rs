@@ -56,7 +56,7 @@ pub struct Link {
     /// One line: what it is connected to, or why not and what happens next.
     pub description: String,
     /// Ready on Configure alone: the runtime launched the plugin and sends it no Synchronize
-    /// (NRI before v0.7.0), so what runs must be learned some other way (`enforce::backfill`).
+    /// (NRI before v0.7.0), so what runs must be learned some other way (`enforce::cri_listing`).
     pub without_synchronize: bool,
     /// The runtime's name as Configure gave it (`containerd`, `cri-o`), once configured.
     pub runtime_name: Option<String>,

@@ -18,7 +18,7 @@ use super::convert::{
 use crate::config::Config;
 use crate::enforce::adjust::CpusetUpdate;
 use crate::enforce::engine::{Engine, EngineError, Placer};
-use crate::enforce::kubelet::KubeletSource;
+use crate::enforce::podresources::KubeletSource;
 use crate::metrics::Metrics;
 
 /// The events nri-align handles (all known to NRI v0.6.1, so no version gating is needed).
@@ -57,7 +57,7 @@ pub struct AlignPlugin<P: Placer> {
     kubelet: Option<Arc<KubeletSource>>,
     metrics: Option<Arc<Metrics>>,
     /// True while the running containers are being listed over CRI (a runtime that sends
-    /// this plugin no Synchronize, `enforce::backfill`): creations wait for the listing.
+    /// this plugin no Synchronize, `enforce::cri_listing`): creations wait for the listing.
     learning: tokio::sync::watch::Sender<bool>,
 }
 
@@ -85,7 +85,7 @@ impl<P: Placer> AlignPlugin<P> {
     /// unknown.
     pub fn cri_socket(&self, runtime: &str) -> Option<std::path::PathBuf> {
         let configured = self.engine().config().cri_socket.clone();
-        crate::enforce::backfill::socket_for(configured.as_deref(), runtime)
+        crate::enforce::cri_listing::socket_for(configured.as_deref(), runtime)
     }
 
     /// The running containers are being listed over CRI: creations wait for [`Self::learned`],
@@ -96,7 +96,7 @@ impl<P: Placer> AlignPlugin<P> {
 
     /// Takes in what the CRI listing found (`None`: it could not be had, already said in the
     /// log) and lets waiting creations go on.
-    pub fn learned(&self, listing: Option<crate::enforce::backfill::Listing>) {
+    pub fn learned(&self, listing: Option<crate::enforce::cri_listing::Listing>) {
         if let Some(l) = listing {
             let (adopted, ups) = self.engine().adopt_listed(&l.pods, &l.containers);
             tracing::info!(

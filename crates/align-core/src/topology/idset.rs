@@ -45,8 +45,8 @@ pub type NodeSet = IdSet;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "invalid id list {}: {}",
-    crate::limits::quoted(.input),
-    crate::limits::message(.reason)
+    crate::untrusted::quoted(.input),
+    crate::untrusted::message(.reason)
 )]
 pub struct ParseIdSetError {
     /// The text that was given (errors repeat only its start: it may come from outside).

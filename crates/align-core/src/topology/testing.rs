@@ -35,7 +35,7 @@ pub const GPU_HOSTS: [&str; 5] = [
 /// only tests and benches use, such as the 16-GPU ones), else the shipped one of that name.
 pub fn fixture_or_shipped(name: &str) -> Topology {
     let path = format!(
-        "{}/tests/fixtures/hosts/{name}.yaml",
+        "{}/../../tests/fixtures/hosts/{name}.yaml",
         env!("CARGO_MANIFEST_DIR")
     );
     match std::fs::read_to_string(&path) {

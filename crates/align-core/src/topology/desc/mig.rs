@@ -79,7 +79,7 @@ pub(super) fn check(i: usize, mig: bool, devices: &[MigDesc]) -> Result<(), Stri
         if !profile_ok {
             return Err(format!(
                 "gpus[{i}].mig_devices[{j}].profile {:?} must look like 1g.10gb",
-                crate::limits::excerpt(&m.profile)
+                crate::untrusted::excerpt(&m.profile)
             ));
         }
         if let Some(u) = &m.uuid {
@@ -90,7 +90,7 @@ pub(super) fn check(i: usize, mig: bool, devices: &[MigDesc]) -> Result<(), Stri
             if !body_ok {
                 return Err(format!(
                     "gpus[{i}].mig_devices[{j}].uuid {:?} must look like MIG-xxxxxxxx-...",
-                    crate::limits::excerpt(u)
+                    crate::untrusted::excerpt(u)
                 ));
             }
         }

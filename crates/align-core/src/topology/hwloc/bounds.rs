@@ -7,7 +7,7 @@
 use roxmltree::Node;
 
 use super::HwlocError;
-use crate::limits::excerpt;
+use crate::untrusted::excerpt;
 
 /// Deepest element nesting imported. lstopo's deepest captures (Machine, Package, Die, Group,
 /// L3, L2, L1d, L1i, Core, PU, or a host bridge with a few PCIe switch levels) stay under 30.

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use super::error::PlacementError;
 use super::policy::{CpuPreference, PlacementConfig, Policy, Scope};
-use crate::limits::{excerpt, quoted};
+use crate::untrusted::{excerpt, quoted};
 
 /// The annotation domain.
 pub const DOMAIN: &str = "nri-align.io";

@@ -177,5 +177,5 @@ fn select(resources: &[String], c: &proto::ContainerResources) -> Vec<KubeletDev
 }
 
 #[cfg(test)]
-#[path = "kubelet_tests.rs"]
+#[path = "podresources_tests.rs"]
 mod tests;

@@ -6,39 +6,39 @@
 pub const SHIPPED: &[(&str, &str)] = &[
     (
         "dgx-a100-mig",
-        include_str!("../../../packaging/hosts/dgx-a100-mig.yaml"),
+        include_str!("../../../../../packaging/hosts/dgx-a100-mig.yaml"),
     ),
     (
         "dgx-h100",
-        include_str!("../../../packaging/hosts/dgx-h100.yaml"),
+        include_str!("../../../../../packaging/hosts/dgx-h100.yaml"),
     ),
     (
         "dgx1-v100",
-        include_str!("../../../packaging/hosts/dgx1-v100.yaml"),
+        include_str!("../../../../../packaging/hosts/dgx1-v100.yaml"),
     ),
     (
         "epyc-nps4",
-        include_str!("../../../packaging/hosts/epyc-nps4.yaml"),
+        include_str!("../../../../../packaging/hosts/epyc-nps4.yaml"),
     ),
     (
         "grace-hopper",
-        include_str!("../../../packaging/hosts/grace-hopper.yaml"),
+        include_str!("../../../../../packaging/hosts/grace-hopper.yaml"),
     ),
     (
         "localhost-1n",
-        include_str!("../../../packaging/hosts/localhost-1n.yaml"),
+        include_str!("../../../../../packaging/hosts/localhost-1n.yaml"),
     ),
     (
         "numa16-1024",
-        include_str!("../../../packaging/hosts/numa16-1024.yaml"),
+        include_str!("../../../../../packaging/hosts/numa16-1024.yaml"),
     ),
     (
         "pcie-4gpu",
-        include_str!("../../../packaging/hosts/pcie-4gpu.yaml"),
+        include_str!("../../../../../packaging/hosts/pcie-4gpu.yaml"),
     ),
     (
         "vm-2s4n",
-        include_str!("../../../packaging/hosts/vm-2s4n.yaml"),
+        include_str!("../../../../../packaging/hosts/vm-2s4n.yaml"),
     ),
 ];
 
@@ -58,7 +58,7 @@ mod tests {
 
     #[test]
     fn every_file_of_packaging_hosts_is_built_in_and_valid() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/hosts");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/hosts");
         let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
             .expect("packaging/hosts")
             .filter_map(|e| e.ok())

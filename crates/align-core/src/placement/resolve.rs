@@ -8,7 +8,7 @@ use super::error::PlacementError;
 use super::ledger::Ledger;
 use super::policy::{CpuPreference, GpuMode, PlacementConfig};
 use super::request::Request;
-use crate::limits::excerpt;
+use crate::untrusted::excerpt;
 
 /// A request with its settings resolved and its devices turned into indices.
 #[derive(Debug, Clone)]

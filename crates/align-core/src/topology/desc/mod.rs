@@ -327,7 +327,7 @@ pub fn shipped_dirs() -> Vec<PathBuf> {
         dirs.push(prefix.join("share/nri-align/hosts"));
     }
     dirs.push(PathBuf::from("/usr/share/nri-align/hosts"));
-    dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/hosts"));
+    dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/hosts"));
     dirs
 }
 
@@ -584,7 +584,7 @@ mod tests {
     #[test]
     fn shipped_names_and_paths_both_load() {
         let by_name = HostDesc::load("pcie-4gpu").expect("shipped name");
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/hosts/pcie-4gpu.yaml");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/hosts/pcie-4gpu.yaml");
         let by_path = HostDesc::load(&path.to_string_lossy()).expect("path");
         assert_eq!(by_name, by_path);
         assert!(matches!(

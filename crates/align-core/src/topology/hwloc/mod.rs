@@ -10,7 +10,7 @@ use roxmltree::Node;
 
 use super::idset::{CpuSet, MAX_ID};
 use super::model::{Cpu, HugePages, NumaNode, Topology};
-use crate::limits::MAX_HWLOC_BYTES;
+use crate::untrusted::MAX_HWLOC_BYTES;
 pub use bounds::{MAX_DEPTH, MAX_GPUS, MAX_NUMA_NODES, MAX_PCI_OBJECTS, MAX_PUS};
 
 /// Why an hwloc XML file could not be imported.
@@ -26,7 +26,7 @@ pub enum HwlocError {
         source: std::io::Error,
     },
     /// Not well-formed XML (roxmltree's message repeats tag names: cut like other outside text).
-    #[error("not valid XML: {}", crate::limits::message(&.0.to_string()))]
+    #[error("not valid XML: {}", crate::untrusted::message(&.0.to_string()))]
     Xml(#[from] roxmltree::Error),
     /// Well-formed, but not an hwloc topology.
     #[error("not an hwloc v2 topology: {0}")]
@@ -43,8 +43,8 @@ const MAX_NODES: u32 = 4_000_000;
 
 /// Imports the capture in `path`.
 pub fn import_file(path: &Path) -> Result<Topology, HwlocError> {
-    let text = crate::limits::read_to_string(path, MAX_HWLOC_BYTES).map_err(|e| match e {
-        crate::limits::ReadError::Io(source) => HwlocError::Io {
+    let text = crate::untrusted::read_to_string(path, MAX_HWLOC_BYTES).map_err(|e| match e {
+        crate::untrusted::ReadError::Io(source) => HwlocError::Io {
             path: path.to_path_buf(),
             source,
         },
@@ -66,7 +66,7 @@ pub fn import_str(xml: &str, source: &str) -> Result<Topology, HwlocError> {
     if root.tag_name().name() != "topology" {
         return Err(HwlocError::NotHwloc(format!(
             "root element is <{}>",
-            crate::limits::excerpt(root.tag_name().name())
+            crate::untrusted::excerpt(root.tag_name().name())
         )));
     }
     bounds::check(root)?;
