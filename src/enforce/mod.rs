@@ -4,7 +4,7 @@
 //! [`engine`] handles each event (recovery and reconciliation included) and asks the placer
 //! through its seam, [`inputs`] turns a [`container`] into a placement request, [`adjust`]
 //! turns a decision into the container's adjustment, [`state`] persists the decisions and
-//! [`drift`] checks running containers against them (`nri-align verify`).
+//! [`verify`] checks running containers against them (`nri-align verify`).
 
 pub mod adjust;
 pub mod cri_listing;
