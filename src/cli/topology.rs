@@ -42,6 +42,10 @@ pub struct TopologyArgs {
     /// the object carries (with `--nrt`) [default: the defaults].
     #[arg(long, requires = "nrt")]
     pub config: Option<PathBuf>,
+    /// Draw the host as an SVG picture into FILE (`-`: standard output), as lstopo draws a
+    /// machine: packages, NUMA nodes, L3 groups, cores, threads, GPUs, NICs, memory-only nodes.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["nrt", "json"])]
+    pub svg: Option<PathBuf>,
 }
 
 /// Prints the topology.
@@ -61,6 +65,9 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
         .without_time()
         .try_init();
     let topo = load(&source, args.nvml_lib.as_deref())?;
+    if let Some(file) = &args.svg {
+        return write_svg(file, &topology::picture::render_svg(&topo, None));
+    }
     let text = if let Some(node) = &args.nrt {
         let config = match &args.config {
             Some(path) => Config::load(path)?,
@@ -82,6 +89,17 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
     }
+}
+
+/// Writes a picture to `file`, or to standard output for `-` (a closed pipe is not a failure).
+pub fn write_svg(file: &std::path::Path, svg: &str) -> anyhow::Result<()> {
+    if file == std::path::Path::new("-") {
+        return match std::io::stdout().lock().write_all(svg.as_bytes()) {
+            Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            other => Ok(other?),
+        };
+    }
+    std::fs::write(file, svg).with_context(|| format!("writing the picture to {}", file.display()))
 }
 
 /// The object for node `node` of `topo` with `free` resources under `config` (no pods: the

@@ -8,6 +8,7 @@ pub mod idset;
 pub mod load;
 pub mod model;
 pub mod nvml;
+pub mod picture;
 pub mod report;
 pub mod sysfs;
 #[cfg(any(test, feature = "testing"))]
