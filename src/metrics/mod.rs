@@ -55,7 +55,7 @@ pub struct NodeLabels {
 /// Labels of `nri_align_build_info`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
-    /// The package version (`0.2.0`).
+    /// The package version (`0.3.0`).
     pub version: String,
     /// The git revision the binary was built from (`1a2b3c4d5e6f`, `-dirty` when the sources
     /// differed from it, `unknown` outside git).
