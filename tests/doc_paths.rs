@@ -84,7 +84,11 @@ fn every_path_the_docs_name_exists() {
     let mut missing = Vec::new();
     for doc in docs() {
         let text = std::fs::read_to_string(&doc).expect("doc is readable");
-        let name = doc.strip_prefix(&root).unwrap_or(&doc).display().to_string();
+        let name = doc
+            .strip_prefix(&root)
+            .unwrap_or(&doc)
+            .display()
+            .to_string();
         for (line, span) in code_spans(&text) {
             for path in paths_in(&span) {
                 checked += 1;
