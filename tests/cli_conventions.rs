@@ -1,4 +1,4 @@
-//! Issue 15.6: the command line follows the conventions operators expect. `--version` names
+//! The command line follows the conventions operators expect. `--version` names
 //! the git revision; every subcommand answers `--help`; the shell completions and the man pages
 //! generated from the same clap definition (`nri-align generate`, hidden, which
 //! hack/release-assets runs) name every subcommand, and each man page renders with groff

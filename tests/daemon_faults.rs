@@ -1,4 +1,4 @@
-//! Issue 18.6: the daemon recovers on its own from faults that used to wedge it, proven through
+//! The daemon recovers on its own from faults that used to wedge it, proven through
 //! the `nri-align run` binary with no runtime to connect to (it keeps retrying, so it is alive
 //! and not ready, which is also what `/readyz` must say):
 //! - out of file descriptors (RLIMIT_NOFILE lowered for the daemon alone), the metrics

@@ -1,4 +1,4 @@
-//! Issue 15 (health, a ConfigMap's config) and 18.6 (a config that cannot be read), on every
+//! Health, a ConfigMap's config and a config that cannot be read, on every
 //! real runtime (containerd 1.7, 2.1, CRI-O), with nri-align as the external plugin the
 //! DaemonSet and the systemd unit run:
 //! - `/readyz` turns 200 once nri-align registered and synchronized, 503 with the reason while

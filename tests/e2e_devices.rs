@@ -7,7 +7,7 @@
 //!   that exist, CUDA_VISIBLE_DEVICES and an exclusive CPU on the GPU's node;
 //! - a GPU already held is remapped to the free one, which is the only one the container sees;
 //!   one that arrives as a device node cannot be taken away, so it is refused instead;
-//! - the environment alone grants nothing (issue 18): `NVIDIA_VISIBLE_DEVICES=all` and
+//! - the environment alone grants nothing (the pod sets it): `NVIDIA_VISIBLE_DEVICES=all` and
 //!   `CUDA_VISIBLE_DEVICES=0` in a container the kubelet gave no GPU bring no device node;
 //! - an RDMA NIC's verbs node is kept and rdma_cm added;
 //! - GPUs stay held across a runtime restart: the restarted runtime's next container is

@@ -1,4 +1,4 @@
-//! Issue 15, item 1: the container image, run the way the DaemonSet runs it. `hack/build-image`
+//! The container image, run the way the DaemonSet runs it. `hack/build-image`
 //! packs this test's nri-align binary into an OCI archive, `ctr images import` loads it into a
 //! real containerd (2.1), and CRI runs it as a privileged container with the DaemonSet's
 //! arguments, environment, security settings and every one of its mounts (read from

@@ -373,7 +373,7 @@ fn prelaunched(rt: Runtime) {
         .expect("exempt container");
     let env = ctrd.cri().env(&sys).expect("env");
     assert!(!env.contains_key("NRI_ALIGN_DECISION"), "{env:?}");
-    // Exempt: never aligned, on the shared pool, never on x's exclusive CPU (issue 13).
+    // Exempt: never aligned, on the shared pool, never on x's exclusive CPU.
     let pool = all_but(&machine, cpu_id);
     assert_eq!(
         cpus_of(&ctrd, &sys),

@@ -1,4 +1,4 @@
-//! Issue 15, item 2: the Kubernetes manifests of `packaging/kubernetes/`, offline. Every
+//! The Kubernetes manifests of `packaging/kubernetes/`, offline. Every
 //! resource validates strictly against the Kubernetes OpenAPI schemas (hack/kube-validate:
 //! kubernetes-validate from PyPI, pinned, in a venv under .cache/), and a broken copy does not;
 //! the kustomization lists exactly the resource files (and `kubectl kustomize`, where a kubectl

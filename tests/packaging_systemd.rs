@@ -1,4 +1,4 @@
-//! Issue 15, item 5: `packaging/systemd/nri-align.service`. systemd's own checker accepts it
+//! `packaging/systemd/nri-align.service`. systemd's own checker accepts it
 //! with no warning (and does warn about a broken copy), its offline security review scores it
 //! as hardened, and the daemon really works with the privileges the unit leaves it: uid 0 with
 //! the unit's capability bounding set (empty) and no_new_privs, against a real containerd, it

@@ -349,7 +349,7 @@ fn keep_mode_keeps_the_allocated_gpus_and_follows_them() {
     assert_eq!(node_of(&topo, &x.cpus), vec![1]);
     // The kubelet hands a device id to one container at a time: a kept GPU given again was
     // advertised twice by its device plugin (time-slicing or MPS replicas), so the second
-    // container is aligned to it too and neither holds it alone any more (issue 13).
+    // container is aligned to it too and neither holds it alone any more.
     let y = a
         .place(&with_gpus(req("b", "p", 0, 0, &[]), &topo, &[6]))
         .expect("shared");

@@ -1,8 +1,8 @@
-//! Issue 15: a state file written by 0.1.0 (tests/fixtures/state-0.1.0, from a real run) is read
-//! by this version. Through the binary only (`nri-align verify --json`, `nri-align run`), so the
-//! checks do not depend on where the state code lives: `verify` lists every record with its pod
-//! and container, and `run` started on that state dir restores every record into its engine and
-//! keeps them (the upgrade of a running node).
+//! Upgrades keep what runs: a state file written by 0.1.0 (tests/fixtures/state-0.1.0, from a real
+//! run) is read by this version. Through the binary only (`nri-align verify --json`, `nri-align
+//! run`), so the checks do not depend on where the state code lives: `verify` lists every record
+//! with its pod and container, and `run` started on that state dir restores every record into its
+//! engine and keeps them (the upgrade of a running node).
 
 mod common;
 

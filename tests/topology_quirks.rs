@@ -1,8 +1,8 @@
 //! The sysfs reader on snapshots with the quirks real machines and their gathered trees have
-//! (issue 18.5 and 18.7): each test copies the two-socket fixture (tests/fixtures/sysfs,
-//! node0 = CPUs 0-3,8-11, node1 = 4-7,12-15, distances 10/21) and damages it the way a kernel,
-//! firmware or snapshot tool does, then checks what the reader makes of it: read as meant,
-//! repaired with a warning, or refused with an error naming the file.
+//! (hostile sizes and damaged files included): each test copies the two-socket fixture
+//! (tests/fixtures/sysfs, node0 = CPUs 0-3,8-11, node1 = 4-7,12-15, distances 10/21) and damages it
+//! the way a kernel, firmware or snapshot tool does, then checks what the reader makes of it: read
+//! as meant, repaired with a warning, or refused with an error naming the file.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -193,7 +193,7 @@ fn a_cpu_node_without_memory_is_bound_to_the_nearest_node_with_memory() {
 
 #[test]
 fn cpu_and_node_ids_no_kernel_has_are_bounded() {
-    // Issue 18.5: a `cpu4294967295` directory or an id of 4294967295 allocated gigabytes.
+    // Unbounded, a `cpu4294967295` directory or an id of 4294967295 would allocate gigabytes.
     let t = snapshot("two-socket-smt");
     let root = t.path();
     fs::create_dir_all(root.join(format!("{CPU}/cpu4294967295/topology"))).expect("mkdir");

@@ -1,4 +1,6 @@
 //! Command-line interface: one file per subcommand; `main.rs` only parses and maps errors.
+//!
+//! May use: everything. `run` is the daemon's start-up, walked step by step on the crate page.
 
 pub mod emulate;
 pub mod generate;

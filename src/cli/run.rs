@@ -527,7 +527,7 @@ mod tests {
         std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o666)).expect("chmod");
         let err = prepare(&args(Some(cfg.clone()), t.path().join("s"))).expect_err("refused");
         assert!(format!("{err:#}").contains("world-writable"), "{err:#}");
-        // Issue 18.3: group-writable was accepted.
+        // Group-writable too: anyone in the group could rewrite the policy.
         std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o664)).expect("chmod");
         let err = prepare(&args(Some(cfg), t.path().join("s"))).expect_err("refused");
         assert!(format!("{err:#}").contains("group-writable"), "{err:#}");

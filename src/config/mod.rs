@@ -34,6 +34,9 @@
 //!   resync_seconds: 60
 //!   take_over_foreign: false
 //! ```
+//!
+//! May use: `placement` (its settings), `topology`, `untrusted`, `host` (permissions), `nrt`
+//! (name checks, settings); never `enforce` or `cli`, which read it.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

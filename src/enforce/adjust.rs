@@ -178,7 +178,7 @@ pub fn build_adjustment(
     // GPUs used shared (MIG parents, replicas, GPUs only the env named) are the runtime's and
     // the device plugin's to give: their env and nodes stay as they are. Otherwise a container
     // that names GPUs in its env without holding any (`all` from a CUDA base image) sees none:
-    // only an authoritative allocation ever adds a device (issue 18).
+    // only an authoritative allocation ever adds a device, since the pod's own env could name any.
     // A MIG device the kubelet or CDI gave that NVML does not list (reconfigured since start-up)
     // was placed without alignment, fail open: the container keeps it.
     let env_names_gpus = c
@@ -212,7 +212,7 @@ pub fn build_adjustment(
 /// Whether `NVIDIA_VISIBLE_DEVICES` names only MIG devices that an authoritative source (the
 /// kubelet's PodResources answer or a CDI device name of the spec) allocated to `c`. Such an env
 /// is the device plugin's own answer, whatever nri-align could map; an env naming anything
-/// else, or a MIG device no such source names, is not (issue 18).
+/// else, or a MIG device no such source names, is not: the pod's own env could say anything.
 fn env_is_allocated_mig(c: &ContainerView) -> bool {
     use k8s_devices::nvidia::{parse_visible_devices, split_replica_id, VisibleDevices};
     let Ok(VisibleDevices::List(list)) = parse_visible_devices(c.env_var("NVIDIA_VISIBLE_DEVICES"))

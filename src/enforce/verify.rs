@@ -369,7 +369,7 @@ mod tests {
 
     #[test]
     fn a_short_id_matches_no_unrelated_process() {
-        // Issue 18.4: id `a` matched 80 unrelated processes as substrings of their paths.
+        // Matched as a substring, id `a` would claim every process whose path holds an `a`.
         let t = tempfile::tempdir().expect("tmp");
         let root = t.path();
         write(

@@ -262,7 +262,7 @@ mod tests {
             .expect("abc is visible");
         assert!(live.contains("abc") && !live.contains("gone"));
         assert_eq!(live_containers(t.path(), [("gone", "/k8s.io/gone")]), None);
-        // Issue 18.4: an id is a whole cgroup name, never a substring of another path.
+        // An id is a whole cgroup name, never a substring of another path.
         assert_eq!(live_containers(t.path(), [("a", ""), ("b", "")]), None);
         // Systemd scopes name the id after the runtime's prefix; a pod slice is no container.
         write(
@@ -396,7 +396,7 @@ mod tests {
         assert_eq!(both(&procs, &by_path), vec![10, 13]);
         let by_id = ContainerKey::new("abc", "").expect("key");
         assert_eq!(both(&procs, &by_id), vec![10, 13]);
-        // Issue 18.4: id `a` matched every process whose cgroup path contained an `a`.
+        // Matched as a substring, id `a` would claim every process whose cgroup path has an `a`.
         assert!(both(&procs, &ContainerKey::new("a", "").expect("key")).is_empty());
         assert!(ContainerKey::new("x", "/../../tmp/x").is_err());
     }

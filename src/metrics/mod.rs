@@ -1,6 +1,8 @@
 //! Prometheus metrics of the plugin: the registry, what the engine counts, the build and the
 //! state of the runtime connection. The HTTP responder that serves them, with the health
 //! endpoints, is [`http`]; what those endpoints report is [`health`].
+//!
+//! May use: nothing else of the crate, so that every layer above can count into it.
 
 pub mod health;
 pub mod http;

@@ -15,6 +15,10 @@
 //! - [`metrics`]: its counters.
 //!
 //! docs/nrt.md says what is published and why, with the upstream sources.
+//!
+//! May use: `placement` (free resources) and `topology`; the `kube` client is used only here,
+//! and the engine reaches it only through its observer seam, so no event waits for the API
+//! server.
 
 pub mod builder;
 pub mod client;

@@ -420,7 +420,8 @@ mod tests {
             .iter()
             .map(|r| (r.admitted, r.refused_repackable))
             .collect();
-        // docs/performance.md before 2026-11-27: 89 / 71 / 71 / 90, refusals 4 / 125 / 125.
+        // With one exclusive unit per NIC the kubelet's hints run out of NICs while GPUs are
+        // free: 71 pods and 125 refusals a repacking would have fitted.
         assert_eq!(got, vec![(89, 4), (71, 125), (71, 125), (90, 0)]);
     }
 

@@ -1,6 +1,9 @@
 //! `simulate`: the replay of a workload file ([`workload`]) through nri-align's allocator or the
 //! kubelet-like baseline ([`baseline`]), with every decision and the free capacity after each
 //! step.
+//!
+//! May use: `placement`, `topology` and `untrusted` only: a replay runs the plugin's allocator
+//! without a host or a runtime.
 
 pub mod baseline;
 pub mod churn;

@@ -1,6 +1,6 @@
 //! The RDMA NICs of the kubelet baseline: which device plugin advertises them, and how the
-//! kubelet's device manager then hints and picks them. Written from the public sources (read
-//! 2026-11-27; none copied):
+//! kubelet's device manager then hints and picks them. Written from the public sources at the
+//! versions below (none copied):
 //! - SR-IOV network device plugin (github.com/k8snetworkplumbingwg/sriov-network-device-plugin,
 //!   v3.11.0 and main at 40b6f507): one device per VF of a resource pool
 //!   (`pkg/netdevice/netDeviceProvider.go` `AddTargetDevices` skips a PF with VFs configured and
@@ -59,7 +59,7 @@ pub enum NicPlugin {
         vfs_per_pf: u32,
     },
     /// One exclusive unit per NIC with its NUMA node (the SR-IOV plugin over PFs without VFs,
-    /// the host-device network); the baseline before 2026-11-27.
+    /// the host-device network): with 2 NICs a node, its hints run out of NICs before GPUs.
     PerNic,
 }
 

@@ -27,7 +27,7 @@ pub enum Outcome {
 }
 
 /// Longest error message a target accepts for any input: errors must never repeat a hostile
-/// value whole (issue 18, point 5).
+/// value whole (a megabyte annotation must not come back in a CRI error or a log line).
 pub const MAX_ERROR_BYTES: usize = 2048;
 
 /// Asserts that an error message is bounded and says something.

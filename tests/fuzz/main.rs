@@ -1,4 +1,4 @@
-//! Fuzz targets for every parser of outside input (issue 18, point 8), on stable Rust: the
+//! Fuzz targets for every parser of outside input, on stable Rust: the
 //! NRI socket's multiplexer framing, ttrpc and NRI message decoding, the placement
 //! annotations, the configuration, `simulate` workloads, the sysfs reader and the hwloc
 //! importer. `harness.rs` has the mutation loop and its budget; `hack/test` runs each target

@@ -277,7 +277,7 @@ fn write_protocol_corpus() {
         std::fs::create_dir_all(root.join("mux")).unwrap();
         std::fs::write(root.join("mux").join(name), mux).unwrap();
     }
-    // Known-hostile: the garbage header of issue 18 and an oversized mux frame.
+    // Known-hostile: a garbage ttrpc header and an oversized mux frame.
     std::fs::write(
         root.join("ttrpc/garbage-header"),
         [0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 1, 1, 0],

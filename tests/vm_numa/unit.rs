@@ -1,5 +1,5 @@
-//! nri-align as the shipped systemd unit (`packaging/systemd/nri-align.service`, issue 15 item
-//! 5) in the systemd guest: installed the way docs/install.md says (the unit file verbatim, the
+//! nri-align as the shipped systemd unit (`packaging/systemd/nri-align.service`) in the
+//! systemd guest: installed the way docs/install.md says (the unit file verbatim, the
 //! binary at the path its `ExecStart=` names, the config in `/etc/nri-align/`, the runtime's
 //! socket in `/etc/default/nri-align`), started with `systemctl start --no-block` before the
 //! runtime is up, so its `Type=notify` contract is what systemd reports: `activating` while no

@@ -1,5 +1,5 @@
 //! The store on a real directory: round trips, the append-only log and its compaction, the
-//! 0.1.0 migration, damaged files, and the hostile directories of issue 18 (planted symlinks,
+//! 0.1.0 migration, damaged files, and hostile directories (planted symlinks,
 //! group-writable or foreign dirs, a second daemon).
 
 use std::os::unix::fs::PermissionsExt;
@@ -206,7 +206,7 @@ fn a_0_1_0_document_is_migrated_to_the_log_on_first_start() {
     assert_eq!(names(ro.path()), vec![LEGACY_FILE.to_string()]);
 }
 
-// Issue 18, point 3: each of these failed on 0.1.0's store (it wrote through a planted
+// Each of these failed on 0.1.0's store (it wrote through a planted
 // `.state.json.<pid>.tmp` symlink, accepted group-writable and foreign dirs, and let a second
 // daemon write the same file).
 

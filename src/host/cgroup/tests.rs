@@ -95,7 +95,7 @@ fn the_repair_finds_a_systemd_scope_from_its_slice_prefix_name_path() {
 
 #[test]
 fn runtime_paths_that_leave_the_cgroup_root_are_refused_and_nothing_is_written() {
-    // Issue 18.4: `/../../../../tmp/x` made the daemon write cpuset.cpus into /tmp/x.
+    // Followed blindly, `/../../../../tmp/x` would write cpuset.cpus into /tmp/x.
     let t = tempfile::tempdir().expect("tmp");
     v1_host(t.path(), "0-3");
     write(t.path(), "tmp/x/cpuset.cpus", "0-3\n");

@@ -3,6 +3,9 @@
 //!
 //! The contract other modules rely on: [`Request`] in, [`Assignment`] or [`PlacementError`]
 //! out, through an [`Allocator`] that owns the live allocations.
+//!
+//! May use: `topology` and `untrusted`; nothing of the host or the wire, so a decision depends
+//! on its inputs alone.
 
 pub mod allocator;
 pub mod annotations;

@@ -368,7 +368,7 @@ mod tests {
         for s in ["a", "3-1", "1-", ",", "99999999"] {
             assert!(IdSet::parse_list(s).is_err(), "{s} should fail");
         }
-        // Issue 18.5: a megabyte list (a config value, a sysfs file) is not echoed whole.
+        // A megabyte list (a config value, a sysfs file) is not echoed whole.
         let huge = format!("0,{}x", "1,".repeat(500_000));
         let msg = IdSet::parse_list(&huge).expect_err("bad").to_string();
         assert!(msg.len() < 1200, "{} bytes", msg.len());
@@ -408,7 +408,7 @@ mod tests {
 
     #[test]
     fn ids_beyond_the_bound_are_refused_in_both_serialised_forms() {
-        // Issue 18.5: `[4294967295]` allocated 512 MiB and aborted.
+        // Unbounded, `[4294967295]` would allocate 512 MiB and abort.
         let e = serde_json::from_str::<IdSet>("[0, 4294967295]").expect_err("refused");
         assert!(e.to_string().contains("too large"), "{e}");
         assert!(serde_json::from_str::<IdSet>(&format!("[{MAX_ID}]")).is_err());

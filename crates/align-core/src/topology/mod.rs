@@ -1,5 +1,8 @@
 //! Host topology: the model, how it is read (sysfs under a root, NVML, hwloc XML), emulated
 //! host descriptions, and the human/JSON report.
+//!
+//! May use: `untrusted` only. It reads sysfs and procfs only under the root it is given and NVML
+//! only through [`nvml`]; it describes a host, never acts on one.
 
 pub mod desc;
 pub mod emulate;

@@ -1,4 +1,4 @@
-//! The kubelet's semantics on the real allocator (issues 13 and 18): what is an allocation and
+//! The kubelet's semantics on the real allocator: what is an allocation and
 //! what is not, shared and MIG GPUs, annotations that never widen, isolated CPUs, exempt
 //! namespaces, decisions kept from StopContainer to RemoveContainer and across restarts, init
 //! containers' CPUs reused, a reload that would empty the shared pool refused.

@@ -1,4 +1,4 @@
-//! Random event sequences on the engine with the real allocator (issue 18, point 2): create,
+//! Random event sequences on the engine with the real allocator: create,
 //! CRI update, stop, remove, restart of the same container, pod removal, Synchronize and
 //! reload, with shared, exclusive, isolated, GPU (kubelet, env, replica) and exempt
 //! containers. After every event: no CPU is both exclusive and shared, no empty cpuset is

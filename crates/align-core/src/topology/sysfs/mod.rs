@@ -238,7 +238,7 @@ mod tests {
             Some("0-3,64".into())
         );
         assert!(parse_mask("zz").is_none());
-        // A bit past MAX_ID (issue 18.5): garbage, not a 512 MiB set.
+        // A bit past MAX_ID: garbage, not a 512 MiB set.
         let huge = format!("1{}", "0".repeat((MAX_ID / 4) as usize));
         assert!(parse_mask(&huge).is_none());
     }
