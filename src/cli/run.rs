@@ -242,7 +242,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
                 .with_kubelet(kubelet, Some(metrics.clone())),
         );
         // Where the runtime sends no Synchronize, what runs is listed over its CRI.
-        crate::enforce::cri_listing::spawn(connection.watch(), plugin.clone());
+        crate::enforce::nri::learning::spawn(connection.watch(), plugin.clone());
         if let Some(path) = args.config.clone() {
             let plugin = plugin.clone();
             let counted = metrics.clone();

@@ -2,19 +2,13 @@
 //! containerd/nri `pkg/api/api.proto`) and enforcement's own structs: the only file of `enforce`
 //! that sees generated types.
 
-use std::collections::HashMap;
-
 use nri_protocol::api::{self, MessageField};
 
 use crate::enforce::adjust::Adjustment;
 use crate::enforce::container::{
-    ContainerState, ContainerView, DeviceNode, DeviceRule, MountView, PodView, ResourcesView,
+    sorted, ContainerState, ContainerView, DeviceNode, DeviceRule, MountView, PodView,
+    ResourcesView,
 };
-
-/// A protobuf map in a stable order, as the engine's views keep annotations (also for CRI's).
-pub(crate) fn sorted(m: &HashMap<String, String>) -> std::collections::BTreeMap<String, String> {
-    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-}
 
 /// `PodSandbox` -> [`PodView`].
 pub fn pod_view(p: &api::PodSandbox) -> PodView {
