@@ -4,7 +4,7 @@
 //! [`engine`] handles each event (recovery and reconciliation included) and asks the placer
 //! through its seam, [`inputs`] turns a [`container`] into a placement request, [`adjust`]
 //! turns a decision into the container's adjustment, [`state`] persists the decisions and
-//! [`drift`] checks running containers against them (`nri-align verify`).
+//! [`verify`] checks running containers against them (`nri-align verify`).
 
 // Each step of the create path stays short enough to read at once (clippy.toml sets 80).
 #![warn(clippy::too_many_lines)]

@@ -203,9 +203,10 @@ async fn status_of<'a>(
     (c, state, client.container_status(&req).await)
 }
 
-/// Lists over `socket`, retrying until [`TRY_FOR`] has passed; `slow` is called once when
-/// [`HOLD_CREATIONS_FOR`] has passed without a listing (so that creations stop waiting). What
-/// cannot be had is said in the log, with what to change; `None` then.
+/// Lists over `socket`, retrying until `TRY_FOR` (two minutes) has passed; `slow` is called
+/// once when `HOLD_CREATIONS_FOR` (ten seconds) has passed without a listing (so that
+/// creations stop waiting). What cannot be had is said in the log, with what to change; `None`
+/// then.
 pub async fn learn(socket: &Path, slow: impl FnOnce()) -> Option<Listing> {
     let started = Instant::now();
     let mut tries = 0u32;
