@@ -185,10 +185,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     let nrt = NrtPlan::prepare(&args, &config, &topology, &host_root)?;
     let allocator = Allocator::new(Arc::clone(&topology), config.placement.clone());
     let metrics_address = config.metrics_address;
-    let kubelet = config.podresources.clone().map(|c| {
-        tracing::info!(socket = %c.socket.display(), resources = %c.resources.join(","), timeout_ms = c.timeout.as_millis() as u64, "reading allocations from the kubelet's PodResources API");
-        Arc::new(crate::enforce::podresources::KubeletSource::new(c))
-    });
+    let kubelet = kubelet_source(&config);
     let mut engine = Engine::new(
         allocator,
         config,
@@ -242,47 +239,68 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
                 .with_kubelet(kubelet, Some(metrics.clone())),
         );
         // Where the runtime sends no Synchronize, what runs is listed over its CRI.
-        crate::enforce::cri_listing::spawn(connection.watch(), plugin.clone());
+        crate::enforce::nri::learning::spawn(connection.watch(), plugin.clone());
         if let Some(path) = args.config.clone() {
-            let plugin = plugin.clone();
-            let counted = metrics.clone();
-            crate::config::spawn_reloader(
-                path,
-                config_hash,
-                crate::config::ReloadOptions::default(),
-                move |cfg| {
-                    let moving = plugin.reload(cfg).map_err(|e| e.to_string())?;
-                    if moving > 0 {
-                        tracing::info!(
-                            containers = moving,
-                            "shared containers follow the new pool with the next container event"
-                        );
-                    }
-                    Ok(())
-                },
-                move |outcome| match outcome {
-                    crate::config::Outcome::Applied(_) => counted.config_reloaded(true),
-                    crate::config::Outcome::Rejected(..) => counted.config_reloaded(false),
-                    crate::config::Outcome::BackToApplied => counted.config_file_back(),
-                    crate::config::Outcome::Unchanged => {}
-                },
-            )?;
+            follow_config_file(path, config_hash, plugin.clone(), metrics.clone())?;
         }
-        let stop = async {
-            use tokio::signal::unix::{signal, SignalKind};
-            match signal(SignalKind::terminate()) {
-                Ok(mut term) => {
-                    tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
-                }
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                }
-            }
-            health::notify_stopping();
-        };
-        connection.serve(plugin, stop).await?;
+        connection.serve(plugin, stopped()).await?;
         Ok(())
     })
+}
+
+/// The kubelet's PodResources API as the configuration names it, when it does.
+fn kubelet_source(config: &Config) -> Option<Arc<crate::enforce::podresources::KubeletSource>> {
+    config.podresources.clone().map(|c| {
+        tracing::info!(socket = %c.socket.display(), resources = %c.resources.join(","), timeout_ms = c.timeout.as_millis() as u64, "reading allocations from the kubelet's PodResources API");
+        Arc::new(crate::enforce::podresources::KubeletSource::new(c))
+    })
+}
+
+/// Reloads the configuration file at `path` (whose bytes hashed to `config_hash` at start)
+/// into `plugin` when it changes or on SIGHUP, counting each outcome in `metrics`.
+fn follow_config_file(
+    path: PathBuf,
+    config_hash: u64,
+    plugin: Arc<crate::enforce::nri::AlignPlugin<crate::placement::Allocator>>,
+    metrics: Arc<crate::metrics::Metrics>,
+) -> anyhow::Result<()> {
+    crate::config::spawn_reloader(
+        path,
+        config_hash,
+        crate::config::ReloadOptions::default(),
+        move |cfg| {
+            let moving = plugin.reload(cfg).map_err(|e| e.to_string())?;
+            if moving > 0 {
+                tracing::info!(
+                    containers = moving,
+                    "shared containers follow the new pool with the next container event"
+                );
+            }
+            Ok(())
+        },
+        move |outcome| match outcome {
+            crate::config::Outcome::Applied(_) => metrics.config_reloaded(true),
+            crate::config::Outcome::Rejected(..) => metrics.config_reloaded(false),
+            crate::config::Outcome::BackToApplied => metrics.config_file_back(),
+            crate::config::Outcome::Unchanged => {}
+        },
+    )?;
+    Ok(())
+}
+
+/// Completes on SIGTERM or Ctrl-C (Ctrl-C alone where SIGTERM cannot be watched), after
+/// telling systemd the daemon is stopping.
+async fn stopped() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    health::notify_stopping();
 }
 
 /// What publishing the NodeResourceTopology needs, settled before the runtime starts.

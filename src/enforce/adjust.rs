@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::placement::Assignment;
-use crate::topology::{CpuSet, Topology};
+use crate::topology::{CpuSet, Gpu, Topology};
 
 use crate::enforce::container::{ContainerView, DeviceNode, DeviceRule};
 use crate::host::devices::{nvidia_minor, uverbs_name, DeviceLookup};
@@ -86,7 +86,9 @@ pub fn decision_record(a: &Assignment) -> String {
     )
 }
 
-/// Builds the adjustment of container `c` for decision `a`.
+/// Builds the adjustment of container `c` for decision `a`: the cpuset, then the device nodes
+/// the decision adds (with their cgroup rules) and those it takes away, then the GPU env and
+/// the decision record.
 pub fn build_adjustment(
     a: &Assignment,
     topo: &Topology,
@@ -98,8 +100,22 @@ pub fn build_adjustment(
         cpuset_mems: a.mems.to_string(),
         ..Default::default()
     };
+    let chosen = chosen_gpus(a, topo)?;
+    let (wanted, optional) = wanted_nodes(a, topo, &chosen)?;
+    let shared_nodes = shared_gpu_nodes(a, topo, c, &wanted);
+    adj.visible_devices = wanted.iter().chain(&shared_nodes).cloned().collect();
+    add_nodes(&mut adj, c, devs, &wanted, &optional)?;
+    remove_unchosen(&mut adj, c, &wanted, &shared_nodes);
+    set_gpu_env(&mut adj, a, c, &chosen);
+    let record = decision_record(a);
+    adj.env.insert(DECISION_ENV.into(), record.clone());
+    adj.annotations.insert(DECISION_KEY.into(), record);
+    Ok(adj)
+}
 
-    // GPUs: chosen ones in topology (index) order, which is the order CUDA enumerates them in.
+/// The chosen GPUs in topology (index) order, which is the order CUDA enumerates them in; a
+/// chosen GPU the topology does not have is an error.
+fn chosen_gpus<'t>(a: &Assignment, topo: &'t Topology) -> Result<Vec<&'t Gpu>, AdjustError> {
     let mut chosen: Vec<_> = topo
         .gpus
         .iter()
@@ -113,14 +129,25 @@ pub fn build_adjustment(
     {
         return Err(AdjustError::GpuWithoutNode(missing.clone()));
     }
+    Ok(chosen)
+}
+
+/// The device nodes the decision needs (`/dev/nvidiaN` of the chosen GPUs, every uverbs node
+/// of the chosen NICs) and those added only where the host has them (the NVIDIA control
+/// nodes with any GPU, `rdma_cm` with any RDMA node).
+fn wanted_nodes(
+    a: &Assignment,
+    topo: &Topology,
+    chosen: &[&Gpu],
+) -> Result<(Vec<String>, Vec<&'static str>), AdjustError> {
     let mut wanted: Vec<String> = Vec::new();
-    for g in &chosen {
+    for g in chosen {
         let minor = g
             .minor
             .ok_or_else(|| AdjustError::GpuWithoutNode(g.pci_bus_id.clone()))?;
         wanted.push(format!("/dev/nvidia{minor}"));
     }
-    let mut optional: Vec<&str> = Vec::new();
+    let mut optional: Vec<&'static str> = Vec::new();
     if !chosen.is_empty() {
         optional.extend(NVIDIA_CONTROL_NODES);
     }
@@ -131,36 +158,64 @@ pub fn build_adjustment(
     if wanted.iter().any(|p| uverbs_name(p).is_some()) {
         optional.push(RDMA_CM);
     }
+    Ok((wanted, optional))
+}
 
-    let present = |p: &str| c.devices.iter().any(|d| d.path == p);
-    // GPUs used shared (replicas of a time-sliced GPU, MIG parents) that arrive as device nodes
-    // are the device plugin's: they stay, and the container sees them beside the chosen ones.
-    let shared_nodes: Vec<String> = topo
-        .gpus
+/// GPUs used shared (replicas of a time-sliced GPU, MIG parents) that arrive as device nodes
+/// are the device plugin's: they stay, and the container sees them beside the chosen ones.
+fn shared_gpu_nodes(
+    a: &Assignment,
+    topo: &Topology,
+    c: &ContainerView,
+    wanted: &[String],
+) -> Vec<String> {
+    topo.gpus
         .iter()
         .filter(|g| a.shared_gpus.contains(&g.pci_bus_id))
         .filter_map(|g| g.minor)
         .map(|m| format!("/dev/nvidia{m}"))
-        .filter(|p| present(p) && !wanted.contains(p))
-        .collect();
-    adj.visible_devices = wanted.iter().chain(&shared_nodes).cloned().collect();
-    for path in &wanted {
+        .filter(|p| in_spec(c, p) && !wanted.contains(p))
+        .collect()
+}
+
+/// Whether the spec of `c` already has the device node `path`.
+fn in_spec(c: &ContainerView, path: &str) -> bool {
+    c.devices.iter().any(|d| d.path == path)
+}
+
+/// Adds every wanted node (one the host lacks is an error) and the optional ones the host has.
+fn add_nodes(
+    adj: &mut Adjustment,
+    c: &ContainerView,
+    devs: &dyn DeviceLookup,
+    wanted: &[String],
+    optional: &[&str],
+) -> Result<(), AdjustError> {
+    for path in wanted {
         let node = devs
             .lookup(path)
             .ok_or_else(|| AdjustError::MissingNode(path.clone()))?;
-        add_node(&mut adj, node, present(path));
+        add_node(adj, node, in_spec(c, path));
     }
     for path in optional {
         if let Some(node) = devs.lookup(path) {
-            add_node(&mut adj, node, present(path));
+            add_node(adj, node, in_spec(c, path));
         }
     }
+    Ok(())
+}
 
-    // Allocated but not chosen (remap mode): remove the node and deny its cgroup access.
-    // Runtimes up to NRI v0.12 apply neither to a device of the original spec (removals of
-    // such devices are dropped, adjustment device rules ignored: containerd/nri#216), so the
-    // engine never remaps GPUs that arrive as device nodes; this only matters for runtimes
-    // that honour both.
+/// Allocated but not chosen (remap mode): remove the node and deny its cgroup access.
+/// Runtimes up to NRI v0.12 apply neither to a device of the original spec (removals of
+/// such devices are dropped, adjustment device rules ignored: containerd/nri#216), so the
+/// engine never remaps GPUs that arrive as device nodes; this only matters for runtimes
+/// that honour both.
+fn remove_unchosen(
+    adj: &mut Adjustment,
+    c: &ContainerView,
+    wanted: &[String],
+    shared_nodes: &[String],
+) {
     for d in &c.devices {
         let unchosen = nvidia_minor(&d.path).is_some() || uverbs_name(&d.path).is_some();
         if unchosen && !wanted.contains(&d.path) && !shared_nodes.contains(&d.path) {
@@ -174,39 +229,40 @@ pub fn build_adjustment(
             });
         }
     }
+}
 
-    // GPUs used shared (MIG parents, replicas, GPUs only the env named) are the runtime's and
-    // the device plugin's to give: their env and nodes stay as they are. Otherwise a container
-    // that names GPUs in its env without holding any (`all` from a CUDA base image) sees none:
-    // only an authoritative allocation ever adds a device, since the pod's own env could name any.
-    // A MIG device the kubelet or CDI gave that NVML does not list (reconfigured since start-up)
-    // was placed without alignment, fail open: the container keeps it.
+/// `CUDA_VISIBLE_DEVICES` and `NVIDIA_VISIBLE_DEVICES` for the chosen GPUs.
+///
+/// GPUs used shared (MIG parents, replicas, GPUs only the env named) are the runtime's and
+/// the device plugin's to give: their env and nodes stay as they are. Otherwise a container
+/// that names GPUs in its env without holding any (`all` from a CUDA base image) sees none:
+/// only an authoritative allocation ever adds a device, since the pod's own env could name any.
+/// A MIG device the kubelet or CDI gave that NVML does not list (reconfigured since start-up)
+/// was placed without alignment, fail open: the container keeps it.
+fn set_gpu_env(adj: &mut Adjustment, a: &Assignment, c: &ContainerView, chosen: &[&Gpu]) {
     let env_names_gpus = c
         .env_var("NVIDIA_VISIBLE_DEVICES")
         .is_some_and(|v| !matches!(v.trim(), "" | "void" | "none"))
         && !env_is_allocated_mig(c);
-    if !chosen.is_empty() || (a.shared_gpus.is_empty() && env_names_gpus) {
-        // Inside the container only the chosen nodes exist, so CUDA numbers them 0..n-1.
-        let cuda: Vec<String> = (0..chosen.len()).map(|i| i.to_string()).collect();
-        let nvidia: Vec<String> = chosen
-            .iter()
-            .map(|g| g.uuid.clone().unwrap_or_else(|| g.index.to_string()))
-            .collect();
-        let or_none = |v: Vec<String>| {
-            if v.is_empty() {
-                "none".to_string()
-            } else {
-                v.join(",")
-            }
-        };
-        adj.env.insert("CUDA_VISIBLE_DEVICES".into(), or_none(cuda));
-        adj.env
-            .insert("NVIDIA_VISIBLE_DEVICES".into(), or_none(nvidia));
+    if chosen.is_empty() && !(a.shared_gpus.is_empty() && env_names_gpus) {
+        return;
     }
-    let record = decision_record(a);
-    adj.env.insert(DECISION_ENV.into(), record.clone());
-    adj.annotations.insert(DECISION_KEY.into(), record);
-    Ok(adj)
+    // Inside the container only the chosen nodes exist, so CUDA numbers them 0..n-1.
+    let cuda: Vec<String> = (0..chosen.len()).map(|i| i.to_string()).collect();
+    let nvidia: Vec<String> = chosen
+        .iter()
+        .map(|g| g.uuid.clone().unwrap_or_else(|| g.index.to_string()))
+        .collect();
+    let or_none = |v: Vec<String>| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(",")
+        }
+    };
+    adj.env.insert("CUDA_VISIBLE_DEVICES".into(), or_none(cuda));
+    adj.env
+        .insert("NVIDIA_VISIBLE_DEVICES".into(), or_none(nvidia));
 }
 
 /// Whether `NVIDIA_VISIBLE_DEVICES` names only MIG devices that an authoritative source (the

@@ -8,6 +8,12 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::host::devices::DeviceNode;
 
+/// A protobuf map in a stable order, as the views keep annotations: both the NRI conversion
+/// and the CRI listing's build views from such maps, so the helper lives with the views.
+pub(crate) fn sorted(m: &std::collections::HashMap<String, String>) -> BTreeMap<String, String> {
+    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
 /// A pod as NRI describes it (`PodSandbox`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodView {

@@ -85,11 +85,29 @@ fn check_one(
     let Some(first) = check.pids.first().copied() else {
         return check;
     };
-    let want_cpus = &rec.applied_cpus;
-    let want_mems = &a.mems;
+    check_cgroup(&mut check.problems, &key, first, procs, mounts, rec);
+    check_processes(&mut check.problems, root, &check.pids, rec);
+    check_devices(&mut check.problems, root, first, rec);
+    check.verdict = if check.problems.is_empty() {
+        Verdict::Ok
+    } else {
+        Verdict::Drift
+    };
+    check
+}
 
-    // Without a recorded path, the cgroup is the one the first process is in.
-    let cgroup = match &key {
+/// The cgroup's cpuset against the decision. Without a recorded path, the cgroup is the one
+/// the container's first process (`first`) is in.
+fn check_cgroup(
+    problems: &mut Vec<String>,
+    key: &ContainerKey,
+    first: u32,
+    procs: &ProcIndex,
+    mounts: &CgroupMounts,
+    rec: &Record,
+) {
+    let (want_cpus, want_mems) = (&rec.applied_cpus, &rec.assignment.mems);
+    let cgroup = match key {
         ContainerKey::Cgroup(cg) => Some(cg.clone()),
         ContainerKey::Id(_) => procs
             .cgroup_of(first)
@@ -97,34 +115,25 @@ fn check_one(
     };
     match cgroup.map(|cg| mounts.read_cpuset(&cg)) {
         Some(Ok(Some(state))) => {
-            compare(
-                &mut check.problems,
-                "cgroup cpuset.cpus",
-                state.cpus,
-                want_cpus,
-                false,
-            );
+            compare(problems, "cgroup cpuset.cpus", state.cpus, want_cpus, false);
             if !want_mems.is_empty() {
-                compare(
-                    &mut check.problems,
-                    "cgroup cpuset.mems",
-                    state.mems,
-                    want_mems,
-                    false,
-                );
+                compare(problems, "cgroup cpuset.mems", state.mems, want_mems, false);
             }
         }
-        Some(Err(e)) => check.problems.push(format!("cpuset cgroup: {e}")),
-        Some(Ok(None)) | None => check
-            .problems
-            .push("cpuset cgroup of the container not found".into()),
+        Some(Err(e)) => problems.push(format!("cpuset cgroup: {e}")),
+        Some(Ok(None)) | None => problems.push("cpuset cgroup of the container not found".into()),
     }
-    for pid in &check.pids {
+}
+
+/// Each process's allowed CPUs and memory nodes against the decision. A process may narrow
+/// its own affinity (taskset); only CPUs outside the decision count.
+fn check_processes(problems: &mut Vec<String>, root: &Path, pids: &[u32], rec: &Record) {
+    let (want_cpus, want_mems) = (&rec.applied_cpus, &rec.assignment.mems);
+    for pid in pids {
         let status = status(root, *pid);
         let field = |name: &str| status.as_deref().and_then(|s| status_field(s, name));
-        // A process may narrow its own affinity (taskset); only CPUs outside the decision count.
         compare(
-            &mut check.problems,
+            problems,
             &format!("pid {pid} Cpus_allowed_list"),
             parse_field(field("Cpus_allowed_list:").ok_or_else(|| "unreadable".to_string())),
             want_cpus,
@@ -132,7 +141,7 @@ fn check_one(
         );
         if !want_mems.is_empty() {
             compare(
-                &mut check.problems,
+                problems,
                 &format!("pid {pid} Mems_allowed_list"),
                 parse_field(field("Mems_allowed_list:").ok_or_else(|| "unreadable".to_string())),
                 want_mems,
@@ -140,6 +149,11 @@ fn check_one(
             );
         }
     }
+}
+
+/// The GPU and RDMA device nodes the first process sees against those recorded (nothing to
+/// say when they cannot be read).
+fn check_devices(problems: &mut Vec<String>, root: &Path, first: u32, rec: &Record) {
     let seen = visible_devices(&dev_of(root, first));
     let mut want: Vec<String> = rec
         .devices
@@ -150,19 +164,13 @@ fn check_one(
     want.sort();
     if let Some(seen) = seen {
         if seen != want {
-            check.problems.push(format!(
+            problems.push(format!(
                 "visible devices [{}], decided [{}]",
                 seen.join(" "),
                 want.join(" ")
             ));
         }
     }
-    check.verdict = if check.problems.is_empty() {
-        Verdict::Ok
-    } else {
-        Verdict::Drift
-    };
-    check
 }
 
 fn compare(

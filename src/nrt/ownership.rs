@@ -31,7 +31,10 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::builder::{LABEL_MANAGED_BY, MANAGED_BY};
 use super::object::NodeResourceTopology;
-use super::publish::FIELD_MANAGER;
+
+/// Field manager recorded in managedFields: the publisher applies under it, and the entries
+/// under it are what this module counts as nri-align's own.
+pub const FIELD_MANAGER: &str = "nri-align";
 
 /// Rewrites of nri-align's content by the same other field manager that make the object
 /// contested. One is a hand edit; two can be an edit corrected by hand; a producer on a

@@ -30,11 +30,8 @@ use super::builder::{build, NrtSettings, ZoneFree};
 use super::fingerprint::PodId;
 use super::metrics::NrtMetrics;
 use super::object::NodeResourceTopology;
-use super::ownership::{self, Decision, NotOwned, Rewrites};
+use super::ownership::{self, Decision, NotOwned, Rewrites, FIELD_MANAGER};
 use crate::topology::Topology;
-
-/// Field manager recorded in managedFields.
-pub const FIELD_MANAGER: &str = "nri-align";
 
 /// What the node looks like right now.
 #[derive(Debug, Clone)]

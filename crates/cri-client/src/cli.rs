@@ -4,12 +4,10 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{Overrides, Settings};
 use crate::jsonconf::{load_config, status_with_info, to_json_value, Loaded};
-use crate::CriClient;
 
 /// Global flags go before the subcommand, as with crictl (so `exec -i`/`-t` stay free).
 #[derive(Debug, Parser)]
@@ -289,26 +287,6 @@ pub struct UpdateArgs {
     /// Container IDs.
     #[arg(required = true)]
     pub ids: Vec<String>,
-}
-
-/// Runs the parsed command line; returns the process exit code.
-pub fn run(cli: Cli) -> Result<i32> {
-    let settings = Settings::resolve(&Overrides {
-        runtime_endpoint: cli.runtime_endpoint.clone(),
-        image_endpoint: cli.image_endpoint.clone(),
-        timeout: cli.timeout.clone(),
-        config: cli.config.clone(),
-    })?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("start tokio runtime")?;
-    rt.block_on(async move {
-        let client = CriClient::connect(&settings)
-            .await
-            .with_context(|| format!("connect to {}", settings.runtime_socket.display()))?;
-        crate::commands::dispatch(client, cli.command).await
-    })
 }
 
 /// Loads a config file, warning on stderr when unknown fields were skipped.

@@ -6,12 +6,33 @@ use std::io::Write;
 use anyhow::{bail, Context, Result};
 
 use crate::cli::{
-    exec_deadline, inspect_doc, list_json, load, name_matches, parse_labels, print_json, Command,
-    Format, PodsArgs, PsArgs, UpdateArgs,
+    exec_deadline, inspect_doc, list_json, load, name_matches, parse_labels, print_json, Cli,
+    Command, Format, PodsArgs, PsArgs, UpdateArgs,
 };
+use crate::config::{Overrides, Settings};
 use crate::proto::*;
 use crate::render::{container_table, pod_table, print_log};
 use crate::CriClient;
+
+/// Runs the parsed command line; returns the process exit code.
+pub fn run(cli: Cli) -> Result<i32> {
+    let settings = Settings::resolve(&Overrides {
+        runtime_endpoint: cli.runtime_endpoint.clone(),
+        image_endpoint: cli.image_endpoint.clone(),
+        timeout: cli.timeout.clone(),
+        config: cli.config.clone(),
+    })?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("start tokio runtime")?;
+    rt.block_on(async move {
+        let client = CriClient::connect(&settings)
+            .await
+            .with_context(|| format!("connect to {}", settings.runtime_socket.display()))?;
+        dispatch(client, cli.command).await
+    })
+}
 
 /// Runs one subcommand; returns the exit code.
 pub async fn dispatch(mut client: CriClient, command: Command) -> Result<i32> {

@@ -3,7 +3,7 @@ use clap::Parser;
 
 fn main() {
     let cli = cri_client::cli::Cli::parse();
-    match cri_client::cli::run(cli) {
+    match cri_client::commands::run(cli) {
         Ok(code) => std::process::exit(code),
         // A closed pipe (`... | head`) is the reader's choice, not a failure worth a message.
         Err(e) if is_broken_pipe(&e) => std::process::exit(0),

@@ -12,13 +12,15 @@
 //! adds: a record the listing does not mention is left alone, since a container created
 //! between the listing and its use must never be released by it.
 //!
+//!
+//! This module only lists; when to list, and what the plugin does meanwhile, is the NRI
+//! side's (`enforce::nri::learning`), which knows whether the runtime sends Synchronize.
+//!
 //! [`Engine::adopt_listed`]: crate::enforce::engine::Engine::adopt_listed
-//! [`AlignPlugin::learning_begins`]: crate::enforce::nri::AlignPlugin::learning_begins
 
 pub mod spec;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cri_client::config::Settings;
@@ -28,8 +30,6 @@ use cri_client::CriClient;
 use futures::StreamExt;
 
 use crate::enforce::container::{ContainerState, ContainerView, PodView};
-use crate::enforce::engine::Placer;
-use crate::enforce::nri::{AlignPlugin, LinkWatch};
 
 /// containerd's CRI socket where its packages put it.
 pub const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
@@ -44,7 +44,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 const TRY_FOR: Duration = Duration::from_secs(120);
 /// How long creations wait for the listing at most, counted from the first try: long enough
 /// for a runtime finishing its start-up, short enough that a wrong `cri_socket` delays
-/// creations (by up to [`crate::enforce::nri::plugin::LEARN_WAIT`] each) only briefly.
+/// creations (by up to the plugin's wait for the listing each) only briefly.
 const HOLD_CREATIONS_FOR: Duration = Duration::from_secs(10);
 /// Pause between tries.
 const RETRY_EVERY: Duration = Duration::from_millis(200);
@@ -102,7 +102,7 @@ pub fn socket_for(configured: Option<&Path>, runtime_name: &str) -> Option<PathB
 
 /// Most `ContainerStatus` calls in flight at once on the listing's one connection. A node runs
 /// up to a few hundred containers (the kubelet's default is 110 pods, 250 at most) and
-/// creations wait for the listing (up to [`crate::enforce::nri::plugin::LEARN_WAIT`] each). One
+/// creations wait for the listing (up to the plugin's `LEARN_WAIT` each). One
 /// call after another, 500 containers took 0.24-0.32 s (median) on containerd 1.7.24 on a
 /// 2-core box, 16 at once 0.11-0.16 s (1.8-2.2 times faster); 4 and 64 at once were slower at
 /// 500 (`hack/bench-cri-listing`, docs/performance.md). Bounded, so that the answers held at
@@ -203,45 +203,11 @@ async fn status_of<'a>(
     (c, state, client.container_status(&req).await)
 }
 
-/// Follows the runtime link and, each time the plugin registers with a runtime that sends it
-/// no Synchronize, lists the running containers over the CRI socket the configuration in force
-/// names (retrying while the runtime's CRI is not serving yet, for up to two minutes) and hands
-/// the listing to `plugin` (creations wait meanwhile, [`AlignPlugin::learning_begins`]). A
-/// listing that cannot be had is said in the log, with what to change.
-pub fn spawn<P: Placer + 'static>(
-    mut link: LinkWatch,
-    plugin: Arc<AlignPlugin<P>>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut done_for = 0u64;
-        let mut state = link.current();
-        loop {
-            if state.without_synchronize && state.registrations > done_for {
-                done_for = state.registrations;
-                let runtime = state.runtime_name.clone().unwrap_or_default();
-                match plugin.cri_socket(&runtime) {
-                    None => tracing::warn!(
-                        runtime = %runtime,
-                        "the runtime sends this plugin no Synchronize and no CRI socket is set to list what runs: containers the state file does not record are not accounted for (set cri_socket in the config)"
-                    ),
-                    Some(socket) => {
-                        plugin.learning_begins();
-                        let listing = learn(&socket, || plugin.stop_waiting()).await;
-                        plugin.learned(listing);
-                    }
-                }
-            }
-            match link.changed().await {
-                Some(next) => state = next,
-                None => return,
-            }
-        }
-    })
-}
-
-/// Lists over `socket`, retrying until [`TRY_FOR`] has passed; `slow` is called once when
-/// [`HOLD_CREATIONS_FOR`] has passed without a listing.
-async fn learn(socket: &Path, slow: impl FnOnce()) -> Option<Listing> {
+/// Lists over `socket`, retrying until `TRY_FOR` (two minutes) has passed; `slow` is called
+/// once when `HOLD_CREATIONS_FOR` (ten seconds) has passed without a listing (so that
+/// creations stop waiting). What cannot be had is said in the log, with what to change; `None`
+/// then.
+pub async fn learn(socket: &Path, slow: impl FnOnce()) -> Option<Listing> {
     let started = Instant::now();
     let mut tries = 0u32;
     let mut slow = Some(slow);

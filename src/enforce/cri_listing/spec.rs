@@ -14,9 +14,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::enforce::container::{
-    ContainerState, ContainerView, DeviceRule, MountView, PodView, ResourcesView,
+    sorted, ContainerState, ContainerView, DeviceRule, MountView, PodView, ResourcesView,
 };
-use crate::enforce::nri::convert::sorted;
 use crate::host::devices::DeviceNode;
 use cri_client::proto as cri;
 

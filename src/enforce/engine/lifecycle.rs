@@ -13,7 +13,7 @@ use crate::enforce::container::{ContainerView, PodView};
 use crate::enforce::inputs::Built;
 use crate::enforce::state::{Record, ResourceSummary};
 use crate::placement::cpus::shared_on;
-use crate::placement::{Assignment, Policy};
+use crate::placement::{Assignment, Policy, Request};
 use crate::topology::CpuSet;
 
 impl<P: Placer> Engine<P> {
@@ -173,34 +173,13 @@ impl<P: Placer> Engine<P> {
     ) -> Option<CreateOutcome> {
         let old_id = self.predecessor(pod, c)?;
         let old = self.doc.containers.get(&old_id)?.clone();
-        let req = &built.request;
-        let same_devices = {
-            let mut had: Vec<&String> = old.assignment.shared_gpus.iter().collect();
-            let mut now: Vec<&String> = req.shared_gpus.iter().collect();
-            had.sort();
-            now.sort();
-            had == now && old.assignment.gpus.len() == req.allocated_gpus.len()
-        };
         self.drop_record(&old_id);
         // Records from before exempt containers released their predecessors can hold more
         // than one instance: only one runs, so the others go too.
         while let Some(stale) = self.predecessor(pod, c) {
             self.drop_record(&stale);
         }
-        if old.resources != ResourceSummary::of(req) || !same_devices {
-            tracing::info!(container = %c.name, old = %old_id, "restarted with another request: placed anew");
-            return None;
-        }
-        // A shared record made as the predecessor ran (Synchronize, the CRI listing or
-        // PostStartContainer of a container created while nri-align was away) was never a
-        // decision for its request: a Guaranteed container runs on the shared pool there only
-        // because nri-align could not place it. Kept, it would stay there across every restart
-        // without being refused either (tests/e2e_soak.rs found it). Its restart asks
-        // nri-align, so it is placed anew, as the kubelet's static CPU manager would do; an
-        // exclusive one keeps its CPUs. Such a record is known by its typed flag (set where it
-        // is made, and at load for earlier versions' records), never by its reason's text.
-        if !old.assignment.exclusive && old.found_running {
-            tracing::info!(container = %c.name, old = %old_id, "restarted; its predecessor was recorded as it ran, never placed: placed anew");
+        if !may_keep(&old, &old_id, c, &built.request) {
             return None;
         }
         let mut a = old.assignment.clone();
@@ -311,4 +290,34 @@ pub(super) fn exempt_target(reserved: &CpuSet, pool: &CpuSet) -> CpuSet {
     } else {
         reserved.clone()
     }
+}
+
+/// Whether a restarted container (`c`, asking for `req`) may take over its predecessor's
+/// record `old` (container `old_id`): the same request and devices, and a decision nri-align
+/// made, not a record of how the predecessor happened to run.
+fn may_keep(old: &Record, old_id: &str, c: &ContainerView, req: &Request) -> bool {
+    let same_devices = {
+        let mut had: Vec<&String> = old.assignment.shared_gpus.iter().collect();
+        let mut now: Vec<&String> = req.shared_gpus.iter().collect();
+        had.sort();
+        now.sort();
+        had == now && old.assignment.gpus.len() == req.allocated_gpus.len()
+    };
+    if old.resources != ResourceSummary::of(req) || !same_devices {
+        tracing::info!(container = %c.name, old = %old_id, "restarted with another request: placed anew");
+        return false;
+    }
+    // A shared record made as the predecessor ran (Synchronize, the CRI listing or
+    // PostStartContainer of a container created while nri-align was away) was never a
+    // decision for its request: a Guaranteed container runs on the shared pool there only
+    // because nri-align could not place it. Kept, it would stay there across every restart
+    // without being refused either (tests/e2e_soak.rs found it). Its restart asks
+    // nri-align, so it is placed anew, as the kubelet's static CPU manager would do; an
+    // exclusive one keeps its CPUs. Such a record is known by its typed flag (set where it
+    // is made, and at load for earlier versions' records), never by its reason's text.
+    if !old.assignment.exclusive && old.found_running {
+        tracing::info!(container = %c.name, old = %old_id, "restarted; its predecessor was recorded as it ran, never placed: placed anew");
+        return false;
+    }
+    true
 }

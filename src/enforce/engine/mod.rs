@@ -12,9 +12,9 @@ use crate::metrics::Metrics;
 use crate::placement::{Assignment, GpuMode, PodTotals};
 use crate::topology::CpuSet;
 
-use crate::enforce::adjust::{build_adjustment, AdjustError, Adjustment, CpusetUpdate};
+use crate::enforce::adjust::{AdjustError, Adjustment, CpusetUpdate};
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
-use crate::enforce::inputs::{build, build_request, pod_totals, RequestError};
+use crate::enforce::inputs::{build_request, pod_totals, RequestError};
 use crate::enforce::state::{Record, ResourceSummary, StateDoc, StateStore};
 use crate::host::devices::{nvidia_minor, uverbs_name, DeviceLookup};
 
@@ -159,6 +159,10 @@ impl<P: Placer> Engine<P> {
     }
 
     /// Decides a new container. `Ok(None)`: the container is exempt and left alone.
+    ///
+    /// In phases (`create.rs`): the request is read, the placer plans without holding
+    /// anything, the plan becomes the adjustment and the record, and only then, with nothing
+    /// left that can fail, the plan is committed and the record persisted.
     pub fn create_container(
         &mut self,
         pod: &PodView,
@@ -174,86 +178,16 @@ impl<P: Placer> Engine<P> {
             return self.create_exempt(pod, c).map(Some);
         }
         let started = Instant::now();
-        let trust_env = self.config.trust_visible_devices_env;
-        let built = build(self.placer.topology(), pod, c, trust_env).inspect_err(|e| {
-            self.count_rejection("bad-request", started);
-            tracing::warn!(pod = %pod_name(pod), container = %c.name, "rejected: {e}");
-        })?;
-        self.note_unread(pod, c, &built);
-        if let Some(source) = built.source {
-            tracing::info!(
-                pod = %pod_name(pod),
-                container = %c.name,
-                source = source.label(),
-                gpus = %built.request.allocated_gpus.join(","),
-                shared_gpus = %built.request.shared_gpus.join(","),
-                "gpus read"
-            );
-        }
+        let built = self.read_request(pod, c, started)?;
         if let Some(out) = self.take_over(pod, c, &built, started) {
             return Ok(Some(out));
         }
         self.reuse_finished(pod, c);
-        // `remap` moves only whole GPUs the kubelet allocated that reach the container through
-        // NVIDIA_VISIBLE_DEVICES alone, so that nri-align's env and nodes are all it gets.
-        // GPUs and RDMA NICs that arrive as device nodes, CDI devices or volume-mounts mounts
-        // cannot be taken away: runtimes drop an adjustment's removal of a device that was in
-        // the original spec and ignore its device-cgroup rules (containerd/nri#216, NRI
-        // v0.6.1 to v0.12), and CDI edits and the toolkit's mounts are applied whatever the
-        // adjustment says. GPUs named only by the env are not the kubelet's word (the pod's
-        // own env overrides the plugin's) and are used shared, never remapped.
-        self.expect_pod(pod);
-        let mode = if self.config.placement.gpu_mode == GpuMode::Remap
-            && (!built.remappable || has_device_nodes(c))
-        {
-            GpuMode::Keep
-        } else {
-            self.config.placement.gpu_mode
-        };
-        let req = built.request;
-        let plan = self.placer.plan(&req, mode).inspect_err(|r| {
-            self.count_rejection(&r.reason, started);
-            tracing::warn!(pod = %pod_name(pod), container = %c.name, reason = %r.reason, "rejected: {}", r.message);
-        });
-        let plan = plan.map_err(EngineError::Rejected)?;
+        let (plan, req) = self.plan_create(pod, c, built, started)?;
         let planned = P::planned(&plan);
-        let adjustment =
-            build_adjustment(planned, self.placer.topology(), c, self.devices.as_ref())
-                .inspect_err(|_| self.count_rejection("device", started))?;
-        self.check_systemd_device_links(c, &adjustment.add_devices);
-        let rec = Record {
-            assignment: planned.clone(),
-            pod_sandbox_id: pod.id.clone(),
-            namespace: pod.namespace.clone(),
-            cgroups_path: c.cgroups_path.clone(),
-            applied_cpus: planned.cpus.clone(),
-            devices: adjustment.visible_devices.clone(),
-            resources: ResourceSummary::of(&req),
-            ..Record::default()
-        };
-        // Everything that can fail is done: the ledger and the record change together, so
-        // neither a failure nor a panic above leaves one holding what the other does not.
-        let a = self
-            .placer
-            .commit(plan)
-            .inspect_err(|r| self.count_rejection(&r.reason, started))
-            .map_err(EngineError::Rejected)?;
-        self.doc.containers.insert(c.id.clone(), rec);
-        let (updates, timing) = self.persist_and_follow_pool(&c.id, started);
-        if let Some(m) = &self.metrics {
-            m.admitted(&a.policy.to_string(), a.aligned, timing.took);
-        }
-        let takes_something = a.exclusive
-            || !a.gpus.is_empty()
-            || !a.shared_gpus.is_empty()
-            || !a.nics.is_empty()
-            || a.memory_bytes > 0;
-        if takes_something || !updates.is_empty() {
-            // Only a shared container without devices or memory changes no node's free
-            // resources (its CPUs are the pool's): the gauges and the NRT stay as they are.
-            self.refresh_free();
-        }
-        log_decision(pod, c, &a, timing, updates.len());
+        let adjustment = self.adjustment_for(planned, c, started)?;
+        let rec = create::new_record(planned, pod, c, &adjustment, &req);
+        let updates = self.commit_create(pod, c, plan, rec, started)?;
         Ok(Some(CreateOutcome {
             adjustment,
             updates,
@@ -540,6 +474,7 @@ fn log_decision(pod: &PodView, c: &ContainerView, a: &Assignment, t: Timing, upd
     );
 }
 
+mod create;
 mod devlinks;
 mod lifecycle;
 mod observe;
@@ -550,4 +485,7 @@ pub mod reconcile;
 mod recovery;
 
 #[cfg(test)]
+// A scenario test reads as one story of events and checks; cut into helpers, the sequence it
+// proves would no longer be in view.
+#[allow(clippy::too_many_lines)]
 mod tests;

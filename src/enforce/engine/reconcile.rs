@@ -116,7 +116,6 @@ pub fn record_as_running(
     pod: &PodView,
     c: &ContainerView,
 ) -> Record {
-    let online = topo.online_cpus();
     let cpus = running_cpus(topo, c);
     let numa_nodes: NodeSet = topo
         .cpus
@@ -128,35 +127,15 @@ pub fn record_as_running(
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| numa_nodes.clone());
-    let mut resources = ResourceSummary::default();
-    let mut shared_gpus = Vec::new();
-    let mut policy = placement.policy;
-    let mut policy_note = String::new();
-    let (gpus, nics, request_note, exclusive) = match build_request(topo, pod, c) {
-        Ok(r) => {
-            resources = ResourceSummary::of(&r);
-            shared_gpus = r.shared_gpus.clone();
-            match annotations::effective(&r.pod.annotations, &r.container_name, placement) {
-                Ok(eff) => policy = eff.policy,
-                Err(e) => policy_note = format!(" (node default policy shown: {e})"),
-            }
-            let integer_guaranteed = r.cpu_limit_milli.is_some_and(|l| {
-                l > 0 && l % 1000 == 0 && l == r.cpu_request_milli && cpus.len() as u64 == l / 1000
-            });
-            (
-                r.allocated_gpus,
-                r.allocated_nics,
-                String::new(),
-                integer_guaranteed && cpus != online,
-            )
-        }
-        Err(RequestError::UnknownGpu { .. }) => (
-            Vec::new(),
-            Vec::new(),
-            " (its GPU references are unknown to this host)".to_string(),
-            false,
-        ),
-    };
+    let Asked {
+        gpus,
+        nics,
+        shared_gpus,
+        resources,
+        policy,
+        exclusive,
+        note,
+    } = asked_of_running(topo, placement, pod, c, &cpus);
     let aligned = aligned_as_running(
         topo,
         policy,
@@ -185,7 +164,7 @@ pub fn record_as_running(
             chosen_gpus: Vec::new(),
             policy,
             aligned,
-            reason: format!("{RECORDED_AS_RUNNING}{request_note}{policy_note}"),
+            reason: format!("{RECORDED_AS_RUNNING}{note}"),
             ..running_identity(pod, c, &cpus)
         },
         pod_sandbox_id: c.pod_sandbox_id.clone(),
@@ -201,6 +180,66 @@ pub fn record_as_running(
         resources,
         found_running: true,
         ..Record::default()
+    }
+}
+
+/// What a running container's request says, as far as this host can read it.
+struct Asked {
+    gpus: Vec<String>,
+    nics: Vec<String>,
+    shared_gpus: Vec<String>,
+    resources: ResourceSummary,
+    policy: Policy,
+    /// Whether it looks like a Guaranteed integer-CPU container holding exactly its CPUs
+    /// (never when its cpuset is every online CPU).
+    exclusive: bool,
+    /// What could not be read, for the record's reason (empty when all could).
+    note: String,
+}
+
+/// Reads the request of running container `c` (whose cpuset is `cpus`) for
+/// [`record_as_running`]: a request that names GPUs this host does not have still records
+/// the container, without devices.
+fn asked_of_running(
+    topo: &Topology,
+    placement: &PlacementConfig,
+    pod: &PodView,
+    c: &ContainerView,
+    cpus: &CpuSet,
+) -> Asked {
+    let r = match build_request(topo, pod, c) {
+        Ok(r) => r,
+        Err(RequestError::UnknownGpu { .. }) => {
+            return Asked {
+                gpus: Vec::new(),
+                nics: Vec::new(),
+                shared_gpus: Vec::new(),
+                resources: ResourceSummary::default(),
+                policy: placement.policy,
+                exclusive: false,
+                note: " (its GPU references are unknown to this host)".to_string(),
+            }
+        }
+    };
+    let (policy, note) =
+        match annotations::effective(&r.pod.annotations, &r.container_name, placement) {
+            Ok(eff) => (eff.policy, String::new()),
+            Err(e) => (
+                placement.policy,
+                format!(" (node default policy shown: {e})"),
+            ),
+        };
+    let integer_guaranteed = r.cpu_limit_milli.is_some_and(|l| {
+        l > 0 && l % 1000 == 0 && l == r.cpu_request_milli && cpus.len() as u64 == l / 1000
+    });
+    Asked {
+        resources: ResourceSummary::of(&r),
+        shared_gpus: r.shared_gpus.clone(),
+        policy,
+        exclusive: integer_guaranteed && *cpus != topo.online_cpus(),
+        note,
+        gpus: r.allocated_gpus,
+        nics: r.allocated_nics,
     }
 }
 

@@ -188,6 +188,20 @@ impl<P: Placer> Engine<P> {
         for c in managed.iter().filter(|c| c.state.is_live()) {
             self.check_systemd_device_links(c, &[]);
         }
+        updates.extend(self.resend_drifted(&managed, &moving));
+        self.persist();
+        self.refresh_free();
+        updates
+    }
+
+    /// The updates that re-assert the record of each live managed container that runs on
+    /// other CPUs than recorded, except those the pool already moves (`moving`).
+    fn resend_drifted(
+        &self,
+        managed: &[ContainerView],
+        moving: &HashSet<String>,
+    ) -> Vec<CpusetUpdate> {
+        let mut updates = Vec::new();
         let online = self.placer.topology().online_cpus();
         let mut shared_resent = 0usize;
         for c in managed.iter().filter(|c| c.state.is_live()) {
@@ -220,8 +234,6 @@ impl<P: Placer> Engine<P> {
         if shared_resent > 0 {
             tracing::info!(containers = shared_resent, "re-sent the shared pool's cpuset to shared containers the runtime reports on another one (a pool update not applied before nri-align stopped, or CRI-O reporting cpusets as created after its restart)");
         }
-        self.persist();
-        self.refresh_free();
         updates
     }
 

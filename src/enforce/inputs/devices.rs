@@ -114,6 +114,16 @@ impl Found {
     fn any_gpu(&self) -> bool {
         !self.gpus.is_empty() || !self.shared_gpus.is_empty()
     }
+
+    /// Takes the GPUs a later source found (`from`, read as `source`) when no earlier source
+    /// named any: the first source that names GPUs is the one believed.
+    fn adopt(&mut self, from: Found, source: GpuSource) {
+        if !self.any_gpu() && from.any_gpu() {
+            self.gpus = from.gpus;
+            self.shared_gpus = from.shared_gpus;
+            self.source = Some(source);
+        }
+    }
 }
 
 /// How one reference resolved on this host.
@@ -169,70 +179,111 @@ fn resolve_ref(topo: &Topology, r: &GpuRef) -> Resolved {
 /// names a GPU this host does not have. `trust_env`: the node administrator vouches that no
 /// pod can set `NVIDIA_VISIBLE_DEVICES` itself (config `trust_visible_devices_env`), so its
 /// lists are allocations like the other sources'.
+///
+/// The sources are read in order of authority, and the GPUs of the first one that names any
+/// are the container's (each later source only adds its RDMA NICs and notes):
+///
+/// 1. the kubelet's PodResources answer (`kubelet_gpus`): the kubelet's own record of what
+///    it allocated, so nothing the runtime was handed can say otherwise;
+/// 2. CDI device names, from the CRI field and the `cdi.k8s.io/` annotations (`cdi_devices`):
+///    what the device plugin asked the runtime to inject, which it injects whatever nri-align
+///    does;
+/// 3. device nodes in the spec (`node_devices`), then the volume-mounts strategy's mounts
+///    (`mounted_gpus`, read only while no GPU is known): the device plugin's older ways of
+///    handing devices over, equally out of nri-align's hands;
+/// 4. `NVIDIA_VISIBLE_DEVICES` (`env_gpus`), only when no source above named a GPU and the
+///    kubelet was not asked: the pod's own env can set it, so it is no allocation unless
+///    `trust_env` says so.
+///
+/// An error of an authoritative source ends the reading at once, whatever an earlier source
+/// found: the container would use a device nri-align cannot align.
 pub fn find(topo: &Topology, c: &ContainerView, trust_env: bool) -> Result<Found, RequestError> {
     let mut f = Found::default();
-    // Everything here comes from the runtime: never repeat more than the start of it.
-    let unknown = |origin: String, given: String| RequestError::UnknownGpu {
-        container: crate::untrusted::excerpt(&c.name),
-        origin: crate::untrusted::excerpt(&origin),
-        given: crate::untrusted::quoted(&given),
-    };
-    // MIG capability nodes beside a GPU node: the GPU node is a MIG device's parent.
-    let has_mig_caps = c.devices.iter().any(|d| {
-        matches!(
-            nvidia::parse_device_node(&d.path),
-            Some(NvidiaNode::Capability(_))
-        )
-    });
+    kubelet_gpus(topo, c, &mut f)?;
+    let cdi = cdi_devices(topo, c, &mut f)?;
+    f.adopt(cdi, GpuSource::Cdi);
+    let nodes = node_devices(topo, c, &mut f)?;
+    f.adopt(nodes, GpuSource::DeviceNodes);
+    if !f.any_gpu() {
+        let mounted = mounted_gpus(topo, c, &mut f)?;
+        f.adopt(mounted, GpuSource::VolumeMounts);
+    }
+    if !f.any_gpu() && c.kubelet_devices.is_none() {
+        env_gpus(topo, c, &mut f, trust_env);
+    }
+    Ok(f)
+}
 
-    // 1. The kubelet.
-    if let Some(kd) = &c.kubelet_devices {
-        for res in kd.iter().filter(|r| !rdma::is_rdma_resource(&r.resource)) {
-            let shared_resource = res.resource.ends_with(".shared");
-            for id in &res.ids {
-                let (device, replica) = nvidia::split_replica_id(id);
-                let origin = format!("kubelet PodResources {}", res.resource);
-                let Ok(r) = nvidia::parse_gpu_ref(device) else {
-                    f.note(origin, format!("device id {id:?} is no NVIDIA id"));
-                    continue;
-                };
-                match resolve_ref(topo, &r) {
-                    Resolved::Whole(b) => f.push(&b, shared_resource || replica.is_some()),
-                    Resolved::MigParent(b) => f.push(&b, true),
-                    Resolved::MigUnknownParent => {
-                        // The kubelet's answer holds no parent; another source may name it.
-                        f.note(
-                            origin,
-                            format!("MIG device {id}: parent GPU not named by its id"),
-                        )
-                    }
-                    Resolved::Unknown => return Err(unknown(origin, id.clone())),
+/// The error for a GPU an authoritative source names that this host does not have. Everything
+/// here comes from the runtime: never repeat more than the start of it.
+fn unknown_gpu(c: &ContainerView, origin: &str, given: &str) -> RequestError {
+    RequestError::UnknownGpu {
+        container: crate::untrusted::excerpt(&c.name),
+        origin: crate::untrusted::excerpt(origin),
+        given: crate::untrusted::quoted(given),
+    }
+}
+
+/// Source 1: the GPUs of the kubelet's PodResources answer (RDMA resources are not GPUs), into `f`.
+fn kubelet_gpus(topo: &Topology, c: &ContainerView, f: &mut Found) -> Result<(), RequestError> {
+    let Some(kd) = &c.kubelet_devices else {
+        return Ok(());
+    };
+    for res in kd.iter().filter(|r| !rdma::is_rdma_resource(&r.resource)) {
+        let shared_resource = res.resource.ends_with(".shared");
+        for id in &res.ids {
+            let (device, replica) = nvidia::split_replica_id(id);
+            let origin = format!("kubelet PodResources {}", res.resource);
+            let Ok(r) = nvidia::parse_gpu_ref(device) else {
+                f.note(origin, format!("device id {id:?} is no NVIDIA id"));
+                continue;
+            };
+            match resolve_ref(topo, &r) {
+                Resolved::Whole(b) => f.push(&b, shared_resource || replica.is_some()),
+                Resolved::MigParent(b) => f.push(&b, true),
+                Resolved::MigUnknownParent => {
+                    // The kubelet's answer holds no parent; another source may name it.
+                    f.note(
+                        origin,
+                        format!("MIG device {id}: parent GPU not named by its id"),
+                    )
                 }
+                Resolved::Unknown => return Err(unknown_gpu(c, &origin, id)),
             }
         }
-        if f.any_gpu() {
-            f.source = Some(GpuSource::Kubelet);
-        }
     }
+    if f.any_gpu() {
+        f.source = Some(GpuSource::Kubelet);
+    }
+    Ok(())
+}
 
-    // 2. CDI.
-    let mut cdi_names: Vec<(String, QualifiedName)> = Vec::new();
+/// The CDI names of `c` with where each came from: the CRI field's, then the annotations'.
+/// Names that do not parse are noted in `f`.
+fn cdi_names(c: &ContainerView, f: &mut Found) -> Vec<(String, QualifiedName)> {
+    let mut names: Vec<(String, QualifiedName)> = Vec::new();
     for n in &c.cdi_devices {
         match cdi::parse_qualified_name(n) {
-            Ok(q) => cdi_names.push(("CDI device".into(), q)),
+            Ok(q) => names.push(("CDI device".into(), q)),
             Err(e) => f.note("CDI device", e.to_string()),
         }
     }
     match cdi::parse_annotations(c.annotations.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
         Ok(reqs) => {
             for r in reqs {
-                cdi_names.extend(r.devices.into_iter().map(|q| (r.key.clone(), q)));
+                names.extend(r.devices.into_iter().map(|q| (r.key.clone(), q)));
             }
         }
         Err(e) => f.note("cdi.k8s.io annotations", e.to_string()),
     }
-    let mut cdi_gpus = Found::default();
-    for (origin, q) in &cdi_names {
+    names
+}
+
+/// Source 2, CDI devices: their RDMA NICs and notes go into `f`; their GPUs are returned, for
+/// [`find`] to take when no earlier source named any.
+fn cdi_devices(topo: &Topology, c: &ContainerView, f: &mut Found) -> Result<Found, RequestError> {
+    let mut gpus = Found::default();
+    for (origin, q) in &cdi_names(c, f) {
         // A kind nri-align does not align (an FPGA, another vendor's GPU) still reaches the
         // container through the runtime's CDI edits: noted, so it is logged and counted, and
         // the container is placed as if it had none (never refused, never widened).
@@ -243,60 +294,83 @@ pub fn find(topo: &Topology, c: &ContainerView, trust_env: bool) -> Result<Found
             )
         };
         if !k8s_devices::nvidia::CDI_VENDORS.contains(&q.vendor.as_str()) {
-            not_aligned(&mut f);
+            not_aligned(f);
             continue;
         }
         match q.class.as_str() {
-            "gpu" | "mig" => {
-                if q.name == "all" {
-                    f.note(origin.clone(), format!("{q}: `all` is not an allocation"));
-                    continue;
-                }
-                let Ok(r) = nvidia::parse_gpu_ref(&q.name) else {
-                    f.note(origin.clone(), format!("{q}: device name is no NVIDIA id"));
-                    continue;
-                };
-                match resolve_ref(topo, &r) {
-                    Resolved::Whole(b) => cdi_gpus.push(&b, q.class == "mig"),
-                    Resolved::MigParent(b) => cdi_gpus.push(&b, true),
-                    Resolved::MigUnknownParent => f.note(
-                        origin.clone(),
-                        format!("{q}: MIG device whose parent GPU its name does not give"),
-                    ),
-                    Resolved::Unknown => return Err(unknown(origin.clone(), q.to_string())),
-                }
-            }
-            "net-rdma" => {
-                match topo.nics.iter().find(|n| {
-                    n.pci_bus_id
-                        .as_deref()
-                        .is_some_and(|b| b.eq_ignore_ascii_case(&q.name))
-                }) {
-                    Some(nic) if !f.nics.contains(&nic.name) => f.nics.push(nic.name.clone()),
-                    Some(_) => {}
-                    None => f.note(
-                        origin.clone(),
-                        format!("{q}: no RDMA NIC of this host has that PCI address"),
-                    ),
-                }
-            }
-            _ => not_aligned(&mut f),
+            "gpu" | "mig" => cdi_gpu(topo, c, origin, q, f, &mut gpus)?,
+            "net-rdma" => cdi_nic(topo, origin, q, f),
+            _ => not_aligned(f),
         }
     }
-    if !f.any_gpu() && cdi_gpus.any_gpu() {
-        f.gpus = cdi_gpus.gpus;
-        f.shared_gpus = cdi_gpus.shared_gpus;
-        f.source = Some(GpuSource::Cdi);
-    }
+    Ok(gpus)
+}
 
-    // 3. Device nodes, then volume-mounts mounts.
+/// One NVIDIA CDI GPU or MIG device: its GPU into `gpus`, what cannot be used noted in `f`.
+fn cdi_gpu(
+    topo: &Topology,
+    c: &ContainerView,
+    origin: &str,
+    q: &QualifiedName,
+    f: &mut Found,
+    gpus: &mut Found,
+) -> Result<(), RequestError> {
+    if q.name == "all" {
+        f.note(origin, format!("{q}: `all` is not an allocation"));
+        return Ok(());
+    }
+    let Ok(r) = nvidia::parse_gpu_ref(&q.name) else {
+        f.note(origin, format!("{q}: device name is no NVIDIA id"));
+        return Ok(());
+    };
+    match resolve_ref(topo, &r) {
+        Resolved::Whole(b) => gpus.push(&b, q.class == "mig"),
+        Resolved::MigParent(b) => gpus.push(&b, true),
+        Resolved::MigUnknownParent => f.note(
+            origin,
+            format!("{q}: MIG device whose parent GPU its name does not give"),
+        ),
+        Resolved::Unknown => return Err(unknown_gpu(c, origin, &q.to_string())),
+    }
+    Ok(())
+}
+
+/// One CDI RDMA device, named by its PCI address: its NIC into `f`, or a note.
+fn cdi_nic(topo: &Topology, origin: &str, q: &QualifiedName, f: &mut Found) {
+    match topo.nics.iter().find(|n| {
+        n.pci_bus_id
+            .as_deref()
+            .is_some_and(|b| b.eq_ignore_ascii_case(&q.name))
+    }) {
+        Some(nic) if !f.nics.contains(&nic.name) => f.nics.push(nic.name.clone()),
+        Some(_) => {}
+        None => f.note(
+            origin,
+            format!("{q}: no RDMA NIC of this host has that PCI address"),
+        ),
+    }
+}
+
+/// Source 3, device nodes in the spec: `uverbsN` NICs go into `f`; the GPUs of `/dev/nvidiaN` nodes
+/// are returned, for [`find`] to take when no earlier source named any.
+fn node_devices(topo: &Topology, c: &ContainerView, f: &mut Found) -> Result<Found, RequestError> {
+    // MIG capability nodes beside a GPU node: the GPU node is a MIG device's parent.
+    let has_mig_caps = c.devices.iter().any(|d| {
+        matches!(
+            nvidia::parse_device_node(&d.path),
+            Some(NvidiaNode::Capability(_))
+        )
+    });
     let mut nodes = Found::default();
     for d in &c.devices {
         match nvidia::parse_device_node(&d.path) {
             Some(NvidiaNode::Gpu(minor)) => {
                 match topo.gpus.iter().find(|g| g.minor == Some(minor)) {
                     Some(g) => nodes.push(&g.pci_bus_id, has_mig_caps),
-                    None => return Err(unknown(format!("device {}", d.path), minor.to_string())),
+                    None => {
+                        let origin = format!("device {}", d.path);
+                        return Err(unknown_gpu(c, &origin, &minor.to_string()));
+                    }
                 }
             }
             _ => {
@@ -314,43 +388,32 @@ pub fn find(topo: &Topology, c: &ContainerView, trust_env: bool) -> Result<Found
             }
         }
     }
-    if !f.any_gpu() && nodes.any_gpu() {
-        f.gpus = nodes.gpus;
-        f.shared_gpus = nodes.shared_gpus;
-        f.source = Some(GpuSource::DeviceNodes);
-    }
-    if !f.any_gpu() {
-        let mut mounted = Found::default();
-        for m in &c.mounts {
-            let origin = format!("mount {}", m.destination);
-            match nvidia::parse_volume_mount(&m.destination) {
-                None | Some(Ok(MountedDevice::ImexChannel(_))) => {}
-                Some(Err(e)) => f.note(origin, e.to_string()),
-                Some(Ok(MountedDevice::Gpu(r))) => match resolve_ref(topo, &r) {
-                    Resolved::Whole(b) => mounted.push(&b, false),
-                    Resolved::MigParent(b) => mounted.push(&b, true),
-                    Resolved::MigUnknownParent => {
-                        f.note(origin, format!("MIG device {r}: parent GPU not named"))
-                    }
-                    Resolved::Unknown => return Err(unknown(origin, r.to_string())),
-                },
-            }
-        }
-        if mounted.any_gpu() {
-            f.gpus = mounted.gpus;
-            f.shared_gpus = mounted.shared_gpus;
-            f.source = Some(GpuSource::VolumeMounts);
-        }
-    }
-
-    // 4. The environment, when nothing authoritative spoke and the kubelet was not asked.
-    if !f.any_gpu() && c.kubelet_devices.is_none() {
-        env_gpus(topo, c, &mut f, trust_env);
-    }
-    Ok(f)
+    Ok(nodes)
 }
 
-/// `NVIDIA_VISIBLE_DEVICES` as shared GPUs (whole ones held alone when `trusted`); what it
+/// Source 3, continued: the volume-mounts strategy's `/var/run/nvidia-container-devices/<id>`
+/// mounts: their GPUs are returned, what cannot be used is noted in `f`.
+fn mounted_gpus(topo: &Topology, c: &ContainerView, f: &mut Found) -> Result<Found, RequestError> {
+    let mut mounted = Found::default();
+    for m in &c.mounts {
+        let origin = format!("mount {}", m.destination);
+        match nvidia::parse_volume_mount(&m.destination) {
+            None | Some(Ok(MountedDevice::ImexChannel(_))) => {}
+            Some(Err(e)) => f.note(origin, e.to_string()),
+            Some(Ok(MountedDevice::Gpu(r))) => match resolve_ref(topo, &r) {
+                Resolved::Whole(b) => mounted.push(&b, false),
+                Resolved::MigParent(b) => mounted.push(&b, true),
+                Resolved::MigUnknownParent => {
+                    f.note(origin, format!("MIG device {r}: parent GPU not named"))
+                }
+                Resolved::Unknown => return Err(unknown_gpu(c, &origin, &r.to_string())),
+            },
+        }
+    }
+    Ok(mounted)
+}
+
+/// Source 4: `NVIDIA_VISIBLE_DEVICES` as shared GPUs (whole ones held alone when `trusted`); what it
 /// cannot give is noted.
 fn env_gpus(topo: &Topology, c: &ContainerView, f: &mut Found, trusted: bool) {
     let origin = VISIBLE_DEVICES_ENV;

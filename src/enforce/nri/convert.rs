@@ -2,19 +2,13 @@
 //! containerd/nri `pkg/api/api.proto`) and enforcement's own structs: the only file of `enforce`
 //! that sees generated types.
 
-use std::collections::HashMap;
-
 use nri_protocol::api::{self, MessageField};
 
 use crate::enforce::adjust::Adjustment;
 use crate::enforce::container::{
-    ContainerState, ContainerView, DeviceNode, DeviceRule, MountView, PodView, ResourcesView,
+    sorted, ContainerState, ContainerView, DeviceNode, DeviceRule, MountView, PodView,
+    ResourcesView,
 };
-
-/// A protobuf map in a stable order, as the engine's views keep annotations (also for CRI's).
-pub(crate) fn sorted(m: &HashMap<String, String>) -> std::collections::BTreeMap<String, String> {
-    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-}
 
 /// `PodSandbox` -> [`PodView`].
 pub fn pod_view(p: &api::PodSandbox) -> PodView {
@@ -136,62 +130,8 @@ fn cpuset_resources(cpus: String, mems: Option<String>) -> api::LinuxResources {
 /// [`Adjustment`] -> `ContainerAdjustment`.
 pub fn container_adjustment(a: &Adjustment) -> api::ContainerAdjustment {
     let mut resources = cpuset_resources(a.cpuset_cpus.clone(), Some(a.cpuset_mems.clone()));
-    resources.devices = a
-        .device_rules
-        .iter()
-        .map(|r| api::LinuxDeviceCgroup {
-            allow: r.allow,
-            type_: r.kind.clone(),
-            major: r
-                .major
-                .map(|value| api::OptionalInt64 {
-                    value,
-                    ..Default::default()
-                })
-                .into(),
-            minor: r
-                .minor
-                .map(|value| api::OptionalInt64 {
-                    value,
-                    ..Default::default()
-                })
-                .into(),
-            access: r.access.clone(),
-            ..Default::default()
-        })
-        .collect();
-    let mut devices: Vec<api::LinuxDevice> = a
-        .add_devices
-        .iter()
-        .map(|d| api::LinuxDevice {
-            path: d.path.clone(),
-            type_: d.kind.clone(),
-            major: d.major,
-            minor: d.minor,
-            file_mode: d
-                .file_mode
-                .map(|value| api::OptionalFileMode {
-                    value,
-                    ..Default::default()
-                })
-                .into(),
-            uid: d
-                .uid
-                .map(|value| api::OptionalUInt32 {
-                    value,
-                    ..Default::default()
-                })
-                .into(),
-            gid: d
-                .gid
-                .map(|value| api::OptionalUInt32 {
-                    value,
-                    ..Default::default()
-                })
-                .into(),
-            ..Default::default()
-        })
-        .collect();
+    resources.devices = a.device_rules.iter().map(device_cgroup).collect();
+    let mut devices: Vec<api::LinuxDevice> = a.add_devices.iter().map(linux_device).collect();
     // NRI's removal convention: the key (here the path) prefixed with '-'.
     devices.extend(a.remove_devices.iter().map(|p| api::LinuxDevice {
         path: format!("-{p}"),
@@ -217,6 +157,62 @@ pub fn container_adjustment(a: &Adjustment) -> api::ContainerAdjustment {
             resources: MessageField::some(resources),
             ..Default::default()
         }),
+        ..Default::default()
+    }
+}
+
+/// [`DeviceRule`] -> `LinuxDeviceCgroup`.
+fn device_cgroup(r: &DeviceRule) -> api::LinuxDeviceCgroup {
+    api::LinuxDeviceCgroup {
+        allow: r.allow,
+        type_: r.kind.clone(),
+        major: r
+            .major
+            .map(|value| api::OptionalInt64 {
+                value,
+                ..Default::default()
+            })
+            .into(),
+        minor: r
+            .minor
+            .map(|value| api::OptionalInt64 {
+                value,
+                ..Default::default()
+            })
+            .into(),
+        access: r.access.clone(),
+        ..Default::default()
+    }
+}
+
+/// [`DeviceNode`] -> `LinuxDevice`.
+fn linux_device(d: &DeviceNode) -> api::LinuxDevice {
+    api::LinuxDevice {
+        path: d.path.clone(),
+        type_: d.kind.clone(),
+        major: d.major,
+        minor: d.minor,
+        file_mode: d
+            .file_mode
+            .map(|value| api::OptionalFileMode {
+                value,
+                ..Default::default()
+            })
+            .into(),
+        uid: d
+            .uid
+            .map(|value| api::OptionalUInt32 {
+                value,
+                ..Default::default()
+            })
+            .into(),
+        gid: d
+            .gid
+            .map(|value| api::OptionalUInt32 {
+                value,
+                ..Default::default()
+            })
+            .into(),
         ..Default::default()
     }
 }

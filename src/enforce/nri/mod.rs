@@ -3,6 +3,7 @@
 //! only code of the crate that touches `nri_protocol`.
 
 pub mod convert;
+pub mod learning;
 pub mod plugin;
 
 use std::future::Future;

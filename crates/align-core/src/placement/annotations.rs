@@ -65,91 +65,125 @@ pub fn effective(
     // Pod-level values first, container-level ones after, so the container wins.
     let mut parsed = Vec::new();
     for (key, value) in annotations {
-        let Some((what, target)) = split_key(key) else {
-            continue;
-        };
-        let bad = |reason: String| PlacementError::InvalidAnnotation {
-            key: excerpt(key),
-            value: quoted(value),
-            reason,
-        };
-        // Every valid key and value is short: refuse (and never copy) anything longer.
-        if key.len() > MAX_KEY_BYTES {
-            return Err(bad(format!(
-                "the key is {} bytes; Kubernetes allows at most {MAX_KEY_BYTES}",
-                key.len()
-            )));
+        if let Some(found) = parse_annotation(key, value, container)? {
+            parsed.push(found);
         }
-        if value.len() > MAX_VALUE_BYTES {
-            return Err(bad(format!(
-                "the value is {} bytes; no setting takes more than {MAX_VALUE_BYTES}",
-                value.len()
-            )));
-        }
-        let level = match target {
-            "pod" => 0,
-            t => match t.strip_prefix("container.") {
-                Some(name) if !name.is_empty() => {
-                    if what == "scope" {
-                        return Err(bad(
-                            "scope applies to the whole pod: use scope.nri-align.io/pod".into(),
-                        ));
-                    }
-                    if name != container {
-                        // Another container's setting: still validated below, not applied.
-                        2
-                    } else {
-                        1
-                    }
-                }
-                _ => {
-                    let what = if what.is_empty() { "KEY" } else { what };
-                    return Err(bad(format!(
-                        "expected {what}.{DOMAIN}/pod or {what}.{DOMAIN}/container.<name>"
-                    )));
-                }
-            },
-        };
-        let setting = parse_setting(what, value).map_err(bad)?;
-        parsed.push((level, setting));
     }
     parsed.sort_by_key(|(level, _)| *level);
     for (level, setting) in parsed {
-        if level == 2 {
+        if level == Level::OtherContainer {
             continue;
         }
-        match setting {
-            Setting::Policy(p) => eff.policy = p,
-            Setting::Scope(s) => eff.scope = s,
-            Setting::Cpus(c) => eff.cpus = c,
-            Setting::Mems(m) => eff.mems = m,
-            Setting::Gpus(n) | Setting::Nics(n) => {
-                let is_gpu = matches!(setting, Setting::Gpus(_));
-                if !config.allow_device_annotations {
-                    let kind = if is_gpu { "gpus" } else { "nics" };
-                    let key = annotations
-                        .iter()
-                        .find(|(k, _)| split_key(k).is_some_and(|(w, _)| w == kind))
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .unwrap_or_default();
-                    return Err(PlacementError::InvalidAnnotation {
-                        key: excerpt(&key.0),
-                        value: quoted(&key.1),
-                        reason: "the node administrator disabled device annotations \
-                                 (allow_device_annotations: false); request the devices \
-                                 through the device plugin instead"
-                            .into(),
-                    });
+        apply(&mut eff, setting, annotations, config)?;
+    }
+    Ok(eff)
+}
+
+/// Whom an annotation addresses, in the order they apply (the later wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    /// `KEY.nri-align.io/pod`.
+    Pod,
+    /// `KEY.nri-align.io/container.NAME` of this container.
+    Container,
+    /// Another container's setting: still validated, never applied.
+    OtherContainer,
+}
+
+/// One annotation: `None` for a key of another domain, else whom it addresses and what it
+/// sets; a key or value nri-align cannot take is an error.
+fn parse_annotation(
+    key: &str,
+    value: &str,
+    container: &str,
+) -> Result<Option<(Level, Setting)>, PlacementError> {
+    let Some((what, target)) = split_key(key) else {
+        return Ok(None);
+    };
+    let bad = |reason: String| PlacementError::InvalidAnnotation {
+        key: excerpt(key),
+        value: quoted(value),
+        reason,
+    };
+    // Every valid key and value is short: refuse (and never copy) anything longer.
+    if key.len() > MAX_KEY_BYTES {
+        return Err(bad(format!(
+            "the key is {} bytes; Kubernetes allows at most {MAX_KEY_BYTES}",
+            key.len()
+        )));
+    }
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(bad(format!(
+            "the value is {} bytes; no setting takes more than {MAX_VALUE_BYTES}",
+            value.len()
+        )));
+    }
+    let level = match target {
+        "pod" => Level::Pod,
+        t => match t.strip_prefix("container.") {
+            Some(name) if !name.is_empty() => {
+                if what == "scope" {
+                    return Err(bad(
+                        "scope applies to the whole pod: use scope.nri-align.io/pod".into(),
+                    ));
                 }
-                if is_gpu {
-                    eff.gpus = Some(n);
+                if name != container {
+                    // Another container's setting: still validated below, not applied.
+                    Level::OtherContainer
                 } else {
-                    eff.nics = Some(n);
+                    Level::Container
                 }
+            }
+            _ => {
+                let what = if what.is_empty() { "KEY" } else { what };
+                return Err(bad(format!(
+                    "expected {what}.{DOMAIN}/pod or {what}.{DOMAIN}/container.<name>"
+                )));
+            }
+        },
+    };
+    let setting = parse_setting(what, value).map_err(bad)?;
+    Ok(Some((level, setting)))
+}
+
+/// Applies one setting to `eff`; device counts only where the administrator allows them.
+fn apply(
+    eff: &mut Effective,
+    setting: Setting,
+    annotations: &BTreeMap<String, String>,
+    config: &PlacementConfig,
+) -> Result<(), PlacementError> {
+    match setting {
+        Setting::Policy(p) => eff.policy = p,
+        Setting::Scope(s) => eff.scope = s,
+        Setting::Cpus(c) => eff.cpus = c,
+        Setting::Mems(m) => eff.mems = m,
+        Setting::Gpus(n) | Setting::Nics(n) => {
+            let is_gpu = matches!(setting, Setting::Gpus(_));
+            if !config.allow_device_annotations {
+                let kind = if is_gpu { "gpus" } else { "nics" };
+                let key = annotations
+                    .iter()
+                    .find(|(k, _)| split_key(k).is_some_and(|(w, _)| w == kind))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .unwrap_or_default();
+                return Err(PlacementError::InvalidAnnotation {
+                    key: excerpt(&key.0),
+                    value: quoted(&key.1),
+                    reason: "the node administrator disabled device annotations \
+                             (allow_device_annotations: false); request the devices \
+                             through the device plugin instead"
+                        .into(),
+                });
+            }
+            if is_gpu {
+                eff.gpus = Some(n);
+            } else {
+                eff.nics = Some(n);
             }
         }
     }
-    Ok(eff)
+    Ok(())
 }
 
 /// Splits `policy.nri-align.io/pod` into (`policy`, `pod`); `None` for foreign keys.

@@ -341,27 +341,7 @@ impl<'a> Search<'a> {
         // on no node, no NIC cost), and the look-ahead at its bound until the set comes up:
         // a bound of the set's rank whatever the field order.
         let mut look = Lookahead::new(self.links, &free, r.gpu_count, exact).with_symmetry(&sym);
-        let mut bounds: BinaryHeap<Bounded> = BinaryHeap::with_capacity(sets.len());
-        let free_score = self.links.set_score(&free);
-        // Each GPU's links to the free ones, summed once: the links left by each set are then
-        // a sum over its GPUs (a tenth of an idle 16-GPU decision went to summing them again).
-        let to_free = self.links.to_free(&free);
-        for (order, s) in sets.into_iter().enumerate() {
-            let own_links = self.links.set_score(&s);
-            let (ahead, known) = look.bound(&s);
-            let bound = Rank {
-                admissible: true,
-                fewer_unlinked_pairs: Reverse(gpus::unlinked_pairs(self.links, &s)),
-                link_score: own_links.saturating_add(ahead),
-                fewer_nodes: Reverse(0),
-                closer_nodes: Reverse(0),
-                cheaper_nic_paths: Reverse(0),
-                links_left: self.links.remaining_by(&to_free, free_score, &s),
-                tightest_fit: Reverse(0),
-                own_links,
-            };
-            bounds.push((bound, Reverse(order), known, s));
-        }
+        let mut bounds = self.bounds(sets, &free, &mut look);
         // Best bound first (equal bounds in enumeration order). A set whose look-ahead is only
         // bounded gets it computed and goes back in; once a candidate ranks above the next
         // bound no later set can win: their exact look-ahead, node growth and NIC pairing
@@ -394,28 +374,73 @@ impl<'a> Search<'a> {
             if best.as_ref().is_some_and(|(b, _)| bound < *b) {
                 continue;
             }
-            // One set per class of the links: the sets of its orbit tie on every field but the
-            // NIC ones, which the symmetries do not keep, so NICs are paired with each of them.
-            let members = if r.nic_count > 0 {
-                sym.orbit(&s)
-            } else {
-                vec![s]
-            };
-            for gpus in members {
-                let Some(nodes) = self.nodes_around(&gpus, &mut grown) else {
-                    continue;
-                };
-                let nics = nics::choose(self.ledger, &gpus, &nodes, r.nic_count, &self.fixed_nics);
-                let c = self.candidate(nodes, gpus, nics);
-                let rank = Rank {
-                    admissible: c.admissible,
-                    cheaper_nic_paths: Reverse(c.nic_cost),
-                    ..bound
-                };
-                offer(&mut best, rank, c);
-            }
+            self.offer_orbit(s, bound, &sym, &mut grown, &mut best);
         }
         Ok(best.map(|(_, c)| c))
+    }
+
+    /// Each GPU set with a bound of its rank: the GPU-only fields, every other field at the
+    /// best it could be, the look-ahead at `look`'s bound until the set comes up.
+    fn bounds(
+        &self,
+        sets: Vec<Vec<usize>>,
+        free: &[usize],
+        look: &mut Lookahead<'_>,
+    ) -> BinaryHeap<Bounded> {
+        let mut bounds: BinaryHeap<Bounded> = BinaryHeap::with_capacity(sets.len());
+        let free_score = self.links.set_score(free);
+        // Each GPU's links to the free ones, summed once: the links left by each set are then
+        // a sum over its GPUs (a tenth of an idle 16-GPU decision went to summing them again).
+        let to_free = self.links.to_free(free);
+        for (order, s) in sets.into_iter().enumerate() {
+            let own_links = self.links.set_score(&s);
+            let (ahead, known) = look.bound(&s);
+            let bound = Rank {
+                admissible: true,
+                fewer_unlinked_pairs: Reverse(gpus::unlinked_pairs(self.links, &s)),
+                link_score: own_links.saturating_add(ahead),
+                fewer_nodes: Reverse(0),
+                closer_nodes: Reverse(0),
+                cheaper_nic_paths: Reverse(0),
+                links_left: self.links.remaining_by(&to_free, free_score, &s),
+                tightest_fit: Reverse(0),
+                own_links,
+            };
+            bounds.push((bound, Reverse(order), known, s));
+        }
+        bounds
+    }
+
+    /// Offers GPU set `s` (its rank `bound` with the NIC fields still at their best) with its
+    /// NICs. One set per class of the links: the sets of its orbit tie on every field but the
+    /// NIC ones, which the symmetries do not keep, so NICs are paired with each of them.
+    fn offer_orbit(
+        &self,
+        s: Vec<usize>,
+        bound: Rank,
+        sym: &Symmetry<'_>,
+        grown: &mut Grown,
+        best: &mut Option<(Rank, Candidate)>,
+    ) {
+        let r = self.r;
+        let members = if r.nic_count > 0 {
+            sym.orbit(&s)
+        } else {
+            vec![s]
+        };
+        for gpus in members {
+            let Some(nodes) = self.nodes_around(&gpus, grown) else {
+                continue;
+            };
+            let nics = nics::choose(self.ledger, &gpus, &nodes, r.nic_count, &self.fixed_nics);
+            let c = self.candidate(nodes, gpus, nics);
+            let rank = Rank {
+                admissible: c.admissible,
+                cheaper_nic_paths: Reverse(c.nic_cost),
+                ..bound
+            };
+            offer(best, rank, c);
+        }
     }
 
     /// The set's own link score, and that plus the look-ahead (anti-fragmentation: the best

@@ -7,14 +7,14 @@ use super::twins::Twins;
 use crate::topology::desc::MAX_NVLINKS;
 use crate::topology::{PcieLevel, Topology};
 
+pub use super::partitions::PARTITION_EXACT_GPUS;
+
 /// Score of one NVLink link; NVSwitch counts as the best link mesh.
 const NVLINK: u32 = 100;
 /// NVSwitch: every pair at full bandwidth, above any point-to-point mesh.
 const NVSWITCH: u32 = 2000;
 /// Most candidate sets enumerated exactly (C(16,8) = 12870 fits).
 const EXACT_LIMIT: u64 = 13_000;
-/// Largest pool the look-ahead partitions exhaustively (8 GPUs: at most 105 pairings).
-pub const PARTITION_EXACT_GPUS: usize = 8;
 
 /// Score of the PCIe path between two devices (go-gpuallocator-like scale).
 pub fn pcie_score(level: PcieLevel) -> u32 {
@@ -398,10 +398,11 @@ pub fn partition_score(table: &LinkTable, pool: &[usize], k: usize, exact: bool)
     if exact && pool.len() <= PARTITION_EXACT_GPUS {
         // A node's remainder (ascending) is read from the topology's table; anything else
         // is searched as it always was.
+        let pair = |i, j| table.pair(i, j);
         return table
             .partitions
-            .get(table, pool, k)
-            .unwrap_or_else(|| partitions::best_partition(table, pool, k));
+            .get(pair, pool, k)
+            .unwrap_or_else(|| partitions::best_partition(pair, pool, k));
     }
     let mut left = pool.to_vec();
     let mut total = 0;

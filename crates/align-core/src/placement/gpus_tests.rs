@@ -102,7 +102,7 @@ fn partition_by_masks_agrees_with_the_recursion() {
             for k in 2..=4 {
                 let want = reference_partition(&t, &pool, k, pool.len() % k);
                 assert_eq!(
-                    partitions::best_partition(&t, &pool, k),
+                    partitions::best_partition(|i, j| t.pair(i, j), &pool, k),
                     want,
                     "{name} {pool:?} k={k}"
                 );

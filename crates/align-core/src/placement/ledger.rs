@@ -342,43 +342,7 @@ impl Ledger {
             .iter()
             .map(|b| self.gpu_index(b))
             .collect::<Result<Vec<_>, _>>()?;
-        if a.exclusive {
-            if let Some(cpu) = a.cpus.intersection(&self.exclusive).first() {
-                return Err(PlacementError::Conflict {
-                    resource: "exclusive cpu".into(),
-                    id: cpu.to_string(),
-                    holder: self.cpu_holder(cpu).unwrap_or("?").to_string(),
-                });
-            }
-            if let Some(cpu) = a.cpus.intersection(&self.reserved).first() {
-                return Err(PlacementError::Restore {
-                    container: a.container_id.clone(),
-                    reason: format!("cpu {cpu} is reserved"),
-                });
-            }
-        }
-        for g in &gpus {
-            if let Some(holder) = self.gpu_owner.get(g) {
-                return Err(PlacementError::Conflict {
-                    resource: "gpu".into(),
-                    id: self.topo.gpus[*g].pci_bus_id.clone(),
-                    holder: holder.clone(),
-                });
-            }
-        }
-        for (i, bytes) in &split {
-            if *bytes > self.free_mem(*i) {
-                return Err(PlacementError::Restore {
-                    container: a.container_id.clone(),
-                    reason: format!(
-                        "node {} has {} bytes free, {} needed",
-                        self.topo.numa_nodes.get(*i).map_or(0, |n| n.id),
-                        self.free_mem(*i),
-                        bytes
-                    ),
-                });
-            }
-        }
+        self.check_free(&a, &gpus, &split)?;
         if a.exclusive {
             self.exclusive.extend_from(&a.cpus);
         }
@@ -398,6 +362,54 @@ impl Ledger {
         }
         self.mem_split.insert(a.container_id.clone(), split);
         self.assignments.insert(a.container_id.clone(), a);
+        Ok(())
+    }
+
+    /// Whether what `a` holds (its GPUs `gpus` as indices, its memory `split` by node index)
+    /// is free: no exclusive CPU held or reserved, no GPU held, no node's memory exceeded.
+    fn check_free(
+        &self,
+        a: &Assignment,
+        gpus: &[usize],
+        split: &[(usize, u64)],
+    ) -> Result<(), PlacementError> {
+        if a.exclusive {
+            if let Some(cpu) = a.cpus.intersection(&self.exclusive).first() {
+                return Err(PlacementError::Conflict {
+                    resource: "exclusive cpu".into(),
+                    id: cpu.to_string(),
+                    holder: self.cpu_holder(cpu).unwrap_or("?").to_string(),
+                });
+            }
+            if let Some(cpu) = a.cpus.intersection(&self.reserved).first() {
+                return Err(PlacementError::Restore {
+                    container: a.container_id.clone(),
+                    reason: format!("cpu {cpu} is reserved"),
+                });
+            }
+        }
+        for g in gpus {
+            if let Some(holder) = self.gpu_owner.get(g) {
+                return Err(PlacementError::Conflict {
+                    resource: "gpu".into(),
+                    id: self.topo.gpus[*g].pci_bus_id.clone(),
+                    holder: holder.clone(),
+                });
+            }
+        }
+        for (i, bytes) in split {
+            if *bytes > self.free_mem(*i) {
+                return Err(PlacementError::Restore {
+                    container: a.container_id.clone(),
+                    reason: format!(
+                        "node {} has {} bytes free, {} needed",
+                        self.topo.numa_nodes.get(*i).map_or(0, |n| n.id),
+                        self.free_mem(*i),
+                        bytes
+                    ),
+                });
+            }
+        }
         Ok(())
     }
 

@@ -212,7 +212,7 @@ impl<'a> Lookahead<'a> {
             // partition is not what the table holds); larger ones are searched once per
             // decision.
             let known = if exact {
-                table.partitions.get(table, &pool[..n], k)
+                table.partitions.get(|i, j| table.pair(i, j), &pool[..n], k)
             } else {
                 None
             };

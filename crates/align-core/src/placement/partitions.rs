@@ -10,7 +10,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use super::gpus::{LinkTable, PARTITION_EXACT_GPUS};
+/// Largest pool the look-ahead partitions exhaustively (8 GPUs: at most 105 pairings).
+pub const PARTITION_EXACT_GPUS: usize = 8;
 
 /// Subsets of a node of at most [`PARTITION_EXACT_GPUS`] GPUs, as position masks.
 const SUBSETS: usize = 1 << PARTITION_EXACT_GPUS;
@@ -19,10 +20,12 @@ const SUBSETS: usize = 1 << PARTITION_EXACT_GPUS;
 /// the pool is not a multiple of `k`, stays out. At most 8 GPUs (105 pairings), so a subset of
 /// the pool is a bit mask and each one's best partition is computed once: the look-ahead runs
 /// this per node for every candidate set, and the former recursion allocated every split.
-pub(super) fn best_partition(table: &LinkTable, pool: &[usize], k: usize) -> u32 {
+/// `pair` is the score of two GPUs (by index), as the link table gives it: taken as a function
+/// so that this module needs nothing of the table that owns its results.
+pub(super) fn best_partition(pair: impl Fn(usize, usize) -> u32, pool: &[usize], k: usize) -> u32 {
     debug_assert!(pool.len() <= PARTITION_EXACT_GPUS);
     let mut by_index = [0usize; PARTITION_EXACT_GPUS];
-    let mut part = Partition::new(table, pool, k, &mut by_index);
+    let mut part = Partition::new(pair, pool, k, &mut by_index);
     part.of((1u32 << pool.len()) - 1)
 }
 
@@ -41,7 +44,7 @@ impl<'a> Partition<'a> {
     /// The search over `pool` (at most [`PARTITION_EXACT_GPUS`] GPUs), `by_index` its buffer
     /// of positions in GPU index order.
     fn new(
-        table: &LinkTable,
+        score: impl Fn(usize, usize) -> u32,
         pool: &[usize],
         k: usize,
         by_index: &'a mut [usize; PARTITION_EXACT_GPUS],
@@ -52,7 +55,7 @@ impl<'a> Partition<'a> {
         let mut pair = [[0u32; PARTITION_EXACT_GPUS]; PARTITION_EXACT_GPUS];
         for (a, row) in pair.iter_mut().enumerate().take(n) {
             for (b, v) in row.iter_mut().enumerate().take(n) {
-                *v = table.pair(pool[a], pool[b]);
+                *v = score(pool[a], pool[b]);
             }
         }
         for (p, v) in by_index.iter_mut().enumerate() {
@@ -168,8 +171,8 @@ impl NodePartitions {
 
     /// [`best_partition`] of `pool` into `k`-sets, read from the table, when `pool` is
     /// ascending and on one node of at most [`PARTITION_EXACT_GPUS`] GPUs; `None` otherwise
-    /// (the caller then partitions itself).
-    pub fn get(&self, table: &LinkTable, pool: &[usize], k: usize) -> Option<u32> {
+    /// (the caller then partitions itself). `pair` as in [`best_partition`].
+    pub fn get(&self, pair: impl Fn(usize, usize) -> u32, pool: &[usize], k: usize) -> Option<u32> {
         if !(2..=PARTITION_EXACT_GPUS).contains(&k) {
             return None;
         }
@@ -194,7 +197,7 @@ impl NodePartitions {
                 .iter()
                 .map(|gpus| {
                     let mut by_index = [0usize; PARTITION_EXACT_GPUS];
-                    let mut part = Partition::new(table, gpus, k, &mut by_index);
+                    let mut part = Partition::new(&pair, gpus, k, &mut by_index);
                     (0..1u32 << gpus.len()).map(|m| part.of(m)).collect()
                 })
                 .collect()
@@ -206,14 +209,32 @@ impl NodePartitions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::topology::Topology;
+
+    /// Pair scores over a real host's GPUs: its NVLink counts, plus a small term that differs
+    /// between most pairs, so that an entry read for the wrong subset or set size would not
+    /// happen to equal what the search finds.
+    fn pair_scores(topo: &Topology) -> impl Fn(usize, usize) -> u32 + '_ {
+        move |i, j| {
+            let nv = topo
+                .gpu_links
+                .as_ref()
+                .and_then(|l| l.nvlink.get(i)?.get(j).copied())
+                .unwrap_or(0);
+            let (a, b) = (i.min(j) as u32, i.max(j) as u32);
+            nv * 100 + (a * 7 + b * 13) % 17
+        }
+    }
 
     /// Every subset of every node of the GPU hosts, every set size: the table reads what
     /// the search over the subset finds, and pools it cannot answer are left to the caller.
     #[test]
     fn node_table_matches_the_search_on_every_subset() {
         for name in crate::topology::testing::GPU_HOSTS {
-            let table = LinkTable::new(&crate::topology::testing::fixture_or_shipped(name));
-            let parts = &table.partitions;
+            let topo = crate::topology::testing::fixture_or_shipped(name);
+            let numa: Vec<Option<u32>> = topo.gpus.iter().map(|g| g.numa_node).collect();
+            let parts = NodePartitions::new(&numa);
+            let pair = pair_scores(&topo);
             for node in &parts.nodes {
                 for k in 2..=PARTITION_EXACT_GPUS {
                     for m in 0..1u32 << node.len() {
@@ -221,20 +242,16 @@ mod tests {
                             .filter(|p| m & (1 << p) != 0)
                             .map(|p| node[p])
                             .collect();
-                        let want = best_partition(&table, &pool, k);
-                        assert_eq!(parts.get(&table, &pool, k), Some(want), "{name} {pool:?}");
+                        let want = best_partition(&pair, &pool, k);
+                        assert_eq!(parts.get(&pair, &pool, k), Some(want), "{name} {pool:?}");
                     }
                 }
             }
             // Descending, or over two nodes: not the table's to answer.
             if parts.nodes.len() > 1 && parts.nodes[0].len() > 1 {
                 let (a, b) = (parts.nodes[0][0], parts.nodes[0][1]);
-                assert_eq!(parts.get(&table, &[b, a], 2), None, "{name}");
-                assert_eq!(
-                    parts.get(&table, &[a, parts.nodes[1][0]], 2),
-                    None,
-                    "{name}"
-                );
+                assert_eq!(parts.get(&pair, &[b, a], 2), None, "{name}");
+                assert_eq!(parts.get(&pair, &[a, parts.nodes[1][0]], 2), None, "{name}");
             }
         }
     }

@@ -51,10 +51,60 @@ pub fn resolve(
         excerpt(&req.pod.name),
         excerpt(&req.container_name)
     );
+    let (exclusive, cpus) = cpu_demand(config, req, &eff, &who)?;
+    if exclusive && config.full_pcpus_only {
+        whole_cores(ledger, cpus, &who)?;
+    }
+    let mut alloc_gpus = req
+        .allocated_gpus
+        .iter()
+        .map(|b| ledger.gpu_index(b))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut shared_gpus = req
+        .shared_gpus
+        .iter()
+        .map(|b| ledger.gpu_index(b))
+        .collect::<Result<Vec<_>, _>>()?;
+    let alloc_nics = req
+        .allocated_nics
+        .iter()
+        .map(|n| ledger.nic_index(n))
+        .collect::<Result<Vec<_>, _>>()?;
+    if config.gpu_mode == GpuMode::Keep {
+        share_held_gpus(ledger, &mut alloc_gpus, &mut shared_gpus)?;
+    }
+    shared_gpus.retain(|g| !alloc_gpus.contains(g));
+    let gpu_count = alloc_gpus.len().max(eff.gpus.unwrap_or(0) as usize);
+    let nic_count = alloc_nics.len().max(eff.nics.unwrap_or(0) as usize);
+    let isolated = exclusive && eff.cpus == CpuPreference::Isolated;
+    Ok(Resolved {
+        eff,
+        exclusive,
+        cpus,
+        memory: req.memory_limit_bytes.unwrap_or(0),
+        gpu_count,
+        alloc_gpus,
+        shared_gpus,
+        isolated,
+        nic_count,
+        alloc_nics,
+        who,
+    })
+}
+
+/// Whether the container gets exclusive CPUs, and how many: the kubelet's Guaranteed rule
+/// (a whole number of CPUs, request equal to limit) unless the annotations say otherwise; an
+/// exclusive annotation outside that rule only in the namespaces the configuration allows.
+fn cpu_demand(
+    config: &PlacementConfig,
+    req: &Request,
+    eff: &Effective,
+    who: &str,
+) -> Result<(bool, u32), PlacementError> {
     let req_m = req.cpu_request_milli;
     // The kubelet's Guaranteed rule for CPUs: a whole number of CPUs, request equal to limit.
     let guaranteed = req.cpu_limit_milli == Some(req_m) && req_m > 0 && req_m % 1000 == 0;
-    let (exclusive, cpus) = match eff.cpus {
+    Ok(match eff.cpus {
         // Counts beyond u32 saturate: such a request then fails as "not enough free cpu"
         // instead of wrapping around to a small one.
         CpuPreference::Auto => (
@@ -75,7 +125,7 @@ pub fn resolve(
             if !guaranteed && !allowed {
                 let (key, value) = cpus_annotation(req);
                 return Err(PlacementError::NotGuaranteed {
-                    container: who,
+                    container: who.to_string(),
                     annotation: format!("{key}={value}"),
                     cpus: n,
                     request_milli: req_m,
@@ -88,86 +138,65 @@ pub fn resolve(
             (true, n)
         }
         CpuPreference::Shared => (false, 0),
-    };
-    if exclusive && config.full_pcpus_only {
-        let t = cpus::threads_per_core(ledger.topo());
-        if cpus % t != 0 {
-            // The next multiple, or for a count near u32::MAX (a saturated request) the one
-            // below: either is a count the rule accepts.
-            let suggest = cpus.div_ceil(t).checked_mul(t).unwrap_or(cpus / t * t);
-            return Err(PlacementError::SmtAlignment {
-                container: who,
-                cpus,
-                threads: t,
-                suggest,
+    })
+}
+
+/// `full_pcpus_only`: an exclusive count must fill whole cores.
+fn whole_cores(ledger: &Ledger, cpus: u32, who: &str) -> Result<(), PlacementError> {
+    let t = cpus::threads_per_core(ledger.topo());
+    if cpus % t != 0 {
+        // The next multiple, or for a count near u32::MAX (a saturated request) the one
+        // below: either is a count the rule accepts.
+        let suggest = cpus.div_ceil(t).checked_mul(t).unwrap_or(cpus / t * t);
+        return Err(PlacementError::SmtAlignment {
+            container: who.to_string(),
+            cpus,
+            threads: t,
+            suggest,
+        });
+    }
+    Ok(())
+}
+
+/// `keep` mode: allocated GPUs another container already holds move to `shared`.
+///
+/// The kubelet hands a device id to one container at a time, so a kept GPU that
+/// another container already holds (or shares) was advertised more than once: the
+/// device plugin shares it (time-slicing or MPS replicas whose ids the container does
+/// not see). Each holder is aligned to it; none of them holds it alone from now on.
+/// A GPU nri-align itself gave another container (a remap) is different: the kubelet
+/// believes it free and the runtime gives this container it whatever nri-align says,
+/// so sharing it would break the promise made to that container: refused.
+fn share_held_gpus(
+    ledger: &Ledger,
+    alloc: &mut Vec<usize>,
+    shared: &mut Vec<usize>,
+) -> Result<(), PlacementError> {
+    let topo = ledger.topo();
+    for g in alloc.iter() {
+        let Some(holder) = ledger.gpu_holder(*g) else {
+            continue;
+        };
+        let bus = &topo.gpus[*g].pci_bus_id;
+        if ledger
+            .get(holder)
+            .is_some_and(|a| a.chosen_gpus.contains(bus))
+        {
+            return Err(PlacementError::Conflict {
+                resource: "gpu".into(),
+                id: bus.clone(),
+                holder: holder.to_string(),
             });
         }
     }
-    let mut alloc_gpus = req
-        .allocated_gpus
-        .iter()
-        .map(|b| ledger.gpu_index(b))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut shared_gpus = req
-        .shared_gpus
-        .iter()
-        .map(|b| ledger.gpu_index(b))
-        .collect::<Result<Vec<_>, _>>()?;
-    let alloc_nics = req
-        .allocated_nics
-        .iter()
-        .map(|n| ledger.nic_index(n))
-        .collect::<Result<Vec<_>, _>>()?;
-    if config.gpu_mode == GpuMode::Keep {
-        // The kubelet hands a device id to one container at a time, so a kept GPU that
-        // another container already holds (or shares) was advertised more than once: the
-        // device plugin shares it (time-slicing or MPS replicas whose ids the container does
-        // not see). Each holder is aligned to it; none of them holds it alone from now on.
-        // A GPU nri-align itself gave another container (a remap) is different: the kubelet
-        // believes it free and the runtime gives this container it whatever nri-align says,
-        // so sharing it would break the promise made to that container: refused.
-        let topo = ledger.topo();
-        for g in &alloc_gpus {
-            let Some(holder) = ledger.gpu_holder(*g) else {
-                continue;
-            };
-            let bus = &topo.gpus[*g].pci_bus_id;
-            if ledger
-                .get(holder)
-                .is_some_and(|a| a.chosen_gpus.contains(bus))
-            {
-                return Err(PlacementError::Conflict {
-                    resource: "gpu".into(),
-                    id: bus.clone(),
-                    holder: holder.to_string(),
-                });
-            }
+    alloc.retain(|g| {
+        let taken = !ledger.gpu_free(*g);
+        if taken && !shared.contains(g) {
+            shared.push(*g);
         }
-        alloc_gpus.retain(|g| {
-            let taken = !ledger.gpu_free(*g);
-            if taken && !shared_gpus.contains(g) {
-                shared_gpus.push(*g);
-            }
-            !taken
-        });
-    }
-    shared_gpus.retain(|g| !alloc_gpus.contains(g));
-    let gpu_count = alloc_gpus.len().max(eff.gpus.unwrap_or(0) as usize);
-    let nic_count = alloc_nics.len().max(eff.nics.unwrap_or(0) as usize);
-    let isolated = exclusive && eff.cpus == CpuPreference::Isolated;
-    Ok(Resolved {
-        eff,
-        exclusive,
-        cpus,
-        memory: req.memory_limit_bytes.unwrap_or(0),
-        gpu_count,
-        alloc_gpus,
-        shared_gpus,
-        isolated,
-        nic_count,
-        alloc_nics,
-        who,
-    })
+        !taken
+    });
+    Ok(())
 }
 
 /// The `cpus.` annotation that decided the preference: the container's own key if it has one,

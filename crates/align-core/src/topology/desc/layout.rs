@@ -2,7 +2,8 @@
 //! distances, and the PCI tree with deterministic bus numbers. The tree writer, the NVML fixture,
 //! QEMU arguments and `to_topology` all read this one layout, so they cannot disagree.
 
-use super::pcitree::{Builder, Slot};
+use super::pcitree::{Builder, FuncRole, HostBridge, LayoutFunc, Slot};
+use super::uuid::uuid_of_seed;
 use super::{CpuNumbering, HostDesc, NvlinkDesc};
 use crate::topology::idset::CpuSet;
 use crate::topology::model::{
@@ -45,66 +46,6 @@ pub struct LayoutNode {
     pub kind: Option<String>,
 }
 
-/// What a PCI function is in the emulated tree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FuncRole {
-    /// Root port of a host bridge.
-    RootPort,
-    /// Upstream port of a PCIe switch.
-    SwitchUpstream,
-    /// Downstream port of a PCIe switch.
-    SwitchDownstream,
-    /// GPU number N (index into `HostDesc::gpus`).
-    Gpu(usize),
-    /// NIC number N (index into `HostDesc::nics`).
-    Nic(usize),
-    /// NVSwitch chip number N.
-    NvSwitch(usize),
-}
-
-/// One PCI function.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LayoutFunc {
-    /// Bus id in sysfs form.
-    pub bus_id: String,
-    /// Bus number (the function is always device 0 or a port number on it).
-    pub bus: u8,
-    /// Vendor id.
-    pub vendor: u16,
-    /// Device id.
-    pub device: u16,
-    /// Class code (24 bits).
-    pub class: u32,
-    /// Role in the tree.
-    pub role: FuncRole,
-    /// NUMA node of its root complex.
-    pub numa_node: u32,
-    /// Report -1 in sysfs `numa_node`.
-    pub hide_numa_node: bool,
-    /// Parent bridge (index into `Layout::funcs`), `None` for root ports.
-    pub parent: Option<usize>,
-    /// Host bridge (index into `Layout::host_bridges`).
-    pub host_bridge: usize,
-    /// For bridges: (secondary, subordinate) bus numbers.
-    pub buses: Option<(u8, u8)>,
-}
-
-/// One host bridge (root complex): `/sys/devices/pci0000:BB`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostBridge {
-    /// Root bus number.
-    pub bus: u8,
-    /// NUMA node.
-    pub numa_node: u32,
-}
-
-impl HostBridge {
-    /// Directory name under `/sys/devices`.
-    pub fn dir_name(&self) -> String {
-        format!("pci0000:{:02x}", self.bus)
-    }
-}
-
 /// The concrete machine.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Layout {
@@ -134,6 +75,23 @@ pub enum LinkPeer {
     Gpu(usize),
     /// An NVSwitch chip (its number).
     NvSwitch(usize),
+}
+
+impl HostDesc {
+    /// The in-memory topology this description stands for: what the sysfs reader must return
+    /// for the emulated tree (before NVML enrichment adds UUIDs and links, which this already has).
+    ///
+    /// Descriptions from [`HostDesc::load`] are validated; one whose PCI tree cannot be laid out
+    /// gives a topology with only its name.
+    pub fn to_topology(&self) -> Topology {
+        match Layout::new(self) {
+            Ok(layout) => layout.to_topology(self),
+            Err(_) => Topology {
+                source: format!("emulated:{}", self.name),
+                ..Default::default()
+            },
+        }
+    }
 }
 
 impl Layout {
@@ -417,28 +375,6 @@ pub fn gpu_uuid(desc: &HostDesc, index: usize) -> String {
         return u;
     }
     format!("GPU-{}", uuid_of_seed(&format!("{}/{index}", desc.name)))
-}
-
-/// The UUID body (`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`) derived from `seed`.
-pub(super) fn uuid_of_seed(seed: &str) -> String {
-    let h1 = fnv1a(seed.as_bytes(), 0xcbf2_9ce4_8422_2325);
-    let h2 = fnv1a(seed.as_bytes(), 0x6c62_272e_07bb_0142);
-    let x = (u128::from(h1) << 64) | u128::from(h2);
-    let hex = format!("{x:032x}");
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
-}
-
-fn fnv1a(data: &[u8], seed: u64) -> u64 {
-    data.iter().fold(seed, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 fn lay_cpus(desc: &HostDesc) -> Vec<LayoutCpu> {

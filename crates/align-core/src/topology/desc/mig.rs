@@ -2,30 +2,15 @@
 //! emulated host gives them, the same for the topology built from the description and for the
 //! NVML fixture, so a topology read back through NVML equals the described one.
 
-use serde::{Deserialize, Serialize};
-
+use super::uuid::uuid_of_seed;
 use super::HostDesc;
 use crate::topology::MigDevice;
 
+// Described with the rest of a GPU (`GpuDesc::mig_devices`); the ids are made here.
+pub use super::MigDesc;
+
 /// Slots of a MIG-capable GPU (`nvmlDeviceGetMaxMigDeviceCount` on A100 and H100).
 pub const MIG_SLOTS: u32 = 7;
-
-/// One MIG device (GPU instance + compute instance) of a GPU with `mig: true`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MigDesc {
-    /// Profile (`1g.10gb`, `3g.40gb`).
-    pub profile: String,
-    /// `MIG-<uuid>`; derived from the host name, GPU and slot when absent.
-    #[serde(default)]
-    pub uuid: Option<String>,
-    /// GPU instance id; slot + 1 when absent.
-    #[serde(default)]
-    pub gpu_instance: Option<u32>,
-    /// Compute instance id; 0 when absent.
-    #[serde(default)]
-    pub compute_instance: Option<u32>,
-}
 
 /// The UUID of MIG device `slot` of GPU `gpu` (the position in `mig_devices` is the slot).
 pub fn mig_uuid(desc: &HostDesc, gpu: usize, slot: usize) -> String {
@@ -36,7 +21,7 @@ pub fn mig_uuid(desc: &HostDesc, gpu: usize, slot: usize) -> String {
         .and_then(|m| m.uuid.clone());
     given.unwrap_or_else(|| {
         // A GPU UUID of a seed no GPU has, with the MIG prefix.
-        let body = super::layout::uuid_of_seed(&format!("{}/{gpu}/mig/{slot}", desc.name));
+        let body = uuid_of_seed(&format!("{}/{gpu}/mig/{slot}", desc.name));
         format!("MIG-{body}")
     })
 }

@@ -14,12 +14,12 @@ mod layout;
 pub mod mig;
 mod pcitree;
 pub mod shipped;
+mod uuid;
 mod validate;
 
-pub use layout::{
-    gpu_uuid, FuncRole, HostBridge, Layout, LayoutCpu, LayoutFunc, LayoutNode, LinkPeer,
-};
-pub use validate::{parse_bus_id, MAX_NVLINKS};
+pub use layout::{gpu_uuid, Layout, LayoutCpu, LayoutNode, LinkPeer};
+pub use pcitree::{parse_bus_id, FuncRole, HostBridge, LayoutFunc};
+pub use validate::MAX_NVLINKS;
 
 /// A whole machine.
 ///
@@ -173,7 +173,7 @@ pub struct GpuDesc {
     pub mig: bool,
     /// The MIG devices configured while `mig` is on, in NVML slot order.
     #[serde(default)]
-    pub mig_devices: Vec<mig::MigDesc>,
+    pub mig_devices: Vec<MigDesc>,
     /// UUID (`GPU-xxxxxxxx-...`); derived from the host name and index when absent.
     #[serde(default)]
     pub uuid: Option<String>,
@@ -187,6 +187,23 @@ pub struct GpuDesc {
     /// PCI device id (`0x2330` H100 SXM5 80GB).
     #[serde(default = "default_gpu_device_id")]
     pub device_id: u16,
+}
+
+/// One MIG device (GPU instance + compute instance) of a GPU with `mig: true`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigDesc {
+    /// Profile (`1g.10gb`, `3g.40gb`).
+    pub profile: String,
+    /// `MIG-<uuid>`; derived from the host name, GPU and slot when absent.
+    #[serde(default)]
+    pub uuid: Option<String>,
+    /// GPU instance id; slot + 1 when absent.
+    #[serde(default)]
+    pub gpu_instance: Option<u32>,
+    /// Compute instance id; 0 when absent.
+    #[serde(default)]
+    pub compute_instance: Option<u32>,
 }
 
 fn default_gpu_device_id() -> u16 {
@@ -482,21 +499,6 @@ impl HostDesc {
                     .collect()
             })
             .collect()
-    }
-
-    /// The in-memory topology this description stands for: what the sysfs reader must return
-    /// for the emulated tree (before NVML enrichment adds UUIDs and links, which this already has).
-    ///
-    /// Descriptions from [`HostDesc::load`] are validated; one whose PCI tree cannot be laid out
-    /// gives a topology with only its name.
-    pub fn to_topology(&self) -> super::model::Topology {
-        match Layout::new(self) {
-            Ok(layout) => layout.to_topology(self),
-            Err(_) => super::model::Topology {
-                source: format!("emulated:{}", self.name),
-                ..Default::default()
-            },
-        }
     }
 }
 

@@ -4,9 +4,91 @@
 //! (pinned bus ids honoured when they keep that order), so the bridges' secondary/subordinate
 //! ranges are consistent the way hwloc and the kernel expect.
 
-use super::layout::{FuncRole, HostBridge, LayoutFunc};
-use super::validate::parse_bus_id;
 use super::{HostDesc, LinkLayer};
+
+/// What a PCI function is in the emulated tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FuncRole {
+    /// Root port of a host bridge.
+    RootPort,
+    /// Upstream port of a PCIe switch.
+    SwitchUpstream,
+    /// Downstream port of a PCIe switch.
+    SwitchDownstream,
+    /// GPU number N (index into `HostDesc::gpus`).
+    Gpu(usize),
+    /// NIC number N (index into `HostDesc::nics`).
+    Nic(usize),
+    /// NVSwitch chip number N.
+    NvSwitch(usize),
+}
+
+/// One PCI function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayoutFunc {
+    /// Bus id in sysfs form.
+    pub bus_id: String,
+    /// Bus number (the function is always device 0 or a port number on it).
+    pub bus: u8,
+    /// Vendor id.
+    pub vendor: u16,
+    /// Device id.
+    pub device: u16,
+    /// Class code (24 bits).
+    pub class: u32,
+    /// Role in the tree.
+    pub role: FuncRole,
+    /// NUMA node of its root complex.
+    pub numa_node: u32,
+    /// Report -1 in sysfs `numa_node`.
+    pub hide_numa_node: bool,
+    /// Parent bridge (index into `Layout::funcs`), `None` for root ports.
+    pub parent: Option<usize>,
+    /// Host bridge (index into `Layout::host_bridges`).
+    pub host_bridge: usize,
+    /// For bridges: (secondary, subordinate) bus numbers.
+    pub buses: Option<(u8, u8)>,
+}
+
+/// One host bridge (root complex): `/sys/devices/pci0000:BB`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostBridge {
+    /// Root bus number.
+    pub bus: u8,
+    /// NUMA node.
+    pub numa_node: u32,
+}
+
+impl HostBridge {
+    /// Directory name under `/sys/devices`.
+    pub fn dir_name(&self) -> String {
+        format!("pci0000:{:02x}", self.bus)
+    }
+}
+
+/// Splits a sysfs-form bus id `dddd:bb:dd.f` into (domain, bus, device, function).
+pub fn parse_bus_id(s: &str) -> Option<(u16, u8, u8, u8)> {
+    let (dom, rest) = s.split_once(':')?;
+    let (bus, rest) = rest.split_once(':')?;
+    let (dev, func) = rest.split_once('.')?;
+    if dom.len() != 4 || bus.len() != 2 || dev.len() != 2 || func.len() != 1 {
+        return None;
+    }
+    if s.chars().any(|c| c.is_ascii_uppercase()) {
+        return None;
+    }
+    let dev = u8::from_str_radix(dev, 16).ok()?;
+    let func = u8::from_str_radix(func, 16).ok()?;
+    if dev > 31 || func > 7 {
+        return None;
+    }
+    Some((
+        u16::from_str_radix(dom, 16).ok()?,
+        u8::from_str_radix(bus, 16).ok()?,
+        dev,
+        func,
+    ))
+}
 
 /// A subtree to place below one port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

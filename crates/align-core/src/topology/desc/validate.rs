@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use super::pcitree::parse_bus_id;
 use super::{parse_size, Attachment, DescError, HostDesc, NvlinkDesc};
 use crate::topology::idset::IdSet;
 
@@ -276,30 +277,6 @@ fn check_memory(s: &str) -> Result<(), String> {
         return Err(format!("memory {s:?} must be a non-zero multiple of 1 KiB"));
     }
     Ok(())
-}
-
-/// Splits a sysfs-form bus id `dddd:bb:dd.f` into (domain, bus, device, function).
-pub fn parse_bus_id(s: &str) -> Option<(u16, u8, u8, u8)> {
-    let (dom, rest) = s.split_once(':')?;
-    let (bus, rest) = rest.split_once(':')?;
-    let (dev, func) = rest.split_once('.')?;
-    if dom.len() != 4 || bus.len() != 2 || dev.len() != 2 || func.len() != 1 {
-        return None;
-    }
-    if s.chars().any(|c| c.is_ascii_uppercase()) {
-        return None;
-    }
-    let dev = u8::from_str_radix(dev, 16).ok()?;
-    let func = u8::from_str_radix(func, 16).ok()?;
-    if dev > 31 || func > 7 {
-        return None;
-    }
-    Some((
-        u16::from_str_radix(dom, 16).ok()?,
-        u8::from_str_radix(bus, 16).ok()?,
-        dev,
-        func,
-    ))
 }
 
 /// Most NVSwitch chips a description may have (each is a PCI function on its own host bridge).

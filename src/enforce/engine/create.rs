@@ -1,0 +1,148 @@
+//! The phases of [`Engine::create_container`]: the request read from the container, the
+//! placer's plan (nothing held yet), the adjustment and record the plan becomes, and the
+//! commit. Everything that can fail comes before the commit, so that a refusal or a panic
+//! never leaves the ledger and the records apart.
+
+use std::time::Instant;
+
+use super::{has_device_nodes, log_decision, pod_name, Engine, EngineError, Placer};
+use crate::enforce::adjust::{build_adjustment, Adjustment, CpusetUpdate};
+use crate::enforce::container::{ContainerView, PodView};
+use crate::enforce::inputs::{build, Built};
+use crate::enforce::state::{Record, ResourceSummary};
+use crate::placement::{Assignment, GpuMode, Request};
+
+impl<P: Placer> Engine<P> {
+    /// Phase 1, the request: what `c` asks for and the devices it was given (a request that cannot
+    /// be read is counted and refused), with what could not be read noted.
+    pub(super) fn read_request(
+        &mut self,
+        pod: &PodView,
+        c: &ContainerView,
+        started: Instant,
+    ) -> Result<Built, EngineError> {
+        let trust_env = self.config.trust_visible_devices_env;
+        let built = build(self.placer.topology(), pod, c, trust_env).inspect_err(|e| {
+            self.count_rejection("bad-request", started);
+            tracing::warn!(pod = %pod_name(pod), container = %c.name, "rejected: {e}");
+        })?;
+        self.note_unread(pod, c, &built);
+        if let Some(source) = built.source {
+            tracing::info!(
+                pod = %pod_name(pod),
+                container = %c.name,
+                source = source.label(),
+                gpus = %built.request.allocated_gpus.join(","),
+                shared_gpus = %built.request.shared_gpus.join(","),
+                "gpus read"
+            );
+        }
+        Ok(built)
+    }
+
+    /// Phase 2, the plan: the placer's decision for the request, in the GPU mode this container
+    /// allows, nothing held yet. Returns it with the request it was made for.
+    pub(super) fn plan_create(
+        &mut self,
+        pod: &PodView,
+        c: &ContainerView,
+        built: Built,
+        started: Instant,
+    ) -> Result<(P::Plan, Request), EngineError> {
+        // `remap` moves only whole GPUs the kubelet allocated that reach the container through
+        // NVIDIA_VISIBLE_DEVICES alone, so that nri-align's env and nodes are all it gets.
+        // GPUs and RDMA NICs that arrive as device nodes, CDI devices or volume-mounts mounts
+        // cannot be taken away: runtimes drop an adjustment's removal of a device that was in
+        // the original spec and ignore its device-cgroup rules (containerd/nri#216, NRI
+        // v0.6.1 to v0.12), and CDI edits and the toolkit's mounts are applied whatever the
+        // adjustment says. GPUs named only by the env are not the kubelet's word (the pod's
+        // own env overrides the plugin's) and are used shared, never remapped.
+        self.expect_pod(pod);
+        let mode = if self.config.placement.gpu_mode == GpuMode::Remap
+            && (!built.remappable || has_device_nodes(c))
+        {
+            GpuMode::Keep
+        } else {
+            self.config.placement.gpu_mode
+        };
+        let req = built.request;
+        let plan = self.placer.plan(&req, mode).inspect_err(|r| {
+            self.count_rejection(&r.reason, started);
+            tracing::warn!(pod = %pod_name(pod), container = %c.name, reason = %r.reason, "rejected: {}", r.message);
+        });
+        let plan = plan.map_err(EngineError::Rejected)?;
+        Ok((plan, req))
+    }
+
+    /// Phase 3, the adjustment: the planned decision as cpuset, device nodes and env (a chosen
+    /// device the host lacks is counted and refused).
+    pub(super) fn adjustment_for(
+        &mut self,
+        planned: &Assignment,
+        c: &ContainerView,
+        started: Instant,
+    ) -> Result<Adjustment, EngineError> {
+        let adjustment =
+            build_adjustment(planned, self.placer.topology(), c, self.devices.as_ref())
+                .inspect_err(|_| self.count_rejection("device", started))?;
+        self.check_systemd_device_links(c, &adjustment.add_devices);
+        Ok(adjustment)
+    }
+
+    /// Phase 4, the commit: the placer holds the plan and the record goes in, together, then both
+    /// are persisted and the shared containers follow the pool. Returns their updates.
+    pub(super) fn commit_create(
+        &mut self,
+        pod: &PodView,
+        c: &ContainerView,
+        plan: P::Plan,
+        rec: Record,
+        started: Instant,
+    ) -> Result<Vec<CpusetUpdate>, EngineError> {
+        // Everything that can fail is done: the ledger and the record change together, so
+        // neither a failure nor a panic above leaves one holding what the other does not.
+        let a = self
+            .placer
+            .commit(plan)
+            .inspect_err(|r| self.count_rejection(&r.reason, started))
+            .map_err(EngineError::Rejected)?;
+        self.doc.containers.insert(c.id.clone(), rec);
+        let (updates, timing) = self.persist_and_follow_pool(&c.id, started);
+        if let Some(m) = &self.metrics {
+            m.admitted(&a.policy.to_string(), a.aligned, timing.took);
+        }
+        let takes_something = a.exclusive
+            || !a.gpus.is_empty()
+            || !a.shared_gpus.is_empty()
+            || !a.nics.is_empty()
+            || a.memory_bytes > 0;
+        if takes_something || !updates.is_empty() {
+            // Only a shared container without devices or memory changes no node's free
+            // resources (its CPUs are the pool's): the gauges and the NRT stay as they are.
+            self.refresh_free();
+        }
+        log_decision(pod, c, &a, timing, updates.len());
+        Ok(updates)
+    }
+}
+
+/// The record of a planned decision: what the container holds and sees, as it will be
+/// persisted once the plan is committed.
+pub(super) fn new_record(
+    planned: &Assignment,
+    pod: &PodView,
+    c: &ContainerView,
+    adjustment: &Adjustment,
+    req: &Request,
+) -> Record {
+    Record {
+        assignment: planned.clone(),
+        pod_sandbox_id: pod.id.clone(),
+        namespace: pod.namespace.clone(),
+        cgroups_path: c.cgroups_path.clone(),
+        applied_cpus: planned.cpus.clone(),
+        devices: adjustment.visible_devices.clone(),
+        resources: ResourceSummary::of(req),
+        ..Record::default()
+    }
+}
