@@ -53,7 +53,7 @@
 //!    the engine's [`PodView`] and [`ContainerView`] ([`enforce::nri::convert::pod_view`],
 //!    [`enforce::nri::convert::container_view`]).
 //! 3. **Before the engine lock**, the CRI-listing wait: where the runtime sends this plugin no
-//!    Synchronize (containerd 1.7 launching it), [`enforce::cri_listing::spawn`] lists what
+//!    Synchronize (containerd 1.7 launching it), [`enforce::nri::learning::spawn`] lists what
 //!    runs over the runtime's CRI and has [`AlignPlugin::learning_begins`]; a creation waits
 //!    up to [`LEARN_WAIT`] for [`AlignPlugin::learned`], which adopts the listing
 //!    ([`Engine::adopt_listed`]), so that it is never given what an unrecorded container holds.
@@ -116,7 +116,7 @@
 //!    ([`host::caps::drop_capabilities`]) before any other thread starts; the metrics and
 //!    health endpoints are served ([`metrics::serve`]), the NodeResourceTopology publisher is
 //!    started as the engine's observer ([`cli::run::NrtPlan::start`]), the CRI-listing follower
-//!    ([`enforce::cri_listing::spawn`]) and the configuration reloader
+//!    ([`enforce::nri::learning::spawn`]) and the configuration reloader
 //!    ([`config::spawn_reloader`]) are spawned, and [`enforce::nri::Connection::serve`] serves
 //!    until a signal.
 //! 5. Synchronize/reconcile: the runtime's Synchronize reaches [`Engine::synchronize`], which
