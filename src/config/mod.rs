@@ -15,6 +15,7 @@
 //! full_pcpus_only: false       # exclusive CPUs only as whole cores
 //! exempt_namespaces: []        # namespaces never aligned: shared pool, or reserved_cpus when set
 //! exclusive_annotation_namespaces: []  # may ask cpus: exclusive|isolated without Guaranteed
+//! isolated_namespaces: []      # only these may ask cpus: isolated (default: nobody)
 //! podresources_socket: /var/lib/kubelet/pod-resources/kubelet.sock  # "" turns it off
 //! podresources_resources: [nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*, rdma/*]
 //! podresources_timeout_ms: 300 # deadline of one PodResources Get (fails open after it)
@@ -40,8 +41,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::untrusted;
 use crate::placement::{GpuMode, PlacementConfig, Policy, Scope};
+use crate::untrusted;
 
 mod nrt;
 mod read;
@@ -140,6 +141,7 @@ struct RawConfig {
     full_pcpus_only: Option<bool>,
     exempt_namespaces: Vec<String>,
     exclusive_annotation_namespaces: Vec<String>,
+    isolated_namespaces: Vec<String>,
     podresources_socket: Option<PathBuf>,
     podresources_resources: Option<Vec<String>>,
     podresources_timeout_ms: Option<u64>,
@@ -243,12 +245,11 @@ impl Default for Config {
 impl Config {
     /// Parses YAML text; `origin` names it in error messages.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        untrusted::check_len("the configuration", text.len(), untrusted::MAX_CONFIG_BYTES).map_err(
-            |message| ConfigError::Invalid {
+        untrusted::check_len("the configuration", text.len(), untrusted::MAX_CONFIG_BYTES)
+            .map_err(|message| ConfigError::Invalid {
                 origin: origin.to_string(),
                 message,
-            },
-        )?;
+            })?;
         // An empty document is `null` to YAML: treat it as "all defaults".
         let raw: RawConfig = if text.trim().is_empty() {
             RawConfig::default()
@@ -286,6 +287,7 @@ impl Config {
                 .unwrap_or(defaults.allow_device_annotations),
             full_pcpus_only: raw.full_pcpus_only.unwrap_or(defaults.full_pcpus_only),
             exclusive_annotation_namespaces: raw.exclusive_annotation_namespaces.clone(),
+            isolated_namespaces: raw.isolated_namespaces.clone(),
         };
         let metrics_address = match raw.metrics_address.as_deref().map(str::trim) {
             None | Some("") => None,
@@ -305,15 +307,19 @@ impl Config {
                 untrusted::quoted(ns)
             )));
         }
-        if let Some(ns) = raw
-            .exclusive_annotation_namespaces
-            .iter()
-            .find(|n| n.trim().is_empty())
-        {
-            return Err(invalid(format!(
-                "exclusive_annotation_namespaces has an empty entry {}",
-                untrusted::quoted(ns)
-            )));
+        for (key, list) in [
+            (
+                "exclusive_annotation_namespaces",
+                &raw.exclusive_annotation_namespaces,
+            ),
+            ("isolated_namespaces", &raw.isolated_namespaces),
+        ] {
+            if let Some(ns) = list.iter().find(|n| n.trim().is_empty()) {
+                return Err(invalid(format!(
+                    "{key} has an empty entry {}",
+                    untrusted::quoted(ns)
+                )));
+            }
         }
         let nrt = raw.nrt.unwrap_or_default().resolve().map_err(invalid)?;
         Ok(Config {

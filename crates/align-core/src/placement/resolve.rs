@@ -85,6 +85,17 @@ pub fn resolve(
                     namespace: req.pod.namespace.clone(),
                 });
             }
+            if eff.cpus == CpuPreference::Isolated
+                && !config.isolated_namespaces.contains(&req.pod.namespace)
+            {
+                let (key, value) = cpus_annotation(req);
+                return Err(PlacementError::IsolatedNotAllowed {
+                    container: who,
+                    annotation: format!("{key}={value}"),
+                    namespace: req.pod.namespace.clone(),
+                    allowed: config.isolated_namespaces.clone(),
+                });
+            }
             (true, n)
         }
         CpuPreference::Shared => (false, 0),
