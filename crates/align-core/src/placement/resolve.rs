@@ -129,6 +129,29 @@ pub fn resolve(
         .iter()
         .map(|n| ledger.nic_index(n))
         .collect::<Result<Vec<_>, _>>()?;
+    // A GPU nri-align gave a container by remap is one the kubelet believes free: it may hand
+    // it to the next pod, and that pod's runtime hook gives it whatever its env names. A
+    // container that would use such a GPU without holding it (its GPUs read from an env the
+    // kubelet did not confirm, or a replica) is refused rather than run beside the remapped
+    // one: keeping it and flagging the overlap would still put two containers on one GPU.
+    {
+        let topo = ledger.topo();
+        for g in &shared_gpus {
+            if let Some(holder) = ledger.gpu_holder(*g) {
+                let bus = &topo.gpus[*g].pci_bus_id;
+                if ledger
+                    .get(holder)
+                    .is_some_and(|a| a.chosen_gpus.contains(bus))
+                {
+                    return Err(PlacementError::Conflict {
+                        resource: "gpu".into(),
+                        id: bus.clone(),
+                        holder: holder.to_string(),
+                    });
+                }
+            }
+        }
+    }
     if config.gpu_mode == GpuMode::Keep {
         // The kubelet hands a device id to one container at a time, so a kept GPU that
         // another container already holds (or shares) was advertised more than once: the

@@ -154,7 +154,9 @@ fn cuda_minus_one_and_unknown_env_gpus_are_admitted_and_counted() {
 
 #[test]
 fn kubelet_gpus_are_held_and_remapped_env_gpus_only_aligned_to() {
-    let mut e = real(Config::default(), "");
+    let mut cfg = Config::default();
+    cfg.placement.gpu_mode = GpuMode::Remap;
+    let mut e = real(cfg, "");
     let p = kpod("ml", "train", &[]);
     // The kubelet gave GPU 0: held alone, with its node and env.
     let mut c = kctr(&p, "g1", "cuda", 2000, Some(2000));
