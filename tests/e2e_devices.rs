@@ -29,8 +29,15 @@ use common::{align::cpuset_dir, ContainerSpec, PodSpec, Runtime, UpOptions};
 use nix::sys::signal::Signal;
 
 fn gpus_are_given_remapped_or_refused(rt: Runtime) {
-    let Some(e) = Enforced::with_kubelet(rt, "gpus", "e2e-gpu", (2, 0), "", UpOptions::default())
-    else {
+    // Remapping is opt-in (gpu_mode: keep is the default).
+    let Some(e) = Enforced::with_kubelet(
+        rt,
+        "gpus",
+        "e2e-gpu",
+        (2, 0),
+        "gpu_mode: remap\n",
+        UpOptions::default(),
+    ) else {
         return;
     };
     let k = e.kubelet.as_ref().expect("test kubelet");
