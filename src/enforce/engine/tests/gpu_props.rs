@@ -191,3 +191,43 @@ fn a_gpu_held_by_remap_is_never_handed_to_a_pod_the_kubelet_could_not_be_asked_a
     try_create(&mut e, &mut b, true);
     no_gpu_used_twice(&e).expect("never used twice");
 }
+
+/// A GPU in MIG mode is handed out only as its MIG devices: a remap never lands on it, even
+/// when no MIG device of it is in use.
+#[test]
+fn a_remap_never_lands_on_a_gpu_in_mig_mode() {
+    let mut t = super::kubernetes::host("");
+    t.gpus[1].mig_enabled = Some(true);
+    let mut cfg = Config::default();
+    cfg.placement.gpu_mode = GpuMode::Remap;
+    let a = Allocator::new(std::sync::Arc::new(t), cfg.placement.clone());
+    let mut e = Engine::new(
+        a,
+        cfg,
+        None,
+        None,
+        Box::new(crate::enforce::testing::AllDevices),
+    );
+    let mut first = KubeletPod {
+        pod: kpod("ns", "a", &[]),
+        gpu: Some(0),
+        cpus: 1,
+        live: false,
+    };
+    try_create(&mut e, &mut first, true);
+    assert!(first.live);
+    // The device plugin's view lags and hands GPU 0 out again: the only other GPU is in MIG
+    // mode, so there is nowhere to remap to.
+    let second = KubeletPod {
+        pod: kpod("ns", "b", &[]),
+        gpu: Some(0),
+        cpus: 1,
+        live: false,
+    };
+    let err = e
+        .create_container(&second.pod, &container(&second, true))
+        .expect_err("no GPU to remap to");
+    assert!(!err.to_string().is_empty());
+    assert!(!e.records().containers.contains_key("b"));
+    no_gpu_used_twice(&e).expect("never used twice");
+}
