@@ -29,8 +29,15 @@ use common::{align::cpuset_dir, ContainerSpec, PodSpec, Runtime, UpOptions};
 use nix::sys::signal::Signal;
 
 fn gpus_are_given_remapped_or_refused(rt: Runtime) {
-    let Some(e) = Enforced::with_kubelet(rt, "gpus", "e2e-gpu", (2, 0), "", UpOptions::default())
-    else {
+    // Remapping is opt-in (gpu_mode: keep is the default).
+    let Some(e) = Enforced::with_kubelet(
+        rt,
+        "gpus",
+        "e2e-gpu",
+        (2, 0),
+        "gpu_mode: remap\n",
+        UpOptions::default(),
+    ) else {
         return;
     };
     let k = e.kubelet.as_ref().expect("test kubelet");
@@ -465,7 +472,60 @@ fn a_time_sliced_gpu_reaches_both_pods_and_verifies(rt: Runtime) {
     e.assert_verified(&[&ids[0], &ids[1]]);
 }
 
+/// The kubelet never learns of a remap: it believes the GPU nri-align moved a pod onto free and
+/// gives it to the next pod. When that pod's PodResources lookup fails (the kubelet is gone, so
+/// lookups are off for a while), its GPU is known from its env alone, and the runtime hook would
+/// give it the GPU beside the remapped pod: it is refused instead.
+fn a_gpu_held_by_remap_is_refused_while_the_kubelet_cannot_be_asked(rt: Runtime) {
+    let Some(mut e) = Enforced::with_kubelet(
+        rt,
+        "gpu_held_by_remap",
+        "e2e-gpuheld",
+        (2, 0),
+        "gpu_mode: remap\n",
+        UpOptions::default(),
+    ) else {
+        return;
+    };
+    let (gpu0, gpu1) = (e.host.gpus[0].uuid.clone(), e.host.gpus[1].uuid.clone());
+    let minor1 = e.host.gpus[1].minor;
+    let k = e.kubelet.as_ref().expect("test kubelet");
+    // A holds GPU 0; B is handed GPU 0 too (the device plugin's view lags): remapped to GPU 1.
+    let apod = e.rt.run_pod(&PodSpec::new("gpu-a")).expect("pod");
+    k.allocate("default", "gpu-a", "a", "nvidia.com/gpu", &[&gpu0]);
+    e.run(
+        &apod,
+        &guaranteed("a", 1).env("NVIDIA_VISIBLE_DEVICES", &gpu0),
+    );
+    let bpod = e.rt.run_pod(&PodSpec::new("gpu-b")).expect("pod");
+    k.allocate("default", "gpu-b", "b", "nvidia.com/gpu", &[&gpu0]);
+    let b = e.run(
+        &bpod,
+        &ContainerSpec::new("b")
+            .cpu_millis(500, None)
+            .env("NVIDIA_VISIBLE_DEVICES", &gpu0),
+    );
+    assert_eq!(e.live(&b).devices, vec![format!("/dev/nvidia{minor1}")]);
+    // The kubelet, believing GPU 1 free, gives it to C, and then cannot be asked.
+    k.allocate("default", "gpu-c", "c", "nvidia.com/gpu", &[&gpu1]);
+    e.kubelet.as_mut().expect("test kubelet").stop();
+    let cpod = e.rt.run_pod(&PodSpec::new("gpu-c")).expect("pod");
+    let msg = e.refused(
+        &cpod,
+        &ContainerSpec::new("c")
+            .cpu_millis(500, None)
+            .env("NVIDIA_VISIBLE_DEVICES", &gpu1),
+    );
+    assert!(
+        msg.contains(&format!("is already held by container {b}")),
+        "{msg}"
+    );
+    // B still has GPU 1 alone.
+    assert_eq!(e.live(&b).devices, vec![format!("/dev/nvidia{minor1}")]);
+}
+
 each_runtime!(
+    a_gpu_held_by_remap_is_refused_while_the_kubelet_cannot_be_asked,
     a_time_sliced_gpu_reaches_both_pods_and_verifies,
     gpus_arrive_through_each_cdi_strategy,
     gpus_are_given_remapped_or_refused,

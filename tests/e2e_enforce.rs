@@ -316,7 +316,47 @@ fn exempt_container_follows_the_pool_after_a_restart(rt: Runtime) {
     }
 }
 
+/// RemovePodSandbox has no response, and nri-align never calls UpdateContainers: the CPUs an
+/// exclusive pod frees reach a running shared container through its cgroup, within a second,
+/// with nothing else happening on the node (no later container event to carry them).
+fn freed_cpus_reach_a_shared_container_within_a_second(rt: Runtime) {
+    let Some(e) = Enforced::start(rt, "pool_regrowth", "e2e-regrow", 0, 0, "") else {
+        return;
+    };
+    let online = e.online();
+    let spod = e.rt.run_pod(&PodSpec::new("shared")).expect("pod");
+    let s1 = e.run(&spod, &burstable("s1"));
+    e.wait_cpus(&s1, &online);
+    let xpod = e.rt.run_pod(&PodSpec::new("excl")).expect("pod");
+    let x = e.run(&xpod, &guaranteed("x", 1));
+    let mine = e.live(&x).cpus;
+    let pool: Vec<u32> = online
+        .iter()
+        .copied()
+        .filter(|c| !mine.contains(c))
+        .collect();
+    e.wait_cpus(&s1, &pool);
+    // stopp + rmp of the exclusive pod, then only reads of /proc.
+    e.rt.cri().remove_pod_id(&xpod.id).expect("stopp + rmp");
+    let removed = std::time::Instant::now();
+    let mut seen = Vec::new();
+    while removed.elapsed() < Duration::from_secs(1) {
+        seen = e.live(&s1).cpus;
+        if seen == online {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        seen,
+        online,
+        "{rt:?}: s1's Cpus_allowed_list {} ms after the exclusive pod's removal",
+        removed.elapsed().as_millis()
+    );
+}
+
 each_runtime!(
+    freed_cpus_reach_a_shared_container_within_a_second,
     shared_pool_follows_exclusive_containers,
     sighup_reload_moves_the_pool,
     cri_update_gives_a_cpu_of_its_own,

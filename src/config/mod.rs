@@ -10,11 +10,12 @@
 //! policy: best-effort          # none | best-effort | restricted | single-numa-node
 //! scope: container             # container | pod
 //! reserved_cpus: ""            # Linux list ("0-1"); default: no CPU reserved
-//! gpu_mode: remap              # remap (nri-align picks the GPUs, same count) | keep
+//! gpu_mode: keep               # keep (the kubelet's GPUs) | remap (nri-align picks, same count)
 //! allow_device_annotations: false  # may annotations ask for GPUs/NICs not allocated?
 //! full_pcpus_only: false       # exclusive CPUs only as whole cores
 //! exempt_namespaces: []        # namespaces never aligned: shared pool, or reserved_cpus when set
 //! exclusive_annotation_namespaces: []  # may ask cpus: exclusive|isolated without Guaranteed
+//! isolated_namespaces: []      # only these may ask cpus: isolated (default: nobody)
 //! podresources_socket: /var/lib/kubelet/pod-resources/kubelet.sock  # "" turns it off
 //! podresources_resources: [nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*, rdma/*]
 //! podresources_timeout_ms: 300 # deadline of one PodResources Get (fails open after it)
@@ -143,6 +144,7 @@ struct RawConfig {
     full_pcpus_only: Option<bool>,
     exempt_namespaces: Vec<String>,
     exclusive_annotation_namespaces: Vec<String>,
+    isolated_namespaces: Vec<String>,
     podresources_socket: Option<PathBuf>,
     podresources_resources: Option<Vec<String>>,
     podresources_timeout_ms: Option<u64>,
@@ -223,11 +225,21 @@ pub struct Config {
     pub nrt: NrtConfig,
 }
 
+/// The daemon's GPU mode when the file names none: `keep`. `remap` is opt-in because the
+/// kubelet never learns of a remap: PodResources and per-pod GPU metrics (dcgm-exporter's pod
+/// labels come from PodResources) keep naming the device plugin's choice, not the GPU the
+/// container uses, and a remap is only safe while every later GPU container's kubelet answer
+/// is read (see `enforce::inputs::build`).
+pub const DEFAULT_GPU_MODE: GpuMode = GpuMode::Keep;
+
 impl Default for Config {
     /// What an empty file means (PodResources on, at the kubelet's default socket).
     fn default() -> Self {
         Self {
-            placement: PlacementConfig::default(),
+            placement: PlacementConfig {
+                gpu_mode: DEFAULT_GPU_MODE,
+                ..PlacementConfig::default()
+            },
             exempt_namespaces: Vec::new(),
             podresources: Some(PodResourcesConfig::default()),
             trust_visible_devices_env: false,
@@ -282,12 +294,13 @@ impl Config {
             policy: raw.policy.unwrap_or(defaults.policy),
             scope: raw.scope.unwrap_or(defaults.scope),
             reserved_cpus: raw.reserved_cpus.unwrap_or(defaults.reserved_cpus),
-            gpu_mode: raw.gpu_mode.unwrap_or(defaults.gpu_mode),
+            gpu_mode: raw.gpu_mode.unwrap_or(DEFAULT_GPU_MODE),
             allow_device_annotations: raw
                 .allow_device_annotations
                 .unwrap_or(defaults.allow_device_annotations),
             full_pcpus_only: raw.full_pcpus_only.unwrap_or(defaults.full_pcpus_only),
             exclusive_annotation_namespaces: raw.exclusive_annotation_namespaces.clone(),
+            isolated_namespaces: raw.isolated_namespaces.clone(),
         };
         let metrics_address = match raw.metrics_address.as_deref().map(str::trim) {
             None | Some("") => None,
@@ -307,15 +320,19 @@ impl Config {
                 untrusted::quoted(ns)
             )));
         }
-        if let Some(ns) = raw
-            .exclusive_annotation_namespaces
-            .iter()
-            .find(|n| n.trim().is_empty())
-        {
-            return Err(invalid(format!(
-                "exclusive_annotation_namespaces has an empty entry {}",
-                untrusted::quoted(ns)
-            )));
+        for (key, list) in [
+            (
+                "exclusive_annotation_namespaces",
+                &raw.exclusive_annotation_namespaces,
+            ),
+            ("isolated_namespaces", &raw.isolated_namespaces),
+        ] {
+            if let Some(ns) = list.iter().find(|n| n.trim().is_empty()) {
+                return Err(invalid(format!(
+                    "{key} has an empty entry {}",
+                    untrusted::quoted(ns)
+                )));
+            }
         }
         let nrt = raw.nrt.unwrap_or_default().resolve().map_err(invalid)?;
         Ok(Config {
@@ -486,11 +503,15 @@ mod tests {
         assert!(c.placement.reserved_cpus.is_empty());
         assert_eq!(c.placement.policy, Policy::BestEffort);
         assert_eq!(c.metrics_address, None);
+        // GPUs are kept as the kubelet allocated them unless remapping is asked for.
+        assert_eq!(c.placement.gpu_mode, GpuMode::Keep);
+        let remap = Config::parse("gpu_mode: remap\n", "t").expect("remap ok");
+        assert_eq!(remap.placement.gpu_mode, GpuMode::Remap);
     }
 
     #[test]
     fn every_key_is_read() {
-        let text = "policy: single-numa-node\nscope: pod\nreserved_cpus: \"0-1\"\ngpu_mode: keep\n\
+        let text = "policy: single-numa-node\nscope: pod\nreserved_cpus: \"0-1\"\ngpu_mode: remap\n\
             allow_device_annotations: true\nfull_pcpus_only: true\nexempt_namespaces: [kube-system]\n\
             state_dir: /tmp/s\nmetrics_address: \"127.0.0.1:9464\"\nlog_format: json\n\
             log_level: debug\nplugin_idx: \"07\"\n";
@@ -498,7 +519,7 @@ mod tests {
         assert_eq!(c.placement.policy, Policy::SingleNumaNode);
         assert_eq!(c.placement.scope, Scope::Pod);
         assert_eq!(c.placement.reserved_cpus.to_string(), "0-1");
-        assert_eq!(c.placement.gpu_mode, GpuMode::Keep);
+        assert_eq!(c.placement.gpu_mode, GpuMode::Remap);
         assert!(c.placement.allow_device_annotations && c.placement.full_pcpus_only);
         assert!(c.is_exempt("kube-system") && !c.is_exempt("default"));
         assert_eq!(c.state_dir, Some(PathBuf::from("/tmp/s")));

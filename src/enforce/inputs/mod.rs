@@ -77,9 +77,10 @@ pub struct Built {
     pub source: Option<GpuSource>,
     /// Device references that could not be used (logged and counted by the engine).
     pub unread: Vec<Unread>,
-    /// Whether its GPUs reach it only through `NVIDIA_VISIBLE_DEVICES` (no device node, CDI
-    /// name or volume-mounts mount a runtime would add anyway), so that `remap` can move them
-    /// by rewriting the variable and adding the chosen nodes.
+    /// Whether the kubelet's PodResources answer named its GPUs and they reach it only through
+    /// `NVIDIA_VISIBLE_DEVICES` (no device node, CDI name or volume-mounts mount a runtime
+    /// would add anyway), so that `remap` can move them by rewriting the variable and adding
+    /// the chosen nodes.
     pub remappable: bool,
 }
 
@@ -103,8 +104,11 @@ pub fn build(
     let r = &c.resources;
     let found = devices::find(topo, c, trust_env)?;
     let source = found.source;
-    let remappable = matches!(source, Some(GpuSource::Kubelet | GpuSource::TrustedEnv))
-        && gpus_reach_only_by_env(c);
+    // Only the kubelet's own answer allows a remap: a remap moves a container off the GPU the
+    // kubelet gave it onto one the kubelet believes free, which is safe only while nri-align
+    // sees every such allocation through PodResources. Without that answer (timed out, in
+    // backoff, absent) the env's GPUs are kept, never moved, and never moved onto.
+    let remappable = source == Some(GpuSource::Kubelet) && gpus_reach_only_by_env(c);
     Ok(Built {
         request: Request {
             container_id: c.id.clone(),

@@ -39,14 +39,35 @@ pub fn wanted_events() -> EventMask {
 /// The plugin: an engine behind a mutex (the runtime sends one request at a time, and the
 /// SIGHUP reload shares it).
 ///
-/// Updates of other containers only ever travel in the responses that can carry them
-/// (Synchronize, CreateContainer, UpdateContainer, StopContainer). Updates decided where no
+/// Updates of other containers travel to the runtime only in the responses that can carry
+/// them (Synchronize, CreateContainer, UpdateContainer, StopContainer). Updates decided where no
 /// such response exists (RemoveContainer, pod removal, a reload, a container that started
-/// after an update of its spec) wait for the next one. nri-align never calls the runtime's
-/// UpdateContainers: containerd up to 2.1 (NRI up to v0.11) takes the NRI adaptation lock and
-/// then its own NRI lock for it, the reverse of every lifecycle event, and the two deadlock
-/// for good when a container is created or started at the same moment (containerd#13733,
-/// reproduced here with 50 concurrent creations on 1.7.24 and 2.1.9).
+/// after an update of its spec) are queued for the next one.
+///
+/// nri-align never calls the runtime's UpdateContainers, not even from a task spawned after the
+/// handler returned. NRI's adaptation from v0.6.1 to v0.11 (containerd 1.7 to 2.1) serves it
+/// as `updateContainers`: the adaptation lock, then the runtime's `updateFn`, which in
+/// containerd takes containerd's own NRI lock; every lifecycle event takes them the other way
+/// round (containerd's lock, then the adaptation's for the plugin calls). Sent from inside a
+/// handler it waits for the adaptation lock its own event holds; sent after the handler
+/// returned it deadlocks with any create or start that begins at the same moment, for good
+/// (containerd#13733, reproduced here with 50 concurrent creations on 1.7.24 and 2.1.9). A
+/// timeout on the plugin's side does not undo it: the runtime's side stays stuck once both
+/// locks are taken. NRI v0.12 no longer takes the adaptation lock there, but what each
+/// runtime's `updateFn` locks is its own (CRI-O's was not checked), Configure names the
+/// runtime's version, not its NRI's, and a wrong guess stalls the node: no runtime is treated
+/// as known safe, and one path serves every runtime.
+///
+/// Freed CPUs must still reach the shared containers promptly (a removed exclusive pod's CPUs
+/// would otherwise sit idle until the node's next container event). So when a removal grows
+/// the pool, the shared containers' cpusets are also written to their cgroups directly, from a
+/// blocking task spawned by the handler (`regrow`), under the engine lock: no decision can
+/// shrink the pool between reading the record and writing the cgroup, and a later decision's
+/// shrink reaches the runtime in its response after the write. The runtime is never asked for
+/// anything, so it cannot be stalled. The update also stays queued, so the runtime's own record
+/// of the container follows with the next response (until then, a runtime that rewrites the
+/// container's cgroup from its record puts back the smaller pool: never a CPU held
+/// exclusively, only fewer shared ones).
 pub struct AlignPlugin<P: Placer> {
     engine: Arc<Mutex<Engine<P>>>,
     /// Whether a config file was given (it then wins over the runtime's drop-in config).
@@ -59,6 +80,9 @@ pub struct AlignPlugin<P: Placer> {
     /// True while the running containers are being listed over CRI (a runtime that sends
     /// this plugin no Synchronize, `enforce::cri_listing`): creations wait for the listing.
     learning: tokio::sync::watch::Sender<bool>,
+    /// Where the host's `/proc` and cgroup mounts are for direct cpuset writes (`/`; a
+    /// temporary tree in tests).
+    host_root: std::path::PathBuf,
 }
 
 /// How long a creation waits for the running containers to be listed. Below the runtime's
@@ -77,7 +101,14 @@ impl<P: Placer> AlignPlugin<P> {
             kubelet: None,
             metrics: None,
             learning: tokio::sync::watch::Sender::new(false),
+            host_root: std::path::PathBuf::from("/"),
         }
+    }
+
+    /// Writes cgroups under `root` instead of `/` (tests).
+    pub fn with_host_root(mut self, root: impl Into<std::path::PathBuf>) -> Self {
+        self.host_root = root.into();
+        self
     }
 
     /// The CRI socket to list running containers on, for runtime `runtime` (Configure's
@@ -197,6 +228,64 @@ impl<P: Placer> AlignPlugin<P> {
     }
 }
 
+impl<P: Placer + 'static> AlignPlugin<P> {
+    /// Queues `ups` for the runtime's next response and, since no response may come soon,
+    /// writes the moved containers' cpusets to their cgroups now, off the handler (see the
+    /// type's doc comment). Returns the task writing them, `None` when nothing moves or no
+    /// runtime is at hand.
+    fn regrow(&self, ups: Vec<CpusetUpdate>) -> Option<tokio::task::JoinHandle<usize>> {
+        if ups.is_empty() {
+            return None;
+        }
+        let ids: Vec<String> = ups.iter().map(|u| u.container_id.clone()).collect();
+        self.queue(ups);
+        let handle = tokio::runtime::Handle::try_current().ok()?;
+        let engine = Arc::clone(&self.engine);
+        let root = self.host_root.clone();
+        Some(handle.spawn_blocking(move || write_cpusets(&engine, &root, &ids)))
+    }
+}
+
+/// Writes the recorded cpuset of each of `ids` to its cgroup under `root`; returns how many
+/// cgroups changed. The engine lock is held throughout, so that the cpusets written are the
+/// records' at one moment and no decision changes the pool meanwhile. A poisoned lock is left
+/// to the next handler to recover: nothing is written, the queued updates still go out.
+fn write_cpusets<P: Placer>(
+    engine: &Mutex<Engine<P>>,
+    root: &std::path::Path,
+    ids: &[String],
+) -> usize {
+    let Ok(engine) = engine.lock() else {
+        return 0;
+    };
+    let mut written = 0;
+    for id in ids {
+        let (Some(u), Some(path)) = (engine.current_cpuset(id), engine.cgroups_path(id)) else {
+            continue;
+        };
+        if path.is_empty() || u.cpus.is_empty() {
+            continue;
+        }
+        match crate::host::cgroup::repair_cpuset_under(root, path, &u.cpus) {
+            Ok(Some(had)) => {
+                written += 1;
+                tracing::debug!(container = %id, had = %had, cpus = %u.cpus, "shared pool written to the cgroup");
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(container = %id, "shared pool not written to the cgroup, it follows with the next container event: {e}")
+            }
+        }
+    }
+    if written > 0 {
+        tracing::info!(
+            written,
+            "shared containers' cgroups follow the grown pool; the runtime's record follows with the next container event"
+        );
+    }
+    written
+}
+
 fn updates(u: &[CpusetUpdate]) -> Vec<ContainerUpdate> {
     // The updates of one pool move share a cpuset: its text is made once, not per container.
     let mut text: Option<(&crate::topology::CpuSet, String)> = None;
@@ -254,7 +343,7 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
 
     async fn remove_pod_sandbox(&self, pod: PodSandbox) -> HandlerResult<()> {
         let ups = self.engine().release_pod(&pod.id);
-        self.queue(ups);
+        self.regrow(ups);
         if let Some(k) = &self.kubelet {
             k.forget_pod(&pod.uid).await;
         }
@@ -376,7 +465,7 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
 
     async fn remove_container(&self, _pod: PodSandbox, container: Container) -> HandlerResult<()> {
         let ups = self.engine().release_container(&container.id);
-        self.queue(ups);
+        self.regrow(ups);
         Ok(())
     }
 }

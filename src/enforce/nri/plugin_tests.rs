@@ -217,6 +217,98 @@ async fn updates_without_a_response_wait_for_the_next_one() {
     assert!(again.update.is_empty());
 }
 
+/// A cgroup v1 host under `root` with a cpuset cgroup per id in `ids`, on CPUs `cpus`.
+fn cgroup_host(root: &std::path::Path, ids: &[&str], cpus: &str) {
+    let write = |rel: &str, text: &str| {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    };
+    write(
+        "proc/self/mountinfo",
+        "30 25 0:26 / /sys/fs/cgroup/cpuset rw,nosuid - cgroup cgroup rw,cpuset\n",
+    );
+    for id in ids {
+        write(
+            &format!("sys/fs/cgroup/cpuset/k8s.io/{id}/cpuset.cpus"),
+            cpus,
+        );
+        write(
+            &format!("sys/fs/cgroup/cpuset/k8s.io/{id}/cpuset.mems"),
+            "0",
+        );
+    }
+}
+
+fn cgroup_cpus(root: &std::path::Path, id: &str) -> String {
+    std::fs::read_to_string(root.join(format!("sys/fs/cgroup/cpuset/k8s.io/{id}/cpuset.cpus")))
+        .expect("read")
+        .trim()
+        .to_string()
+}
+
+#[tokio::test]
+async fn freed_cpus_reach_the_shared_cgroups_at_once_and_the_runtime_with_the_next_response() {
+    let t = tempfile::tempdir().expect("tmp");
+    for remove_pod in [false, true] {
+        let root = t.path().join(if remove_pod { "rmp" } else { "rm" });
+        let p = plugin().with_host_root(&root);
+        p.create_container(pod(), container("s1", 0, None))
+            .await
+            .expect("shared");
+        // The exclusive container has a pod of its own, so that removing the pod leaves s1.
+        let xpod = PodSandbox {
+            id: "sb-x".into(),
+            uid: "u-x".into(),
+            name: "px".into(),
+            ..pod()
+        };
+        let x = p
+            .create_container(xpod.clone(), container("x1", 2, None))
+            .await
+            .expect("x1");
+        // The runtime applied the shrunken pool the create's response carried.
+        let shrunk = x
+            .update
+            .iter()
+            .find(|u| u.container_id == "s1")
+            .map(|u| u.linux.resources.cpu.cpus.clone())
+            .expect("s1 shrinks");
+        assert_ne!(shrunk, "0-7");
+        cgroup_host(&root, &["s1"], &shrunk);
+        let started = std::time::Instant::now();
+        if remove_pod {
+            p.stop_pod_sandbox(xpod.clone()).await.expect("stopp");
+            p.remove_pod_sandbox(xpod).await.expect("rmp");
+        } else {
+            p.remove_container(xpod, container("x1", 2, None))
+                .await
+                .expect("remove");
+        }
+        // Nothing else happens on the node: the cgroup follows within a second.
+        while cgroup_cpus(&root, "s1") != "0-7" {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(1),
+                "s1 still on {} a second after the removal",
+                cgroup_cpus(&root, "s1")
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // The runtime's own record follows with the next response that can carry it.
+        let next = p
+            .create_container(pod(), container("s2", 0, None))
+            .await
+            .expect("s2");
+        assert!(
+            next.update
+                .iter()
+                .any(|u| u.container_id == "s1" && u.linux.resources.cpu.cpus == "0-7"),
+            "{:?}",
+            next.update
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_panic_inside_an_event_is_recovered_with_the_placer_back_on_the_records() {
     let engine = Arc::new(Mutex::new(Engine::new(

@@ -166,8 +166,10 @@ impl CgroupMounts {
 /// matched or the cgroup does not exist. A cgroups path that would leave the cgroup root is an
 /// error, and nothing is written.
 ///
-/// Only for repairing what the runtime lost: the runtime already recorded `want` in the
-/// container's spec (see `Engine::container_started`), the kernel just never got it.
+/// For repairing what the runtime lost (the runtime already recorded `want` in the
+/// container's spec, see `Engine::container_started`, the kernel just never got it), and for
+/// a shared pool that grew at a removal, whose update reaches the runtime with its next
+/// response (`AlignPlugin`'s doc comment).
 pub fn repair_cpuset(cgroups_path: &str, want: &IdSet) -> Result<Option<IdSet>, CgroupError> {
     repair_cpuset_under(Path::new("/"), cgroups_path, want)
 }

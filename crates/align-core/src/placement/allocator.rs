@@ -298,7 +298,7 @@ impl Allocator {
             .ledger
             .free_gpus()
             .into_iter()
-            .filter(|x| !g.contains(x))
+            .filter(|x| !g.contains(x) && self.ledger.gpu_choosable(*x))
             .take(r.gpu_count.saturating_sub(g.len()))
             .collect();
         g.extend(extra);

@@ -324,7 +324,14 @@ impl<'a> Search<'a> {
         } else {
             Vec::new()
         };
-        let free = self.ledger.free_gpus();
+        // GPUs the device plugin gave are kept whatever their mode; others only when
+        // choosable (never one in MIG mode).
+        let free: Vec<usize> = self
+            .ledger
+            .free_gpus()
+            .into_iter()
+            .filter(|g| must.contains(g) || self.ledger.gpu_choosable(*g))
+            .collect();
         let (sets, exact, sym) = self.gpu_sets(&free, &must, r.gpu_count);
         if sets.is_empty() {
             return Err(reject::insufficient(

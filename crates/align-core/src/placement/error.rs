@@ -68,6 +68,23 @@ pub enum PlacementError {
         /// The pod's namespace.
         namespace: String,
     },
+    /// `cpus: isolated` from a namespace not in `isolated_namespaces`: isolated CPUs are set
+    /// aside for the workloads the node administrator names, not for any Guaranteed pod.
+    #[error(
+        "{container}: {annotation} asks for isolated CPUs, but namespace {namespace:?} is not \
+         in isolated_namespaces {allowed:?}: have the node administrator add it to the \
+         isolated_namespaces key of the nri-align configuration, or ask for cpus: exclusive"
+    )]
+    IsolatedNotAllowed {
+        /// `namespace/pod/container`.
+        container: String,
+        /// The annotation that asked, `key=value`.
+        annotation: String,
+        /// The pod's namespace.
+        namespace: String,
+        /// The namespaces allowed now (`isolated_namespaces`).
+        allowed: Vec<String>,
+    },
     /// The request cannot be placed on one node set under the policy.
     #[error(
         "cannot align {container} under policy {policy}: {what} {} fit {shape}; asked {}; \
@@ -170,6 +187,7 @@ impl PlacementError {
         match self {
             Self::InvalidAnnotation { .. } => "invalid-annotation",
             Self::NotGuaranteed { .. } => "not-guaranteed",
+            Self::IsolatedNotAllowed { .. } => "isolated-not-allowed",
             Self::Unalignable { .. } => "unalignable",
             Self::Insufficient { .. } => "insufficient",
             Self::SharedPoolExhausted { .. } => "shared-pool-exhausted",

@@ -246,6 +246,14 @@ impl Ledger {
         self.gpu_sharers.get(&g).copied().unwrap_or(0)
     }
 
+    /// Whether nri-align may choose GPU `g` for a container the device plugin did not give it
+    /// to (a remap, or a count asked by annotation): free, and not in MIG mode, where the GPU
+    /// is handed out only as its MIG devices and a container given it whole would share it
+    /// with theirs.
+    pub fn gpu_choosable(&self, g: usize) -> bool {
+        self.gpu_free(g) && self.topo.gpus.get(g).and_then(|x| x.mig_enabled) != Some(true)
+    }
+
     /// Free GPU indices in ascending order.
     pub fn free_gpus(&self) -> Vec<usize> {
         (0..self.topo.gpus.len())

@@ -81,6 +81,12 @@ pub struct PlacementConfig {
     /// scheduler accounted.
     #[serde(default)]
     pub exclusive_annotation_namespaces: Vec<String>,
+    /// Namespaces whose pods may ask for isolated CPUs (`cpus: isolated`). Isolated CPUs are
+    /// the few the kernel keeps free of scheduler noise (`isolcpus`, `nohz_full`), set aside
+    /// for chosen workloads: being Guaranteed-shaped is not enough to take them. Empty by
+    /// default: nobody may, until the node administrator names the namespaces.
+    #[serde(default)]
+    pub isolated_namespaces: Vec<String>,
 }
 
 impl Default for PlacementConfig {
@@ -93,6 +99,7 @@ impl Default for PlacementConfig {
             allow_device_annotations: false,
             full_pcpus_only: false,
             exclusive_annotation_namespaces: Vec::new(),
+            isolated_namespaces: Vec::new(),
         }
     }
 }

@@ -70,6 +70,30 @@ pub fn resolve(
         .iter()
         .map(|n| ledger.nic_index(n))
         .collect::<Result<Vec<_>, _>>()?;
+    // A GPU nri-align gave a container by remap is one the kubelet believes free: it may hand
+    // it to the next pod, and that pod's runtime hook gives it whatever its env names. A
+    // container that would use such a GPU without holding it (its GPUs read from an env the
+    // kubelet did not confirm, or a replica) is refused rather than run beside the remapped
+    // one: keeping it and flagging the overlap would still put two containers on one GPU.
+    {
+        let topo = ledger.topo();
+        for g in &shared_gpus {
+            if let Some(holder) = ledger.gpu_holder(*g) {
+                let bus = &topo.gpus[*g].pci_bus_id;
+                if ledger
+                    .get(holder)
+                    .is_some_and(|a| a.chosen_gpus.contains(bus))
+                {
+                    return Err(PlacementError::Conflict {
+                        resource: "gpu".into(),
+                        id: bus.clone(),
+                        holder: holder.to_string(),
+                    });
+                }
+            }
+        }
+    }
+    refuse_gpus_held_by_remap(ledger, &shared_gpus)?;
     if config.gpu_mode == GpuMode::Keep {
         share_held_gpus(ledger, &mut alloc_gpus, &mut shared_gpus)?;
     }
@@ -135,6 +159,17 @@ fn cpu_demand(
                     namespace: req.pod.namespace.clone(),
                 });
             }
+            if eff.cpus == CpuPreference::Isolated
+                && !config.isolated_namespaces.contains(&req.pod.namespace)
+            {
+                let (key, value) = cpus_annotation(req);
+                return Err(PlacementError::IsolatedNotAllowed {
+                    container: who.to_string(),
+                    annotation: format!("{key}={value}"),
+                    namespace: req.pod.namespace.clone(),
+                    allowed: config.isolated_namespaces.clone(),
+                });
+            }
             (true, n)
         }
         CpuPreference::Shared => (false, 0),
@@ -196,6 +231,32 @@ fn share_held_gpus(
         }
         !taken
     });
+    Ok(())
+}
+
+/// A GPU nri-align gave a container by remap is one the kubelet believes free: it may hand it
+/// to the next pod, and that pod's runtime hook gives it whatever its env names. A container
+/// that would use such a GPU without holding it (its GPUs read from an env the kubelet did not
+/// confirm, or a replica) is refused rather than run beside the remapped one: keeping it and
+/// flagging the overlap would still put two containers on one GPU.
+fn refuse_gpus_held_by_remap(ledger: &Ledger, shared: &[usize]) -> Result<(), PlacementError> {
+    let topo = ledger.topo();
+    for g in shared {
+        let Some(holder) = ledger.gpu_holder(*g) else {
+            continue;
+        };
+        let bus = &topo.gpus[*g].pci_bus_id;
+        if ledger
+            .get(holder)
+            .is_some_and(|a| a.chosen_gpus.contains(bus))
+        {
+            return Err(PlacementError::Conflict {
+                resource: "gpu".into(),
+                id: bus.clone(),
+                holder: holder.to_string(),
+            });
+        }
+    }
     Ok(())
 }
 

@@ -154,7 +154,9 @@ fn cuda_minus_one_and_unknown_env_gpus_are_admitted_and_counted() {
 
 #[test]
 fn kubelet_gpus_are_held_and_remapped_env_gpus_only_aligned_to() {
-    let mut e = real(Config::default(), "");
+    let mut cfg = Config::default();
+    cfg.placement.gpu_mode = GpuMode::Remap;
+    let mut e = real(cfg, "");
     let p = kpod("ml", "train", &[]);
     // The kubelet gave GPU 0: held alone, with its node and env.
     let mut c = kctr(&p, "g1", "cuda", 2000, Some(2000));
@@ -380,7 +382,9 @@ fn an_annotation_never_widens_what_the_scheduler_accounted() {
 
 #[test]
 fn isolated_cpus_go_only_to_containers_that_ask() {
-    let mut e = real(Config::default(), "6-7");
+    let mut cfg = Config::default();
+    cfg.placement.isolated_namespaces = vec!["ns".into()];
+    let mut e = real(cfg, "6-7");
     let p = kpod("ns", "p", &[]);
     let out = create(&mut e, &p, &kctr(&p, "s", "shared", 100, None));
     assert_eq!(
@@ -404,6 +408,41 @@ fn isolated_cpus_go_only_to_containers_that_ask() {
     let pj = kpod("ns", "rt2", &[("cpus.nri-align.io/pod", "isolated")]);
     e.create_container(&pj, &kctr(&pj, "j", "dpdk", 1000, Some(1000)))
         .expect_err("no isolated CPU left");
+}
+
+#[test]
+fn isolated_cpus_go_only_to_allow_listed_namespaces() {
+    let ann = [("cpus.nri-align.io/container.dpdk", "isolated")];
+    // Guaranteed-shaped and even allowed to widen by annotation: not enough for isolated CPUs.
+    let mut cfg = Config::default();
+    cfg.placement.exclusive_annotation_namespaces = vec!["team".into()];
+    let mut e = real(cfg.clone(), "6-7");
+    let p = kpod("team", "rt", &ann);
+    let err = e
+        .create_container(&p, &kctr(&p, "i", "dpdk", 2000, Some(2000)))
+        .expect_err("not allow-listed");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("isolated_namespaces") && msg.contains("\"team\"") && msg.contains("[]"),
+        "{msg}"
+    );
+    assert!(e.records().containers.is_empty());
+    // The list in force is named, so the administrator sees what is allowed.
+    cfg.placement.isolated_namespaces = vec!["rt".into()];
+    let mut e = real(cfg, "6-7");
+    let msg = e
+        .create_container(&p, &kctr(&p, "i", "dpdk", 2000, Some(2000)))
+        .expect_err("not allow-listed")
+        .to_string();
+    assert!(msg.contains("[\"rt\"]"), "{msg}");
+    // An allow-listed namespace gets them.
+    let q = kpod("rt", "rt", &ann);
+    let out = create(&mut e, &q, &kctr(&q, "j", "dpdk", 2000, Some(2000)));
+    assert_eq!(out.adjustment.cpuset_cpus, "6-7");
+    // Exclusive CPUs stay open to any Guaranteed pod.
+    let x = kpod("team", "x", &[("cpus.nri-align.io/pod", "exclusive")]);
+    create(&mut e, &x, &kctr(&x, "x", "app", 1000, Some(1000)));
+    assert!(e.records().containers["x"].assignment.exclusive);
 }
 
 #[test]

@@ -425,7 +425,9 @@ fn pod_removal_releases_all_its_containers() {
 #[test]
 fn gpus_that_arrive_as_device_nodes_are_kept_in_remap_mode() {
     use crate::placement::GpuMode;
-    let mut e = engine(None, Config::default());
+    let mut cfg = Config::default();
+    cfg.placement.gpu_mode = GpuMode::Remap;
+    let mut e = engine(None, cfg);
     // A device node in the spec: the runtime could not remove it, so no remapping.
     e.create_container(&pod("g"), &ctr("n1", "g", 1, &[0]))
         .expect("ok")
@@ -589,6 +591,7 @@ fn a_container_started_behind_synchronize_is_adopted_into_the_pool() {
 
 mod consistency;
 mod diskfull;
+mod gpu_props;
 mod kubernetes;
 mod listing;
 mod observe;

@@ -163,7 +163,13 @@ proptest! {
 
     #[test]
     fn random_kubelet_event_sequences_keep_the_invariants(events in prop::collection::vec(event(), 1..40)) {
-        let mut e = real(Config::default(), "7");
+        let mut cfg = Config::default();
+        // The sequences were written for remapping (the kubelet gives GPU 0 over and over).
+        cfg.placement.gpu_mode = crate::placement::GpuMode::Remap;
+        // Isolated requests come from every namespace the events use.
+        cfg.placement.isolated_namespaces = (0..4).map(|i| format!("ns{i}")).collect();
+        let base = cfg.clone();
+        let mut e = real(cfg, "7");
         let mut next = 0u32;
         let mut specs: BTreeMap<String, (PodView, ContainerView)> = BTreeMap::new();
         for ev in events {
@@ -253,7 +259,7 @@ proptest! {
                     sent = e.synchronize(&pods, &live);
                 }
                 Event::Reload { reserved, exempt } => {
-                    let mut cfg = Config::default();
+                    let mut cfg = base.clone();
                     cfg.placement.reserved_cpus = (0..8u32).filter(|i| reserved & (1 << i) != 0).collect();
                     if exempt {
                         cfg.exempt_namespaces = vec!["ns3".into()];
