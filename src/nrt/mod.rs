@@ -18,6 +18,7 @@
 
 pub mod builder;
 pub mod client;
+mod failure;
 pub mod feed;
 pub mod fingerprint;
 pub mod metrics;
