@@ -12,11 +12,14 @@ fn main() -> std::process::ExitCode {
     } else {
         nri_align::cli::Cli::parse()
     };
+    if !matches!(cli.command, nri_align::cli::Command::Run(_)) {
+        nri_align::cli::default_sigpipe();
+    }
     match cli.run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("nri-align: {err:#}");
-            std::process::ExitCode::FAILURE
+            eprintln!("nri-align: {}", nri_align::cli::render_error(&err));
+            std::process::ExitCode::from(nri_align::cli::exit_code(&err))
         }
     }
 }

@@ -1,15 +1,26 @@
-//! The command line follows the conventions operators expect. `--version` names
-//! the git revision; every subcommand answers `--help`; the shell completions and the man pages
+//! The command line follows the conventions operators expect. `--version` is derived from the
+//! code (`0.3.0-dev+REVISION` until a release); every subcommand answers `--help`, lists the
+//! values of options that take one of a fixed set, and survives a closed stdout
+//! (`| head -c1`); errors say each cause once; the shell completions and the man pages
 //! generated from the same clap definition (`nri-align generate`, hidden, which
 //! hack/release-assets runs) name every subcommand, and each man page renders with groff
 //! without a warning.
 
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_nri-align");
 /// The subcommands an operator uses (`generate` is hidden: for packagers).
-const SUBCOMMANDS: [&str; 5] = ["run", "topology", "emulate", "simulate", "verify"];
+const SUBCOMMANDS: [&str; 6] = [
+    "run",
+    "topology",
+    "emulate",
+    "simulate",
+    "verify",
+    "placements",
+];
 
 fn nri_align(args: &[&str]) -> Output {
     Command::new(BIN)
@@ -31,12 +42,18 @@ fn stdout(out: &Output) -> String {
 #[test]
 fn version_names_the_git_revision() {
     let text = stdout(&nri_align(&["--version"]));
-    let want = format!(
-        "nri-align {} ({})\n",
-        env!("CARGO_PKG_VERSION"),
-        env!("NRI_ALIGN_GIT_REVISION")
-    );
+    let want = format!("nri-align {}\n", env!("NRI_ALIGN_VERSION"));
     assert_eq!(text, want);
+    // The package version (a release's, from its tag) or the next minor one in development,
+    // with the revision as semver build metadata.
+    let (package, revision) = (env!("CARGO_PKG_VERSION"), env!("NRI_ALIGN_GIT_REVISION"));
+    let version = env!("NRI_ALIGN_VERSION");
+    let (core, meta) = version.split_once('+').expect("build metadata");
+    assert_eq!(meta, revision);
+    let mut parts = package.split('.');
+    let (major, minor) = (parts.next().expect("major"), parts.next().expect("minor"));
+    let next = format!("{major}.{}.0-dev", minor.parse::<u64>().expect("minor") + 1);
+    assert!(core == package || core == next, "{version} from {package}");
     // In this checkout the revision is the commit's (build.rs), maybe with -dirty.
     let head = Command::new("git")
         .args([
@@ -136,4 +153,151 @@ fn man_pages_exist_for_every_subcommand_and_render_cleanly() {
         "the page names the build"
     );
     assert!(!dir.path().join("nri-align-generate.8").exists());
+}
+
+/// A reader that closes the pipe after one byte, as `| head -c1` does: the command ends quietly
+/// (done, or killed by SIGPIPE as `cat` is), never with a panic.
+fn survives_closed_stdout(args: &[&str]) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn nri-align");
+    let mut first = [0u8; 1];
+    let read = child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read(&mut first)
+        .expect("read");
+    // The pipe is closed here (the reader dropped): later writes get EPIPE / SIGPIPE.
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(read, 1, "{args:?} printed nothing: {stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+        "{args:?}: {stderr}"
+    );
+    assert!(
+        out.status.success() || out.status.signal() == Some(libc_sigpipe()),
+        "{args:?}: {:?} {stderr}",
+        out.status
+    );
+}
+
+/// SIGPIPE's number on Linux (every architecture nri-align builds for).
+fn libc_sigpipe() -> i32 {
+    13
+}
+
+#[test]
+fn every_subcommand_survives_a_closed_stdout() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let workload =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/workloads/dgx1-training.yaml");
+    let workload = workload.display().to_string();
+    // Large outputs, so that writes go on after the reader is gone.
+    survives_closed_stdout(&[
+        "simulate",
+        "--host",
+        "dgx1-v100",
+        "--json",
+        "--workload",
+        &workload,
+    ]);
+    survives_closed_stdout(&["simulate", "--host", "dgx1-v100", "--workload", &workload]);
+    survives_closed_stdout(&["topology", "--host", "dgx-h100", "--json"]);
+    survives_closed_stdout(&["topology", "--host", "dgx-h100"]);
+    survives_closed_stdout(&["emulate", "--list"]);
+    survives_closed_stdout(&["generate", "completions", "bash"]);
+    for sub in SUBCOMMANDS {
+        survives_closed_stdout(&[sub, "--help"]);
+    }
+    // verify and placements over a state with many records (their own tests check content).
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).expect("mkdir");
+    let containers: serde_json::Map<String, serde_json::Value> = (0..2000)
+        .map(|i| {
+            let id = format!("{i:064x}");
+            let rec = serde_json::json!({
+                "assignment": {
+                    "container_id": id, "container_name": "app", "pod_uid": "u",
+                    "pod_name": format!("ns/p{i}"), "cpus": [1, 2], "exclusive": true,
+                    "mems": [0], "numa_nodes": [0], "memory_bytes": 0, "gpus": [], "nics": [],
+                    "policy": "best-effort", "aligned": true, "reason": "test"
+                },
+                "cgroups_path": format!("/k8s.io/{id}")
+            });
+            (id, rec)
+        })
+        .collect();
+    let doc = serde_json::json!({"version": 1, "containers": containers});
+    std::fs::write(state.join("state.json"), doc.to_string()).expect("state");
+    std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .expect("chmod");
+    let host = dir.path().join("host");
+    std::fs::create_dir_all(host.join("sys/fs/cgroup")).expect("host");
+    std::fs::create_dir_all(host.join("proc/self")).expect("proc");
+    std::fs::write(
+        host.join("proc/self/mountinfo"),
+        "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+    )
+    .expect("mountinfo");
+    let (state, host) = (state.display().to_string(), host.display().to_string());
+    for json in [true, false] {
+        for sub in ["verify", "placements"] {
+            let mut args = vec![sub, "--state-dir", &state, "--host-root", &host];
+            if json {
+                args.push("--json");
+            }
+            survives_closed_stdout(&args);
+        }
+    }
+}
+
+#[test]
+fn options_with_a_fixed_set_of_values_list_them() {
+    let help = stdout(&nri_align(&["simulate", "--help"]));
+    // A value enum with documented values lists each with its help (`- nri-align: ...`).
+    assert!(
+        help.contains("- nri-align: ") && help.contains("- kubelet: "),
+        "--strategy values not in\n{help}"
+    );
+    for values in [
+        "[possible values: preferred, lowest]",
+        "[possible values: shared, sriov, per-nic]",
+    ] {
+        assert!(help.contains(values), "{values} not in\n{help}");
+    }
+    let out = nri_align(&["simulate", "--host", "dgx1-v100", "--strategy", "kubelt"]);
+    assert_eq!(out.status.code(), Some(2), "clap's usage error");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("possible values: nri-align, kubelet"));
+}
+
+#[test]
+fn errors_say_their_cause_once() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let missing = dir.path().join("nope");
+    let out = nri_align(&["topology", "--hwloc-xml", &missing.display().to_string()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn verify_documents_its_exit_statuses() {
+    let help = stdout(&nri_align(&["verify", "--help"]));
+    for line in [
+        "0  every recorded container",
+        "1  at least one container drifted",
+        "2  could not check",
+    ] {
+        assert!(help.contains(line), "{line} not in\n{help}");
+    }
 }

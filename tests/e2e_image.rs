@@ -309,8 +309,9 @@ fn image_runs_as_the_daemonset_runs_it_and_places_containers() {
     let revision = version
         .stdout
         .trim()
-        .rsplit_once(" (")
-        .and_then(|(_, r)| r.strip_suffix(')'))
+        // `nri-align 0.3.0-dev+REVISION`: the revision is the semver build metadata.
+        .rsplit_once('+')
+        .map(|(_, r)| r)
         .unwrap_or_default()
         .trim_end_matches("-dirty")
         .to_string();

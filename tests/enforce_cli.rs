@@ -55,7 +55,8 @@ fn fixture(root: &Path, cg_cpus: &str) {
                 "aligned": true, "reason": "test"
             },
             "applied_cpus": [1, 2],
-            "devices": ["/dev/nvidia0"]
+            "devices": ["/dev/nvidia0"],
+            "cgroups_path": format!("/k8s.io/{id}")
         }}
     });
     write(root, "state/state.json", &state.to_string());
@@ -142,4 +143,115 @@ fn run_rejects_a_config_with_an_unknown_key_by_name() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("unknown field `reserved_cpu`"), "{stderr}");
+}
+
+#[test]
+fn verify_exit_statuses_tell_clean_drift_and_could_not_check_apart() {
+    let t = tempfile::tempdir().expect("tmp");
+    fixture(t.path(), "1-2");
+    assert_eq!(verify(t.path(), false).status.code(), Some(0));
+    let t = tempfile::tempdir().expect("tmp");
+    fixture(t.path(), "0-3");
+    assert_eq!(verify(t.path(), false).status.code(), Some(1));
+    // No state dir at all: nothing was checked, which is not a drift.
+    let t = tempfile::tempdir().expect("tmp");
+    let out = bin()
+        .arg("verify")
+        .arg("--state-dir")
+        .arg(t.path().join("absent"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("state dir") && stderr.contains("does not exist"),
+        "{stderr}"
+    );
+}
+
+/// The DaemonSet has the host's cgroup hierarchy but its own PID namespace: the container's
+/// process is not in its /proc, and `cgroup.procs` lists it as `0`.
+#[test]
+fn verify_in_its_own_pid_namespace_finds_containers_through_their_cgroup() {
+    let t = tempfile::tempdir().expect("tmp");
+    fixture(t.path(), "1-2");
+    fs::remove_dir_all(t.path().join("host/proc/100")).expect("hide the process");
+    write(
+        t.path(),
+        "host/sys/fs/cgroup/cpuset/k8s.io/0123456789abcdef/cgroup.procs",
+        "0\n",
+    );
+    let out = verify(t.path(), false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.starts_with("ok "), "{stdout}");
+    assert!(
+        stdout.contains("unchecked: 1 process(es) in its cgroup, none visible"),
+        "{stdout}"
+    );
+
+    // No cgroup hierarchy to look in: unknown, and exit 2, never an all-clear.
+    write(t.path(), "host/proc/self/mountinfo", "");
+    let out = verify(t.path(), true);
+    assert_eq!(out.status.code(), Some(2));
+    let checks: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(checks[0]["verdict"], "unknown");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("1 of 1 recorded containers could not be checked"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn placements_lists_what_runs_where() {
+    let t = tempfile::tempdir().expect("tmp");
+    fixture(t.path(), "1-2");
+    let run = |json: bool| {
+        let mut cmd = bin();
+        cmd.arg("placements")
+            .arg("--state-dir")
+            .arg(t.path().join("state"))
+            .arg("--host-root")
+            .arg(t.path().join("host"));
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.output().expect("run nri-align")
+    };
+    let out = run(false);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = text.lines().nth(1).expect("one row");
+    for field in [
+        "0123456789abc",
+        "ns/p",
+        "app",
+        "best-effort",
+        "1-2",
+        "0000:1b:00.0",
+    ] {
+        assert!(row.contains(field), "{field} not in {row}");
+    }
+    let out = run(true);
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(rows[0]["pod"], "ns/p");
+    assert_eq!(rows[0]["cpus"], "1-2");
+    assert_eq!(rows[0]["mems"], "0");
+    assert_eq!(rows[0]["gpus"][0], "0000:1b:00.0");
+    // Dated by its cgroup, which the fixture made just now.
+    let since = rows[0]["since"].as_str().expect("since");
+    assert!(since.len() == 20 && since.ends_with('Z'), "{since}");
+
+    // A missing state dir: exit 2, the daemon's --state-dir named.
+    let out = bin()
+        .args(["placements", "--state-dir"])
+        .arg(t.path().join("absent"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
 }

@@ -45,6 +45,7 @@ fn fast() -> PublishOptions {
         backoff_min: Duration::from_millis(200),
         backoff_max: Duration::from_secs(2),
         conflict_retries: 5,
+        crd_retry: Duration::from_secs(2),
     }
 }
 

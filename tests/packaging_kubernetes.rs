@@ -282,3 +282,81 @@ fn rbac_grants_the_node_resource_topology_verbs_to_the_service_account() {
         "hack/apiserver-up's authorization rules for {subject} differ from rbac.yaml"
     );
 }
+
+/// `kubectl kustomize` of an overlay (outside the repository, as an operator's is).
+fn kustomize_overlay(text: &str) -> Option<Vec<Value>> {
+    let dir = tempfile::tempdir().expect("tmp");
+    // kustomize takes relative paths only: from the overlay up to `/`, then down to the repo.
+    let up = "../".repeat(dir.path().components().count() - 1);
+    let repo = format!(
+        "{up}{}",
+        repo_root().display().to_string().trim_start_matches('/')
+    );
+    fs::write(
+        dir.path().join("kustomization.yaml"),
+        text.replace("REPO", &repo),
+    )
+    .expect("write overlay");
+    let Ok(out) = Command::new("kubectl")
+        .args(["kustomize"])
+        .arg(dir.path())
+        .output()
+    else {
+        eprintln!("kubectl not installed: kustomize rendering not checked");
+        return None;
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(
+        serde_yaml_ng::Deserializer::from_slice(&out.stdout)
+            .map(|doc| serde::Deserialize::deserialize(doc).expect("kustomize output"))
+            .collect(),
+    )
+}
+
+/// The optional component adds the NodeResourceTopology CRD, unchanged and without a
+/// namespace (it is cluster-scoped), to exactly what the kustomization renders without it;
+/// the component's files validate against the schemas like the rest.
+#[test]
+fn the_nrt_crd_component_adds_the_crd_and_nothing_else() {
+    let crd_file = "crd/noderesourcetopology-v1alpha2.yaml";
+    let crd = load_one(crd_file, "CustomResourceDefinition").expect("crd");
+    let out = kube_validate(&[manifests_dir().join(crd_file)], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let component =
+        load_one("components/nrt-crd/kustomization.yaml", "Component").expect("component");
+    assert_eq!(component["resources"], json!(["../../crd"]));
+
+    let Some(with) = kustomize_overlay(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+         resources: [REPO/packaging/kubernetes]\n\
+         components: [REPO/packaging/kubernetes/components/nrt-crd]\n",
+    ) else {
+        return;
+    };
+    let Some(without) = kustomize_overlay(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+         resources: [REPO/packaging/kubernetes]\n",
+    ) else {
+        return;
+    };
+    let (crds, rest): (Vec<Value>, Vec<Value>) = with
+        .into_iter()
+        .partition(|o| o["kind"] == "CustomResourceDefinition");
+    assert_eq!(rest, without, "the component changes nothing else");
+    assert_eq!(crds.len(), 1);
+    assert_eq!(crds[0]["metadata"]["name"], crd["metadata"]["name"]);
+    assert!(
+        crds[0]["metadata"].get("namespace").is_none(),
+        "{}",
+        crds[0]["metadata"]
+    );
+    assert_eq!(crds[0]["spec"], crd["spec"], "the CRD as upstream ships it");
+}

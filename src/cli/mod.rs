@@ -4,6 +4,7 @@
 
 pub mod emulate;
 pub mod generate;
+pub mod placements;
 pub mod run;
 pub mod simulate;
 pub mod topology;
@@ -11,14 +12,11 @@ pub mod verify;
 
 use clap::{Parser, Subcommand};
 
-/// `nri-align --version`: the package version and the git revision it was built from
-/// (`-dirty` when the sources differed from it; `unknown` outside git; see build.rs).
-pub const VERSION_LINE: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (",
-    env!("NRI_ALIGN_GIT_REVISION"),
-    ")"
-);
+/// `nri-align --version`: derived from the code it was built from (build.rs), so two builds
+/// of different code never print the same string: `0.3.0-dev+1a2b3c4d5e6f` (the next minor
+/// version, in development, at that git revision; `-dirty` when the sources differed from it),
+/// or the package version itself, with the revision, for a build of its release tag.
+pub const VERSION_LINE: &str = env!("NRI_ALIGN_VERSION");
 
 /// Align every container's CPUs, memory, GPUs and NICs on the same part of the machine.
 #[derive(Debug, Parser)]
@@ -41,7 +39,10 @@ pub enum Command {
     /// Replay a workload through the placement engine and print every decision.
     Simulate(simulate::SimulateArgs),
     /// Check running containers' real cpusets, mems and devices against the recorded decisions.
+    #[command(after_help = verify::EXIT_CODES)]
     Verify(verify::VerifyArgs),
+    /// List every recorded container and where it runs: CPUs, memory nodes, GPUs, NICs.
+    Placements(placements::PlacementsArgs),
     /// Write shell completions or man pages (for packagers: hack/release-assets).
     #[command(hide = true)]
     Generate(generate::GenerateArgs),
@@ -56,8 +57,57 @@ impl Cli {
             Command::Emulate(a) => emulate::run(a),
             Command::Simulate(a) => simulate::run(a),
             Command::Verify(a) => verify::run(a),
+            Command::Placements(a) => placements::run(a),
             Command::Generate(a) => generate::run(a),
         }
+    }
+}
+
+/// A failure that asks for a particular exit status (`verify`: 1 drift, 2 could not check);
+/// any other error exits 1.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Exit {
+    /// The process exit status.
+    pub code: u8,
+    /// What to print.
+    pub message: String,
+}
+
+/// The exit status for `err`: an [`Exit`]'s own, else 1.
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    err.downcast_ref::<Exit>().map_or(1, |e| e.code)
+}
+
+/// `err` and its causes on one line, each said once: many errors already print their source in
+/// their own message (`open X: No such file or directory`), and anyhow's alternate form would
+/// append the same source again.
+pub fn render_error(err: &anyhow::Error) -> String {
+    let mut out = err.to_string();
+    for cause in err.chain().skip(1) {
+        let text = cause.to_string();
+        if !text.is_empty() && !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+/// Restores the default action of SIGPIPE (terminate, silently) for the one-shot commands.
+///
+/// Rust ignores SIGPIPE, so a write to a closed pipe (`nri-align verify --json | head`) comes
+/// back as EPIPE and `println!` panics on it. Restoring the default, as every Unix filter has
+/// it, covers every write at once (ours, serde's, clap's help, a library's) where a write
+/// helper would have to be used at every print and would still miss the ones we do not own.
+/// `run` keeps SIGPIPE ignored: the daemon's sockets must see a closed peer as an error to
+/// handle, never as a signal that kills it.
+pub fn default_sigpipe() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: called at the start of main, before any thread is started, and SIG_DFL installs
+    // no handler of ours.
+    if let Err(e) = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) } {
+        eprintln!("nri-align: cannot restore SIGPIPE: {e}");
     }
 }
 
@@ -100,14 +150,28 @@ mod tests {
     fn version_names_the_revision() {
         let cmd = Cli::command();
         let version = cmd.get_version().expect("version");
+        let revision = env!("NRI_ALIGN_GIT_REVISION");
+        assert!(!revision.is_empty());
+        assert!(version.ends_with(&format!("+{revision}")), "{version}");
+    }
+
+    #[test]
+    fn errors_say_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+        #[derive(Debug, thiserror::Error)]
+        #[error("open /x: {source}")]
+        struct Open {
+            source: std::io::Error,
+        }
+        let err = anyhow::Error::new(Open { source: io }).context("reading state");
         assert_eq!(
-            version,
-            format!(
-                "{} ({})",
-                env!("CARGO_PKG_VERSION"),
-                env!("NRI_ALIGN_GIT_REVISION")
-            )
+            render_error(&err),
+            "reading state: open /x: No such file or directory"
         );
-        assert!(!env!("NRI_ALIGN_GIT_REVISION").is_empty());
+        let exit = anyhow::Error::new(Exit {
+            code: 2,
+            message: "could not check".into(),
+        });
+        assert_eq!((exit_code(&exit), exit_code(&err)), (2, 1));
     }
 }

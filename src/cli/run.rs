@@ -4,6 +4,7 @@
 //! reports about itself while it runs (health, readiness, systemd) is in `run/health.rs`.
 
 mod health;
+mod nri_off;
 mod retry;
 
 use std::path::{Path, PathBuf};
@@ -197,6 +198,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     let outage = retry::outage_signal(&mut engine);
     engine.recover(&host_root);
 
+    nri_off::warn_if_missing(&args.socket, &host_root);
     let connection = crate::enforce::nri::Connection::new(PLUGIN_NAME, &idx, &args.socket)?;
     // Capabilities are per thread: drop them before any other thread starts (the endpoints',
     // the runtime's workers), so every thread inherits the reduced sets. Nothing after this

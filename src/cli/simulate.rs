@@ -34,19 +34,19 @@ pub struct SimulateArgs {
     #[arg(long, required_unless_present = "churn", conflicts_with = "churn")]
     pub workload: Option<PathBuf>,
     /// Decision strategy: nri-align's own, or the kubelet Topology Manager's.
-    #[arg(long, default_value = "nri-align")]
-    pub strategy: String,
+    #[arg(long, value_enum, default_value_t = Strategy::NriAlign)]
+    pub strategy: Strategy,
     /// How the kubelet strategy's device plugin picks GPUs: `preferred` (the NVIDIA device
     /// plugin's GetPreferredAllocation: the best-linked set within the Topology Manager's hint)
     /// or `lowest` (a plugin without it: lowest index first).
-    #[arg(long, default_value = "preferred")]
+    #[arg(long, default_value = "preferred", value_parser = ["preferred", "lowest"])]
     pub kubelet_gpu_choice: String,
     /// Which device plugin advertises the kubelet strategy's RDMA NICs: `shared` (the RDMA
     /// shared device plugin, as the NVIDIA Network Operator's GPUDirect example: units without
     /// NUMA node, every allocation gives every RDMA NIC), `sriov` (the SR-IOV network device
     /// plugin: --kubelet-sriov-vfs VFs per NIC, each on its NIC's node, the kubelet picking
     /// among them) or `per-nic` (one exclusive unit per NIC, the SR-IOV plugin over PFs).
-    #[arg(long, default_value = "shared")]
+    #[arg(long, default_value = "shared", value_parser = ["shared", "sriov", "per-nic"])]
     pub kubelet_nic_plugin: String,
     /// VFs per RDMA NIC with --kubelet-nic-plugin sriov.
     #[arg(long, default_value_t = simulate::nic_plugin::DEFAULT_VFS_PER_PF)]
@@ -102,11 +102,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         return churn(&args, nic);
     }
     let topo = Arc::new(load_topology(&args)?);
-    let strategy = match args.strategy.as_str() {
-        "nri-align" => Strategy::NriAlign,
-        "kubelet" => Strategy::Kubelet,
-        other => bail!("unknown strategy {other:?}; expected one of: nri-align kubelet"),
-    };
+    let strategy = args.strategy;
     let config = match &args.config {
         Some(p) => load_config(p)?,
         None => Config::default(),

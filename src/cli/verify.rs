@@ -1,10 +1,25 @@
-//! `nri-align verify`: compare running containers with the recorded decisions; exits non-zero
-//! when any container drifted.
+//! `nri-align verify`: compare running containers with the recorded decisions. Exit status 0:
+//! every container checked is as decided; 1: one drifted; 2: it could not check (no state, a
+//! container it could not look for).
 
 use std::path::PathBuf;
 
+use super::Exit;
 use crate::enforce::state::{Loaded, StateStore};
-use crate::enforce::verify::{verify, Verdict};
+use crate::enforce::verify::{verify, ContainerCheck, Verdict};
+
+/// `verify --help`'s closing words: what each exit status means.
+pub const EXIT_CODES: &str = "\
+Exit status:
+  0  every recorded container is as decided, or not running
+  1  at least one container drifted (DRIFT lines say how)
+  2  could not check: no state dir or no decisions, a state it cannot read, or a container it
+     could not look for (unknown: no cgroup hierarchy mounted, no process visible and no
+     cgroups path recorded)
+
+In the DaemonSet (no hostPID), containers are found through the host's cgroup hierarchy:
+their cgroup cpusets are checked, their processes' affinity and devices are not (said as
+`unchecked`).";
 
 /// Arguments of `nri-align verify`.
 #[derive(Debug, clap::Args)]
@@ -20,9 +35,50 @@ pub struct VerifyArgs {
     pub json: bool,
 }
 
-/// Checks every recorded container.
+/// Checks every recorded container; the error carries the exit status ([`Exit`]).
 pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
+    let checks = check(&args).map_err(|e| Exit {
+        code: 2,
+        message: super::render_error(&e),
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&checks)?);
+    } else {
+        for c in &checks {
+            print_check(c);
+        }
+    }
+    let count = |v: Verdict| checks.iter().filter(|c| c.verdict == v).count();
+    let (drifted, unknown) = (count(Verdict::Drift), count(Verdict::Unknown));
+    if drifted > 0 {
+        return Err(Exit {
+            code: 1,
+            message: format!("{drifted} of {} recorded containers drifted", checks.len()),
+        }
+        .into());
+    }
+    if unknown > 0 {
+        return Err(Exit {
+            code: 2,
+            message: format!(
+                "{unknown} of {} recorded containers could not be checked",
+                checks.len()
+            ),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// Reads the decisions and checks each: any error here means nothing was checked.
+fn check(args: &VerifyArgs) -> anyhow::Result<Vec<ContainerCheck>> {
     // Read only: the daemon may be running (and holds the dir's lock).
+    if !args.state_dir.is_dir() {
+        anyhow::bail!(
+            "no decisions recorded: state dir {} does not exist",
+            args.state_dir.display()
+        );
+    }
     let mut store = StateStore::open_read_only(&args.state_dir)?;
     if !store.exists() {
         anyhow::bail!(
@@ -35,40 +91,34 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<()> {
         Loaded::Fresh => anyhow::bail!("no decisions recorded in {}", args.state_dir.display()),
         Loaded::Corrupt(why) => anyhow::bail!("{why}"),
     };
-    let root = args.host_root.unwrap_or_else(|| PathBuf::from("/"));
-    let checks = verify(&doc, &root);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&checks)?);
-    } else {
-        for c in &checks {
-            let verdict = match c.verdict {
-                Verdict::Ok => "ok",
-                Verdict::Drift => "DRIFT",
-                Verdict::NotRunning => "not-running",
-            };
-            let pids: Vec<String> = c.pids.iter().map(u32::to_string).collect();
-            println!(
-                "{verdict:<11} {} {}/{} pids [{}]",
-                short(&c.id),
-                c.pod,
-                c.name,
-                pids.join(" ")
-            );
-            for p in &c.problems {
-                println!("            - {p}");
-            }
-        }
-    }
-    let drifted = checks
-        .iter()
-        .filter(|c| c.verdict == Verdict::Drift)
-        .count();
-    if drifted > 0 {
-        anyhow::bail!("{drifted} of {} recorded containers drifted", checks.len());
-    }
-    Ok(())
+    let root = args.host_root.clone().unwrap_or_else(|| PathBuf::from("/"));
+    Ok(verify(&doc, &root))
 }
 
-fn short(id: &str) -> &str {
+fn print_check(c: &ContainerCheck) {
+    let verdict = match c.verdict {
+        Verdict::Ok => "ok",
+        Verdict::Drift => "DRIFT",
+        Verdict::NotRunning => "not-running",
+        Verdict::Unknown => "UNKNOWN",
+    };
+    let pids: Vec<String> = c.pids.iter().map(u32::to_string).collect();
+    println!(
+        "{verdict:<11} {} {}/{} pids [{}]",
+        short(&c.id),
+        c.pod,
+        c.name,
+        pids.join(" ")
+    );
+    for p in &c.problems {
+        println!("            - {p}");
+    }
+    for u in &c.unchecked {
+        println!("            unchecked: {u}");
+    }
+}
+
+/// The id as `crictl ps` shows it.
+pub(super) fn short(id: &str) -> &str {
     id.get(..13).unwrap_or(id)
 }

@@ -2,8 +2,15 @@
 //! compare the cgroup's cpuset (v1 or v2), the processes' allowed CPUs and memory nodes, and the
 //! GPU and RDMA device nodes visible in the container with the recorded decision. What it reads
 //! comes from `host/`; this file only compares.
+//!
+//! The processes are found in `/proc` when it is the host's, else through the container's
+//! cgroup: its `cgroup.procs` under the cgroup mount (the DaemonSet mounts the host's, without
+//! `hostPID`). There the kernel lists processes of other PID namespaces as `0`: the container
+//! is running and its cgroup cpuset is checked, but not its processes' affinity or devices,
+//! which the check says. A container it could not look for at all is `unknown`, never
+//! `not-running`: that would be an all-clear given without looking.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -21,8 +28,11 @@ pub enum Verdict {
     Ok,
     /// Differs from the decision.
     Drift,
-    /// No process found (created, stopped, or gone): nothing to compare.
+    /// Its cgroup is gone or holds no process (created, stopped, or gone): nothing to compare.
     NotRunning,
+    /// Could not be looked for (no cgroup mount, no cgroups path recorded and no process seen):
+    /// neither fine nor drifted.
+    Unknown,
 }
 
 /// The check of one container.
@@ -40,6 +50,9 @@ pub struct ContainerCheck {
     pub verdict: Verdict,
     /// Each difference, in words.
     pub problems: Vec<String>,
+    /// What could not be compared, and why (the check covers the rest).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unchecked: Vec<String>,
 }
 
 /// Checks every record of `doc` against the host under `root`.
@@ -67,6 +80,7 @@ fn check_one(
         pids: Vec::new(),
         verdict: Verdict::NotRunning,
         problems: Vec::new(),
+        unchecked: Vec::new(),
     };
     // The container's processes are those in its cgroup (from the cgroups path the runtime
     // gave, either driver), compared component by component: never a process whose path merely
@@ -82,12 +96,15 @@ fn check_one(
         }
     };
     check.pids = procs.pids_of(&key).to_vec();
-    let Some(first) = check.pids.first().copied() else {
+    let first = check.pids.first().copied();
+    if first.is_none() && !look_in_cgroup(&mut check, &key, mounts) {
         return check;
-    };
+    }
     check_cgroup(&mut check.problems, &key, first, procs, mounts, rec);
     check_processes(&mut check.problems, root, &check.pids, rec);
-    check_devices(&mut check.problems, root, first, rec);
+    if let Some(first) = first {
+        check_devices(&mut check.problems, root, first, rec);
+    }
     check.verdict = if check.problems.is_empty() {
         Verdict::Ok
     } else {
@@ -96,12 +113,40 @@ fn check_one(
     check
 }
 
+/// A container none of whose processes this /proc shows (no hostPID): whether its cgroup
+/// says it runs, in which case the cgroup's cpuset is still checked (`true`). Sets the verdict
+/// to unknown where it cannot look.
+fn look_in_cgroup(check: &mut ContainerCheck, key: &ContainerKey, mounts: &CgroupMounts) -> bool {
+    let ContainerKey::Cgroup(cg) = key else {
+        check.verdict = Verdict::Unknown;
+        check
+            .unchecked
+            .push("no process of it in /proc and no cgroups path recorded to look in".into());
+        return false;
+    };
+    match cgroup_procs(mounts, cg) {
+        Procs::Listed(n) if n > 0 => {
+            check.unchecked.push(format!(
+                "{n} process(es) in its cgroup, none visible in this PID namespace (no \
+                 hostPID): their CPU and memory affinity and devices are not checked"
+            ));
+            true
+        }
+        Procs::Listed(_) | Procs::NoCgroup => false,
+        Procs::CannotLook(why) => {
+            check.verdict = Verdict::Unknown;
+            check.unchecked.push(why);
+            false
+        }
+    }
+}
+
 /// The cgroup's cpuset against the decision. Without a recorded path, the cgroup is the one
 /// the container's first process (`first`) is in.
 fn check_cgroup(
     problems: &mut Vec<String>,
     key: &ContainerKey,
-    first: u32,
+    first: Option<u32>,
     procs: &ProcIndex,
     mounts: &CgroupMounts,
     rec: &Record,
@@ -109,8 +154,8 @@ fn check_cgroup(
     let (want_cpus, want_mems) = (&rec.applied_cpus, &rec.assignment.mems);
     let cgroup = match key {
         ContainerKey::Cgroup(cg) => Some(cg.clone()),
-        ContainerKey::Id(_) => procs
-            .cgroup_of(first)
+        ContainerKey::Id(_) => first
+            .and_then(|pid| procs.cgroup_of(pid))
             .and_then(|path| ContainerCgroup::parse(path).ok()),
     };
     match cgroup.map(|cg| mounts.read_cpuset(&cg)) {
@@ -170,6 +215,49 @@ fn check_devices(problems: &mut Vec<String>, root: &Path, first: u32, rec: &Reco
                 want.join(" ")
             ));
         }
+    }
+}
+
+/// What a container's cgroup says of its processes.
+#[derive(Debug, PartialEq, Eq)]
+enum Procs {
+    /// `cgroup.procs` lists this many (those of other PID namespaces as `0`).
+    Listed(usize),
+    /// The hierarchy is mounted and shows where the cgroup would be; it does not exist.
+    NoCgroup,
+    /// The cgroup could not be looked for: why.
+    CannotLook(String),
+}
+
+fn cgroup_procs(mounts: &CgroupMounts, cg: &ContainerCgroup) -> Procs {
+    let Some(mount) = mounts.cpuset() else {
+        return Procs::CannotLook("no cgroup hierarchy mounted here to look for it in".into());
+    };
+    if mount.below_root(cg.components()).is_none() {
+        return Procs::CannotLook(format!(
+            "the cgroup mount at {} shows only {}, not {}",
+            mount.point.display(),
+            mount.root,
+            cg.proc_path()
+        ));
+    }
+    let dir: PathBuf = match mount.dir_of(cg.components()) {
+        Ok(Some(dir)) => dir,
+        Ok(None) if mount.point.is_dir() => return Procs::NoCgroup,
+        Ok(None) => {
+            return Procs::CannotLook(format!(
+                "cgroup mount point {} is not a directory",
+                mount.point.display()
+            ))
+        }
+        Err(e) => return Procs::CannotLook(format!("cgroup {}: {e}", cg.proc_path())),
+    };
+    let path = dir.join("cgroup.procs");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Procs::Listed(text.lines().filter(|l| !l.trim().is_empty()).count()),
+        // Removed between the two reads: the container just went.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Procs::NoCgroup,
+        Err(e) => Procs::CannotLook(format!("{}: {e}", path.display())),
     }
 }
 
@@ -377,7 +465,7 @@ mod tests {
 
     #[test]
     fn a_short_id_matches_no_unrelated_process() {
-        // Matched as a substring, id `a` would claim every process whose path holds an `a`.
+        // Id `a` once matched 80 unrelated processes as substrings of their paths.
         let t = tempfile::tempdir().expect("tmp");
         let root = t.path();
         write(
@@ -392,11 +480,72 @@ mod tests {
                 &format!("0::/system.slice/app-{pid}.scope\n"),
             );
         }
-        for path in ["", "/k8s.io/a"] {
+        fs::create_dir_all(root.join("sys/fs/cgroup")).expect("mount point");
+        // Without a cgroups path there is nowhere else to look: not an all-clear.
+        for (path, verdict) in [("", Verdict::Unknown), ("/k8s.io/a", Verdict::NotRunning)] {
             let r = verify(&doc_at("a", path), root);
             assert!(r[0].pids.is_empty(), "{path:?}: {:?}", r[0].pids);
-            assert_eq!(r[0].verdict, Verdict::NotRunning);
+            assert_eq!(r[0].verdict, verdict, "{path:?}");
         }
+    }
+
+    /// The DaemonSet's view: the host's cgroup hierarchy mounted, its own PID namespace. The
+    /// kernel lists the container's processes as `0` in `cgroup.procs`.
+    fn pidns_host(root: &Path, procs: &str, cpus: &str) {
+        let dir = "sys/fs/cgroup/kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope";
+        write(
+            root,
+            "proc/self/mountinfo",
+            "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+        );
+        write(root, "proc/1/cgroup", "0::/\n");
+        write(root, &format!("{dir}/cgroup.procs"), procs);
+        write(root, &format!("{dir}/cpuset.cpus"), &format!("{cpus}\n"));
+        write(root, &format!("{dir}/cpuset.mems"), "0\n");
+    }
+
+    #[test]
+    fn processes_of_another_pid_namespace_are_found_through_the_cgroup() {
+        let path = "kubepods-pod1.slice:cri-containerd:abc";
+        let t = tempfile::tempdir().expect("tmp");
+        pidns_host(t.path(), "0\n0\n", "2-3");
+        let r = verify(&doc_at("abc", path), t.path());
+        assert_eq!(r[0].verdict, Verdict::Ok, "{:?}", r[0].problems);
+        assert!(r[0].pids.is_empty());
+        assert!(
+            r[0].unchecked[0].starts_with("2 process(es) in its cgroup, none visible"),
+            "{:?}",
+            r[0].unchecked
+        );
+
+        let t = tempfile::tempdir().expect("tmp");
+        pidns_host(t.path(), "0\n", "0-3");
+        let r = verify(&doc_at("abc", path), t.path());
+        assert_eq!(r[0].verdict, Verdict::Drift);
+        assert!(
+            r[0].problems[0].contains("cgroup cpuset.cpus is 0-3, decided 2-3"),
+            "{:?}",
+            r[0].problems
+        );
+
+        // An empty cgroup: created or stopped, really not running.
+        let t = tempfile::tempdir().expect("tmp");
+        pidns_host(t.path(), "", "2-3");
+        let r = verify(&doc_at("abc", path), t.path());
+        assert_eq!(r[0].verdict, Verdict::NotRunning);
+    }
+
+    #[test]
+    fn without_a_cgroup_mount_a_container_is_unknown_not_absent() {
+        let t = tempfile::tempdir().expect("tmp");
+        write(t.path(), "proc/self/mountinfo", "");
+        let r = verify(&doc("abc"), t.path());
+        assert_eq!(r[0].verdict, Verdict::Unknown);
+        assert!(
+            r[0].unchecked[0].contains("no cgroup hierarchy mounted"),
+            "{:?}",
+            r[0].unchecked
+        );
     }
 
     #[test]

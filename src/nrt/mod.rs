@@ -22,6 +22,7 @@
 
 pub mod builder;
 pub mod client;
+mod failure;
 pub mod feed;
 pub mod fingerprint;
 pub mod metrics;

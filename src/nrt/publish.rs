@@ -27,6 +27,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::builder::{build, NrtSettings, ZoneFree};
+use super::failure::{Failure, CRD_MISSING};
 use super::fingerprint::PodId;
 use super::metrics::NrtMetrics;
 use super::object::NodeResourceTopology;
@@ -61,6 +62,9 @@ pub struct PublishOptions {
     pub backoff_max: Duration,
     /// Conflicts answered by re-reading within one attempt before it counts as failed.
     pub conflict_retries: u32,
+    /// Retry delay while the CRD is not installed: someone has to install it, which a quick
+    /// retry does not hasten.
+    pub crd_retry: Duration,
 }
 
 impl Default for PublishOptions {
@@ -71,6 +75,7 @@ impl Default for PublishOptions {
             backoff_min: Duration::from_millis(500),
             backoff_max: Duration::from_secs(30),
             conflict_retries: 5,
+            crd_retry: Duration::from_secs(300),
         }
     }
 }
@@ -91,6 +96,9 @@ pub struct PublishStatus {
     /// Set while the server's object is left alone because nri-align does not own it (its
     /// message says whose it is and what to do).
     pub not_owned: Option<NotOwned>,
+    /// Set while the API server does not serve the NodeResourceTopology resource (the CRD is
+    /// not installed): said once in the log, and on `/readyz` until it is installed.
+    pub crd_missing: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -232,43 +240,6 @@ impl Outcome {
     }
 }
 
-/// A failed attempt: the metric label and the message.
-#[derive(Debug)]
-struct Failure {
-    reason: &'static str,
-    message: String,
-}
-
-impl From<kube::Error> for Failure {
-    fn from(e: kube::Error) -> Self {
-        let reason = match &e {
-            kube::Error::Api(s) => match s.code {
-                401 => "unauthorized",
-                403 => "forbidden",
-                404 => "not-found",
-                409 => "conflict",
-                400 | 422 => "invalid",
-                429 | 500..=599 => "server",
-                _ => "other",
-            },
-            kube::Error::HyperError(_) | kube::Error::Service(_) => "unreachable",
-            kube::Error::Auth(_) => "unauthorized",
-            _ => "other",
-        };
-        let hint = match reason {
-            "not-found" => " (is the NodeResourceTopology CRD installed?)",
-            "forbidden" => {
-                " (does the service account's ClusterRole allow noderesourcetopologies?)"
-            }
-            _ => "",
-        };
-        Failure {
-            reason,
-            message: format!("{e}{hint}"),
-        }
-    }
-}
-
 struct Worker {
     api: Api<NodeResourceTopology>,
     options: PublishOptions,
@@ -373,6 +344,7 @@ impl Worker {
                         }
                         s.consecutive_failures = 0;
                         s.last_error = None;
+                        s.crd_missing = false;
                     });
                     backoff = self.options.backoff_min;
                     retry_at = None;
@@ -382,8 +354,11 @@ impl Worker {
                     self.metrics.failure(f.reason);
                     self.seen = None;
                     let failures = self.status.borrow().consecutive_failures + 1;
-                    // The first failure and then every tenth are warnings; the rest debug.
-                    if failures == 1 || failures % 10 == 0 {
+                    let crd_missing = f.reason == CRD_MISSING;
+                    let said = crd_missing && self.status.borrow().crd_missing;
+                    // The first failure and then every tenth are warnings; the rest debug. A
+                    // missing CRD is said once: only an installation fixes it.
+                    if !said && (crd_missing || failures == 1 || failures % 10 == 0) {
                         tracing::warn!(reason = f.reason, failures, retry_in = ?backoff,
                             "publishing NodeResourceTopology failed: {}", f.message);
                     } else {
@@ -397,11 +372,16 @@ impl Worker {
                     self.status.send_modify(|s| {
                         s.consecutive_failures = failures;
                         s.last_error = Some(format!("{}: {}", f.reason, f.message));
+                        s.crd_missing = crd_missing;
                     });
                     if f.reason == "build" {
                         // Only a new input can fix it.
                         deadline = None;
                         retry_at = None;
+                    } else if crd_missing {
+                        let at = Instant::now() + jitter(self.options.crd_retry);
+                        deadline = Some(at);
+                        retry_at = Some(at);
                     } else {
                         let at = Instant::now() + jitter(backoff);
                         deadline = Some(at);
@@ -475,6 +455,7 @@ impl Worker {
                 // Create (decide answers it whenever there is no object).
                 (_, _) => (None, Outcome::Created),
             };
+            let creating = cur.is_none();
             let result = match cur {
                 None => self.api.create(&pp, &desired).await,
                 Some(cur) => {
@@ -490,6 +471,10 @@ impl Worker {
                 }
                 // 409: someone changed it since we read it (replace), or created it meanwhile
                 // (create); 404 on replace: deleted meanwhile. Read again and retry.
+                // The collection of a served cluster-scoped type always exists.
+                Err(e @ kube::Error::Api(_)) if creating && is_404(&e) => {
+                    return Err(Failure::crd_missing(&e))
+                }
                 Err(kube::Error::Api(s))
                     if (s.code == 409 || (s.code == 404 && self.seen.is_none()))
                         && conflicts < self.options.conflict_retries =>
@@ -504,6 +489,10 @@ impl Worker {
             }
         }
     }
+}
+
+fn is_404(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
 /// `desired` carrying the server's metadata: its resourceVersion (optimistic concurrency),
@@ -572,25 +561,5 @@ mod tests {
         let d = Duration::from_secs(4);
         let j = jitter(d);
         assert!(j >= d && j <= Duration::from_secs(5), "{j:?}");
-    }
-
-    #[test]
-    fn api_errors_map_to_reasons() {
-        let api = |code: u16| {
-            kube::Error::Api(
-                kube::core::Status {
-                    code,
-                    ..Default::default()
-                }
-                .boxed(),
-            )
-        };
-        let reason = |e| Failure::from(e).reason;
-        assert_eq!(reason(api(401)), "unauthorized");
-        assert_eq!(reason(api(403)), "forbidden");
-        assert_eq!(reason(api(422)), "invalid");
-        assert_eq!(reason(api(503)), "server");
-        assert_eq!(reason(api(429)), "server");
-        assert!(Failure::from(api(404)).message.contains("CRD installed"));
     }
 }

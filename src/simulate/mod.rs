@@ -43,12 +43,12 @@ pub enum ReplayError {
 }
 
 /// Which decision maker replays the workload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Strategy {
     /// nri-align's allocator.
     NriAlign,
-    /// The kubelet Topology Manager as it would decide.
+    /// The kubelet Topology Manager as it would decide (static CPU manager, device plugins).
     Kubelet,
 }
 

@@ -88,6 +88,14 @@ pub fn spawn_nrt_follower(
 
 /// What `/readyz` says of publishing in `s`, when it is degraded.
 fn nrt_degraded(s: &PublishStatus) -> Option<String> {
+    if s.crd_missing {
+        // At once, not after a few failures: no retry fixes it.
+        return Some(
+            "CRD not installed (noderesourcetopologies.topology.node.k8s.io): nothing is \
+             published for this node; retried every few minutes"
+                .into(),
+        );
+    }
     if let Some(n) = &s.not_owned {
         return Some(format!(
             "{} is left alone ({}): nri-align publishes nothing for this node; the log's \
@@ -305,6 +313,22 @@ mod tests {
         assert_eq!(
             lines,
             vec!["nrt: publishing failed 3 times in a row, retrying: connection refused"]
+        );
+        // A missing CRD is listed from its first failure, as such.
+        tx.send_modify(|s| {
+            s.consecutive_failures = 1;
+            s.crd_missing = true;
+        });
+        for _ in 0..200 {
+            if health.degraded().iter().any(|l| l.contains("CRD")) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let lines = health.degraded();
+        assert!(
+            lines[0].starts_with("nrt: CRD not installed (noderesourcetopologies."),
+            "{lines:?}"
         );
         drop(tx);
         listed(false).await;

@@ -48,6 +48,9 @@ pub struct LinkState {
     pub retry_at: Option<Instant>,
     /// Successful registrations since the stub started (more than one: reconnections).
     pub registrations: u64,
+    /// The last attempt found no socket at the endpoint: the runtime is not running or has
+    /// NRI disabled (`/readyz` says so first).
+    pub socket_missing: bool,
     /// Number of the current connection attempt; events of an older connection that arrive
     /// late (a Configure racing the hang-up) never move a newer one forward.
     pub(crate) connection: u64,
@@ -64,6 +67,7 @@ impl LinkState {
             last_error: None,
             retry_at: None,
             registrations: 0,
+            socket_missing: false,
             connection: 0,
         }
     }
@@ -94,6 +98,17 @@ impl fmt::Display for LinkState {
             None => Ok(()),
         };
         match self.phase {
+            LinkPhase::Connecting if self.socket_missing => {
+                write!(
+                    f,
+                    "nri: socket missing: {} (is NRI enabled in the runtime?)",
+                    self.endpoint
+                )?;
+                if self.failed_attempts > 0 {
+                    write!(f, ", {} failed attempt(s)", self.failed_attempts)?;
+                }
+                Ok(())
+            }
             LinkPhase::Connecting => {
                 write!(f, "connecting to {}", self.endpoint)?;
                 if self.failed_attempts > 0 {
@@ -185,6 +200,15 @@ impl LinkTracker {
         });
     }
 
+    /// Whether the last attempt found no socket at the endpoint.
+    pub(crate) fn set_socket_missing(&self, missing: bool) {
+        self.tx.send_if_modified(|s| {
+            let changed = s.socket_missing != missing;
+            s.socket_missing = missing;
+            changed
+        });
+    }
+
     /// Connection `connection` registered.
     pub(crate) fn registered(&self, connection: u64) {
         self.tx.send_if_modified(|s| {
@@ -193,6 +217,7 @@ impl LinkTracker {
             }
             s.registrations += 1;
             s.failed_attempts = 0;
+            s.socket_missing = false;
             s.retry_at = None;
             s.phase = s.phase.max(LinkPhase::Registered);
             true
@@ -246,6 +271,21 @@ mod tests {
             runtime_version: version.into(),
             ..Default::default()
         })
+    }
+
+    #[test]
+    fn a_missing_socket_says_so_with_its_path_until_registered() {
+        let t = LinkTracker::new("/var/run/nri/nri.sock".into(), false);
+        let c1 = t.attempt();
+        t.set_socket_missing(true);
+        t.failed("no such file".into(), Duration::from_secs(5), false);
+        assert_eq!(
+            t.current().to_string(),
+            "nri: socket missing: /var/run/nri/nri.sock (is NRI enabled in the runtime?), \
+             1 failed attempt(s)"
+        );
+        t.registered(c1);
+        assert!(!t.current().socket_missing);
     }
 
     #[test]

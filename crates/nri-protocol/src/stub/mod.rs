@@ -232,6 +232,8 @@ impl Stub {
     async fn connection_loop<P: Plugin>(&mut self, plugin: Arc<P>) -> Result<(), StubError> {
         let mut backoff = self.opts.initial_backoff;
         let link = self.handle.link.clone();
+        // The registration error last logged at warning level.
+        let mut said: Option<String> = None;
         loop {
             let connection = link.attempt();
             let end = match self.connect().await {
@@ -243,6 +245,7 @@ impl Stub {
                 // Registered, then the connection ended.
                 Ok((cause, reason)) => {
                     backoff = self.opts.initial_backoff;
+                    said = None;
                     plugin.disconnected(&reason).await;
                     if launched {
                         // The runtime starts launched plugins only when it starts itself:
@@ -262,8 +265,20 @@ impl Stub {
                     return Err(err);
                 }
                 Err(err) => {
-                    tracing::warn!(error = %err, retry_in = ?backoff, "cannot register with the runtime");
-                    link.failed(err.to_string(), backoff, false);
+                    let text = err.to_string();
+                    // Said once per cause, then quietly: a node where NRI is off retries every
+                    // few seconds for as long as it stays off, and a warning each time would
+                    // bury the log. The link state (and so /readyz) always has the latest.
+                    if said.as_deref() != Some(text.as_str()) {
+                        tracing::warn!(error = %text, retry_in = ?backoff, "cannot register with the runtime; retrying quietly while this lasts");
+                        said = Some(text.clone());
+                    } else {
+                        tracing::debug!(error = %text, retry_in = ?backoff, "cannot register with the runtime");
+                    }
+                    let missing = matches!(&err, StubError::Connect { source, .. }
+                        if source.kind() == std::io::ErrorKind::NotFound);
+                    link.set_socket_missing(missing);
+                    link.failed(text, backoff, false);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(self.opts.max_backoff);
                     continue;

@@ -1,0 +1,199 @@
+//! `nri-align placements`: what runs where. Every container recorded in the state dir (the
+//! one the daemon writes; read only, as `verify` reads it) with its pod, policy, CPUs, memory
+//! nodes, GPUs and NICs, and since when its cgroup exists (the container's start: found
+//! through the cgroup hierarchy, so it also works in the DaemonSet, which has no `hostPID`).
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use super::Exit;
+use crate::enforce::state::{Loaded, Record, StateStore};
+use crate::host::cgroup::{CgroupMounts, ContainerCgroup};
+
+/// Arguments of `nri-align placements`.
+#[derive(Debug, clap::Args)]
+pub struct PlacementsArgs {
+    /// Where decisions are persisted (the daemon's --state-dir).
+    #[arg(long, default_value = "/var/lib/nri-align")]
+    pub state_dir: PathBuf,
+    /// Read cgroups under this directory instead of `/`.
+    #[arg(long)]
+    pub host_root: Option<PathBuf>,
+    /// Print JSON (one object per container).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One recorded container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Placement {
+    /// Container id.
+    pub id: String,
+    /// Pod namespace/name.
+    pub pod: String,
+    /// Container name.
+    pub container: String,
+    /// Policy the decision was made under (`none`, `best-effort`, ...).
+    pub policy: String,
+    /// Exclusive CPUs, or the shared pool.
+    pub exclusive: bool,
+    /// CPUs as last applied (the pool's, for a shared container).
+    pub cpus: String,
+    /// Memory nodes (empty: not restricted).
+    pub mems: String,
+    /// GPUs (PCI bus ids), shared ones included.
+    pub gpus: Vec<String>,
+    /// NICs.
+    pub nics: Vec<String>,
+    /// Stopped, not removed: it keeps what it holds.
+    pub stopped: bool,
+    /// When the container's cgroup was created (UTC, RFC 3339); `None` when it is not found.
+    pub since: Option<String>,
+}
+
+/// Lists the recorded containers.
+pub fn run(args: PlacementsArgs) -> anyhow::Result<()> {
+    let rows = list(&args).map_err(|e| Exit {
+        code: 2,
+        message: super::render_error(&e),
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    println!(
+        "{:<13} {:<30} {:<20} {:<12} {:<12} {:<5} {:<20} {:<12} SINCE",
+        "CONTAINER", "POD", "NAME", "POLICY", "CPUS", "MEMS", "GPUS", "NICS"
+    );
+    for r in &rows {
+        let cpus = if r.exclusive {
+            r.cpus.clone()
+        } else {
+            format!("{} (shared)", r.cpus)
+        };
+        let name = if r.stopped {
+            format!("{} (stopped)", r.container)
+        } else {
+            r.container.clone()
+        };
+        println!(
+            "{:<13} {:<30} {:<20} {:<12} {:<12} {:<5} {:<20} {:<12} {}",
+            super::verify::short(&r.id),
+            r.pod,
+            name,
+            r.policy,
+            cpus,
+            dash(&r.mems),
+            dash(&r.gpus.join(",")),
+            dash(&r.nics.join(",")),
+            r.since.as_deref().unwrap_or("-")
+        );
+    }
+    Ok(())
+}
+
+fn dash(s: &str) -> &str {
+    if s.is_empty() {
+        "-"
+    } else {
+        s
+    }
+}
+
+/// Reads the records; an empty list when the daemon recorded none yet.
+fn list(args: &PlacementsArgs) -> anyhow::Result<Vec<Placement>> {
+    if !args.state_dir.is_dir() {
+        anyhow::bail!(
+            "no decisions recorded: state dir {} does not exist (give the daemon's --state-dir)",
+            args.state_dir.display()
+        );
+    }
+    let mut store = StateStore::open_read_only(&args.state_dir)?;
+    let doc = match store.load() {
+        Loaded::Doc(d) => d,
+        Loaded::Fresh => return Ok(Vec::new()),
+        Loaded::Corrupt(why) => anyhow::bail!("{why}"),
+    };
+    let root = args.host_root.clone().unwrap_or_else(|| PathBuf::from("/"));
+    let mounts = CgroupMounts::read(&root);
+    Ok(doc
+        .containers
+        .iter()
+        .map(|(id, rec)| placement(id, rec, &mounts))
+        .collect())
+}
+
+fn placement(id: &str, rec: &Record, mounts: &CgroupMounts) -> Placement {
+    let a = &rec.assignment;
+    let cpus = if rec.applied_cpus.is_empty() {
+        &a.cpus
+    } else {
+        &rec.applied_cpus
+    };
+    let policy = serde_json::to_value(a.policy)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let mut gpus = a.gpus.clone();
+    gpus.extend(a.shared_gpus.iter().cloned());
+    Placement {
+        id: id.to_string(),
+        pod: a.pod_name.clone(),
+        container: a.container_name.clone(),
+        policy,
+        exclusive: a.exclusive,
+        cpus: cpus.to_string(),
+        mems: a.mems.to_string(),
+        gpus,
+        nics: a.nics.clone(),
+        stopped: rec.stopped,
+        since: cgroup_created(mounts, &rec.cgroups_path).map(rfc3339),
+    }
+}
+
+/// When the container's cgroup directory was made: its birth time where the filesystem keeps
+/// one, else its change time (a container's cgroup directory is not changed after it is set up).
+fn cgroup_created(mounts: &CgroupMounts, cgroups_path: &str) -> Option<SystemTime> {
+    let cg = ContainerCgroup::parse(cgroups_path).ok()?;
+    let dir = mounts.cpuset_dir(&cg).ok()??;
+    let meta = std::fs::metadata(Path::new(&dir)).ok()?;
+    meta.created().or_else(|_| meta.modified()).ok()
+}
+
+/// `2026-11-28T23:10:04Z`.
+fn rfc3339(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = i64::try_from(days).unwrap_or(0) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn rfc3339_of_known_instants() {
+        let at = |s| rfc3339(UNIX_EPOCH + Duration::from_secs(s));
+        assert_eq!(at(0), "1970-01-01T00:00:00Z");
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(at(1_795_993_804), "2026-11-29T23:10:04Z");
+    }
+}

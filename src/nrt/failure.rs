@@ -1,0 +1,105 @@
+//! A failed publishing attempt: the reason (the failures metric's label) and the message, from
+//! the API server's answer. One answer is told apart: the NodeResourceTopology resource itself
+//! missing (the CRD not installed), which no retry soon fixes.
+
+/// The reason of a create answered 404: the resource type is not served, i.e. the CRD is not
+/// installed (the collection of a served cluster-scoped type always exists).
+pub(super) const CRD_MISSING: &str = "crd-missing";
+
+/// The CRD's name, for messages.
+pub(super) const CRD_NAME: &str = "noderesourcetopologies.topology.node.k8s.io";
+
+/// A failed attempt: the metric label and the message.
+#[derive(Debug)]
+pub(super) struct Failure {
+    pub(super) reason: &'static str,
+    pub(super) message: String,
+}
+
+impl From<kube::Error> for Failure {
+    fn from(e: kube::Error) -> Self {
+        let reason = match &e {
+            kube::Error::Api(s) => match s.code {
+                401 => "unauthorized",
+                403 => "forbidden",
+                404 => "not-found",
+                409 => "conflict",
+                400 | 422 => "invalid",
+                429 | 500..=599 => "server",
+                _ => "other",
+            },
+            kube::Error::HyperError(_) | kube::Error::Service(_) => "unreachable",
+            kube::Error::Auth(_) => "unauthorized",
+            _ => "other",
+        };
+        let hint = match reason {
+            "not-found" => " (is the NodeResourceTopology CRD installed?)",
+            "forbidden" => {
+                " (does the service account's ClusterRole allow noderesourcetopologies?)"
+            }
+            _ => "",
+        };
+        Failure {
+            reason,
+            message: format!("{e}{hint}"),
+        }
+    }
+}
+
+impl Failure {
+    /// The answer to creating the object was a 404: the CRD is missing.
+    pub(super) fn crd_missing(e: &kube::Error) -> Self {
+        Failure {
+            reason: CRD_MISSING,
+            message: format!(
+                "CRD not installed: the API server does not serve {CRD_NAME} ({e}); install it \
+                 (packaging/kubernetes/components/nrt-crd) or turn nrt.publish off"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_errors_map_to_reasons() {
+        let api = |code: u16| {
+            kube::Error::Api(
+                kube::core::Status {
+                    code,
+                    ..Default::default()
+                }
+                .boxed(),
+            )
+        };
+        let reason = |e| Failure::from(e).reason;
+        assert_eq!(reason(api(401)), "unauthorized");
+        assert_eq!(reason(api(403)), "forbidden");
+        assert_eq!(reason(api(422)), "invalid");
+        assert_eq!(reason(api(503)), "server");
+        assert_eq!(reason(api(429)), "server");
+        assert!(Failure::from(api(404)).message.contains("CRD installed"));
+    }
+
+    #[test]
+    fn a_missing_crd_says_what_to_install() {
+        let e = kube::Error::Api(
+            kube::core::Status {
+                code: 404,
+                message: "the server could not find the requested resource".into(),
+                ..Default::default()
+            }
+            .boxed(),
+        );
+        let f = Failure::crd_missing(&e);
+        assert_eq!(f.reason, CRD_MISSING);
+        assert!(
+            f.message.starts_with("CRD not installed: "),
+            "{}",
+            f.message
+        );
+        assert!(f.message.contains(CRD_NAME), "{}", f.message);
+    }
+}
