@@ -8,6 +8,7 @@
 //! - [`builder`]: topology + free resources + settings -> object (pure);
 //! - [`fingerprint`]: the pod-set fingerprint the scheduler's cache resyncs on;
 //! - [`client`]: in-cluster or kubeconfig access (client certificates, bearer tokens);
+//! - [`bounded`]: every answer's size and time bounded;
 //! - [`ownership`]: whether the server's object is nri-align's to replace (foreign objects,
 //!   other producers rewriting it);
 //! - [`publish`]: the background publisher (debounced, create-or-replace, retries, backoff);
@@ -16,6 +17,7 @@
 //!
 //! docs/nrt.md says what is published and why, with the upstream sources.
 
+pub mod bounded;
 pub mod builder;
 pub mod client;
 pub mod feed;
