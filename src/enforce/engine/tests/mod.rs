@@ -591,6 +591,7 @@ mod consistency;
 mod diskfull;
 mod kubernetes;
 mod listing;
+mod logs;
 mod observe;
 mod props;
 mod restarts;
