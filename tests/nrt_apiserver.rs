@@ -133,6 +133,7 @@ async fn client(access: ApiAccess) -> kube::Client {
         .client(Timeouts {
             connect: Duration::from_secs(2),
             request: Duration::from_secs(5),
+            total: Duration::from_secs(10),
         })
         .await
         .expect("client")

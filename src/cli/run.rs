@@ -363,9 +363,11 @@ impl NrtPlan {
     /// Starts the publisher (inside the daemon's tokio runtime) and returns the engine's
     /// observer feeding it.
     pub fn start(self, metrics: crate::nrt::metrics::NrtMetrics) -> anyhow::Result<NrtObserver> {
-        let client = kube::Client::try_from(self.client_config)
-            .map_err(crate::nrt::ClientError::Build)
-            .context("NodeResourceTopology publishing")?;
+        let client = crate::nrt::client::bounded_client(
+            self.client_config,
+            crate::nrt::client::Timeouts::default(),
+        )
+        .context("NodeResourceTopology publishing")?;
         let options = crate::nrt::PublishOptions {
             resync: std::time::Duration::from_secs(self.config.nrt.resync_seconds),
             ..Default::default()

@@ -1,6 +1,8 @@
 //! What the kubelet says a container was allocated, from its PodResources API, read before
 //! the engine is locked and bounded so that a slow or absent kubelet never holds the runtime
-//! up: one deadline covers connecting and the call, a failure turns lookups off for a while
+//! up: one deadline covers waiting for another lookup, connecting, the call and decoding the
+//! answer (over [`podresources::MAX_RESPONSE`] it is refused unread), a failure turns lookups
+//! off for a while
 //! (they then cost nothing), and every failure falls back to what the container's spec shows
 //! (fail open). Answers are cached per pod UID until the pod's removal: the kubelet allocates
 //! every container's devices when it admits the pod, before the first container is created.
@@ -66,8 +68,11 @@ impl KubeletSource {
         if pod.uid.is_empty() || pod.name.is_empty() {
             return None;
         }
+        // One deadline for waiting on another lookup, connecting, the call and its decoding:
+        // a creation never waits for the kubelet longer than the configured timeout.
         let deadline = self.config.timeout;
-        let mut inner = match tokio::time::timeout(deadline, self.inner.lock()).await {
+        let until = tokio::time::Instant::now() + deadline;
+        let mut inner = match tokio::time::timeout_at(until, self.inner.lock()).await {
             Ok(g) => g,
             Err(_) => {
                 count("podresources-skipped");
@@ -80,7 +85,7 @@ impl KubeletSource {
                 return None;
             }
             let started = Instant::now();
-            match tokio::time::timeout(deadline, fetch(&mut inner, &self.config, pod)).await {
+            match tokio::time::timeout_at(until, fetch(&mut inner, &self.config, pod)).await {
                 Ok(Ok(answer)) => {
                     if inner.off_until.take().is_some() {
                         tracing::info!(socket = %self.config.socket.display(), "kubelet PodResources answers again");
@@ -131,7 +136,7 @@ async fn fetch(
         let options = ClientOptions {
             timeout: config.timeout,
             connect_timeout: config.timeout,
-            ..ClientOptions::default()
+            max_message: podresources::MAX_RESPONSE,
         };
         inner.client = Some(PodResourcesClient::connect(&config.socket, options).await?);
     }

@@ -99,3 +99,58 @@ async fn a_slow_or_absent_kubelet_fails_open_within_the_deadline_then_is_skipped
     let s = source(&dir.path().join("none"), 200);
     assert_eq!(s.devices_for(&pod(), "cuda", None).await, None);
 }
+
+/// A 15 MiB answer (under gRPC's usual 16 MiB) was read and decoded: 3.1 GiB of memory and
+/// 3.6-4.0 s per creation despite a 1.5 s deadline. Now answers over 4 MiB are refused from
+/// their frame header, and no lookup waits past the deadline (plus scheduling slack), neither
+/// for a slow kubelet nor behind another lookup (each had a deadline of its own: a creation
+/// queued behind a slow lookup waited for it, then for its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_or_slow_answer_never_holds_a_creation_past_the_deadline() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let k = TestKubelet::start(&dir.path().join("kubelet.sock"), answer()).expect("serve");
+    k.set_behaviour(Behaviour {
+        oversize: Some(15 << 20),
+        get_disabled: true,
+        ..Behaviour::default()
+    });
+    // A deadline that would let the whole answer be read: it is refused unread instead.
+    let s = source(dir.path(), 5000);
+    let m = Metrics::new();
+    let t = Instant::now();
+    assert_eq!(s.devices_for(&pod(), "cuda", Some(&m)).await, None);
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    assert!(m.encode().contains("event=\"podresources-failed\"} 1"));
+    // Just under the limit is still read.
+    k.set_behaviour(Behaviour {
+        oversize: Some(3 << 20),
+        get_disabled: true,
+        ..Behaviour::default()
+    });
+    let s = source(dir.path(), 5000);
+    assert!(s.devices_for(&pod(), "cuda", None).await.is_some());
+    // A kubelet answering in 200 ms against a 300 ms deadline: two creations at once (two
+    // pods) each wait at most the deadline, the one queued behind the other's lookup too.
+    k.set_behaviour(Behaviour {
+        delay: Some(Duration::from_millis(200)),
+        ..Behaviour::default()
+    });
+    let s = std::sync::Arc::new(source(dir.path(), 300));
+    let lookups: Vec<_> = (0..2)
+        .map(|i| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let mut p = pod();
+                p.uid = format!("uid-{i}");
+                let t = Instant::now();
+                let _ = s.devices_for(&p, "cuda", None).await;
+                t.elapsed()
+            })
+        })
+        .collect();
+    for l in lookups {
+        let took = l.await.expect("lookup");
+        assert!(took < Duration::from_millis(350), "{took:?}");
+    }
+    k.stop().await;
+}

@@ -2,36 +2,44 @@
 //! `/readyz` (and `HEAD` of each), one request per connection.
 //!
 //! It faces whatever can reach the port (the DaemonSet serves it on the node's address), so
-//! every resource it takes is bounded ([`ServeLimits`]): at most `max_connections` at once (a
-//! connection is only accepted once a slot is free, so waiting clients sit in the kernel's
-//! backlog and cost no file descriptor), at most `max_per_peer` from one address (a client
-//! holding connections open cannot starve the kubelet's probes), a request head of at most
-//! `max_request_bytes`, and `request_timeout` for the whole exchange (slow clients are cut
-//! off). An accept error (out of file descriptors, out of memory) is retried after a growing
-//! pause instead of at once, which spun a core and starved the rest of the daemon.
+//! every resource it takes is bounded ([`ServeLimits`]), and none of the bounds can make a
+//! probe wait: every connection is accepted at once, then held or closed by a table of held
+//! connections (`fair.rs`): at most `max_connections` held, at most `max_per_peer` from one
+//! address, and at the cap a newcomer takes the place of the oldest connection of the address
+//! holding the most (so 8 addresses holding 16 slow requests each, or 3,000 idle connections,
+//! leave `/healthz` from another address answered at once). A connection must send its first
+//! byte within `idle_timeout`, its whole request head (at most `max_request_bytes`) within
+//! `header_timeout`, and be done within `request_timeout`. An accept error (out of file
+//! descriptors, out of memory) is retried after a growing pause instead of at once, which
+//! spun a core and starved the rest of the daemon.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 
 use super::{Health, Metrics};
+
+mod fair;
 
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Bounds of the responder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServeLimits {
-    /// Connections served at once.
+    /// Connections held at once; at the cap a new one takes the place of a connection of the
+    /// address holding the most, when that address holds more than the new one's.
     pub max_connections: usize,
-    /// Connections served at once for one client address; more are closed at once.
+    /// Connections held at once for one client address; more are closed at once.
     pub max_per_peer: usize,
     /// Largest request head (request line and headers) read.
     pub max_request_bytes: usize,
+    /// Time from the connection to the request's first byte.
+    pub idle_timeout: Duration,
+    /// Time from the connection to the end of the request head.
+    pub header_timeout: Duration,
     /// Time for one whole exchange: reading the request and writing the answer.
     pub request_timeout: Duration,
 }
@@ -42,8 +50,12 @@ impl Default for ServeLimits {
             max_connections: 64,
             max_per_peer: 16,
             max_request_bytes: 8 * 1024,
-            // The kubelet's probes time out after 1-2 s and Prometheus scrapes after 10 s; a
-            // client that has not sent its request line and headers within 5 s never will.
+            // The kubelet and Prometheus send their request as soon as they are connected; a
+            // client silent for a second is holding a place, not asking.
+            idle_timeout: Duration::from_secs(1),
+            // A request head is one packet; 2 s covers a lossy link's retransmissions.
+            header_timeout: Duration::from_secs(2),
+            // Prometheus scrapes time out after 10 s; writing the metrics takes milliseconds.
             request_timeout: Duration::from_secs(5),
         }
     }
@@ -69,45 +81,52 @@ async fn accept_loop(
     health: Arc<Health>,
     limits: ServeLimits,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let peers = Arc::new(PeerCount::default());
+    let table = Arc::new(fair::Table::default());
     let mut failures = AcceptFailures::default();
     loop {
-        // The slot first: at the cap nothing is accepted, so no descriptor is taken.
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
         let (conn, peer) = match listener.accept().await {
             Ok(accepted) => {
                 failures.recovered();
                 accepted
             }
             Err(err) => {
-                drop(slot);
                 let pause = failures.failed(&err);
                 tokio::time::sleep(pause).await;
                 continue;
             }
         };
-        let Some(peer_slot) = peers.take(peer.ip(), limits.max_per_peer) else {
-            tracing::debug!(%peer, "metrics listener: too many connections from this address; closing");
-            continue;
+        let slot = match table.admit(peer.ip(), limits.max_connections, limits.max_per_peer) {
+            fair::Admission::Admitted(slot) => slot,
+            fair::Admission::Refused => {
+                tracing::debug!(%peer, "metrics listener: this address holds its share of connections; closing");
+                continue;
+            }
         };
+        let id = slot.id();
         let (metrics, health) = (metrics.clone(), health.clone());
-        tokio::spawn(async move {
-            let _held = (slot, peer_slot);
+        let task = tokio::spawn(async move {
             let _ = tokio::time::timeout(
                 limits.request_timeout,
-                exchange(conn, &metrics, &health, limits.max_request_bytes),
+                exchange(conn, &metrics, &health, &limits),
             )
             .await;
+            drop(slot);
         });
+        // The slot is in the task: the table keeps only the handle to end it early.
+        table.set_abort(id, task.abort_handle());
     }
 }
 
 /// One request and its answer.
-async fn exchange(mut conn: TcpStream, metrics: &Metrics, health: &Health, max: usize) {
-    let response = match read_request_head(&mut conn, max).await {
+async fn exchange(mut conn: TcpStream, metrics: &Metrics, health: &Health, limits: &ServeLimits) {
+    let max = limits.max_request_bytes;
+    let head = tokio::time::timeout(
+        limits.header_timeout,
+        read_request_head(&mut conn, max, limits.idle_timeout),
+    )
+    .await
+    .unwrap_or(Head::Gone);
+    let response = match head {
         Head::Line(line) => respond(&line, metrics, health),
         Head::TooLarge => response(
             "431 Request Header Fields Too Large",
@@ -126,12 +145,13 @@ enum Head {
     Line(String),
     /// The head passed the limit.
     TooLarge,
-    /// The client closed or the read failed before a complete head.
+    /// The client closed, sent nothing in time, or the read failed before a complete head.
     Gone,
 }
 
-/// Reads up to the end of the request head (at most `max` bytes) and returns its first line.
-async fn read_request_head(conn: &mut TcpStream, max: usize) -> Head {
+/// Reads up to the end of the request head (at most `max` bytes, the first of them within
+/// `idle`) and returns its first line.
+async fn read_request_head(conn: &mut TcpStream, max: usize, idle: Duration) -> Head {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
@@ -143,7 +163,16 @@ async fn read_request_head(conn: &mut TcpStream, max: usize) -> Head {
             return Head::TooLarge;
         }
         let room = (max - buf.len()).min(chunk.len());
-        match conn.read(&mut chunk[..room]).await {
+        let read = conn.read(&mut chunk[..room]);
+        let read = if buf.is_empty() {
+            match tokio::time::timeout(idle, read).await {
+                Ok(r) => r,
+                Err(_) => return Head::Gone,
+            }
+        } else {
+            read.await
+        };
+        match read {
             Ok(0) | Err(_) => return Head::Gone,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
@@ -209,43 +238,6 @@ fn response(status: &str, ctype: &str, body: String, head_only: bool) -> String 
         text.push_str(&body);
     }
     text
-}
-
-/// Open connections per client address.
-#[derive(Default)]
-struct PeerCount(Mutex<HashMap<IpAddr, usize>>);
-
-impl PeerCount {
-    fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<PeerSlot> {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let n = map.entry(ip).or_insert(0);
-        if *n >= max.max(1) {
-            return None;
-        }
-        *n += 1;
-        Some(PeerSlot {
-            count: self.clone(),
-            ip,
-        })
-    }
-}
-
-/// One connection of a client address; gives its place back when dropped.
-struct PeerSlot {
-    count: Arc<PeerCount>,
-    ip: IpAddr,
-}
-
-impl Drop for PeerSlot {
-    fn drop(&mut self) {
-        let mut map = self.count.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = map.get_mut(&self.ip) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                map.remove(&self.ip);
-            }
-        }
-    }
 }
 
 /// A run of failed accepts: how long to pause before the next one, and what to log (the first

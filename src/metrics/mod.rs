@@ -314,6 +314,18 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts `n` input events of one kind at once.
+    pub fn events(&self, event: &str, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.events
+            .get_or_create(&EventLabels {
+                event: event.to_string(),
+            })
+            .inc_by(n);
+    }
+
     /// Counts a container under the systemd cgroup driver holding `device`, which has no
     /// `/dev/char/MAJ:MIN` link.
     pub fn device_link_missing(&self, device: &str) {

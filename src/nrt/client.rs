@@ -55,8 +55,12 @@ pub enum ApiAccess {
 pub struct Timeouts {
     /// TCP + TLS connect.
     pub connect: Duration,
-    /// Sending the request and reading the response.
+    /// Sending the request and reading the response, each without progress (kube restarts it
+    /// with every byte).
     pub request: Duration,
+    /// From sending a request to the end of its answer, however it trickles in
+    /// ([`crate::nrt::bounded`]).
+    pub total: Duration,
 }
 
 impl Default for Timeouts {
@@ -64,6 +68,7 @@ impl Default for Timeouts {
         Timeouts {
             connect: Duration::from_secs(5),
             request: Duration::from_secs(15),
+            total: Duration::from_secs(30),
         }
     }
 }
@@ -154,11 +159,25 @@ impl ApiAccess {
         Ok(config)
     }
 
-    /// A client for this access.
+    /// A client for this access, every answer bounded in size and time.
     pub async fn client(&self, timeouts: Timeouts) -> Result<kube::Client, ClientError> {
         let config = self.config(timeouts).await?;
-        kube::Client::try_from(config).map_err(ClientError::Build)
+        bounded_client(config, timeouts)
     }
+}
+
+/// A client for `config` whose answers are bounded ([`crate::nrt::bounded`]): at most
+/// [`MAX_RESPONSE_BYTES`](crate::nrt::bounded::MAX_RESPONSE_BYTES), complete within
+/// `timeouts.total`.
+pub fn bounded_client(
+    config: kube::Config,
+    timeouts: Timeouts,
+) -> Result<kube::Client, ClientError> {
+    let limits = crate::nrt::bounded::ResponseLimits {
+        max_bytes: crate::nrt::bounded::MAX_RESPONSE_BYTES,
+        total: timeouts.total,
+    };
+    crate::nrt::bounded::client(config, limits).map_err(ClientError::Build)
 }
 
 /// The service account as a kubeconfig: the CA file and the token file by path, so kube

@@ -8,6 +8,7 @@
 //! - [`builder`]: topology + free resources + settings -> object (pure);
 //! - [`fingerprint`]: the pod-set fingerprint the scheduler's cache resyncs on;
 //! - [`client`]: in-cluster or kubeconfig access (client certificates, bearer tokens);
+//! - [`bounded`]: every answer's size and time bounded;
 //! - [`ownership`]: whether the server's object is nri-align's to replace (foreign objects,
 //!   other producers rewriting it);
 //! - [`publish`]: the background publisher (debounced, create-or-replace, retries, backoff);
@@ -20,6 +21,7 @@
 //! and the engine reaches it only through its observer seam, so no event waits for the API
 //! server.
 
+pub mod bounded;
 pub mod builder;
 pub mod client;
 mod failure;

@@ -2,8 +2,9 @@
 //! allocated to each container, read from its unix socket.
 //!
 //! - [`PodResourcesClient`]: `List`, `Get` and `GetAllocatableResources` with a deadline on
-//!   every call and a response size limit (16 MiB by default, the kubelet's own client limit),
-//!   so a broken or hostile kubelet gives a clear error, never an unbounded allocation.
+//!   every call (covering the decoding) and a response size limit ([`MAX_RESPONSE`], 4 MiB, by
+//!   default), so a broken or hostile kubelet gives a clear error, never an unbounded
+//!   allocation or a caller held past its deadline.
 //! - [`TestKubelet`]: a server of our own implementing the same service on a unix socket and
 //!   serving whatever allocation a test sets (there is no kubelet binary on the test machines),
 //!   with the kubelet's answers for an unknown pod and a disabled `Get`, and knobs for a slow,
@@ -42,6 +43,11 @@ pub const DEFAULT_RESOURCES: &[&str] = &[
     "nvidia.com/mig-*",
     "rdma/*",
 ];
+
+/// Largest answer accepted by default. A node's whole `List` is tens of KiB (a few hundred
+/// pods with a handful of device ids each); a 15 MiB answer, under gRPC's usual 16 MiB, grew
+/// the daemon to 3.1 GiB while decoding and held every container creation for seconds.
+pub const MAX_RESPONSE: usize = 4 * 1024 * 1024;
 
 /// gRPC method paths (package `v1`, service `PodResourcesLister`).
 pub mod method {
@@ -97,7 +103,8 @@ pub struct ClientOptions {
     pub timeout: Duration,
     /// Deadline of dialling and the HTTP/2 handshake.
     pub connect_timeout: Duration,
-    /// Largest response accepted, in bytes.
+    /// Largest response accepted, in bytes (gRPC's receive limit: a larger one is refused from
+    /// its frame header, before it is read).
     pub max_message: usize,
 }
 
@@ -106,7 +113,7 @@ impl Default for ClientOptions {
         Self {
             timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
-            max_message: unix_grpc::DEFAULT_MAX_MESSAGE,
+            max_message: MAX_RESPONSE,
         }
     }
 }

@@ -82,7 +82,7 @@ impl Channel {
     }
 
     /// Makes the unary call `method` (e.g. `/v1.PodResourcesLister/List`); the whole call,
-    /// from waiting for a stream slot to the trailers, must finish within `timeout`.
+    /// from waiting for a stream slot to the decoded message, finishes within `timeout`.
     pub async fn unary<Req: Message, Resp: Message>(
         &self,
         method: &str,
@@ -167,6 +167,13 @@ impl Channel {
                 ))
             }
         }
-        decode_frame(data.freeze())
+        // Decoding is CPU work the deadline cannot interrupt on this task: a large answer
+        // decoded here held callers seconds past their deadline. On the blocking pool, the
+        // deadline above still ends the call on time (the decoding finishes unobserved,
+        // bounded by `max_message`).
+        let data = data.freeze();
+        tokio::task::spawn_blocking(move || decode_frame(data))
+            .await
+            .map_err(|e| GrpcError::Protocol(format!("message: decoding failed: {e}")))?
     }
 }

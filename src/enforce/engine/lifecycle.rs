@@ -65,18 +65,29 @@ impl<P: Placer> Engine<P> {
         }
     }
 
-    /// Logs and counts the device references that were not used.
+    /// Logs and counts the device references that were not used: one line per container and
+    /// origin (`NVIDIA_VISIBLE_DEVICES`, a CDI annotation...) with how many and the first few
+    /// reasons, every reference counted in `input_events{event="unread-device"}`. A line per
+    /// reference let one container with 1,024 unknown ids write 1,025 lines per creation.
     pub(super) fn note_unread(&self, pod: &PodView, c: &ContainerView, built: &Built) {
+        if let Some(m) = &self.metrics {
+            m.events("unread-device", built.unread.len() as u64);
+        }
+        let mut by_origin: Vec<(&str, Vec<&str>)> = Vec::new();
         for u in &built.unread {
-            if let Some(m) = &self.metrics {
-                m.event("unread-device");
+            match by_origin.iter_mut().find(|(o, _)| *o == u.origin) {
+                Some((_, whys)) => whys.push(&u.why),
+                None => by_origin.push((&u.origin, vec![&u.why])),
             }
+        }
+        for (origin, whys) in by_origin {
             tracing::warn!(
                 pod = %pod_name(pod),
                 container = %c.name,
-                origin = %u.origin,
-                "device reference not used (no authoritative source allocated it): {}",
-                u.why
+                origin = %crate::untrusted::excerpt(origin),
+                count = whys.len(),
+                "device reference(s) not used (no authoritative source allocated them): {}",
+                first_reasons(&whys)
             );
         }
     }
@@ -320,4 +331,20 @@ fn may_keep(old: &Record, old_id: &str, c: &ContainerView, req: &Request) -> boo
         return false;
     }
     true
+}
+
+/// Reasons shown in one line: the first three (each cut to a bounded excerpt) and how many
+/// more there were.
+fn first_reasons(whys: &[&str]) -> String {
+    const SHOWN: usize = 3;
+    let mut text = whys
+        .iter()
+        .take(SHOWN)
+        .map(|w| crate::untrusted::excerpt(w))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if whys.len() > SHOWN {
+        text.push_str(&format!("; and {} more", whys.len() - SHOWN));
+    }
+    text
 }

@@ -123,8 +123,8 @@ pub fn record_as_running(
         .filter(|cpu| cpus.contains(cpu.id))
         .map(|cpu| cpu.numa_node)
         .collect();
-    let mems = NodeSet::parse_list(&c.resources.cpuset_mems)
-        .ok()
+    let node_limit = topo.numa_nodes.iter().map(|n| n.id + 1).max().unwrap_or(1);
+    let mems = runtime_idset(&c.resources.cpuset_mems, node_limit, "cpuset.mems", &c.id)
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| numa_nodes.clone());
     let Asked {
@@ -314,12 +314,38 @@ pub fn exempt_record_as_running(topo: &Topology, pod: &PodView, c: &ContainerVie
     }
 }
 
-/// The CPUs a running container has: its spec's cpuset, every online CPU when it has none.
+/// The CPUs a running container has: its spec's cpuset, every online CPU when it has none (or
+/// one this host cannot have).
 fn running_cpus(topo: &Topology, c: &ContainerView) -> CpuSet {
-    CpuSet::parse_list(&c.resources.cpuset_cpus)
-        .ok()
+    runtime_cpus(topo, &c.resources.cpuset_cpus, &c.id)
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| topo.online_cpus())
+}
+
+/// One past the highest CPU id this host has, online or not: no cpuset the runtime reports
+/// for it can name more.
+pub(super) fn cpu_id_limit(topo: &Topology) -> u32 {
+    let online = topo.cpus.iter().map(|c| c.id).max();
+    let offline = topo.offline_cpus.runs().last().map(|(_, hi)| hi);
+    online.max(offline).map_or(1, |id| id + 1)
+}
+
+/// A cpuset the runtime reports for container `id` (Synchronize, PostStart, the CRI listing),
+/// parsed within what this host can have; `None`, with one log line, when it is not a list of
+/// this host's CPUs. The bound on its length is checked before any parsing, so a runtime
+/// string of any size costs at most a few microseconds.
+pub(super) fn runtime_cpus(topo: &Topology, text: &str, id: &str) -> Option<CpuSet> {
+    runtime_idset(text, cpu_id_limit(topo), "cpuset.cpus", id)
+}
+
+fn runtime_idset(text: &str, limit: u32, what: &str, id: &str) -> Option<CpuSet> {
+    match CpuSet::parse_list_below(text, limit) {
+        Ok(set) => Some(set),
+        Err(e) => {
+            tracing::warn!(container = %id, bytes = text.len(), "the runtime reports a {what} this host cannot have, ignored: {e}");
+            None
+        }
+    }
 }
 
 /// Who a running container is and the CPUs it has, the rest of its assignment empty.
@@ -500,6 +526,36 @@ mod tests {
             )
             .assignment
             .exclusive
+        );
+    }
+
+    /// An 80 KB cpuset (Synchronize, PostStart) held the engine for 21 s: now it is refused
+    /// before parsing, and the container counts as running on every CPU.
+    #[test]
+    fn a_runtime_cpuset_longer_than_the_host_could_need_is_refused_at_once() {
+        let huge = vec!["0-1048575"; 8_000].join(",");
+        let mut c = live("x", ContainerState::Running, "", 2);
+        c.resources.cpuset_cpus = huge.clone();
+        c.resources.cpuset_mems = huge;
+        let started = std::time::Instant::now();
+        let r = record_as_running(
+            &topo(),
+            &PlacementConfig::default(),
+            &PodView::default(),
+            &c,
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_millis(100),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(r.assignment.cpus.to_string(), "0-7");
+        assert!(!r.assignment.exclusive);
+        // Ids this host does not have are refused the same way; its own are read.
+        assert_eq!(runtime_cpus(&topo(), "0-8", "x"), None);
+        assert_eq!(
+            runtime_cpus(&topo(), "1,3-4\n", "x").map(|s| s.to_string()),
+            Some("1,3-4".into())
         );
     }
 

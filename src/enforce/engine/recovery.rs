@@ -12,7 +12,6 @@ use crate::enforce::adjust::CpusetUpdate;
 use crate::enforce::container::{ContainerView, PodView};
 use crate::enforce::engine::reconcile::{exempt_record_as_running, reconcile, record_as_running};
 use crate::enforce::state::{Loaded, Record};
-use crate::topology::CpuSet;
 
 impl<P: Placer> Engine<P> {
     /// The start-up sequence: restores the state file ([`Engine::start`]), then releases the
@@ -211,10 +210,13 @@ impl<P: Placer> Engine<P> {
             if moving.contains(&c.id) {
                 continue;
             }
-            let has = CpuSet::parse_list(&c.resources.cpuset_cpus)
-                .ok()
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| online.clone());
+            let has = super::reconcile::runtime_cpus(
+                self.placer.topology(),
+                &c.resources.cpuset_cpus,
+                &c.id,
+            )
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| online.clone());
             if has != rec.applied_cpus {
                 if rec.assignment.exclusive {
                     tracing::warn!(container = %c.id, has = %has, recorded = %rec.applied_cpus, "exclusive container runs on other CPUs than recorded; re-applying the record");

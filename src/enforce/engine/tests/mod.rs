@@ -594,6 +594,7 @@ mod diskfull;
 mod gpu_props;
 mod kubernetes;
 mod listing;
+mod logs;
 mod observe;
 mod props;
 mod restarts;

@@ -1,0 +1,201 @@
+//! Which connections the metrics listener holds: at most a total, at most a share per client
+//! address, and room for an address that holds few by closing a connection of the address
+//! that holds the most.
+//!
+//! Every connection is accepted at once (nothing waits in the kernel's backlog, where a probe
+//! queued behind thousands of idle connections timed out), then admitted or closed here. A
+//! newcomer at the total cap takes the oldest connection of the address holding the most, when
+//! that address holds more than the newcomer does: so the kubelet's probe, from an address of
+//! its own, is always served at once, while clients that already hold their share only trade
+//! places among themselves.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+use tokio::task::AbortHandle;
+
+/// The connections held, by id (ids grow with time: the lowest is the oldest).
+#[derive(Default)]
+pub(super) struct Table {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    next_id: u64,
+    conns: HashMap<u64, Entry>,
+    per_peer: HashMap<IpAddr, usize>,
+}
+
+struct Entry {
+    peer: IpAddr,
+    /// Ends the connection's task; set once the task is spawned.
+    abort: Option<AbortHandle>,
+}
+
+/// What to do with a new connection.
+pub(super) enum Admission {
+    /// Serve it; its place is given back when the slot drops.
+    Admitted(Slot),
+    /// Close it at once: its address holds its share already.
+    Refused,
+}
+
+/// A held connection's place in the table.
+pub(super) struct Slot {
+    table: Arc<Table>,
+    id: u64,
+}
+
+impl Table {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Admits a connection from `peer` when the address holds fewer than `per_peer` and the
+    /// table fewer than `total`, or when a connection of an address holding more than `peer`
+    /// does can be closed for it (that one is aborted here).
+    pub(super) fn admit(
+        self: &Arc<Self>,
+        peer: IpAddr,
+        total: usize,
+        per_peer: usize,
+    ) -> Admission {
+        let mut t = self.lock();
+        let held = t.per_peer.get(&peer).copied().unwrap_or(0);
+        if held >= per_peer.max(1) {
+            return Admission::Refused;
+        }
+        if t.conns.len() >= total.max(1) {
+            match t.victim(held) {
+                Some(id) => {
+                    if let Some(e) = t.remove(id) {
+                        if let Some(abort) = e.abort {
+                            abort.abort();
+                        }
+                    }
+                }
+                None => return Admission::Refused,
+            }
+        }
+        let id = t.next_id;
+        t.next_id += 1;
+        t.conns.insert(id, Entry { peer, abort: None });
+        *t.per_peer.entry(peer).or_insert(0) += 1;
+        Admission::Admitted(Slot {
+            table: self.clone(),
+            id,
+        })
+    }
+
+    /// Hands the table the way to end connection `id`'s task, for when another address needs
+    /// its place. A connection already closed for one (before its task was spawned) is
+    /// aborted at once.
+    pub(super) fn set_abort(&self, id: u64, abort: AbortHandle) {
+        let mut t = self.lock();
+        match t.conns.get_mut(&id) {
+            Some(e) => e.abort = Some(abort),
+            None => abort.abort(),
+        }
+    }
+
+    /// Connections held now.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.lock().conns.len()
+    }
+}
+
+impl Inner {
+    /// The oldest connection of the address holding the most (ties: the one whose connection
+    /// is oldest), when that address holds more than `held`.
+    fn victim(&self, held: usize) -> Option<u64> {
+        let (peer, count) = self
+            .per_peer
+            .iter()
+            .max_by_key(|(p, n)| (**n, std::cmp::Reverse(self.oldest_of(**p))))?;
+        if *count <= held {
+            return None;
+        }
+        self.oldest_of(*peer)
+    }
+
+    fn oldest_of(&self, peer: IpAddr) -> Option<u64> {
+        self.conns
+            .iter()
+            .filter(|(_, e)| e.peer == peer)
+            .map(|(id, _)| *id)
+            .min()
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Entry> {
+        let e = self.conns.remove(&id)?;
+        if let Some(n) = self.per_peer.get_mut(&e.peer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_peer.remove(&e.peer);
+            }
+        }
+        Some(e)
+    }
+}
+
+impl Slot {
+    /// The connection's id in the table.
+    pub(super) fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.table.lock().remove(self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([127, 0, 0, last])
+    }
+
+    fn admitted(a: Admission) -> Option<Slot> {
+        match a {
+            Admission::Admitted(s) => Some(s),
+            Admission::Refused => None,
+        }
+    }
+
+    #[test]
+    fn a_full_table_makes_room_for_an_address_holding_less_never_for_an_equal() {
+        let t = Arc::new(Table::default());
+        // 4 addresses x 2 fill a table of 8.
+        let mut held: Vec<Slot> = Vec::new();
+        for round in 0..2 {
+            for a in 2..6 {
+                held.push(admitted(t.admit(ip(a), 8, 4)).unwrap_or_else(|| panic!("{a} {round}")));
+            }
+        }
+        assert_eq!(t.len(), 8);
+        // An address holding 2 already gets nothing: the others hold no more than it does.
+        assert!(admitted(t.admit(ip(2), 8, 4)).is_none());
+        // A newcomer takes the oldest connection of an address holding the most.
+        let probe = admitted(t.admit(ip(1), 8, 4)).expect("newcomer admitted");
+        assert_eq!(t.len(), 8);
+        // 127.0.0.2's first connection was the oldest: it is gone from the table, and its
+        // slot dropping later changes nothing.
+        drop(held.remove(0));
+        assert_eq!(t.len(), 8);
+        drop(probe);
+        assert_eq!(t.len(), 7);
+        // The per-address share holds below the total too.
+        let t = Arc::new(Table::default());
+        let _mine: Vec<Slot> = (0..3)
+            .map(|_| admitted(t.admit(ip(9), 100, 3)).expect("under the share"))
+            .collect();
+        assert!(admitted(t.admit(ip(9), 100, 3)).is_none());
+    }
+}
