@@ -163,26 +163,40 @@ pub fn assert_agrees(root: &Path) {
 /// and memory are compared.
 pub fn compare(root: &Path, ours: &View, theirs: &View) {
     let r = root.display();
-    assert_eq!(ours.pus, theirs.pus, "{r}: online PUs differ");
-    assert_eq!(ours.packages, theirs.packages, "{r}: packages differ");
-    assert_eq!(ours.cores, theirs.cores, "{r}: cores differ");
-    assert_eq!(
-        ours.numa_cpus.keys().collect::<Vec<_>>(),
-        theirs.numa_cpus.keys().collect::<Vec<_>>(),
-        "{r}: NUMA node ids differ"
-    );
-    for (id, cpus) in &ours.numa_cpus {
-        if !cpus.is_empty() {
-            assert_eq!(
-                Some(cpus),
-                theirs.numa_cpus.get(id),
-                "{r}: CPUs of node {id} differ"
-            );
-        }
+    if let Some(why) = differences(ours, theirs) {
+        panic!("{r}: {why}");
     }
-    assert_eq!(
-        ours.numa_memory, theirs.numa_memory,
-        "{r}: NUMA memory differs"
-    );
     assert_eq!(ours.l3, theirs.l3, "{r}: L3 groups differ");
+}
+
+/// What differs between the two views, L3 groups aside (hwloc's reference outputs come from
+/// machines whose caches the reader may see differently): PUs, packages, cores, NUMA nodes with
+/// their CPUs and memory. `None` when they agree.
+pub fn differences(ours: &View, theirs: &View) -> Option<String> {
+    fn differ<T: std::fmt::Debug + PartialEq>(what: &str, a: &T, b: &T) -> Option<String> {
+        (a != b).then(|| format!("{what} differ: ours {a:?}, hwloc's {b:?}"))
+    }
+    differ("online PUs", &ours.pus, &theirs.pus)
+        .or_else(|| differ("packages", &ours.packages, &theirs.packages))
+        .or_else(|| differ("cores", &ours.cores, &theirs.cores))
+        .or_else(|| {
+            differ(
+                "NUMA node ids",
+                &ours.numa_cpus.keys().collect::<Vec<_>>(),
+                &theirs.numa_cpus.keys().collect::<Vec<_>>(),
+            )
+        })
+        .or_else(|| {
+            ours.numa_cpus
+                .iter()
+                .filter(|(_, cpus)| !cpus.is_empty())
+                .find_map(|(id, cpus)| {
+                    differ(
+                        &format!("CPUs of node {id}"),
+                        &Some(cpus),
+                        &theirs.numa_cpus.get(id),
+                    )
+                })
+        })
+        .or_else(|| differ("NUMA memory", &ours.numa_memory, &theirs.numa_memory))
 }

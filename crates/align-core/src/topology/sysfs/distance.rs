@@ -1,28 +1,27 @@
 //! The NUMA distance matrix from `nodeN/distance`: one row per node, one column per node in id
 //! order (what the kernel prints for its online nodes, from the firmware's SLIT).
 //!
-//! A row that is short, long, has a token that is not a number, or contradicts the kernel's own
-//! rules (10 on the diagonal, more than 10 off it: `slit_valid()` in arch/x86/mm/numa.c
-//! rejects anything else) is not something the kernel prints: the tree is damaged or forged,
-//! and no distance in it can be trusted to rank nodes, so reading it fails
-//! ([`TopologyError::Inconsistent`]) naming the file and what is wrong with it. Only a missing
-//! `distance` file (trees gathered without it) falls back, with a warning, to what the kernel
-//! itself uses without a SLIT: 10 from a node to itself, 20 to the others.
+//! Real machines print rows the kernel's own rules (10 on the diagonal, more than 10 off it:
+//! `slit_valid()` in arch/x86/mm/numa.c) would not give: an offline node leaves its column in
+//! the other rows (hwloc's `offline-cpu0-node0`: node 1 alone online, its row `21 10`), old
+//! ia64 firmware gives a node `0` to itself (`8ia64-2s2c2t`), a tree gathered by hand may be
+//! short or hold garbage. None of this says where the CPUs and memory are, which is what the
+//! placement needs; it only says how far apart the nodes are, and there a row that cannot be
+//! trusted is no better than none. So a quirky row, like a missing file, never refuses the
+//! host: the whole matrix falls back, with one warning naming the file and what is wrong with
+//! it, to what the kernel itself uses without a SLIT: 10 from a node to itself, 20 to the
+//! others.
 
 use std::path::Path;
 
-use super::{read_str, shown, SysFs, TopologyError};
+use super::{read_str, shown, SysFs};
 
 /// The kernel's local and default remote distances (LOCAL_DISTANCE, REMOTE_DISTANCE).
 const LOCAL: u32 = 10;
 const REMOTE: u32 = 20;
 
 /// Rows of the matrix for the nodes `ids` (directories `paths`), in id order.
-pub(super) fn read_matrix(
-    fs: &SysFs,
-    ids: &[u32],
-    paths: &[&Path],
-) -> Result<Vec<Vec<u32>>, TopologyError> {
+pub(super) fn read_matrix(fs: &SysFs, ids: &[u32], paths: &[&Path]) -> Vec<Vec<u32>> {
     let n = ids.len();
     let fallback = || -> Vec<Vec<u32>> {
         (0..n)
@@ -44,23 +43,22 @@ pub(super) fn read_matrix(
                      themselves and {REMOTE} from each other (the kernel's default without a SLIT)"
                 ));
             }
-            return Ok(fallback());
+            return fallback();
         };
         match check_row(&text, i, n) {
             Ok(row) => rows.push(row),
             Err(why) => {
-                return Err(TopologyError::Inconsistent {
-                    path: file,
-                    why: format!(
-                        "{why}; the kernel prints one distance per online node ({n} here), \
-                         {LOCAL} to the node itself and more to the others: this tree is \
-                         damaged, gather it again or describe the host with --host FILE"
-                    ),
-                })
+                fs.warn(format!(
+                    "node{id}/distance {why}, where the kernel prints one distance per online \
+                     node ({n} here), {LOCAL} to the node itself and more to the others: nodes \
+                     count as {LOCAL} from themselves and {REMOTE} from each other (the \
+                     kernel's default without a SLIT)"
+                ));
+                return fallback();
             }
         }
     }
-    Ok(rows)
+    rows
 }
 
 /// Row `i` of an `n`-node matrix, or why it cannot be used.

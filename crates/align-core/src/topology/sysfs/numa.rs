@@ -50,7 +50,7 @@ pub(super) fn read_nodes(
     // `distance` has one column per online node in id order, which is the order of `entries`.
     let ids: Vec<u32> = entries.iter().map(|(id, _)| *id).collect();
     let paths: Vec<&Path> = entries.iter().map(|(_, p)| p.as_path()).collect();
-    let matrix = distance::read_matrix(fs, &ids, &paths)?;
+    let matrix = distance::read_matrix(fs, &ids, &paths);
     // Which node holds each CPU so far, in id order: a later node claiming a CPU an earlier
     // one holds is the firmware's mistake.
     let mut claimed = CpuSet::new();
