@@ -36,7 +36,7 @@ const ROUNDS: usize = 15;
 /// both sides of a round see the same machine.
 const BATCH: Duration = Duration::from_millis(4);
 
-/// The 16-GPU hosts (test fixtures shared with `tests/gpu_search_props.rs`): a DGX-2-like
+/// The 16-GPU hosts (test fixtures shared with `tests/placement/gpu_search_props.rs`): a DGX-2-like
 /// NVSwitch host, an HGX-like NVSwitch host, two NVLink islands of 8.
 const FIXTURES: [(&str, &str); 3] = [
     (

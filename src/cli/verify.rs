@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use crate::enforce::verify::{verify, Verdict};
 use crate::enforce::state::{Loaded, StateStore};
+use crate::enforce::verify::{verify, Verdict};
 
 /// Arguments of `nri-align verify`.
 #[derive(Debug, clap::Args)]

@@ -40,8 +40,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::untrusted;
 use crate::placement::{GpuMode, PlacementConfig, Policy, Scope};
+use crate::untrusted;
 
 mod nrt;
 mod read;
@@ -243,12 +243,11 @@ impl Default for Config {
 impl Config {
     /// Parses YAML text; `origin` names it in error messages.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        untrusted::check_len("the configuration", text.len(), untrusted::MAX_CONFIG_BYTES).map_err(
-            |message| ConfigError::Invalid {
+        untrusted::check_len("the configuration", text.len(), untrusted::MAX_CONFIG_BYTES)
+            .map_err(|message| ConfigError::Invalid {
                 origin: origin.to_string(),
                 message,
-            },
-        )?;
+            })?;
         // An empty document is `null` to YAML: treat it as "all defaults".
         let raw: RawConfig = if text.trim().is_empty() {
             RawConfig::default()

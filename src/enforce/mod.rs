@@ -7,13 +7,13 @@
 //! [`drift`] checks running containers against them (`nri-align verify`).
 
 pub mod adjust;
-pub mod cri_listing;
 pub mod container;
-pub mod verify;
+pub mod cri_listing;
 pub mod engine;
 pub mod inputs;
-pub mod podresources;
 pub mod nri;
+pub mod podresources;
 pub mod state;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod verify;

@@ -305,8 +305,8 @@ fn only_events_every_nri_release_knows_are_requested() {
 /// waits for the listing and is then decided with what it found held.
 #[tokio::test]
 async fn a_creation_waits_for_the_cri_listing_then_avoids_what_it_found() {
-    use crate::enforce::cri_listing::Listing;
     use crate::enforce::container::{ContainerState, ContainerView, PodView, ResourcesView};
+    use crate::enforce::cri_listing::Listing;
     let p = Arc::new(plugin());
     p.learning_begins();
     let waiting = {

@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::testfs::Mounted;
 use super::*;
+use test_support::testfs::Mounted;
 
 fn record(id: &str, cpus: &str) -> Record {
     let cpus: CpuSet = cpus.parse().expect("set");

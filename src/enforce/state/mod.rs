@@ -225,6 +225,4 @@ mod diskfull;
 #[cfg(test)]
 mod props;
 #[cfg(test)]
-pub(crate) mod testfs;
-#[cfg(test)]
 mod tests;

@@ -584,7 +584,8 @@ mod tests {
     #[test]
     fn shipped_names_and_paths_both_load() {
         let by_name = HostDesc::load("pcie-4gpu").expect("shipped name");
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/hosts/pcie-4gpu.yaml");
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/hosts/pcie-4gpu.yaml");
         let by_path = HostDesc::load(&path.to_string_lossy()).expect("path");
         assert_eq!(by_name, by_path);
         assert!(matches!(
