@@ -9,3 +9,5 @@ pub mod devices;
 pub mod files;
 pub mod perms;
 pub mod procfs;
+#[cfg(test)]
+pub(crate) mod testing;

@@ -221,8 +221,4 @@ pub enum Loaded {
 }
 
 #[cfg(test)]
-mod diskfull;
-#[cfg(test)]
-mod props;
-#[cfg(test)]
 mod tests;

@@ -6,6 +6,10 @@ use std::os::unix::fs::PermissionsExt;
 
 use super::*;
 
+// The store on a filesystem that fills up or turns read-only (root only), and its properties.
+mod diskfull;
+mod props;
+
 fn record(id: &str, cpus: &str) -> Record {
     let cpus: CpuSet = cpus.parse().expect("set");
     Record {

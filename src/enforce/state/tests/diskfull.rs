@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::*;
+use super::super::*;
 use test_support::testfs::Mounted;
 
 fn record(id: &str, cpus: &str) -> Record {
@@ -64,7 +64,7 @@ fn same_ids(a: &Records, b: &Records) -> bool {
 
 #[test]
 fn a_full_disk_fails_one_write_then_waits_and_the_first_write_once_space_is_back_persists_all() {
-    let Some(fs) = Mounted::tmpfs("state::diskfull::full", 16 << 10) else {
+    let Some(fs) = Mounted::tmpfs("state::tests::diskfull::full", 16 << 10) else {
         return;
     };
     let dir = fs.root.join("state");
@@ -151,7 +151,7 @@ fn a_full_disk_fails_one_write_then_waits_and_the_first_write_once_space_is_back
 
 #[test]
 fn a_short_append_leaves_a_readable_log_and_a_restart_while_the_disk_is_full_starts() {
-    let Some(fs) = Mounted::tmpfs("state::diskfull::short", 256) else {
+    let Some(fs) = Mounted::tmpfs("state::tests::diskfull::short", 256) else {
         return;
     };
     let dir = fs.root.join("state");
@@ -207,7 +207,7 @@ fn a_short_append_leaves_a_readable_log_and_a_restart_while_the_disk_is_full_sta
 
 #[test]
 fn a_failed_compaction_is_retried_whole_so_a_record_removed_then_does_not_come_back() {
-    let Some(fs) = Mounted::tmpfs("state::diskfull::compaction", 2048) else {
+    let Some(fs) = Mounted::tmpfs("state::tests::diskfull::compaction", 2048) else {
         return;
     };
     let dir = fs.root.join("state");
@@ -218,7 +218,7 @@ fn a_failed_compaction_is_retried_whole_so_a_record_removed_then_does_not_come_b
     store.write(&mut t).expect("write");
     // Changes until the next one compacts the log.
     let mut k = 0;
-    while store.lines() < 2 * t.len() + super::store::COMPACT_SLACK {
+    while store.lines() < 2 * t.len() + super::super::store::COMPACT_SLACK {
         k += 1;
         t.get_mut("r9").expect("r9").applied_cpus = format!("{}", 3 + k % 2).parse().expect("set");
         store.write(&mut t).expect("append");
@@ -247,7 +247,7 @@ fn a_failed_compaction_is_retried_whole_so_a_record_removed_then_does_not_come_b
 
 #[test]
 fn a_read_only_filesystem_fails_writes_fast_and_a_restart_on_it_loads_what_was_persisted() {
-    let Some(mut fs) = Mounted::ext4("state::diskfull::erofs", 16) else {
+    let Some(mut fs) = Mounted::ext4("state::tests::diskfull::erofs", 16) else {
         return;
     };
     let dir = fs.root.join("state");
@@ -313,7 +313,7 @@ fn a_read_only_filesystem_fails_writes_fast_and_a_restart_on_it_loads_what_was_p
 
 #[test]
 fn a_state_dir_that_cannot_be_created_waits_in_memory_and_is_created_once_it_can() {
-    let Some(fs) = Mounted::tmpfs("state::diskfull::uncreatable", 256) else {
+    let Some(fs) = Mounted::tmpfs("state::tests::diskfull::uncreatable", 256) else {
         return;
     };
     let dir = fs.root.join("var/lib/nri-align");
@@ -367,7 +367,7 @@ fn a_state_dir_that_cannot_be_created_waits_in_memory_and_is_created_once_it_can
 /// a dir that could not be read at start) was never loaded: it is kept aside, not replaced.
 #[test]
 fn a_log_found_when_the_dir_opens_late_is_kept_aside_not_overwritten() {
-    let Some(fs) = Mounted::tmpfs("state::diskfull::late-log", 256) else {
+    let Some(fs) = Mounted::tmpfs("state::tests::diskfull::late-log", 256) else {
         return;
     };
     let dir = fs.root.join("var/lib/nri-align");
@@ -397,7 +397,7 @@ fn a_log_found_when_the_dir_opens_late_is_kept_aside_not_overwritten() {
 /// put right.
 #[test]
 fn a_dir_gone_wrong_while_waiting_is_told_apart_from_the_filesystem_condition() {
-    let Some(fs) = Mounted::tmpfs("state::diskfull::gone-wrong", 256) else {
+    let Some(fs) = Mounted::tmpfs("state::tests::diskfull::gone-wrong", 256) else {
         return;
     };
     let dir = fs.root.join("var/lib/nri-align");

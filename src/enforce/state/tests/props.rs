@@ -5,7 +5,7 @@
 
 use proptest::prelude::*;
 
-use super::*;
+use super::super::*;
 use crate::topology::NodeSet;
 
 const CPUSETS: [&str; 4] = ["0-15", "0-3,8-15", "4-7", "0,2,4-15"];
