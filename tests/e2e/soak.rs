@@ -28,10 +28,11 @@ use nix::sys::signal::Signal;
 use serde_json::{json, Value};
 use test_support::e2e::align::read_state;
 use test_support::e2e::soak::{check_now, check_settled, held, nri_msg, observe, pool};
-use test_support::e2e::soak::{seed_and_steps, test_filter, Ctr, Kind, Observed, Placement, Rng};
+use test_support::e2e::soak::{seed_and_steps, test_filter, Ctr, Kind, Observed, Placement};
 use test_support::e2e::suite::{burstable, guaranteed, Enforced};
 use test_support::e2e::Runtime;
 use test_support::e2e::{format_list, log_events, wait_until, ContainerSpec, Pod, PodSpec};
+use test_support::rng::Rng;
 
 /// Steps per runtime unless NRI_ALIGN_SOAK_STEPS says otherwise: about a minute each here.
 const DEFAULT_STEPS: usize = 100;

@@ -2,7 +2,6 @@
 //! spanning, GPU sets on the cube mesh, NIC pairing, memory-only nodes, policies, pod scope,
 //! rejection messages, restore and release.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use nri_align::placement::gpus::LinkTable;
@@ -11,34 +10,12 @@ use nri_align::placement::{
 };
 use nri_align::topology::testing::{self, TopologyBuilder};
 use nri_align::topology::{CpuSet, PcieLevel, Topology};
+use test_support::requests::{annotated, guaranteed, in_pod, with_gpus, GIB};
 
-const GIB: u64 = 1 << 30;
-
+/// A Guaranteed container of `cpus` CPUs and `mem_gib` GiB (none for 0) in pod `pod`.
 fn req(id: &str, pod: &str, cpus: u64, mem_gib: u64, ann: &[(&str, &str)]) -> Request {
-    let mut r = Request {
-        container_id: id.into(),
-        container_name: id.into(),
-        cpu_request_milli: cpus * 1000,
-        cpu_limit_milli: Some(cpus * 1000),
-        memory_limit_bytes: (mem_gib > 0).then_some(mem_gib * GIB),
-        ..Request::default()
-    };
-    r.pod.uid = format!("uid-{pod}");
-    r.pod.name = pod.into();
-    r.pod.namespace = "default".into();
-    r.pod.annotations = ann
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect::<BTreeMap<_, _>>();
-    r
-}
-
-fn with_gpus(mut r: Request, topo: &Topology, idx: &[usize]) -> Request {
-    r.allocated_gpus = idx
-        .iter()
-        .map(|i| topo.gpus[*i].pci_bus_id.clone())
-        .collect();
-    r
+    let memory = (mem_gib > 0).then_some(mem_gib * GIB);
+    annotated(in_pod(guaranteed(id, cpus * 1000, memory), pod), ann)
 }
 
 fn alloc(topo: Topology, policy: Policy) -> Allocator {

@@ -12,6 +12,7 @@ use nri_align::placement::{Allocator, GpuMode, GpuSearch, PlacementConfig, Reque
 use nri_align::topology::testing::fixture_or_shipped;
 use nri_align::topology::Topology;
 use proptest::prelude::*;
+use test_support::requests::{guaranteed, with_devices, GIB};
 
 /// The hosts: the three 16-GPU fixtures, then the shipped 8-GPU NVLink hosts.
 const HOSTS: [&str; 5] = [
@@ -27,20 +28,7 @@ fn host(name: &str) -> Topology {
 }
 
 fn request(id: &str, cpus: u64, gpus: Vec<String>, nics: Vec<String>) -> Request {
-    let mut r = Request {
-        container_id: id.into(),
-        container_name: "c".into(),
-        cpu_request_milli: cpus * 1000,
-        cpu_limit_milli: Some(cpus * 1000),
-        memory_limit_bytes: Some(1 << 30),
-        allocated_gpus: gpus,
-        allocated_nics: nics,
-        ..Request::default()
-    };
-    r.pod.uid = id.into();
-    r.pod.name = id.into();
-    r.pod.namespace = "props".into();
-    r
+    with_devices(guaranteed(id, cpus * 1000, Some(GIB)), &gpus, &nics)
 }
 
 /// An allocator searching by `mode` with the GPUs of `held` taken, one container each (kept

@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
-use nri_align::placement::{Allocator, PlacementConfig, PlacementError, Policy, Request};
+use nri_align::placement::{Allocator, PlacementConfig, PlacementError, Policy};
 use nri_align::topology::testing::{self, TopologyBuilder};
 use nri_align::topology::{GpuLinks, Topology};
+use test_support::requests::guaranteed;
 
 fn alloc(topo: Topology, config: PlacementConfig) -> Allocator {
     Allocator::new(Arc::new(topo), config)
@@ -17,21 +18,6 @@ fn policy(policy: Policy) -> PlacementConfig {
         policy,
         ..PlacementConfig::default()
     }
-}
-
-fn req(id: &str, cpus_milli: u64, memory: Option<u64>) -> Request {
-    let mut r = Request {
-        container_id: id.into(),
-        container_name: id.into(),
-        cpu_request_milli: cpus_milli,
-        cpu_limit_milli: Some(cpus_milli),
-        memory_limit_bytes: memory,
-        ..Request::default()
-    };
-    r.pod.uid = format!("uid-{id}");
-    r.pod.name = id.into();
-    r.pod.namespace = "default".into();
-    r
 }
 
 /// Four nodes of a third of u64::MAX bytes each, every distance between them u32::MAX.
@@ -52,7 +38,7 @@ fn memory_and_distance_sums_over_huge_nodes_do_not_overflow() {
     // Needs three nodes: their memory sum passes u64::MAX, their distance sum u32::MAX.
     let mut a = alloc(topo, policy(Policy::BestEffort));
     let x = a
-        .place(&req("wide", 2000, Some(2 * each + 1)))
+        .place(&guaranteed("wide", 2000, Some(2 * each + 1)))
         .expect("three nodes hold it");
     assert_eq!(x.numa_nodes.len(), 3, "{x:?}");
     assert_eq!(x.memory_bytes, 2 * each + 1);
@@ -64,7 +50,7 @@ fn a_memory_limit_near_u64_max_is_refused_with_a_message_or_spread_exactly() {
     // One node holds a third of it: a single-node policy refuses, saying memory.
     let mut a = alloc(topo.clone(), policy(Policy::SingleNumaNode));
     let err = a
-        .place(&req("big", 1000, Some(u64::MAX - 1)))
+        .place(&guaranteed("big", 1000, Some(u64::MAX - 1)))
         .expect_err("no single node holds it");
     assert!(
         matches!(
@@ -79,7 +65,7 @@ fn a_memory_limit_near_u64_max_is_refused_with_a_message_or_spread_exactly() {
     assert!(each.checked_mul(3).is_none());
     let mut a = alloc(topo, policy(Policy::Restricted));
     let x = a
-        .place(&req("big", 1000, Some(u64::MAX - 1)))
+        .place(&guaranteed("big", 1000, Some(u64::MAX - 1)))
         .expect("three nodes hold it");
     assert_eq!(x.numa_nodes.len(), 3, "{x:?}");
 }
@@ -94,7 +80,7 @@ fn full_pcpus_only_rounding_of_a_huge_request_is_an_error_not_a_wrap() {
     let mut a = alloc(topo, config);
     // u32::MAX CPUs (odd): the next multiple of 2 does not fit in u32.
     let err = a
-        .place(&req("huge", u64::from(u32::MAX) * 1000, None))
+        .place(&guaranteed("huge", u64::from(u32::MAX) * 1000, None))
         .expect_err("absurd request");
     match &err {
         PlacementError::SmtAlignment {
@@ -121,7 +107,7 @@ fn nvlink_counts_beyond_any_gpu_are_clamped_not_overflowed() {
         nvswitch: false,
     });
     let mut a = alloc(topo.clone(), policy(Policy::BestEffort));
-    let mut r = req("gpu", 2000, None);
+    let mut r = guaranteed("gpu", 2000, None);
     r.allocated_gpus = topo.gpus[..4]
         .iter()
         .map(|g| g.pci_bus_id.clone())

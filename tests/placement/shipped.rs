@@ -4,7 +4,6 @@
 //! its storage NICs, PCIe-only GPU pairs, NPS4 distances, Grace Hopper's GPU memory node, the
 //! 16-node host, and what rejections say.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use nri_align::placement::gpus::LinkTable;
@@ -12,40 +11,20 @@ use nri_align::placement::{Allocator, GpuMode, PlacementConfig, Policy, Request}
 use nri_align::simulate::{self, Strategy, Workload};
 use nri_align::topology::desc::HostDesc;
 use nri_align::topology::{PcieLevel, Topology};
+use test_support::requests::{annotated, guaranteed, with_gpus, GIB};
 
-const GIB: u64 = 1 << 30;
+/// A Guaranteed container of `cpus` CPUs and `mem_gib` GiB (none for 0), alone in its pod.
+fn req(id: &str, cpus: u64, mem_gib: u64, ann: &[(&str, &str)]) -> Request {
+    annotated(
+        guaranteed(id, cpus * 1000, (mem_gib > 0).then_some(mem_gib * GIB)),
+        ann,
+    )
+}
 
 fn host(name: &str) -> Topology {
     HostDesc::load(name)
         .unwrap_or_else(|e| panic!("shipped description {name}: {e}"))
         .to_topology()
-}
-
-fn req(id: &str, cpus: u64, mem_gib: u64, ann: &[(&str, &str)]) -> Request {
-    let mut r = Request {
-        container_id: id.into(),
-        container_name: "c".into(),
-        cpu_request_milli: cpus * 1000,
-        cpu_limit_milli: Some(cpus * 1000),
-        memory_limit_bytes: (mem_gib > 0).then_some(mem_gib * GIB),
-        ..Request::default()
-    };
-    r.pod.uid = format!("uid-{id}");
-    r.pod.name = id.into();
-    r.pod.namespace = "default".into();
-    r.pod.annotations = ann
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect::<BTreeMap<_, _>>();
-    r
-}
-
-fn gpus(mut r: Request, topo: &Topology, idx: &[usize]) -> Request {
-    r.allocated_gpus = idx
-        .iter()
-        .map(|i| topo.gpus[*i].pci_bus_id.clone())
-        .collect();
-    r
 }
 
 fn alloc(topo: &Topology, policy: Policy, mode: GpuMode) -> Allocator {
@@ -83,7 +62,7 @@ fn every_policy_on_every_shipped_host() {
                 .min(2);
             // The shared pool keeps at least one CPU, so a 2-CPU host admits one exclusive CPU.
             let want = if topo.cpus.len() > 2 { 2 } else { 1 };
-            let r = gpus(
+            let r = with_gpus(
                 req("x", want, 0, &[("policy.nri-align.io/pod", policy)]),
                 &topo,
                 &(0..n).collect::<Vec<_>>(),
@@ -129,12 +108,12 @@ fn dgx1_cube_mesh_pairs_and_quads() {
         }
         let mut a = alloc(&topo, Policy::BestEffort, GpuMode::Keep);
         if !held.is_empty() {
-            a.place(&gpus(req("hold", 0, 0, &[]), &topo, &held))
+            a.place(&with_gpus(req("hold", 0, 0, &[]), &topo, &held))
                 .expect("hold");
         }
         a.set_config(PlacementConfig::default());
         let x = a
-            .place(&gpus(req("x", 2, 1, &[]), &topo, &free[..2]))
+            .place(&with_gpus(req("x", 2, 1, &[]), &topo, &free[..2]))
             .expect("2 GPUs");
         let got: Vec<usize> = x.gpus.iter().map(|g| gpu_index(&topo, g)).collect();
         let linked_free = free
@@ -149,7 +128,7 @@ fn dgx1_cube_mesh_pairs_and_quads() {
     }
     let mut a = alloc(&topo, Policy::SingleNumaNode, GpuMode::Remap);
     let x = a
-        .place(&gpus(req("q", 8, 16, &[]), &topo, &[0, 1, 4, 5]))
+        .place(&with_gpus(req("q", 8, 16, &[]), &topo, &[0, 1, 4, 5]))
         .expect("quad");
     let mut got: Vec<usize> = x.gpus.iter().map(|g| gpu_index(&topo, g)).collect();
     got.sort_unstable();
@@ -202,7 +181,7 @@ fn pcie_4gpu_pairs_and_rejection() {
     let topo = host("pcie-4gpu");
     let mut a = alloc(&topo, Policy::SingleNumaNode, GpuMode::Remap);
     let x = a
-        .place(&gpus(req("p", 4, 8, &[]), &topo, &[1, 2]))
+        .place(&with_gpus(req("p", 4, 8, &[]), &topo, &[1, 2]))
         .expect("pair");
     assert_eq!(
         topo.pcie_level(&x.gpus[0], &x.gpus[1]),
@@ -212,7 +191,7 @@ fn pcie_4gpu_pairs_and_rejection() {
     );
     let mut a = alloc(&topo, Policy::SingleNumaNode, GpuMode::Remap);
     let err = a
-        .place(&gpus(req("q", 4, 8, &[]), &topo, &[0, 1, 2, 3]))
+        .place(&with_gpus(req("q", 4, 8, &[]), &topo, &[0, 1, 2, 3]))
         .expect_err("4 GPUs on one node");
     let msg = err.to_string();
     for want in [
@@ -275,7 +254,7 @@ fn grace_hopper_gpu_memory_only_when_asked() {
     assert!(!memory_only.is_empty());
     let mut a = alloc(&topo, Policy::SingleNumaNode, GpuMode::Remap);
     let x = a
-        .place(&gpus(req("a", 8, 16, &[]), &topo, &[0]))
+        .place(&with_gpus(req("a", 8, 16, &[]), &topo, &[0]))
         .expect("plain");
     assert!(
         memory_only.iter().all(|m| !x.mems.contains(*m)),

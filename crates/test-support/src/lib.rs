@@ -6,8 +6,10 @@
 //! - [`nri_sim`]: a simulated NRI runtime over the real mux and ttrpc services, and a plugin.
 //! - [`apiserver`]: a real Kubernetes API server with the NodeResourceTopology CRD.
 //! - [`testfs`]: small real filesystems that fill up or turn read-only.
-//! - [`lstopo`] and [`daemon`] (feature `align`): hwloc's view of a sysfs tree against
-//!   nri-align's, and the daemon driven over its NRI socket; they use nri-align's own types.
+//! - [`rng`]: the seeded generator of the soak and the fuzzer.
+//! - [`lstopo`], [`daemon`] and [`requests`] (feature `align`): hwloc's view of a sysfs tree
+//!   against nri-align's, the daemon driven over its NRI socket, placement requests; they use
+//!   nri-align's own types.
 
 pub mod apiserver;
 #[cfg(feature = "align")]
@@ -16,6 +18,9 @@ pub mod e2e;
 #[cfg(feature = "align")]
 pub mod lstopo;
 pub mod nri_sim;
+#[cfg(feature = "align")]
+pub mod requests;
+pub mod rng;
 pub mod testfs;
 
 use std::path::{Path, PathBuf};

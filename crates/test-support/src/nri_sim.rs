@@ -22,6 +22,30 @@ use ttrpc::asynchronous::{Client, Server, TtrpcContext};
 
 pub const STEP: Duration = Duration::from_secs(10);
 
+/// What nri-align answers for a 2-CPU container (CPUs 2-3 on node 0, and the env naming them):
+/// the test plugin's and the round-trip bench's CreateContainer adjustment.
+pub fn cpu_adjustment() -> ContainerAdjustment {
+    ContainerAdjustment {
+        env: vec![KeyValue {
+            key: "NRI_ALIGN_CPUS".into(),
+            value: "2-3".into(),
+            ..Default::default()
+        }],
+        linux: MessageField::some(LinuxContainerAdjustment {
+            resources: MessageField::some(LinuxResources {
+                cpu: MessageField::some(LinuxCPU {
+                    cpus: "2-3".into(),
+                    mems: "0".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 // ---------------------------------------------------------------- plugin under test
 
 #[derive(Default)]
@@ -113,25 +137,7 @@ impl Plugin for TestPlugin {
                 return Err(HandlerError::failed(err));
             }
         }
-        let adjust = ContainerAdjustment {
-            env: vec![KeyValue {
-                key: "NRI_ALIGN_CPUS".into(),
-                value: "2-3".into(),
-                ..Default::default()
-            }],
-            linux: MessageField::some(LinuxContainerAdjustment {
-                resources: MessageField::some(LinuxResources {
-                    cpu: MessageField::some(LinuxCPU {
-                        cpus: "2-3".into(),
-                        mems: "0".into(),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let adjust = cpu_adjustment();
         Ok(CreateContainerResponse {
             adjust: MessageField::some(adjust),
             ..Default::default()
