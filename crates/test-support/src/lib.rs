@@ -4,14 +4,17 @@
 //! - [`e2e`]: private containerd / CRI-O instances, the CRI client, pod and container specs,
 //!   nri-align as an NRI plugin or daemon, the kubelet's requests.
 //! - [`nri_sim`]: a simulated NRI runtime over the real mux and ttrpc services, and a plugin.
+//! - [`bench`](mod@bench): the benches' simulated runtime, with pods and containers as
+//!   containerd sends them.
 //! - [`apiserver`]: a real Kubernetes API server with the NodeResourceTopology CRD.
 //! - [`testfs`]: small real filesystems that fill up or turn read-only.
 //! - [`rng`]: the seeded generator of the soak and the fuzzer.
-//! - [`lstopo`], [`daemon`] and [`requests`] (feature `align`): hwloc's view of a sysfs tree
-//!   against nri-align's, the daemon driven over its NRI socket, placement requests; they use
-//!   nri-align's own types.
+//! - `lstopo`, `daemon` and `requests` (feature `align`, so not linked here): hwloc's view of
+//!   a sysfs tree against nri-align's, the daemon driven over its NRI socket, placement
+//!   requests; they use nri-align's own types.
 
 pub mod apiserver;
+pub mod bench;
 #[cfg(feature = "align")]
 pub mod daemon;
 pub mod e2e;

@@ -1,5 +1,5 @@
 //! CRI requests shaped exactly as a kubelet 1.33/1.34 builds them, in crictl's JSON form (proto
-//! field names, as [`super::spec`] writes them): `RunPodSandbox` and `CreateContainer` configs
+//! field names, as `e2e::spec` writes them): `RunPodSandbox` and `CreateContainer` configs
 //! with the kubelet's labels and annotations, QoS class, cgroup parent for either cgroup driver,
 //! `linux.resources` by the kubelet's formulas (pod level and per container), init and sidecar
 //! containers, and device plugin allocations per strategy (NVIDIA envvar, volume-mounts,
