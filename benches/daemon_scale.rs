@@ -1,5 +1,5 @@
 //! What the daemon costs per container as the node fills up: the release `nri-align run`
-//! driven through its NRI socket by a simulated runtime (`support/runtime.rs`) on an emulated
+//! driven through its NRI socket by a simulated runtime (`test_support::bench`) on an emulated
 //! 1024-CPU host (`nri-align emulate --host numa16-1024`, the fake NVML), with 10, 100, 1,000
 //! and 5,000 live containers (shared-pool ones, every tenth exclusive with one CPU).
 //!
@@ -26,16 +26,13 @@
 //!
 //! `cargo bench --bench daemon_scale`
 
-#[path = "support/runtime.rs"]
-mod runtime;
-
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use nri_protocol::api::{self, Message, MessageField};
-use runtime::{container, ctx, load, pod, quantiles, BoxError, Connection};
+use test_support::bench::{self, container, ctx, load, pod, quantiles, BoxError, Connection};
 
 /// Creates measured at each size (`NRI_ALIGN_BENCH_WINDOW` overrides it).
 const WINDOW: usize = 300;
@@ -353,7 +350,7 @@ fn sizes() -> Vec<usize> {
 }
 
 async fn scale(setup: &Setup, node: &mut Node) -> Result<(Vec<SizeResult>, PathBuf), BoxError> {
-    let listener = runtime::listen(&setup.dir.join("nri.sock"))?;
+    let listener = bench::listen(&setup.dir.join("nri.sock"))?;
     let daemon = Daemon::start(setup, &setup.dir.join("state"), "scale.log")?;
     let mut conn = Connection::accept(&listener).await?;
     conn.register_and_configure().await?;
@@ -391,7 +388,7 @@ async fn restart(
     ctrs: &[api::Container],
     log: &str,
 ) -> Result<(f64, f64, usize), BoxError> {
-    let listener = runtime::listen(&setup.dir.join("nri.sock"))?;
+    let listener = bench::listen(&setup.dir.join("nri.sock"))?;
     let t = Instant::now();
     let daemon = Daemon::start(setup, state, log)?;
     let mut conn = Connection::accept(&listener).await?;

@@ -24,9 +24,7 @@ use nri_align::host::devices::HostDevices;
 use nri_align::metrics::Metrics;
 use nri_align::placement::Allocator;
 
-#[path = "support/runtime.rs"]
-mod runtime;
-use runtime::{hex_id, load, quantiles};
+use test_support::bench::{hex_id, load, quantiles};
 
 const ROUNDS: usize = 10;
 const PER_BATCH: usize = 2_000;

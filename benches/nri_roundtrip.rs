@@ -15,41 +15,18 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use nri_protocol::api::{
-    self, Container, ContainerAdjustment, CreateContainerRequest, CreateContainerResponse, Event,
-    EventMask, KeyValue, LinuxCPU, LinuxContainer, LinuxContainerAdjustment, LinuxMemory,
-    LinuxResources, MessageField, Mount, PodSandbox,
+    self, Container, CreateContainerRequest, CreateContainerResponse, Event, EventMask, LinuxCPU,
+    LinuxContainer, LinuxMemory, LinuxResources, MessageField, Mount, PodSandbox,
 };
 use nri_protocol::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use nri_protocol::services::{self, create_plugin, create_runtime, PluginClient};
 use nri_protocol::stub::{HandlerResult, Plugin, Stub, StubOptions};
+use test_support::nri_sim::cpu_adjustment;
 use tokio::net::UnixListener;
 use ttrpc::asynchronous::{Client, Server, TtrpcContext};
 
 const ROUNDS: usize = 15;
 const PER_BATCH: usize = 200;
-
-/// The adjustment both plugins return: what nri-align sends for a 2-CPU container.
-fn adjustment() -> ContainerAdjustment {
-    ContainerAdjustment {
-        env: vec![KeyValue {
-            key: "NRI_ALIGN_CPUS".into(),
-            value: "2-3".into(),
-            ..Default::default()
-        }],
-        linux: MessageField::some(LinuxContainerAdjustment {
-            resources: MessageField::some(LinuxResources {
-                cpu: MessageField::some(LinuxCPU {
-                    cpus: "2-3".into(),
-                    mems: "0".into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
 
 /// A request shaped like containerd's: pod and container with labels, annotations, env,
 /// mounts and Linux resources (about 1.5 KiB on the wire).
@@ -135,7 +112,7 @@ impl Plugin for StubPlugin {
         _container: Container,
     ) -> HandlerResult<CreateContainerResponse> {
         Ok(CreateContainerResponse {
-            adjust: MessageField::some(adjustment()),
+            adjust: MessageField::some(cpu_adjustment()),
             ..Default::default()
         })
     }
@@ -152,7 +129,7 @@ impl services::Plugin for RawPlugin {
         _req: CreateContainerRequest,
     ) -> ttrpc::Result<CreateContainerResponse> {
         Ok(CreateContainerResponse {
-            adjust: MessageField::some(adjustment()),
+            adjust: MessageField::some(cpu_adjustment()),
             ..Default::default()
         })
     }

@@ -15,9 +15,6 @@
 //! The kubelet refuses hosts with more than 8 NUMA nodes (its hint merge is exponential), so
 //! the 16-node cases compare with the kubelet on the 8-node EPYC host, the largest it accepts.
 
-#[path = "support/request.rs"]
-mod request;
-
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +25,7 @@ use nri_align::simulate::{Contender, Strategy};
 use nri_align::topology::desc::HostDesc;
 use nri_align::topology::testing::shipped;
 use nri_align::topology::Topology;
-use request::req;
+use test_support::requests::{guaranteed, with_devices};
 
 /// Rounds of the interleaved pass (each one batch of each side).
 const ROUNDS: usize = 15;
@@ -36,7 +33,13 @@ const ROUNDS: usize = 15;
 /// both sides of a round see the same machine.
 const BATCH: Duration = Duration::from_millis(4);
 
-/// The 16-GPU hosts (test fixtures shared with `tests/gpu_search_props.rs`): a DGX-2-like
+/// A Guaranteed container: `cpus` exclusive CPUs, `gib` of memory, and `gpus` and `nics` as a
+/// device plugin would have allocated them.
+fn req(id: &str, cpus: u64, gib: u64, gpus: &[String], nics: &[String]) -> Request {
+    with_devices(guaranteed(id, cpus * 1000, Some(gib << 30)), gpus, nics)
+}
+
+/// The 16-GPU hosts (test fixtures shared with `tests/placement/gpu_search_props.rs`): a DGX-2-like
 /// NVSwitch host, an HGX-like NVSwitch host, two NVLink islands of 8.
 const FIXTURES: [(&str, &str); 3] = [
     (

@@ -16,9 +16,6 @@
 //! then a least-squares slope of log p50 against log CPUs (and log nodes) per occupancy gives
 //! the growth, and a PASS / MISS line the aim. `cargo test --benches` runs one small case.
 
-#[path = "support/request.rs"]
-mod request;
-
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,7 +26,7 @@ use nri_align::topology::desc::{
     Attachment, CpuNumbering, GpuDesc, HostDesc, LinkLayer, NicDesc, NvlinkDesc, PcieSwitchDesc,
 };
 use nri_align::topology::Topology;
-use request::req;
+use test_support::requests::{guaranteed, with_devices};
 
 /// Wall time given to the samples of one case: 45 cases stay well under a minute (the loaded
 /// states are built once per host and occupancy, outside it).
@@ -49,6 +46,12 @@ const REQ_CPUS: u64 = 4;
 const ONE_NODE: &str = "4 cpus";
 const ONE_NODE_GPUS: &str = "4 cpus + 2 gpus + nic";
 const SPANNING: &str = "1.5 nodes of cpus";
+
+/// A Guaranteed container: `cpus` exclusive CPUs, `gib` of memory, and `gpus` and `nics` as a
+/// device plugin would have allocated them.
+fn req(id: &str, cpus: u64, gib: u64, gpus: &[String], nics: &[String]) -> Request {
+    with_devices(guaranteed(id, cpus * 1000, Some(gib << 30)), gpus, nics)
+}
 
 /// One host of the sweep.
 #[derive(Clone, Copy)]

@@ -283,48 +283,8 @@ fn parse_field(text: Result<String, String>) -> Result<IdSet, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::testing::{container_host as host, write};
     use crate::placement::Assignment;
-    use std::fs;
-
-    fn write(root: &Path, rel: &str, text: &str) {
-        let p = root.join(rel);
-        fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        fs::write(p, text).expect("write");
-    }
-
-    /// A host with cgroup v1 cpuset at /sys/fs/cgroup/cpuset and one container process.
-    fn host(root: &Path, id: &str, cg_cpus: &str, allowed: &str, devs: &[&str]) {
-        write(
-            root,
-            "proc/self/mountinfo",
-            "30 25 0:26 / /sys/fs/cgroup/cpuset rw,nosuid - cgroup cgroup rw,cpuset\n",
-        );
-        write(
-            root,
-            "proc/4242/cgroup",
-            &format!("5:cpuset:/k8s.io/{id}\n1:name=systemd:/k8s.io/{id}\n"),
-        );
-        write(
-            root,
-            "proc/4242/status",
-            &format!("Name:\tsleep\nCpus_allowed_list:\t{allowed}\nMems_allowed_list:\t0\n"),
-        );
-        write(
-            root,
-            &format!("sys/fs/cgroup/cpuset/k8s.io/{id}/cpuset.cpus"),
-            &format!("{cg_cpus}\n"),
-        );
-        write(
-            root,
-            &format!("sys/fs/cgroup/cpuset/k8s.io/{id}/cpuset.mems"),
-            "0\n",
-        );
-        fs::create_dir_all(root.join("proc/4242/root/dev")).expect("dev");
-        for d in devs {
-            write(root, &format!("proc/4242/root{d}"), "");
-        }
-        write(root, "proc/77/cgroup", "5:cpuset:/other\n");
-    }
 
     fn doc(id: &str) -> StateDoc {
         let mut d = StateDoc::default();

@@ -12,3 +12,5 @@ pub mod devices;
 pub mod files;
 pub mod perms;
 pub mod procfs;
+#[cfg(test)]
+pub(crate) mod testing;

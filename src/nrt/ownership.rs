@@ -17,7 +17,7 @@
 //!   edit (or two) is still repaired at the next resync.
 //!
 //! Who rewrote the content comes from `metadata.managedFields`, as the API server records it
-//! (checked against the real server, `tests/nrt_apiserver.rs`): one entry per manager and
+//! (checked against the real server, `tests/daemon/nrt_apiserver.rs`): one entry per manager and
 //! operation; `zones`, `attributes` and `topologyPolicies` are atomic lists, so the manager
 //! that last changed one owns it whole (`"f:zones": {}`); an entry's `time` (whole seconds)
 //! moves only when that manager changed a value, and a write without a field manager is

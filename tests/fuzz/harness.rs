@@ -17,6 +17,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
+use test_support::rng::Rng;
+
 /// What a target made of one input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -39,28 +41,6 @@ pub fn check_error(what: &str, message: &str) {
         message.len(),
         message.chars().take(300).collect::<String>()
     );
-}
-
-/// splitmix64: tiny, seedable, good enough to choose mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn chance(&mut self, one_in: usize) -> bool {
-        self.below(one_in) == 0
-    }
 }
 
 /// Numbers that break arithmetic and allocation: limits of every integer width, and more.
@@ -122,7 +102,7 @@ fn mutate(rng: &mut Rng, input: &mut Vec<u8>, pool: &[Vec<u8>], max_len: usize) 
             2 => {
                 let i = rng.below(len + 1);
                 let n = 1 + rng.below(8);
-                let bytes: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+                let bytes: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
                 input.splice(i..i, bytes);
             }
             3 if len > 0 => {
@@ -238,7 +218,7 @@ pub fn fuzz(target: &str, max_len: usize, mut check: impl FnMut(&[u8]) -> Outcom
         None => 0x5eed,
     });
     let deadline = secs.map(|s| Instant::now() + Duration::from_secs(s));
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let start = Instant::now();
 
     let mut run = |input: &[u8], iteration: u64| -> Outcome {
@@ -282,7 +262,7 @@ pub fn fuzz(target: &str, max_len: usize, mut check: impl FnMut(&[u8]) -> Outcom
             // A bounded pool: new valid inputs replace old mutants, never the seeds.
             if pool.len() < 512 {
                 pool.push(input);
-            } else if rng.chance(4) {
+            } else if rng.one_in(4) {
                 let i = seeds + rng.below(pool.len() - seeds);
                 pool[i] = input;
             }

@@ -3,8 +3,8 @@
 //! container's scope (`DevicePolicy=`, `DeviceAllow=`), so a failing check can say which layer
 //! lost a device rule.
 
-use crate::common::Runtime;
 use crate::guest::Guest;
+use test_support::e2e::Runtime;
 
 impl Guest {
     /// Whether the device cgroup of container `id` lets it open a character device of major

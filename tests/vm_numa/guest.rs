@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::common::{
+use crate::kubepods::{container_cgroup, pod_cgroup_parent, pod_uid, Qos};
+use crate::unit::{self, Daemon};
+use test_support::e2e::{
     nri_align_bin, parse_env_file, status_field, wait_until, ContainerSpec, Flavor, Instance, Pod,
     PodSpec, Runtime,
 };
-use crate::kubepods::{container_cgroup, pod_cgroup_parent, pod_uid, Qos};
-use crate::unit::{self, Daemon};
 
 /// Set (to 1) by hack/vm/guest-run: the tests only run inside the QEMU guest.
 pub const GUEST_ENV: &str = "NRI_ALIGN_VM_GUEST";

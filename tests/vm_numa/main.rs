@@ -11,16 +11,14 @@
 //! On any other machine each test prints SKIP and passes: `cargo test` builds this binary, and
 //! hack/vm-e2e runs it in the guest with NRI_ALIGN_VM_GUEST=1.
 
-#[path = "../common/mod.rs"]
-mod common;
 mod devices;
 mod guest;
 mod kubepods;
 mod unit;
 
-use common::ContainerSpec;
 use guest::{guest, list, Facts, Guest, Ids, Seen};
 use kubepods::Qos;
+use test_support::e2e::ContainerSpec;
 
 /// A container as a device plugin would hand it one GPU: the device node and the UUID.
 fn gpu_container(name: &str, minor: u32, facts: &Facts) -> ContainerSpec {

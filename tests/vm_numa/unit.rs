@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{nri_align_bin, repo_root, wait_until, PluginProcess, Runtime};
+use test_support::e2e::{nri_align_bin, repo_root, wait_until, PluginProcess, Runtime};
 
 /// How nri-align runs in the guest.
 pub enum Daemon {

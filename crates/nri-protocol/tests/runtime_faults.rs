@@ -4,14 +4,12 @@
 // Test helpers outside #[test] fns unwrap too: any failure is a test failure.
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use std::io::Write;
 
 use nri_protocol::api::{self, MessageField};
 use nri_protocol::mux::PLUGIN_SERVICE_CONN;
 use nri_protocol::stub::{Stub, StubOptions, SyncLimits};
-use support::*;
+use test_support::nri_sim::*;
 use tokio::net::UnixStream;
 
 /// A chunk of `n` containers whose env makes each about `pad` bytes.

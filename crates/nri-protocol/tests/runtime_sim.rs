@@ -4,14 +4,12 @@
 // Test helpers outside #[test] fns unwrap too: any failure is a test failure.
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use nri_protocol::api::{self, ContainerUpdate, Event, EventMask, MessageField};
 use nri_protocol::stub::{Endpoint, Plugin, Stub, StubOptions};
-use support::*;
+use test_support::nri_sim::*;
 use tokio::net::{UnixListener, UnixStream};
 
 // ---------------------------------------------------------------- tests

@@ -6,14 +6,12 @@
 // Test helpers outside #[test] fns unwrap too: any failure is a test failure.
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use nri_protocol::api;
 use nri_protocol::stub::SyncLimits;
-use support::*;
+use test_support::nri_sim::*;
 
 /// The system allocator, counting the bytes currently allocated.
 struct Counting;
@@ -55,7 +53,7 @@ fn live_mib() -> usize {
 }
 
 // Current-thread like the other stub tests: on a multi-threaded runtime the test runtime's mux
-// (tests/support) may read the plugin's RegisterPlugin before it opens that connection id, and
+// (test_support::nri_sim) may read the plugin's RegisterPlugin before it opens that connection id, and
 // drop it.
 #[tokio::test]
 async fn endless_synchronize_chunks_are_refused_at_the_default_limit_and_freed_on_reconnect() {

@@ -322,7 +322,7 @@ fn may_keep(old: &Record, old_id: &str, c: &ContainerView, req: &Request) -> boo
     // PostStartContainer of a container created while nri-align was away) was never a
     // decision for its request: a Guaranteed container runs on the shared pool there only
     // because nri-align could not place it. Kept, it would stay there across every restart
-    // without being refused either (tests/e2e_soak.rs found it). Its restart asks
+    // without being refused either (the soak test, tests/e2e/soak.rs, found it). Its restart asks
     // nri-align, so it is placed anew, as the kubelet's static CPU manager would do; an
     // exclusive one keeps its CPUs. Such a record is known by its typed flag (set where it
     // is made, and at load for earlier versions' records), never by its reason's text.

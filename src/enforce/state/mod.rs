@@ -221,10 +221,4 @@ pub enum Loaded {
 }
 
 #[cfg(test)]
-mod diskfull;
-#[cfg(test)]
-mod props;
-#[cfg(test)]
-pub(crate) mod testfs;
-#[cfg(test)]
 mod tests;

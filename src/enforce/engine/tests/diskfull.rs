@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::enforce::state::testfs::Mounted;
+use test_support::testfs::Mounted;
 
 fn engine_on(dir: &std::path::Path, metrics: &Arc<Metrics>) -> Engine<FakePlacer> {
     let mut store = StateStore::open(dir).expect("store");

@@ -115,7 +115,7 @@ fn recorded_as_running() -> (Engine<Allocator>, PodView, ContainerView) {
     (e, p, c)
 }
 
-/// Found by tests/e2e_soak.rs (CRI-O, seed 213152819): a Guaranteed container the runtime
+/// Found by tests/e2e/soak.rs (CRI-O, seed 213152819): a Guaranteed container the runtime
 /// created while nri-align was down runs on every CPU, and Synchronize records it as it runs,
 /// in the shared pool. When the kubelet restarts it, the new instance asks nri-align with the
 /// same request: that record was never a decision for it, so it is placed anew (a CPU of its

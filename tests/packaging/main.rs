@@ -1,0 +1,6 @@
+//! What ships: the Kubernetes manifests, the systemd unit on a real containerd, and the command
+//! line's conventions (--version, --help, completions, man pages).
+
+mod cli_conventions;
+mod kubernetes;
+mod systemd;

@@ -1,0 +1,9 @@
+//! The allocator and the placement simulator through the library's public API: engine cases,
+//! overflow, properties, the shipped host descriptions, the simulator and its CLI.
+
+mod engine;
+mod gpu_search_props;
+mod overflow;
+mod props;
+mod shipped;
+mod simulate;
