@@ -440,7 +440,7 @@ mod tests {
                 &format!("0::/system.slice/app-{pid}.scope\n"),
             );
         }
-        fs::create_dir_all(root.join("sys/fs/cgroup")).expect("mount point");
+        std::fs::create_dir_all(root.join("sys/fs/cgroup")).expect("mount point");
         // Without a cgroups path there is nowhere else to look: not an all-clear.
         for (path, verdict) in [("", Verdict::Unknown), ("/k8s.io/a", Verdict::NotRunning)] {
             let r = verify(&doc_at("a", path), root);

@@ -6,4 +6,5 @@ mod cli;
 mod diskfull;
 mod faults;
 mod nrt_apiserver;
+mod nrt_crd_missing;
 mod state_upgrade;

@@ -2,5 +2,6 @@
 //! line's conventions (--version, --help, completions, man pages).
 
 mod cli_conventions;
+mod doc_paths;
 mod kubernetes;
 mod systemd;

@@ -2,6 +2,8 @@
 //! hosts read back through sysfs, lstopo and the fake NVML library.
 
 mod emulate_roundtrip;
+mod hwloc_corpus;
 mod lstopo;
+mod picture_browser;
 mod quirks;
 mod sysfs;

@@ -3,11 +3,11 @@
 //! `lstopo -v` output hwloc keeps beside each as its reference (`*.console`), vendored in
 //! tests/fixtures/hwloc-linux with hwloc's copyright notice (COPYING there).
 //!
-//! Unlike tests/topology_lstopo.rs this needs no lstopo: the reference is hwloc's recorded
+//! Unlike tests/topology/lstopo.rs this needs no lstopo: the reference is hwloc's recorded
 //! output, so it runs wherever `tar` can unpack bzip2. A tree agrees when the reader finds the
 //! PUs, packages, cores (with their PUs), NUMA nodes with their CPUs and memory that the
 //! reference lists. Where lstopo ran in a cgroup it left out the PUs the cgroup disallows
-//! (nri-align places on the whole machine, as tests/topology_lstopo.rs runs lstopo with
+//! (nri-align places on the whole machine, as tests/topology/lstopo.rs runs lstopo with
 //! `--disallowed`): those are left out of the reader's view too. Levels the reference lists
 //! nothing of (no Package, no Core) are not compared, and memory agrees within the unit lstopo
 //! rounded it to. A few trees exercise what hwloc models and nri-align does not (CPU-only
@@ -15,14 +15,12 @@
 //! disagree, but never more than a few, and no tree may be refused outright: every one of
 //! them is a real (or realistic) machine.
 
-mod common_lstopo;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common_lstopo::View;
 use nri_align::topology::read_host_checked;
+use test_support::lstopo::View;
 
 /// Of the 34 trees, how many must agree.
 const MUST_AGREE: usize = 30;
@@ -274,7 +272,7 @@ fn disagreement(name: &str) -> Option<String> {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = unpack(name, dir.path());
     let ours = match read_host_checked(&root) {
-        Ok((topo, _warnings)) => common_lstopo::view_from_topology(&topo),
+        Ok((topo, _warnings)) => test_support::lstopo::view_from_topology(&topo),
         Err(e) => return Some(format!("refused: {e}")),
     };
     let ours = only_listed_levels(without(ours, &disallowed(&text), &theirs), &theirs);
@@ -289,7 +287,7 @@ fn disagreement(name: &str) -> Option<String> {
             }
         }
     }
-    common_lstopo::differences(&ours, &theirs)
+    test_support::lstopo::differences(&ours, &theirs)
 }
 
 /// `ours` without the PUs of `hidden` (the cgroup's disallowed ones), and without the NUMA nodes
@@ -397,8 +395,8 @@ fn console_reading_and_comparison_catch_a_wrong_reading() {
     let (mut topo, _) = read_host_checked(&root).expect("read");
     assert_eq!(theirs.numa_cpus.len(), 1, "{theirs:?}");
     topo.cpus[3].core = 99;
-    let wrong = common_lstopo::view_from_topology(&topo);
-    assert!(common_lstopo::differences(&wrong, &theirs).is_some());
+    let wrong = test_support::lstopo::view_from_topology(&topo);
+    assert!(test_support::lstopo::differences(&wrong, &theirs).is_some());
 }
 
 #[test]

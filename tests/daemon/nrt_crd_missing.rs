@@ -1,6 +1,6 @@
 //! `nrt.publish` on and the NodeResourceTopology CRD not installed: every request for the
 //! resource is answered 404 with the Kubernetes Status body a real API server sends for a type
-//! it does not serve (a fake server on 127.0.0.1: the real-server harness, tests/nrt_apiserver.rs,
+//! it does not serve (a fake server on 127.0.0.1: the real-server harness, tests/daemon/nrt_apiserver.rs,
 //! always installs the CRD). The publisher tells it apart from other failures at once, does not
 //! retry it within an attempt, waits `crd_retry` between attempts, and recovers when the CRD
 //! appears.
