@@ -81,6 +81,8 @@ pub struct LayoutFunc {
     pub numa_node: u32,
     /// Report -1 in sysfs `numa_node`.
     pub hide_numa_node: bool,
+    /// Report this node in sysfs `numa_node` instead of `numa_node` (`local_cpulist` stays true).
+    pub sysfs_numa_node: Option<u32>,
     /// Parent bridge (index into `Layout::funcs`), `None` for root ports.
     pub parent: Option<usize>,
     /// Host bridge (index into `Layout::host_bridges`).
@@ -400,6 +402,7 @@ impl Layout {
             class: f.class,
             kind,
             numa_node: Some(f.numa_node),
+            sysfs_numa_node: f.sysfs_numa_node.filter(|&n| n != f.numa_node),
             bridges: self
                 .bridge_chain(i)
                 .into_iter()
