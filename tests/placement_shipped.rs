@@ -488,13 +488,17 @@ fn gb200_hbm_nodes_only_when_asked_and_never_the_empty_ones() {
     let x = a
         .place(&gpus(req("b", 8, 16, &asked), &topo, &[1]))
         .expect("with memory-only");
-    assert_eq!(x.mems.to_string(), "0,2,10", "GPU0's and GPU1's HBM, no placeholders");
+    assert_eq!(
+        x.mems.to_string(),
+        "0,2,10",
+        "GPU0's and GPU1's HBM, no placeholders"
+    );
 
     let cdmm = host("gb200-nvl4-cdmm");
     assert_eq!(cdmm.numa_nodes.len(), 2);
     let mut a = alloc(&cdmm, Policy::SingleNumaNode, GpuMode::Remap);
     let x = a
-        .place(&gpus(req("c", 8, 16, &asked), &cdmm, &[2]))
+        .place(&gpus(req("c", 8, 16, &asked), &cdmm, &[0]))
         .expect("cdmm");
-    assert_eq!(x.mems.to_string(), "1");
+    assert_eq!(x.mems.to_string(), "0");
 }

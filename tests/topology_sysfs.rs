@@ -334,10 +334,10 @@ fn local_cpulist_overrules_a_wrong_numa_node() {
     let t = read_host(dir.path()).expect("read");
     assert_eq!(t.numa_nodes.len(), 6);
     let gpu0 = &t.gpus[0];
-    let raw = fs::read_to_string(dir.path().join(format!(
-        "sys/bus/pci/devices/{}/numa_node",
-        gpu0.pci_bus_id
-    )))
+    let raw = fs::read_to_string(
+        dir.path()
+            .join(format!("sys/bus/pci/devices/{}/numa_node", gpu0.pci_bus_id)),
+    )
     .expect("numa_node");
     assert_eq!(raw.trim(), "0", "the tree must carry the firmware's value");
     assert_eq!(gpu0.numa_node, Some(1));
@@ -346,7 +346,12 @@ fn local_cpulist_overrules_a_wrong_numa_node() {
     // A device whose numa_node is right records nothing more.
     let gpu1 = t.pci(&t.gpus[1].pci_bus_id).expect("pci function");
     assert_eq!((gpu1.numa_node, gpu1.sysfs_numa_node), (Some(5), None));
-    let nic = |name: &str| t.nics.iter().find(|n| n.name == name).and_then(|n| n.numa_node);
+    let nic = |name: &str| {
+        t.nics
+            .iter()
+            .find(|n| n.name == name)
+            .and_then(|n| n.numa_node)
+    };
     assert_eq!((nic("ens1f0np0"), nic("ens2f0np0")), (Some(2), Some(4)));
     // The description's own topology says the same, so simulate --host and the tree agree.
     let expected = desc.to_topology();

@@ -91,7 +91,10 @@ impl KubeletBaseline {
             .collect();
         // This model's masks are 32 bits wide.
         if nodes.len() > 31 {
-            return Err(TooManyNodes { nodes: all, max: 31 });
+            return Err(TooManyNodes {
+                nodes: all,
+                max: 31,
+            });
         }
         Ok(Self {
             links: LinkTable::new(&topology),
@@ -561,9 +564,8 @@ mod limit_tests {
             .expect("refused at the default limit");
         assert_eq!(err, TooManyNodes { nodes: 34, max: 8 });
         assert!(err.to_string().contains("max-allowable-numa-nodes"));
-        let raised =
-            KubeletBaseline::with_max_numa_nodes(numa, PlacementConfig::default(), 34)
-                .expect("accepted with the limit raised");
+        let raised = KubeletBaseline::with_max_numa_nodes(numa, PlacementConfig::default(), 34)
+            .expect("accepted with the limit raised");
         assert_eq!(raised.nodes, vec![0, 1]);
         let cdmm = shipped("gb200-nvl4-cdmm");
         assert_eq!(cdmm.numa_nodes.len(), 2);

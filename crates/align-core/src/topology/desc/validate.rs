@@ -218,7 +218,9 @@ impl HostDesc {
         }
         if let Some(shown) = at.sysfs_numa_node {
             if at.hide_numa_node {
-                return Err("sysfs_numa_node and hide_numa_node both set what numa_node says".into());
+                return Err(
+                    "sysfs_numa_node and hide_numa_node both set what numa_node says".into(),
+                );
             }
             if shown >= self.cpu_node_count() {
                 return Err(format!("sysfs_numa_node {shown} has no CPUs"));
