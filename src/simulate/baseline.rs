@@ -560,8 +560,7 @@ mod limit_tests {
         let numa = Arc::new(shipped("gb200-nvl4-numa"));
         assert_eq!(numa.numa_nodes.len(), 34);
         let err = KubeletBaseline::new(Arc::clone(&numa), PlacementConfig::default())
-            .err()
-            .expect("refused at the default limit");
+            .expect_err("refused at the default limit");
         assert_eq!(err, TooManyNodes { nodes: 34, max: 8 });
         assert!(err.to_string().contains("max-allowable-numa-nodes"));
         let raised = KubeletBaseline::with_max_numa_nodes(numa, PlacementConfig::default(), 34)
