@@ -571,6 +571,16 @@ mod tests {
         assert!(invalid("distances: [[10]]\n").contains("4x4"));
         assert!(invalid("gpus: [{switch: nope}]\n").contains("unknown switch"));
         assert!(invalid("gpus: [{numa_node: 9}]\n").contains("no CPUs"));
+        assert!(
+            invalid("nics: [{name: e, numa_node: 0, sysfs_numa_node: 9}]\n").contains("9 has no")
+        );
+        let both = "nics: [{name: e, numa_node: 1, sysfs_numa_node: 0, hide_numa_node: true}]\n";
+        assert!(invalid(both).contains("both set"));
+        let empty = "memory_only_nodes: [{memory: \"0\", kind: gpu, attached_to: 0}]\n";
+        assert_eq!(
+            desc(empty).expect("an empty memory-only node").node_count(),
+            5
+        );
         assert!(invalid("offline_cpus: \"0-15\"\n").contains("no CPU online"));
         assert!(invalid("isolated_cpus: \"99\"\n").contains("does not exist"));
         let matrix = "gpus: [{numa_node: 0}, {numa_node: 0}]\n\
