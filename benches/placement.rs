@@ -1,5 +1,5 @@
 //! Placement benchmarks: one decision on the shipped host descriptions (16-node 1024-CPU host,
-//! EPYC NPS4, DGX-1V cube mesh, DGX H100) and on the 16-GPU fixture hosts (DGX-2-like,
+//! EPYC NPS4, DGX-1V cube mesh, DGX H100, GB200 NVL4 in NUMA mode: 34 nodes) and on the 16-GPU fixture hosts (DGX-2-like,
 //! HGX-like with NVSwitch, two NVLink islands; idle and with half their GPUs held: the bound
 //! of the GPU-set search), each against the kubelet-like baseline measured in the same run.
 //!
@@ -13,7 +13,8 @@
 //! Cloning the contender (the state a decision starts from) is outside every timing.
 //!
 //! The kubelet refuses hosts with more than 8 NUMA nodes (its hint merge is exponential), so
-//! the 16-node cases compare with the kubelet on the 8-node EPYC host, the largest it accepts.
+//! the 16-node cases compare with the kubelet on the 8-node EPYC host, the largest it accepts,
+//! and the 34-node GB200 case with the kubelet on the same tray under CDMM (2 nodes).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -142,6 +143,8 @@ fn cases() -> Vec<Case> {
     let epyc = shipped("epyc-nps4");
     let dgx1 = shipped("dgx1-v100");
     let h100 = shipped("dgx-h100");
+    let gb200 = shipped("gb200-nvl4-numa");
+    let gb200_cdmm = shipped("gb200-nvl4-cdmm");
     let sixteen: Vec<(&str, Topology)> = FIXTURES
         .iter()
         .map(|(name, text)| {
@@ -176,6 +179,37 @@ fn cases() -> Vec<Case> {
             name: "epyc-nps4: 40 cpus (spans 2 nodes)".into(),
             ours: side("nri-align", &epyc, false, &[], req("x", 40, 16, &[], &[])),
             base: side("kubelet", &epyc, true, &[], req("x", 40, 16, &[], &[])),
+        },
+        Case {
+            // 34 nodes, 2 with CPUs: the kubelet refuses it unless max-allowable-numa-nodes
+            // is raised, so its side is the same tray under CDMM (2 nodes).
+            name: "gb200-nvl4-numa: 2 gpus + 1 nic".into(),
+            ours: side(
+                "nri-align",
+                &gb200,
+                false,
+                &[],
+                req(
+                    "x",
+                    16,
+                    32,
+                    &first_gpus(&gb200, &[], 2),
+                    &first_nics(&gb200, 1),
+                ),
+            ),
+            base: side(
+                "kubelet on gb200-nvl4-cdmm, same request (34 nodes: over its cap)",
+                &gb200_cdmm,
+                true,
+                &[],
+                req(
+                    "x",
+                    16,
+                    32,
+                    &first_gpus(&gb200_cdmm, &[], 2),
+                    &first_nics(&gb200_cdmm, 1),
+                ),
+            ),
         },
     ];
     let mut gpu_cases: Vec<GpuCase> = vec![

@@ -143,6 +143,7 @@ fn attach_switch(id: &str) -> Attachment {
         switch: Some(id.to_string()),
         pci_bus_id: None,
         hide_numa_node: false,
+        sysfs_numa_node: None,
         host_bridge: None,
     }
 }

@@ -22,7 +22,12 @@ use crate::placement::resolve::{resolve, Resolved};
 use crate::placement::PodTotals;
 use crate::topology::{Cpu, CpuSet, Topology};
 
-/// The kubelet's default `max-allowable-numa-nodes`.
+/// The kubelet's default `max-allowable-numa-nodes`: `defaultMaxAllowableNUMANodes` in
+/// kubernetes `pkg/kubelet/cm/topologymanager/topology_manager.go` (v1.31 through v1.34). With
+/// more NUMA nodes than this, `NewManager` fails ("unsupported on machines with more than 8 NUMA
+/// Nodes") and the kubelet does not start with a Topology Manager policy other than `none`,
+/// unless the `max-allowable-numa-nodes` policy option (`policy_options.go`, beta and on by
+/// default from v1.31, KEP-4622) raises it.
 pub const MAX_NUMA_NODES: usize = 8;
 
 /// One hint: a mask over the CPU nodes (bit i = i-th node with CPUs) and whether it is
@@ -32,12 +37,15 @@ type Hint = (u32, bool);
 /// The host has more NUMA nodes than the kubelet accepts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "the kubelet Topology Manager refuses hosts with more than {MAX_NUMA_NODES} NUMA nodes \
-     (max-allowable-numa-nodes); this host has {nodes}"
+    "the kubelet Topology Manager refuses hosts with more than {max} NUMA nodes \
+     (max-allowable-numa-nodes); this host has {nodes}, CPU-less ones included"
 )]
 pub struct TooManyNodes {
-    /// NUMA nodes with CPUs on the host.
+    /// NUMA nodes on the host, memory-only ones included (the kubelet counts every node
+    /// cadvisor lists).
     pub nodes: usize,
+    /// The limit in force.
+    pub max: usize,
 }
 
 /// The kubelet-like baseline.
@@ -55,13 +63,38 @@ pub struct KubeletBaseline {
 }
 
 impl KubeletBaseline {
-    /// A baseline over `topology`. Refuses more CPU nodes than the kubelet accepts by default.
+    /// A baseline over `topology`. Refuses more NUMA nodes than the kubelet accepts by default.
     pub fn new(topology: Arc<Topology>, config: PlacementConfig) -> Result<Self, TooManyNodes> {
-        let nodes: Vec<usize> = (0..topology.numa_nodes.len())
+        Self::with_max_numa_nodes(topology, config, MAX_NUMA_NODES)
+    }
+
+    /// A baseline whose kubelet sets `max-allowable-numa-nodes` to `max`.
+    ///
+    /// Every node counts, CPU-less ones included: the kubelet takes its NUMA nodes from
+    /// cadvisor's machine info, which lists each online node (a GB200 tray in the driver's NUMA
+    /// mode shows 34, kubernetes#135541). Hints are still computed over the CPU nodes only: with
+    /// the limit raised, the kubelet's device manager of v1.34 enumerates masks over all nodes
+    /// (2^34 on that tray, so it never reaches Allocate), which this model does not reproduce.
+    pub fn with_max_numa_nodes(
+        topology: Arc<Topology>,
+        config: PlacementConfig,
+        max: usize,
+    ) -> Result<Self, TooManyNodes> {
+        // The kubelet refuses a value below its default.
+        let max = max.max(MAX_NUMA_NODES);
+        let all = topology.numa_nodes.len();
+        if all > max {
+            return Err(TooManyNodes { nodes: all, max });
+        }
+        let nodes: Vec<usize> = (0..all)
             .filter(|i| !topology.numa_nodes[*i].is_memory_only())
             .collect();
-        if nodes.len() > MAX_NUMA_NODES {
-            return Err(TooManyNodes { nodes: nodes.len() });
+        // This model's masks are 32 bits wide.
+        if nodes.len() > 31 {
+            return Err(TooManyNodes {
+                nodes: all,
+                max: 31,
+            });
         }
         Ok(Self {
             links: LinkTable::new(&topology),
@@ -511,5 +544,33 @@ mod tests {
             merge(&[vec![(0b01, false)], vec![(0b10, true)]], 0b11),
             (0b11, false)
         );
+    }
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+    use crate::topology::testing::shipped;
+
+    /// The GB200 tray in NUMA mode: 34 nodes, 2 with CPUs. The kubelet counts all 34, so it
+    /// refuses the host at its default limit and runs once the limit is raised to cover them;
+    /// under CDMM the same tray has 2 nodes and needs nothing.
+    #[test]
+    fn gpu_memory_nodes_count_against_the_kubelet_limit() {
+        let numa = Arc::new(shipped("gb200-nvl4-numa"));
+        assert_eq!(numa.numa_nodes.len(), 34);
+        let err = KubeletBaseline::new(Arc::clone(&numa), PlacementConfig::default())
+            .expect_err("refused at the default limit");
+        assert_eq!(err, TooManyNodes { nodes: 34, max: 8 });
+        assert!(err.to_string().contains("max-allowable-numa-nodes"));
+        let raised = KubeletBaseline::with_max_numa_nodes(numa, PlacementConfig::default(), 34)
+            .expect("accepted with the limit raised");
+        assert_eq!(raised.nodes, vec![0, 1]);
+        let cdmm = shipped("gb200-nvl4-cdmm");
+        assert_eq!(cdmm.numa_nodes.len(), 2);
+        assert!(KubeletBaseline::new(Arc::new(cdmm), PlacementConfig::default()).is_ok());
+        // A value below the default is the default (the kubelet rejects lower ones).
+        let nps4 = Arc::new(shipped("epyc-nps4"));
+        assert!(KubeletBaseline::with_max_numa_nodes(nps4, PlacementConfig::default(), 2).is_ok());
     }
 }

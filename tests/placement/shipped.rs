@@ -441,3 +441,43 @@ pods:
     assert_eq!(x.numa_nodes, y.numa_nodes);
     assert_eq!(x.numa_nodes.to_string(), "1");
 }
+
+/// GB200 tray in NUMA mode: the default keeps cpuset.mems on the Grace node; `with-memory-only`
+/// adds the HBM nodes of the GPUs on that Grace and never the empty MIG placeholder nodes (the
+/// kernel refuses a cpuset.mems naming a node without memory). Under CDMM there is no GPU
+/// memory node to add.
+#[test]
+fn gb200_hbm_nodes_only_when_asked_and_never_the_empty_ones() {
+    let topo = host("gb200-nvl4-numa");
+    assert_eq!(topo.numa_nodes.len(), 34);
+    assert_eq!(topo.cpu_nodes().len(), 2);
+    let hbm: Vec<u32> = topo
+        .numa_nodes
+        .iter()
+        .filter(|n| n.is_memory_only() && n.memory_bytes > 0)
+        .map(|n| n.id)
+        .collect();
+    assert_eq!(hbm, vec![2, 10, 18, 26]);
+    let mut a = alloc(&topo, Policy::SingleNumaNode, GpuMode::Remap);
+    let x = a
+        .place(&with_gpus(req("a", 8, 16, &[]), &topo, &[0]))
+        .expect("plain");
+    assert_eq!(x.mems.to_string(), "0");
+    let asked = [("mems.nri-align.io/pod", "with-memory-only")];
+    let x = a
+        .place(&with_gpus(req("b", 8, 16, &asked), &topo, &[1]))
+        .expect("with memory-only");
+    assert_eq!(
+        x.mems.to_string(),
+        "0,2,10",
+        "GPU0's and GPU1's HBM, no placeholders"
+    );
+
+    let cdmm = host("gb200-nvl4-cdmm");
+    assert_eq!(cdmm.numa_nodes.len(), 2);
+    let mut a = alloc(&cdmm, Policy::SingleNumaNode, GpuMode::Remap);
+    let x = a
+        .place(&with_gpus(req("c", 8, 16, &asked), &cdmm, &[0]))
+        .expect("cdmm");
+    assert_eq!(x.mems.to_string(), "0");
+}

@@ -321,3 +321,47 @@ fn reads_1024_cpus_fast() {
     // Generous for a loaded 2-core CI box; quadratic work over 1024 CPUs blows well past it.
     assert!(took < Duration::from_secs(3), "1024-CPU tree took {took:?}");
 }
+
+/// SNC-3 host whose firmware reports the socket's first node in devices' `numa_node`: the
+/// emulated tree carries the wrong value, the reader places the devices by `local_cpulist`,
+/// keeps what sysfs said, and the report shows both.
+#[test]
+fn local_cpulist_overrules_a_wrong_numa_node() {
+    use nri_align::topology::desc::HostDesc;
+    let desc = HostDesc::load("xeon6-snc3").expect("shipped");
+    let dir = tempfile::tempdir().expect("tempdir");
+    nri_align::topology::emulate::emulate(&desc, dir.path()).expect("emulate");
+    let t = read_host(dir.path()).expect("read");
+    assert_eq!(t.numa_nodes.len(), 6);
+    let gpu0 = &t.gpus[0];
+    let raw = fs::read_to_string(
+        dir.path()
+            .join(format!("sys/bus/pci/devices/{}/numa_node", gpu0.pci_bus_id)),
+    )
+    .expect("numa_node");
+    assert_eq!(raw.trim(), "0", "the tree must carry the firmware's value");
+    assert_eq!(gpu0.numa_node, Some(1));
+    let dev = t.pci(&gpu0.pci_bus_id).expect("pci function");
+    assert_eq!((dev.numa_node, dev.sysfs_numa_node), (Some(1), Some(0)));
+    // A device whose numa_node is right records nothing more.
+    let gpu1 = t.pci(&t.gpus[1].pci_bus_id).expect("pci function");
+    assert_eq!((gpu1.numa_node, gpu1.sysfs_numa_node), (Some(5), None));
+    let nic = |name: &str| {
+        t.nics
+            .iter()
+            .find(|n| n.name == name)
+            .and_then(|n| n.numa_node)
+    };
+    assert_eq!((nic("ens1f0np0"), nic("ens2f0np0")), (Some(2), Some(4)));
+    // The description's own topology says the same, so simulate --host and the tree agree.
+    let expected = desc.to_topology();
+    assert_eq!(
+        expected.pci(&gpu0.pci_bus_id).map(|d| d.sysfs_numa_node),
+        Some(Some(0))
+    );
+    let report = nri_align::topology::report::render(&t);
+    assert!(
+        report.contains("numa 1 (local_cpulist; sysfs numa_node says 0)"),
+        "{report}"
+    );
+}

@@ -252,12 +252,14 @@ pub fn best_offer(caps: &[Cap], allowed: &[bool], need: &Need) -> NodeOffer {
     .unwrap_or_default()
 }
 
-/// Memory-only nodes whose closest CPU node is in `nodes` (HBM, CXL, GPU memory).
+/// Memory-only nodes whose closest CPU node is in `nodes` (HBM, CXL, GPU memory). Nodes without
+/// memory are left out: the kernel refuses a `cpuset.mems` naming a node outside N_MEMORY, and a
+/// GB200 in NUMA mode has 28 such placeholder nodes.
 pub fn attached_memory_nodes(topo: &Topology, nodes: &NodeSet) -> NodeSet {
     let cpu_nodes = topo.cpu_nodes();
     topo.numa_nodes
         .iter()
-        .filter(|m| m.is_memory_only())
+        .filter(|m| m.is_memory_only() && m.memory_bytes > 0)
         .filter(|m| {
             cpu_nodes
                 .iter()

@@ -113,7 +113,14 @@ pub struct PciDevice {
     /// Classification of `class` and `vendor`.
     pub kind: PciKind,
     /// NUMA node after resolving -1 through the parents or `local_cpulist`; `None` if unknowable.
+    /// Where sysfs `numa_node` names a CPU node whose CPUs `local_cpulist` does not cover, this
+    /// is the node `local_cpulist` covers (nearest by distance to the named one when it covers
+    /// several), and [`PciDevice::sysfs_numa_node`] keeps what sysfs said.
     pub numa_node: Option<u32>,
+    /// What sysfs `numa_node` said, only when it disagrees with `local_cpulist` and so was not
+    /// used (firmware in SNC/NPS modes that reports the socket's first node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sysfs_numa_node: Option<u32>,
     /// Bridges from the nearest parent up to the root port (bus ids), nearest first.
     pub bridges: Vec<String>,
     /// Root complex (host bridge) the device hangs off, as the sysfs directory name (`pci0000:00`).

@@ -221,10 +221,15 @@ fn placement(out: &mut String, topo: &Topology) {
             _ if d.vendor == 0x10de && d.class >> 8 == 0x0680 => "NVSwitch".to_string(),
             _ => "other".to_string(),
         };
-        let numa = d
+        let mut numa = d
             .numa_node
             .map(|n| n.to_string())
             .unwrap_or_else(|| "?".to_string());
+        if let Some(said) = d.sysfs_numa_node {
+            // Both values, and which one placement uses, so a firmware that misreports
+            // numa_node in SNC/NPS modes is visible rather than silently corrected.
+            numa = format!("{numa} (local_cpulist; sysfs numa_node says {said})");
+        }
         let mut chain = vec![d.bus_id.clone()];
         chain.extend(d.bridges.iter().cloned());
         chain.push(d.root_complex.clone());

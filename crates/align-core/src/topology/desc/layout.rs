@@ -358,6 +358,7 @@ impl Layout {
             class: f.class,
             kind,
             numa_node: Some(f.numa_node),
+            sysfs_numa_node: f.sysfs_numa_node.filter(|&n| n != f.numa_node),
             bridges: self
                 .bridge_chain(i)
                 .into_iter()

@@ -114,7 +114,8 @@ pub enum CpuNumbering {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryOnlyNode {
-    /// Memory size with a binary suffix.
+    /// Memory size with a binary suffix; `0` for an online node without memory (the MIG
+    /// memory-partition placeholders of a GB200 GPU in NUMA mode).
     pub memory: String,
     /// What backs it: `hbm`, `cxl`, `gpu`.
     pub kind: String,
@@ -154,6 +155,11 @@ pub struct Attachment {
     /// Report `numa_node` as -1 in sysfs (as some BIOSes do), so readers must resolve it.
     #[serde(default)]
     pub hide_numa_node: bool,
+    /// What sysfs `numa_node` says instead of the true node, while `local_cpulist` keeps the
+    /// true node's CPUs: firmware in sub-NUMA (SNC, NPS) modes that reports the socket's first
+    /// node for every device. Readers must take the locality from `local_cpulist`.
+    #[serde(default)]
+    pub sysfs_numa_node: Option<u32>,
     /// Host bridge group, for devices attached directly to a node (see `PcieSwitchDesc`).
     #[serde(default)]
     pub host_bridge: Option<String>,
@@ -567,6 +573,16 @@ mod tests {
         assert!(invalid("distances: [[10]]\n").contains("4x4"));
         assert!(invalid("gpus: [{switch: nope}]\n").contains("unknown switch"));
         assert!(invalid("gpus: [{numa_node: 9}]\n").contains("no CPUs"));
+        assert!(
+            invalid("nics: [{name: e, numa_node: 0, sysfs_numa_node: 9}]\n").contains("9 has no")
+        );
+        let both = "nics: [{name: e, numa_node: 1, sysfs_numa_node: 0, hide_numa_node: true}]\n";
+        assert!(invalid(both).contains("both set"));
+        let empty = "memory_only_nodes: [{memory: \"0\", kind: gpu, attached_to: 0}]\n";
+        assert_eq!(
+            desc(empty).expect("an empty memory-only node").node_count(),
+            5
+        );
         assert!(invalid("offline_cpus: \"0-15\"\n").contains("no CPU online"));
         assert!(invalid("isolated_cpus: \"99\"\n").contains("does not exist"));
         let matrix = "gpus: [{numa_node: 0}, {numa_node: 0}]\n\

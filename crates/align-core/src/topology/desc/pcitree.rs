@@ -42,6 +42,8 @@ pub struct LayoutFunc {
     pub numa_node: u32,
     /// Report -1 in sysfs `numa_node`.
     pub hide_numa_node: bool,
+    /// Report this node in sysfs `numa_node` instead of `numa_node` (`local_cpulist` stays true).
+    pub sysfs_numa_node: Option<u32>,
     /// Parent bridge (index into `Layout::funcs`), `None` for root ports.
     pub parent: Option<usize>,
     /// Host bridge (index into `Layout::host_bridges`).
@@ -210,6 +212,7 @@ impl<'a> Builder<'a> {
             role,
             numa_node: node,
             hide_numa_node: false,
+            sysfs_numa_node: None,
             parent,
             host_bridge: self.host_bridges.len() - 1,
             buses: Some((0, 0)),
@@ -316,6 +319,7 @@ impl<'a> Builder<'a> {
             role,
             numa_node: node,
             hide_numa_node: at.is_some_and(|a| a.hide_numa_node),
+            sysfs_numa_node: at.and_then(|a| a.sysfs_numa_node),
             parent: Some(port),
             host_bridge: self.host_bridges.len() - 1,
             buses: None,

@@ -21,6 +21,14 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../../../../packaging/hosts/epyc-nps4.yaml"),
     ),
     (
+        "gb200-nvl4-cdmm",
+        include_str!("../../../../../packaging/hosts/gb200-nvl4-cdmm.yaml"),
+    ),
+    (
+        "gb200-nvl4-numa",
+        include_str!("../../../../../packaging/hosts/gb200-nvl4-numa.yaml"),
+    ),
+    (
         "grace-hopper",
         include_str!("../../../../../packaging/hosts/grace-hopper.yaml"),
     ),
@@ -39,6 +47,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
     (
         "vm-2s4n",
         include_str!("../../../../../packaging/hosts/vm-2s4n.yaml"),
+    ),
+    (
+        "xeon6-snc3",
+        include_str!("../../../../../packaging/hosts/xeon6-snc3.yaml"),
     ),
 ];
 

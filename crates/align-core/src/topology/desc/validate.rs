@@ -55,7 +55,11 @@ impl HostDesc {
         check_memory(&self.memory_per_numa)?;
         let cpu_nodes = self.cpu_node_count();
         for (i, m) in self.memory_only_nodes.iter().enumerate() {
-            check_memory(&m.memory)?;
+            // Zero is real: the placeholder nodes the NVIDIA driver reserves for MIG memory
+            // partitions on GB200 in NUMA mode are online and empty.
+            if parse_size(&m.memory)? != 0 {
+                check_memory(&m.memory)?;
+            }
             if m.attached_to >= cpu_nodes {
                 return Err(format!(
                     "memory_only_nodes[{i}].attached_to {} is not a CPU node (0-{})",
@@ -212,6 +216,16 @@ impl HostDesc {
         };
         if node >= self.cpu_node_count() {
             return Err(format!("numa_node {node} has no CPUs"));
+        }
+        if let Some(shown) = at.sysfs_numa_node {
+            if at.hide_numa_node {
+                return Err(
+                    "sysfs_numa_node and hide_numa_node both set what numa_node says".into(),
+                );
+            }
+            if shown >= self.cpu_node_count() {
+                return Err(format!("sysfs_numa_node {shown} has no CPUs"));
+            }
         }
         if at.switch.is_some() && at.host_bridge.is_some() {
             return Err("host_bridge is for devices on a node, not below a switch".into());

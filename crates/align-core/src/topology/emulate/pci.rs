@@ -125,7 +125,7 @@ fn write_function(
     let numa: i64 = if f.hide_numa_node {
         -1
     } else {
-        i64::from(f.numa_node)
+        i64::from(f.sysfs_numa_node.unwrap_or(f.numa_node))
     };
     t.line(&format!("{path}/numa_node"), numa)?;
     t.line(&format!("{path}/local_cpus"), mask_string(cpus, ncpus))?;

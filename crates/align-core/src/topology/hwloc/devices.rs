@@ -33,6 +33,7 @@ impl Walk {
                 class: p.class,
                 kind: classify(p),
                 numa_node: locality(p),
+                sysfs_numa_node: None,
                 bridges: p.bridges.clone(),
                 root_complex: p.root_complex.clone(),
             })

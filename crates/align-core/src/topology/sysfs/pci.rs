@@ -54,13 +54,15 @@ pub(super) fn read_devices(fs: &SysFs, topo: &mut Topology) {
         .iter()
         .filter_map(|bdf| {
             let f = functions.get(*bdf)?;
+            let (numa_node, sysfs_numa_node) = resolve_numa(bdf, &functions, &topo.numa_nodes);
             Some(PciDevice {
                 bus_id: (*bdf).to_string(),
                 vendor: u16::try_from(f.vendor).unwrap_or(u16::MAX),
                 device: u16::try_from(f.device).unwrap_or(u16::MAX),
                 class: f.class,
                 kind: kind(f),
-                numa_node: resolve_numa(bdf, &functions, &topo.numa_nodes),
+                numa_node,
+                sysfs_numa_node,
                 bridges: f.ancestors.iter().rev().cloned().collect(),
                 root_complex: f.root_complex.clone(),
             })
@@ -200,34 +202,67 @@ fn kind(f: &Function) -> PciKind {
     }
 }
 
-/// The function's NUMA node: its own `numa_node`, else the nearest ancestor's, else the node
-/// whose CPUs its (or an ancestor's) `local_cpulist` covers.
+/// The function's NUMA node and, when it was overruled, what its own `numa_node` said.
+///
+/// Its own `numa_node`, else the nearest ancestor's, else the node whose CPUs its (or an
+/// ancestor's) `local_cpulist` covers. A `numa_node` naming a CPU node outside the
+/// `local_cpulist` loses to it: firmware in sub-NUMA modes (Intel SNC, AMD NPS) may report the
+/// socket's first node for every device, while `local_cpulist` is computed from the root port's
+/// proximity domain and keeps the true one. When `local_cpulist` covers several nodes, the one
+/// nearest (by NUMA distance) to the named node is taken.
 fn resolve_numa(
     bdf: &str,
     functions: &BTreeMap<String, Function>,
     nodes: &[NumaNode],
-) -> Option<u32> {
-    let f = functions.get(bdf)?;
+) -> (Option<u32>, Option<u32>) {
+    let Some(f) = functions.get(bdf) else {
+        return (None, None);
+    };
     let chain = std::iter::once(bdf).chain(f.ancestors.iter().rev().map(String::as_str));
     let dirs: Vec<&Path> = chain
         .filter_map(|b| functions.get(b).map(|f| f.dir.as_path()))
         .collect();
-    for dir in &dirs {
-        let raw = read_str(&dir.join("numa_node")).and_then(|s| s.parse::<i64>().ok());
-        if let Some(node) = raw.and_then(|n| u32::try_from(n).ok()) {
-            return Some(node);
-        }
-    }
     let cpu_nodes: Vec<&NumaNode> = nodes.iter().filter(|n| !n.cpus.is_empty()).collect();
-    if let [only] = cpu_nodes.as_slice() {
-        return Some(only.id);
-    }
-    for dir in &dirs {
-        if let Some(local) = read_list_or_mask(dir, "local_cpulist", "local_cpus") {
-            return node_covered_by(&local, &cpu_nodes);
+    let local = dirs
+        .iter()
+        .find_map(|dir| read_list_or_mask(dir, "local_cpulist", "local_cpus"));
+    for (depth, dir) in dirs.iter().enumerate() {
+        let raw = read_str(&dir.join("numa_node")).and_then(|s| s.parse::<i64>().ok());
+        let Some(node) = raw.and_then(|n| u32::try_from(n).ok()) else {
+            continue;
+        };
+        // Only the function's own value is checked: an ancestor's stands in for an unknown one.
+        if depth == 0 {
+            if let Some(true_node) = local
+                .as_ref()
+                .and_then(|l| overruled_by_cpulist(node, l, nodes))
+            {
+                return (Some(true_node), Some(node));
+            }
         }
+        return (Some(node), None);
     }
-    None
+    if let [only] = cpu_nodes.as_slice() {
+        return (Some(only.id), None);
+    }
+    (local.and_then(|l| node_covered_by(&l, &cpu_nodes)), None)
+}
+
+/// The node `local` points at instead of `named`, when `named` is a CPU node none of whose CPUs
+/// are in `local` and `local` covers at least one node whole. `nodes` is the full node list,
+/// whose order indexes every node's `distances`.
+fn overruled_by_cpulist(named: u32, local: &CpuSet, nodes: &[NumaNode]) -> Option<u32> {
+    let named_node = nodes.iter().find(|n| n.id == named && !n.cpus.is_empty())?;
+    if named_node.cpus.iter().any(|c| local.contains(c)) {
+        return None;
+    }
+    let distance = |i: usize| named_node.distances.get(i).copied().unwrap_or(u32::MAX);
+    nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| !n.cpus.is_empty() && n.cpus.is_subset(local))
+        .min_by_key(|(i, n)| (distance(*i), n.id))
+        .map(|(_, n)| n.id)
 }
 
 /// The single node whose CPUs all lie in `local`; `None` when several do (the device is local to
@@ -412,6 +447,30 @@ mod tests {
         fs::write(verbs.join("ibdev"), "mlx5_0\n").expect("write");
         let map = uverbs_by_ibdev(&SysFs::new(dir.path()));
         assert_eq!(map.get("mlx5_0"), Some(&vec!["uverbs3".to_string()]));
+    }
+
+    #[test]
+    fn a_numa_node_outside_local_cpulist_loses_to_the_nearest_covered_node() {
+        let node = |id: u32, cpus: &str, distances: Vec<u32>| NumaNode {
+            id,
+            cpus: cpus.parse().expect("list"),
+            memory_bytes: 1 << 30,
+            hugepages: Vec::new(),
+            distances,
+            memory_kind: None,
+        };
+        let nodes = vec![
+            node(0, "0-1", vec![10, 21, 12]),
+            node(1, "2-3", vec![21, 10, 21]),
+            node(2, "4-5", vec![12, 21, 10]),
+        ];
+        let local: CpuSet = "2-5".parse().expect("list");
+        // Node 0 named, nodes 1 and 2 covered: node 2 is nearer to node 0.
+        assert_eq!(overruled_by_cpulist(0, &local, &nodes), Some(2));
+        // A named node inside local_cpulist stands.
+        assert_eq!(overruled_by_cpulist(1, &local, &nodes), None);
+        // A node that is not a CPU node (or unknown) is left alone.
+        assert_eq!(overruled_by_cpulist(7, &local, &nodes), None);
     }
 
     #[test]
