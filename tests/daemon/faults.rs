@@ -162,7 +162,7 @@ fn without_a_runtime_it_is_alive_and_not_ready_and_says_why() {
     let (code, body) = probe(&d.addr, "/readyz").expect("readyz");
     assert_eq!(code, 503, "{body}");
     assert!(
-        body.starts_with("not ready: connecting to ") && body.contains("no-runtime.sock"),
+        body.starts_with("not ready: nri: socket missing: ") && body.contains("no-runtime.sock"),
         "{body}"
     );
     let m = scrape(&d.addr).expect("metrics");

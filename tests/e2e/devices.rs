@@ -174,12 +174,14 @@ fn rdma_nic_keeps_its_verbs_node(rt: Runtime) {
 }
 
 fn gpus_stay_held_across_a_runtime_restart(rt: Runtime) {
+    // Remap, so that a third container the kubelet gives a held GPU is refused for want of a
+    // free one (under the default `keep` it would share it, as time-sliced replicas do).
     let Some(mut e) = Enforced::with_kubelet(
         rt,
         "gpus_restart",
         "e2e-gpurestart",
         (2, 0),
-        "",
+        "gpu_mode: remap\n",
         UpOptions::default(),
     ) else {
         return;

@@ -173,7 +173,13 @@ fn command_line_json_has_the_contract_fields() {
     let wl = dir.path().join("w.yaml");
     std::fs::write(&wl, DGX1).expect("write");
     let cfg = dir.path().join("c.yaml");
-    std::fs::write(&cfg, "policy: restricted\nreserved_cpus: \"0-1\"\n").expect("write");
+    // `gpu_mode: remap`, as `PlacementConfig::default()` has it: the replay places the
+    // workload's GPU counts itself (the daemon's default, `keep`, takes the device plugin's).
+    std::fs::write(
+        &cfg,
+        "policy: restricted\nreserved_cpus: \"0-1\"\ngpu_mode: remap\n",
+    )
+    .expect("write");
     let out = Command::new(env!("CARGO_BIN_EXE_nri-align"))
         .args(["simulate", "--host", "dgx1-v100", "--json", "--workload"])
         .arg(&wl)
@@ -257,7 +263,7 @@ fn command_line_json_has_the_contract_fields() {
         .output()
         .expect("run");
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected one of: nri-align kubelet"));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("[possible values: nri-align, kubelet]"));
     let bad = Command::new(env!("CARGO_BIN_EXE_nri-align"))
         .args([
             "simulate",
@@ -271,7 +277,7 @@ fn command_line_json_has_the_contract_fields() {
         .output()
         .expect("run");
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected one of: preferred lowest"));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("[possible values: preferred, lowest]"));
 }
 
 #[test]
@@ -328,7 +334,9 @@ fn churn_prints_one_row_per_strategy_and_the_reference() {
     assert!(String::from_utf8_lossy(&sriov.stdout).contains("SR-IOV device plugin (4 VFs per"));
     let bad = run("vf");
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected one of: shared sriov per-nic"));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("[possible values: shared, sriov, per-nic]")
+    );
 }
 
 #[test]
