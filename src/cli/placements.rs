@@ -2,6 +2,7 @@
 //! one the daemon writes; read only, as `verify` reads it) with its pod, policy, CPUs, memory
 //! nodes, GPUs and NICs, and since when its cgroup exists (the container's start: found
 //! through the cgroup hierarchy, so it also works in the DaemonSet, which has no `hostPID`).
+//! With `--svg`, the same as a picture of the host ([`crate::topology::picture`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -11,6 +12,9 @@ use serde::Serialize;
 use super::Exit;
 use crate::enforce::state::{Loaded, Record, StateStore};
 use crate::host::cgroup::{CgroupMounts, ContainerCgroup};
+use crate::topology::load::{load, Source};
+use crate::topology::picture::{render_svg, Holder, Overlay};
+use crate::topology::IdSet;
 
 /// Arguments of `nri-align placements`.
 #[derive(Debug, clap::Args)]
@@ -22,8 +26,16 @@ pub struct PlacementsArgs {
     #[arg(long)]
     pub host_root: Option<PathBuf>,
     /// Print JSON (one object per container).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "svg")]
     pub json: bool,
+    /// Draw the host with each recorded container's CPUs, memory nodes, GPUs and NICs in its
+    /// own colour, the shared pool and a legend, as SVG into FILE (`-`: standard output).
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// With `--svg`: the host to draw, a host description (a file, or a shipped name such as
+    /// `dgx-h100`) [default: sysfs under --host-root].
+    #[arg(long, requires = "svg")]
+    pub host: Option<String>,
 }
 
 /// One recorded container.
@@ -59,6 +71,9 @@ pub fn run(args: PlacementsArgs) -> anyhow::Result<()> {
         code: 2,
         message: super::render_error(&e),
     })?;
+    if let Some(file) = &args.svg {
+        return draw(&args, &rows, file);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
@@ -92,6 +107,50 @@ pub fn run(args: PlacementsArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The host's picture with the recorded containers over it.
+fn draw(args: &PlacementsArgs, rows: &[Placement], file: &Path) -> anyhow::Result<()> {
+    let source = match &args.host {
+        Some(desc) => Source::Description(desc.clone()),
+        None => Source::HostRoot(args.host_root.clone().unwrap_or_else(|| PathBuf::from("/"))),
+    };
+    let topo = load(&source, None)?;
+    let svg = render_svg(&topo, Some(&overlay(rows)));
+    super::topology::write_svg(file, &svg)
+}
+
+/// What the recorded containers hold, as the picture draws it: a container with exclusive
+/// CPUs, GPUs, NICs or its own memory nodes is a holder in its own colour; the CPUs of the
+/// shared containers are the shared pool.
+pub fn overlay(rows: &[Placement]) -> Overlay {
+    let set = |s: &str| IdSet::parse_list(s).unwrap_or_default();
+    let mut out = Overlay::default();
+    for r in rows {
+        let cpus = set(&r.cpus);
+        if !r.exclusive {
+            out.shared.extend_from(&cpus);
+        }
+        if !r.exclusive && r.gpus.is_empty() && r.nics.is_empty() {
+            continue;
+        }
+        let mut detail = r.policy.clone();
+        if !r.exclusive {
+            detail.push_str(", shared CPUs");
+        }
+        if r.stopped {
+            detail.push_str(", stopped");
+        }
+        out.holders.push(Holder {
+            label: format!("{}/{}", r.pod, r.container),
+            detail,
+            cpus: if r.exclusive { cpus } else { IdSet::new() },
+            mems: set(&r.mems),
+            gpus: r.gpus.clone(),
+            nics: r.nics.clone(),
+        });
+    }
+    out
 }
 
 fn dash(s: &str) -> &str {

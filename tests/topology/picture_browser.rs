@@ -86,10 +86,18 @@ fn the_topology_picture_renders_in_a_real_browser() {
     ] {
         assert!(texts.contains(needle), "{needle} in the picture");
     }
-    // The same host draws the same bytes, to a file or to standard output.
+    // The same host draws the same bytes, to a file or to standard output, and the README's
+    // picture of the demo host is what this build draws.
     assert_eq!(
         nri_align(&["topology", "--host", "vm-2s4n", "--svg", "-"]),
         text
+    );
+    let readme_picture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/images/demo-host.svg");
+    assert_eq!(
+        std::fs::read_to_string(&readme_picture).expect("docs/images/demo-host.svg"),
+        text,
+        "redraw it: nri-align topology --host vm-2s4n --svg docs/images/demo-host.svg"
     );
 
     let Some(browser) = browser() else {
