@@ -4,4 +4,5 @@
 mod cli_conventions;
 mod doc_paths;
 mod kubernetes;
+mod monitoring;
 mod systemd;

@@ -1,0 +1,192 @@
+//! `packaging/monitoring/` names only what the daemon exports: every metric the Grafana
+//! dashboard and the Prometheus alerting rules use is one a running `nri-align run` serves
+//! (scraped from its `/metrics`, series names derived from the `# TYPE` lines as Prometheus
+//! derives them). A family with labels shows in a scrape only once it has a series (an
+//! admission, a refusal, a publish), which a daemon without a runtime or an API server never
+//! makes: those families are taken from their registrations in the daemon's source, with the
+//! same suffix rules, and the scrape must agree with the source on every family it does show.
+//! The dashboard also has the fields Grafana's dashboard model requires.
+//! promtool itself checks the rules and fires them in their unit tests (`hack/check-monitoring`).
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use test_support::daemon::start_daemon;
+use test_support::e2e::scrape;
+
+fn monitoring(file: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("packaging/monitoring")
+        .join(file);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every `nri_align_*` name in `text`.
+fn names_used(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("nri_align_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        out.insert(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    out
+}
+
+/// The series names a scrape can hold, from its `# TYPE NAME KIND` lines: a counter's
+/// `_total` (and `_created`), a histogram's `_bucket`, `_sum` and `_count`, an info's `_info`,
+/// a gauge's own name.
+fn exported(body: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for line in body.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let mut parts = rest.split_whitespace();
+        let (Some(name), Some(kind)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let suffixes: &[&str] = match kind {
+            "counter" => &["_total", "_created"],
+            "histogram" => &["_bucket", "_sum", "_count", "_created"],
+            "info" => &["_info"],
+            _ => &[""],
+        };
+        out.extend(suffixes.iter().map(|s| format!("{name}{s}")));
+    }
+    out
+}
+
+/// The families the daemon's registry declares: `register("NAME", "help", metric)` in the
+/// metrics modules (under `nri_align_`, the NodeResourceTopology ones under `nri_align_nrt_`),
+/// with the kind read from the metric's type a few lines below.
+fn registered() -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (file, prefix) in [
+        ("src/metrics/mod.rs", "nri_align_"),
+        ("src/nrt/metrics.rs", "nri_align_nrt_"),
+    ] {
+        let text = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(file))
+            .expect("metrics source");
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("register(") {
+            rest = &rest[at + "register(".len()..];
+            let Some(name) = rest
+                .trim_start()
+                .strip_prefix('"')
+                .and_then(|r| r.split('"').next())
+            else {
+                continue;
+            };
+            out.insert(format!("{prefix}{name}"));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_dashboard_and_the_alerts_use_only_metrics_the_daemon_exports() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let daemon = start_daemon(dir.path(), &dir.path().join("state"));
+    let addr = daemon.metrics_address().expect("the daemon serves metrics");
+    let body = scrape(&addr).expect("scrape");
+    let mut exported = exported(&body);
+    let families = registered();
+    // The source's list is the registry's: every family the scrape shows is in it.
+    for line in body.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+        let name = line.split_whitespace().next().unwrap_or_default();
+        assert!(
+            families.contains(name),
+            "{name} is served but not found in the source"
+        );
+    }
+    assert!(families.len() >= 18, "{families:?}");
+    for family in &families {
+        for suffix in ["", "_total", "_bucket", "_sum", "_count", "_info"] {
+            exported.insert(format!("{family}{suffix}"));
+        }
+    }
+
+    for file in ["dashboard.json", "alerts.yaml"] {
+        let used = names_used(&monitoring(file));
+        assert!(used.len() >= 5, "{file} uses {used:?}");
+        let unknown: Vec<_> = used.difference(&exported).collect();
+        assert!(
+            unknown.is_empty(),
+            "{file} uses metrics the daemon does not export: {unknown:?}\n{body}"
+        );
+    }
+}
+
+#[test]
+fn the_dashboard_has_what_grafanas_dashboard_model_requires() {
+    let dash: serde_json::Value =
+        serde_json::from_str(&monitoring("dashboard.json")).expect("JSON");
+    for key in ["title", "uid"] {
+        assert!(
+            dash[key].as_str().is_some_and(|s| !s.is_empty()),
+            "dashboard {key}"
+        );
+    }
+    assert!(
+        dash["schemaVersion"].as_u64().is_some_and(|v| v >= 36),
+        "schemaVersion"
+    );
+    let vars = dash["templating"]["list"]
+        .as_array()
+        .expect("templating.list");
+    let var_names: Vec<&str> = vars.iter().filter_map(|v| v["name"].as_str()).collect();
+    let panels = dash["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 10, "panels");
+    let mut ids = BTreeSet::new();
+    let mut cells = BTreeSet::new();
+    for p in panels {
+        let id = p["id"].as_u64().expect("panel id");
+        assert!(ids.insert(id), "panel id {id} used twice");
+        let kind = p["type"].as_str().expect("panel type");
+        assert!(
+            ["row", "timeseries", "stat", "gauge", "table"].contains(&kind),
+            "{kind}"
+        );
+        assert!(
+            p["title"].as_str().is_some_and(|t| !t.is_empty()),
+            "panel {id} title"
+        );
+        let g = &p["gridPos"];
+        let [x, y, w, h] = ["x", "y", "w", "h"].map(|k| g[k].as_u64().expect("gridPos"));
+        assert!(w > 0 && h > 0 && x + w <= 24, "panel {id} gridPos {g}");
+        // No two panels cover the same cell of Grafana's 24-column grid.
+        for cx in x..x + w {
+            for cy in y..y + h {
+                assert!(
+                    cells.insert((cx, cy)),
+                    "panel {id} overlaps another at ({cx}, {cy})"
+                );
+            }
+        }
+        if kind == "row" {
+            continue;
+        }
+        let targets = p["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "panel {id} has no query");
+        for t in targets {
+            assert!(t["refId"].as_str().is_some(), "panel {id} refId");
+            let expr = t["expr"].as_str().expect("expr");
+            assert!(expr.contains("nri_align_"), "panel {id}: {expr}");
+            // Every dashboard variable a query names is defined.
+            for var in expr.split('$').skip(1) {
+                let name: String = var
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                assert!(
+                    name.starts_with("__") || var_names.contains(&name.as_str()),
+                    "panel {id} uses ${name}, not a dashboard variable"
+                );
+            }
+        }
+    }
+}
