@@ -328,7 +328,7 @@ events:                    # optional; default: add every pod in order
   - add: train-a
   - remove: train-a
 "#;
-    let wl = Workload::parse(text).expect("the issue's form");
+    let wl = Workload::parse(text).expect("the workload form");
     for (name, admitted) in [
         ("dgx-h100", true),
         ("dgx1-v100", true),

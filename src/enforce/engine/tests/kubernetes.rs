@@ -104,7 +104,7 @@ pub(super) fn events(e: &Engine<Allocator>) -> String {
 }
 
 #[test]
-fn env_never_grants_a_device_issue_18() {
+fn env_never_grants_a_device() {
     // Before the fix, `all` allocated every GPU and CUDA_VISIBLE_DEVICES=0 GPU 0: the
     // container got their /dev/nvidiaN nodes and cgroup allow rules.
     for env in [
