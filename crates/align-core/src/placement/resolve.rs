@@ -207,23 +207,7 @@ fn share_held_gpus(
     alloc: &mut Vec<usize>,
     shared: &mut Vec<usize>,
 ) -> Result<(), PlacementError> {
-    let topo = ledger.topo();
-    for g in alloc.iter() {
-        let Some(holder) = ledger.gpu_holder(*g) else {
-            continue;
-        };
-        let bus = &topo.gpus[*g].pci_bus_id;
-        if ledger
-            .get(holder)
-            .is_some_and(|a| a.chosen_gpus.contains(bus))
-        {
-            return Err(PlacementError::Conflict {
-                resource: "gpu".into(),
-                id: bus.clone(),
-                holder: holder.to_string(),
-            });
-        }
-    }
+    refuse_gpus_held_by_remap(ledger, alloc)?;
     alloc.retain(|g| {
         let taken = !ledger.gpu_free(*g);
         if taken && !shared.contains(g) {
