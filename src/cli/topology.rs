@@ -83,9 +83,13 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
     } else {
         topology::report::render(&topo)
     };
-    let mut stdout = std::io::stdout().lock();
-    match writeln!(stdout, "{}", text.trim_end()) {
-        // `nri-align topology | head` closing the pipe early is not a failure.
+    print(format!("{}\n", text.trim_end()).as_bytes())
+}
+
+/// Writes to standard output; `nri-align topology | head` closing the pipe early is not a
+/// failure (where SIGPIPE could not be restored to end the process quietly).
+fn print(bytes: &[u8]) -> anyhow::Result<()> {
+    match std::io::stdout().lock().write_all(bytes) {
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
     }
@@ -94,10 +98,7 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
 /// Writes a picture to `file`, or to standard output for `-` (a closed pipe is not a failure).
 pub fn write_svg(file: &std::path::Path, svg: &str) -> anyhow::Result<()> {
     if file == std::path::Path::new("-") {
-        return match std::io::stdout().lock().write_all(svg.as_bytes()) {
-            Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-            other => Ok(other?),
-        };
+        return print(svg.as_bytes());
     }
     std::fs::write(file, svg).with_context(|| format!("writing the picture to {}", file.display()))
 }

@@ -13,6 +13,7 @@ use std::fmt::Write;
 
 use super::idset::{CpuSet, NodeSet};
 use super::model::{GpuLinks, Topology};
+use super::report::gib;
 
 /// What holds which part of the host, drawn over the topology.
 #[derive(Debug, Clone, Default)]
@@ -602,10 +603,6 @@ fn list_or_none(set: &CpuSet) -> String {
     } else {
         set.to_string()
     }
-}
-
-fn gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
 }
 
 /// A rectangle at `(x, y)` of `w` x `h`, with a hover title when `title` is not empty.

@@ -246,7 +246,8 @@ fn placement(out: &mut String, topo: &Topology) {
     }
 }
 
-fn gib(bytes: u64) -> String {
+/// `bytes` in GiB with one decimal, as the report and the picture show memory.
+pub(crate) fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
