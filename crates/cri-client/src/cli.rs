@@ -202,28 +202,48 @@ pub struct PsArgs {
     /// All containers (default: running only).
     #[arg(short = 'a', long)]
     pub all: bool,
-    /// Only IDs.
-    #[arg(short = 'q', long)]
-    pub quiet: bool,
     /// Filter by pod ID.
     #[arg(short = 'p', long)]
     pub pod: Option<String>,
+    /// Filter by state: created, running, exited, unknown.
+    #[arg(short = 's', long)]
+    pub state: Option<String>,
+    #[command(flatten)]
+    pub list: ListArgs,
+}
+
+/// Flags of `pods`.
+#[derive(Debug, Args)]
+pub struct PodsArgs {
+    /// Filter by namespace (substring; ^ and $ anchor).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Filter by state: ready, notready.
+    #[arg(short = 's', long)]
+    pub state: Option<String>,
+    #[command(flatten)]
+    pub list: ListArgs,
+}
+
+/// The flags `ps` and `pods` share, with crictl's names.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only IDs.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
     /// Filter by name (substring; ^ and $ anchor).
     #[arg(long)]
     pub name: Option<String>,
     /// Filter by ID.
     #[arg(long)]
     pub id: Option<String>,
-    /// Filter by state: created, running, exited, unknown.
-    #[arg(short = 's', long)]
-    pub state: Option<String>,
     /// Filter by label key=value (repeatable).
     #[arg(long = "label")]
     pub labels: Vec<String>,
-    /// Only the newest container.
+    /// Only the newest one.
     #[arg(short = 'l', long)]
     pub latest: bool,
-    /// Only the N newest containers.
+    /// Only the N newest.
     #[arg(short = 'n', long)]
     pub last: Option<usize>,
     /// Output format.
@@ -231,36 +251,15 @@ pub struct PsArgs {
     pub output: Format,
 }
 
-/// Flags of `pods`.
-#[derive(Debug, Args)]
-pub struct PodsArgs {
-    /// Only IDs.
-    #[arg(short = 'q', long)]
-    pub quiet: bool,
-    /// Filter by name (substring; ^ and $ anchor).
-    #[arg(long)]
-    pub name: Option<String>,
-    /// Filter by namespace (substring; ^ and $ anchor).
-    #[arg(long)]
-    pub namespace: Option<String>,
-    /// Filter by ID.
-    #[arg(long)]
-    pub id: Option<String>,
-    /// Filter by state: ready, notready.
-    #[arg(short = 's', long)]
-    pub state: Option<String>,
-    /// Filter by label key=value (repeatable).
-    #[arg(long = "label")]
-    pub labels: Vec<String>,
-    /// Only the newest pod.
-    #[arg(short = 'l', long)]
-    pub latest: bool,
-    /// Only the N newest pods.
-    #[arg(short = 'n', long)]
-    pub last: Option<usize>,
-    /// Output format.
-    #[arg(short = 'o', long, value_enum, default_value_t)]
-    pub output: Format,
+impl ListArgs {
+    /// How many of the newest to keep (`--latest` is `--last 1`), if limited.
+    pub fn keep(&self) -> Option<usize> {
+        if self.latest {
+            Some(1)
+        } else {
+            self.last
+        }
+    }
 }
 
 /// Flags of `update` (crictl's names).
@@ -378,7 +377,7 @@ mod tests {
         assert_eq!(cli.runtime_endpoint.as_deref(), Some("unix:///x.sock"));
         assert_eq!(cli.timeout.as_deref(), Some("5s"));
         match cli.command {
-            Command::Ps(ps) => assert!(ps.all && ps.quiet),
+            Command::Ps(ps) => assert!(ps.all && ps.list.quiet),
             other => panic!("{other:?}"),
         }
     }
@@ -434,9 +433,9 @@ mod tests {
         let cli = parse(&["pods", "-o", "json", "--name", "^p1$", "--label", "a=b"]);
         match cli.command {
             Command::Pods(p) => {
-                assert_eq!(p.output, Format::Json);
-                assert_eq!(p.name.as_deref(), Some("^p1$"));
-                assert_eq!(p.labels, vec!["a=b"]);
+                assert_eq!(p.list.output, Format::Json);
+                assert_eq!(p.list.name.as_deref(), Some("^p1$"));
+                assert_eq!(p.list.labels, vec!["a=b"]);
             }
             other => panic!("{other:?}"),
         }

@@ -397,14 +397,14 @@ fn container_state(raw: &str) -> Result<ContainerState> {
 
 async fn ps(client: &CriClient, args: PsArgs) -> Result<()> {
     let mut filter = ContainerFilter::new();
-    if let Some(id) = &args.id {
+    if let Some(id) = &args.list.id {
         filter.id = id.clone();
     }
     if let Some(pod) = &args.pod {
         filter.pod_sandbox_id = pod.clone();
     }
-    filter.label_selector = parse_labels(&args.labels)?;
-    let state = match (&args.state, args.all || args.latest || args.last.is_some()) {
+    filter.label_selector = parse_labels(&args.list.labels)?;
+    let state = match (&args.state, args.all || args.list.keep().is_some()) {
         (Some(s), _) => Some(container_state(s)?),
         (None, true) => None,
         (None, false) => Some(ContainerState::CONTAINER_RUNNING),
@@ -421,20 +421,19 @@ async fn ps(client: &CriClient, args: PsArgs) -> Result<()> {
         .list_containers(&req)
         .await
         .context("list containers")?;
-    if let Some(name) = &args.name {
+    if let Some(name) = &args.list.name {
         resp.containers
             .retain(|c| name_matches(name, &c.metadata.name));
     }
     resp.containers
         .sort_by_key(|c| std::cmp::Reverse(c.created_at));
-    let keep = if args.latest { Some(1) } else { args.last };
-    if let Some(n) = keep {
+    if let Some(n) = args.list.keep() {
         resp.containers.truncate(n);
     }
-    if args.output == Format::Json {
+    if args.list.output == Format::Json {
         return print_json(&list_json(&resp)?);
     }
-    if args.quiet {
+    if args.list.quiet {
         let mut out = std::io::stdout().lock();
         for c in &resp.containers {
             writeln!(out, "{}", c.id)?;
@@ -456,10 +455,10 @@ async fn ps(client: &CriClient, args: PsArgs) -> Result<()> {
 
 async fn pods(client: &CriClient, args: PodsArgs) -> Result<()> {
     let mut filter = PodSandboxFilter::new();
-    if let Some(id) = &args.id {
+    if let Some(id) = &args.list.id {
         filter.id = id.clone();
     }
-    filter.label_selector = parse_labels(&args.labels)?;
+    filter.label_selector = parse_labels(&args.list.labels)?;
     if let Some(s) = &args.state {
         let state = match s.to_ascii_lowercase().as_str() {
             "ready" => PodSandboxState::SANDBOX_READY,
@@ -474,7 +473,7 @@ async fn pods(client: &CriClient, args: PodsArgs) -> Result<()> {
     let mut req = ListPodSandboxRequest::new();
     req.filter = protobuf::MessageField::some(filter);
     let mut resp = client.list_pod_sandbox(&req).await.context("list pods")?;
-    if let Some(name) = &args.name {
+    if let Some(name) = &args.list.name {
         resp.items.retain(|p| name_matches(name, &p.metadata.name));
     }
     if let Some(ns) = &args.namespace {
@@ -482,14 +481,13 @@ async fn pods(client: &CriClient, args: PodsArgs) -> Result<()> {
             .retain(|p| name_matches(ns, &p.metadata.namespace));
     }
     resp.items.sort_by_key(|p| std::cmp::Reverse(p.created_at));
-    let keep = if args.latest { Some(1) } else { args.last };
-    if let Some(n) = keep {
+    if let Some(n) = args.list.keep() {
         resp.items.truncate(n);
     }
-    if args.output == Format::Json {
+    if args.list.output == Format::Json {
         return print_json(&list_json(&resp)?);
     }
-    if args.quiet {
+    if args.list.quiet {
         let mut out = std::io::stdout().lock();
         for p in &resp.items {
             writeln!(out, "{}", p.id)?;

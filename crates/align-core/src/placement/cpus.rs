@@ -106,22 +106,7 @@ fn pick_in_node(topo: &Topology, avail: &CpuSet, k: u32, whole_only: bool) -> Cp
     let mut out = CpuSet::new();
     let mut left = k;
     while left > 0 && !caps.is_empty() {
-        // Best fit: the smallest group that holds the rest keeps big groups whole for later.
-        let fit = caps
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, cap))| *cap >= left)
-            .min_by_key(|(_, (g, cap))| (*cap, *g))
-            .map(|(i, _)| i);
-        let i = match fit {
-            Some(i) => i,
-            None => caps
-                .iter()
-                .enumerate()
-                .max_by_key(|(_, (g, cap))| (*cap, std::cmp::Reverse(*g)))
-                .map_or(0, |(i, _)| i),
-        };
-        let (g, cap) = caps.swap_remove(i);
+        let (g, cap) = caps.swap_remove(best_fit(&caps, left));
         let take = left.min(cap);
         if take == 0 {
             break;
@@ -188,6 +173,24 @@ fn take_from_group(topo: &Topology, avail: &CpuSet, n: u32, whole_only: bool) ->
         }
     }
     out
+}
+
+/// Which of the L3 groups `caps` (group, CPUs it can give) to take from next, for `left` CPUs.
+/// Best fit: the smallest group that holds the rest keeps big groups whole for later; when
+/// none does, the largest (lowest id first), so the fewest groups are split.
+fn best_fit(caps: &[(u32, u32)], left: u32) -> usize {
+    let fit = caps
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, cap))| *cap >= left)
+        .min_by_key(|(_, (g, cap))| (*cap, *g))
+        .map(|(i, _)| i);
+    fit.unwrap_or_else(|| {
+        caps.iter()
+            .enumerate()
+            .max_by_key(|(_, (g, cap))| (*cap, std::cmp::Reverse(*g)))
+            .map_or(0, |(i, _)| i)
+    })
 }
 
 #[cfg(test)]

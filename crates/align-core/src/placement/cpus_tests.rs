@@ -1,5 +1,6 @@
 //! `pick` against the straightforward form it replaced (a map of L3 groups and every whole
-//! core collected before any is taken): the faster walk must choose the same CPUs.
+//! core collected before any is taken): the faster walk must choose the same CPUs. Both take
+//! the groups in [`best_fit`] order.
 
 use std::collections::BTreeMap;
 
@@ -48,21 +49,9 @@ fn reference_in_node(topo: &Topology, avail: &CpuSet, k: u32, whole_only: bool) 
     let mut out = CpuSet::new();
     let mut left = k;
     while left > 0 && !caps.is_empty() {
-        let fit = caps
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, cap))| *cap >= left)
-            .min_by_key(|(_, (g, cap))| (*cap, *g))
-            .map(|(i, _)| i);
-        let i = match fit {
-            Some(i) => i,
-            None => caps
-                .iter()
-                .enumerate()
-                .max_by_key(|(_, (g, cap))| (*cap, std::cmp::Reverse(*g)))
-                .map_or(0, |(i, _)| i),
-        };
-        let (g, cap) = caps.swap_remove(i);
+        // The group order is the one rule both forms share; what differs is how the groups
+        // and whole cores are collected.
+        let (g, cap) = caps.swap_remove(best_fit(&caps, left));
         let take = left.min(cap);
         if take == 0 {
             break;
