@@ -7,8 +7,10 @@
 //! cgroup: its `cgroup.procs` under the cgroup mount (the DaemonSet mounts the host's, without
 //! `hostPID`). There the kernel lists processes of other PID namespaces as `0`: the container
 //! is running and its cgroup cpuset is checked, but not its processes' affinity or devices,
-//! which the check says. A container it could not look for at all is `unknown`, never
-//! `not-running`: that would be an all-clear given without looking.
+//! which the check says. cgroup v1 leaves such processes out of `cgroup.procs` altogether: there
+//! an empty list, read from a PID namespace that is not the host's, says nothing. A container
+//! it could not look for at all is `unknown`, never `not-running`: that would be an all-clear
+//! given without looking.
 
 use std::path::{Path, PathBuf};
 
@@ -59,19 +61,37 @@ pub struct ContainerCheck {
 pub fn verify(doc: &StateDoc, root: &Path) -> Vec<ContainerCheck> {
     let procs = ProcIndex::read(root);
     let mounts = CgroupMounts::read(root);
+    let view = View {
+        procs: &procs,
+        mounts: &mounts,
+        nested_pidns: in_nested_pid_namespace(root),
+    };
     doc.containers
         .iter()
-        .map(|(id, rec)| check_one(id, rec, root, &procs, &mounts))
+        .map(|(id, rec)| check_one(id, rec, root, &view))
         .collect()
 }
 
-fn check_one(
-    id: &str,
-    rec: &Record,
-    root: &Path,
-    procs: &ProcIndex,
-    mounts: &CgroupMounts,
-) -> ContainerCheck {
+/// What this process can see of the host.
+struct View<'a> {
+    procs: &'a ProcIndex,
+    mounts: &'a CgroupMounts,
+    /// This process's PID namespace is not the host's (a pod without `hostPID`).
+    nested_pidns: bool,
+}
+
+/// Whether `proc/self` under `root` is in a PID namespace below the initial one: its `NSpid`
+/// line has one PID per namespace level. A tree without the line (an old kernel, a test
+/// fixture) counts as the host's.
+fn in_nested_pid_namespace(root: &Path) -> bool {
+    std::fs::read_to_string(root.join("proc/self/status"))
+        .ok()
+        .and_then(|s| status_field(&s, "NSpid:"))
+        .is_some_and(|v| v.split_whitespace().count() > 1)
+}
+
+fn check_one(id: &str, rec: &Record, root: &Path, view: &View) -> ContainerCheck {
+    let View { procs, mounts, .. } = *view;
     let a = &rec.assignment;
     let mut check = ContainerCheck {
         id: id.to_string(),
@@ -97,7 +117,7 @@ fn check_one(
     };
     check.pids = procs.pids_of(&key).to_vec();
     let first = check.pids.first().copied();
-    if first.is_none() && !look_in_cgroup(&mut check, &key, mounts) {
+    if first.is_none() && !look_in_cgroup(&mut check, &key, view) {
         return check;
     }
     check_cgroup(&mut check.problems, &key, first, procs, mounts, rec);
@@ -116,7 +136,7 @@ fn check_one(
 /// A container none of whose processes this /proc shows (no hostPID): whether its cgroup
 /// says it runs, in which case the cgroup's cpuset is still checked (`true`). Sets the verdict
 /// to unknown where it cannot look.
-fn look_in_cgroup(check: &mut ContainerCheck, key: &ContainerKey, mounts: &CgroupMounts) -> bool {
+fn look_in_cgroup(check: &mut ContainerCheck, key: &ContainerKey, view: &View) -> bool {
     let ContainerKey::Cgroup(cg) = key else {
         check.verdict = Verdict::Unknown;
         check
@@ -124,7 +144,7 @@ fn look_in_cgroup(check: &mut ContainerCheck, key: &ContainerKey, mounts: &Cgrou
             .push("no process of it in /proc and no cgroups path recorded to look in".into());
         return false;
     };
-    match cgroup_procs(mounts, cg) {
+    match cgroup_procs(view.mounts, cg) {
         Procs::Listed(n) if n > 0 => {
             check.unchecked.push(format!(
                 "{n} process(es) in its cgroup, none visible in this PID namespace (no \
@@ -132,7 +152,17 @@ fn look_in_cgroup(check: &mut ContainerCheck, key: &ContainerKey, mounts: &Cgrou
             ));
             true
         }
-        Procs::Listed(_) | Procs::NoCgroup => false,
+        Procs::EmptyV1 if view.nested_pidns => {
+            check.verdict = Verdict::Unknown;
+            check.unchecked.push(
+                "its cgroup exists, and cgroup v1 leaves processes of other PID namespaces out \
+                 of cgroup.procs: without the host's PID namespace (hostPID) whether it runs \
+                 cannot be told"
+                    .into(),
+            );
+            false
+        }
+        Procs::Listed(_) | Procs::EmptyV1 | Procs::NoCgroup => false,
         Procs::CannotLook(why) => {
             check.verdict = Verdict::Unknown;
             check.unchecked.push(why);
@@ -221,8 +251,10 @@ fn check_devices(problems: &mut Vec<String>, root: &Path, first: u32, rec: &Reco
 /// What a container's cgroup says of its processes.
 #[derive(Debug, PartialEq, Eq)]
 enum Procs {
-    /// `cgroup.procs` lists this many (those of other PID namespaces as `0`).
+    /// `cgroup.procs` lists this many (cgroup v2 lists those of other PID namespaces as `0`).
     Listed(usize),
+    /// cgroup v1's `cgroup.procs` lists none (it leaves other PID namespaces' out).
+    EmptyV1,
     /// The hierarchy is mounted and shows where the cgroup would be; it does not exist.
     NoCgroup,
     /// The cgroup could not be looked for: why.
@@ -254,7 +286,10 @@ fn cgroup_procs(mounts: &CgroupMounts, cg: &ContainerCgroup) -> Procs {
     };
     let path = dir.join("cgroup.procs");
     match std::fs::read_to_string(&path) {
-        Ok(text) => Procs::Listed(text.lines().filter(|l| !l.trim().is_empty()).count()),
+        Ok(text) => match text.lines().filter(|l| !l.trim().is_empty()).count() {
+            0 if !mount.v2 => Procs::EmptyV1,
+            n => Procs::Listed(n),
+        },
         // Removed between the two reads: the container just went.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Procs::NoCgroup,
         Err(e) => Procs::CannotLook(format!("{}: {e}", path.display())),
@@ -493,6 +528,40 @@ mod tests {
         pidns_host(t.path(), "", "2-3");
         let r = verify(&doc_at("abc", path), t.path());
         assert_eq!(r[0].verdict, Verdict::NotRunning);
+    }
+
+    #[test]
+    fn an_empty_v1_cgroup_seen_from_another_pid_namespace_is_unknown() {
+        let path = "/kubepods/pod1/abc";
+        let dir = "sys/fs/cgroup/cpuset/kubepods/pod1/abc";
+        for (nspid, verdict) in [
+            ("NSpid:\t4321\t7\n", Verdict::Unknown),
+            ("NSpid:\t7\n", Verdict::NotRunning),
+        ] {
+            let t = tempfile::tempdir().expect("tmp");
+            let root = t.path();
+            write(
+                root,
+                "proc/self/mountinfo",
+                "30 25 0:26 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n",
+            );
+            write(
+                root,
+                "proc/self/status",
+                &format!("Name:\tnri-align\n{nspid}"),
+            );
+            write(root, &format!("{dir}/cgroup.procs"), "");
+            write(root, &format!("{dir}/cpuset.cpus"), "2-3\n");
+            let r = verify(&doc_at("abc", path), root);
+            assert_eq!(r[0].verdict, verdict, "{nspid:?}: {:?}", r[0].unchecked);
+            if verdict == Verdict::Unknown {
+                assert!(
+                    r[0].unchecked[0].contains("hostPID"),
+                    "{:?}",
+                    r[0].unchecked
+                );
+            }
+        }
     }
 
     #[test]
