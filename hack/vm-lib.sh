@@ -13,7 +13,8 @@
 # Knobs (env): NRI_ALIGN_VM_HOST (description, default vm-2s4n), NRI_ALIGN_VM_FLAVOR (containerd
 # build, default sid), NRI_ALIGN_VM_BOOT_TIMEOUT (seconds until the guest says ready, 240),
 # NRI_ALIGN_VM_TRIES (boots tried when a guest hangs early, 3), NRI_ALIGN_VM_TIMEOUT (seconds
-# for one guest run, 900), NRI_ALIGN_VM_DEV_CHAR_LINKS (0: no /dev/char/195:N links to the GPU
+# for one guest run, 900; per runtime with --crio), NRI_ALIGN_VM_TCG_THREAD (single or multi, the
+# TCG threading; single), NRI_ALIGN_VM_DEV_CHAR_LINKS (0: no /dev/char/195:N links to the GPU
 # stand-ins, see hack/vm/guest-run; 1).
 
 VM_HOST_DESC="${NRI_ALIGN_VM_HOST:-vm-2s4n}"
@@ -171,7 +172,7 @@ vm_boot() {
     local run="$1"; shift
     local kver cmd_shares="" s tag rest path mode
     kver="$(vm_kernel_version)"
-    local -a qemu=(qemu-system-x86_64 -accel "tcg,thread=single" -nodefaults -display none -no-reboot
+    local -a qemu=(qemu-system-x86_64 -accel "tcg,thread=${NRI_ALIGN_VM_TCG_THREAD:-single}" -nodefaults -display none -no-reboot
         -monitor none -pidfile "$run/qemu.pid"
         -kernel "$KERNEL_DIR/boot/vmlinuz-$kver" -initrd "$run/initramfs.cpio")
     if [[ "${VM_SERIAL:-}" == stdio ]]; then
@@ -287,6 +288,19 @@ vm_down() {
 # $CRICTL), FAKE_NVML_LIB, TARGET_BIN_DIR and VM_TEST_BIN.
 vm_build() {
     local test="${1:-}"
+    # VM_PREBUILT_BIN_DIR and VM_PREBUILT_TEST_BIN (set by hack/test, which builds everything
+    # first): use those and run no cargo, so that a guest started beside `cargo test` does not
+    # wait for the build directory's lock, which cargo holds while the tests run.
+    if [[ -n "${VM_PREBUILT_BIN_DIR:-}" ]]; then
+        TARGET_BIN_DIR="$VM_PREBUILT_BIN_DIR"
+        NRI_ALIGN_BIN="$TARGET_BIN_DIR/nri-align"
+        FAKE_NVML_LIB="$TARGET_BIN_DIR/libfake_nvml.so"
+        CRICTL_BIN="${CRICTL:-$TARGET_BIN_DIR/nri-align-crictl}"
+        VM_TEST_BIN="${VM_PREBUILT_TEST_BIN:-}"
+        [[ -x "$NRI_ALIGN_BIN" && -f "$FAKE_NVML_LIB" ]] || die "VM_PREBUILT_BIN_DIR=$TARGET_BIN_DIR lacks nri-align or libfake_nvml.so"
+        [[ -z "$test" || -x "$VM_TEST_BIN" ]] || die "VM_PREBUILT_TEST_BIN='$VM_TEST_BIN' is not an executable"
+        return 0
+    fi
     command -v cargo >/dev/null || die "cargo not found: install the Rust toolchain first"
     (cd "$ROOT_DIR" && cargo build --locked -q -p nri-align -p cri-client -p fake-nvml) \
         || die "cargo build failed"
