@@ -372,6 +372,36 @@ impl NodeAgent {
 }
 
 impl Containerd {
+    /// containerd: `ctr images import` of [`super::UpOptions::images`] into the CRI namespace (the
+    /// archive's own reference annotation names the image, as hack/build-image wrote it).
+    pub(super) fn import_images(&self) -> HResult<()> {
+        let ctr = PathBuf::from(self.var("CONTAINERD_BIN_DIR")?).join("ctr");
+        let address = self.var("CONTAINERD_ADDRESS")?;
+        for (archive, reference) in &self.options.images {
+            let out = super::run_cmd(
+                Command::new(&ctr)
+                    .args([
+                        "--address",
+                        address,
+                        "--namespace",
+                        "k8s.io",
+                        "images",
+                        "import",
+                    ])
+                    .arg(archive),
+                "ctr images import",
+            )?;
+            if !out.status.success() {
+                return err(format!(
+                    "ctr images import {} ({reference}): {}",
+                    archive.display(),
+                    super::describe(&out)
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Runs a pod sandbox from a full CRI config (crictl's JSON), e.g. a privileged one.
     pub fn run_pod_value(&self, name: &str, config: &Value) -> HResult<Pod> {
         let path = self.config_file("pod", config)?;

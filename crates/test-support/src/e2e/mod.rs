@@ -300,36 +300,6 @@ impl Instance {
         Ok(())
     }
 
-    /// containerd: `ctr images import` of [`UpOptions::images`] into the CRI namespace (the
-    /// archive's own reference annotation names the image, as hack/build-image wrote it).
-    fn import_images(&self) -> HResult<()> {
-        let ctr = PathBuf::from(self.var("CONTAINERD_BIN_DIR")?).join("ctr");
-        let address = self.var("CONTAINERD_ADDRESS")?;
-        for (archive, reference) in &self.options.images {
-            let out = run_cmd(
-                Command::new(&ctr)
-                    .args([
-                        "--address",
-                        address,
-                        "--namespace",
-                        "k8s.io",
-                        "images",
-                        "import",
-                    ])
-                    .arg(archive),
-                "ctr images import",
-            )?;
-            if !out.status.success() {
-                return err(format!(
-                    "ctr images import {} ({reference}): {}",
-                    archive.display(),
-                    describe(&out)
-                ));
-            }
-        }
-        Ok(())
-    }
-
     /// Value from the instance's env file.
     pub fn var(&self, key: &str) -> HResult<&str> {
         self.env
