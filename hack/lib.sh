@@ -16,6 +16,23 @@ TEST_IMAGE="${TEST_IMAGE:-localhost/nri-align/busybox:1}"
 log() { printf '%s: %s\n' "$(basename "$0")" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# image_tag VERSION -> the image tag of an nri-align of that version (`nri-align --version`,
+# build.rs). A release (no pre-release part: `0.3.0+REVISION`) is tagged with its version alone,
+# the tag the kustomization names; any other build with its whole version, so that a change of
+# code changes the tag and `kubectl apply` rolls it out. The OCI distribution spec allows only
+# [A-Za-z0-9_.-] in a tag (`[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}`), so semver's `+` is written `_`,
+# as Helm does for chart versions in OCI registries: 0.4.0-dev+0123abcd4567 -> 0.4.0-dev_0123abcd4567.
+image_tag() {
+    local version="$1" tag
+    if [[ "${version%%+*}" == *-* ]]; then
+        tag="${version//+/_}"
+    else
+        tag="${version%%+*}"
+    fi
+    [[ "$tag" =~ ^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$ ]] || die "version '$version' makes no OCI tag ('$tag')"
+    printf '%s\n' "$tag"
+}
+
 # flavor_suite FLAVOR -> Debian suite providing that containerd.
 flavor_suite() {
     case "$1" in

@@ -155,7 +155,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 #[test]
-fn without_a_runtime_it_is_alive_and_not_ready_and_says_why() {
+fn without_a_runtime_it_is_alive_not_ready_says_why_and_ready_once_nri_is_clearly_off() {
     let d = Daemon::start(&[]);
     let (code, body) = wait_probe(&d.addr, "/healthz", 200, Duration::from_secs(10));
     assert_eq!((code, body.as_str()), (200, "ok\n"));
@@ -178,6 +178,21 @@ fn without_a_runtime_it_is_alive_and_not_ready_and_says_why() {
                 && l.contains(&format!("revision=\"{}\"", env!("NRI_ALIGN_GIT_REVISION")))),
         "{m}"
     );
+    // Still no socket after the grace period: NRI is off here, and the DaemonSet's rollout
+    // must not wait for this node. Ready, degraded with the socket's path; the connection
+    // gauge still 0 for alerts.
+    let (code, body) = wait_probe(&d.addr, "/readyz", 200, Duration::from_secs(45));
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.starts_with("ready: NRI is off on this node")
+            && body
+                .lines()
+                .any(|l| l.starts_with("degraded: nri: socket missing: ")
+                    && l.contains("no-runtime.sock")),
+        "{body}"
+    );
+    let m = scrape(&d.addr).expect("metrics");
+    assert_eq!(metric(&m, "nri_align_runtime_connected"), Some(0.0), "{m}");
 }
 
 #[test]

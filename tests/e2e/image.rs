@@ -1,14 +1,17 @@
-//! The container image, run the way the DaemonSet runs it. `hack/build-image`
-//! packs this test's nri-align binary into an OCI archive, `ctr images import` loads it into a
-//! real containerd (2.1), and CRI runs it as a privileged container with the DaemonSet's
-//! arguments, environment, security settings and every one of its mounts (read from
-//! packaging/kubernetes/daemonset.yaml; each hostPath stands in for the node's directory, the
-//! ConfigMap is laid out the way the kubelet writes one). The containerized nri-align dials that
-//! containerd's NRI socket through the mount, registers, and places a container created after
+//! The container image, run the way the DaemonSet runs it, on containerd 2.1 and on CRI-O.
+//! `hack/build-image` packs this test's nri-align binary into an OCI archive, the runtime imports
+//! it (`ctr images import`; CRI-O's copyimg through hack/crio-up), and CRI runs it with the
+//! DaemonSet's arguments, environment, security context and every one of its mounts, read from
+//! the kustomization as `kubectl kustomize` renders it (each hostPath stands in for the node's
+//! directory, the ConfigMap is laid out the way the kubelet writes one; the securityContext is
+//! translated to CRI as the kubelet does: no privilege, every capability dropped, no_new_privs,
+//! the runtime's default seccomp profile, a read-only root). The containerized nri-align dials
+//! the runtime's NRI socket through the mount, registers, and places a container created after
 //! it, as seen from inside that container; its decision lands in the state dir on the host. The
 //! probes the DaemonSet declares answer through the host network as the kubelet would call
-//! them, `--version` in the image names the revision of its label, and swapping the ConfigMap's
-//! `..data` as the kubelet does reloads the configuration without a restart or a signal.
+//! them, `--version` in the image names the revision of its label, swapping the ConfigMap's
+//! `..data` as the kubelet does reloads the configuration without a restart or a signal, and
+//! the running daemon holds no capability, not even in its bounding set.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -20,8 +23,8 @@ use test_support::e2e;
 use serde_json::{json, Value};
 use test_support::e2e::daemonset::{Mount, NodeAgent, Source};
 use test_support::e2e::{
-    log_events, metric, nri_align_bin, repo_root, scrape, skip_unless_root, status_field,
-    wait_probe, wait_until, ContainerSpec, Containerd, Flavor, PodSpec,
+    log_events, metric, nri_align_bin, repo_root, scrape, skip_unless_ready, status_field,
+    wait_probe, wait_until, ContainerSpec, Instance, PodSpec, Runtime, UpOptions,
 };
 
 const MIB: i64 = 1 << 20;
@@ -70,7 +73,7 @@ fn swap_configmap(dir: &Path, data: &[(String, String)]) {
 
 /// What stands in for each of the manifest's mounts on this test host. A hostPath this test
 /// does not know fails the test: a mount added to the DaemonSet must be added here too.
-fn stand_in(m: &Mount, ctrd: &Containerd, work: &Path, metrics: &str) -> PathBuf {
+fn stand_in(m: &Mount, ctrd: &Instance, work: &Path, metrics: &str) -> PathBuf {
     match &m.source {
         Source::HostPath(p) => match p.as_str() {
             // The instance's private NRI socket directory (its socket is nri.sock too).
@@ -79,7 +82,7 @@ fn stand_in(m: &Mount, ctrd: &Containerd, work: &Path, metrics: &str) -> PathBuf
                 .parent()
                 .expect("socket dir")
                 .to_path_buf(),
-            "/sys" | "/sys/fs/cgroup" | "/dev" => PathBuf::from(p),
+            "/sys/fs/cgroup" | "/dev" => PathBuf::from(p),
             "/var/lib/nri-align" => work.join("state"),
             // No kubelet here: its directory when a kubelet runs, else an empty stand-in.
             "/var/lib/kubelet/pod-resources" if Path::new(p).is_dir() => PathBuf::from(p),
@@ -123,24 +126,40 @@ fn proc_status(pid: u64, key: &str) -> Option<String> {
     status_field(&text, key)
 }
 
-#[test]
-fn image_runs_as_the_daemonset_runs_it_and_places_containers() {
-    let test = "image_runs_as_the_daemonset_runs_it_and_places_containers";
-    if skip_unless_root(test) {
+/// One test per runtime the DaemonSet is meant for: containerd 2.1 and CRI-O.
+mod image_runs_as_the_daemonset_runs_it_and_places_containers {
+    use test_support::e2e::Runtime;
+
+    #[test]
+    fn containerd_2_1() {
+        super::image_suite(Runtime::CONTAINERD_2_1);
+    }
+
+    #[test]
+    fn crio() {
+        super::image_suite(Runtime::Crio);
+    }
+}
+
+fn image_suite(runtime: Runtime) {
+    let test = format!(
+        "image_runs_as_the_daemonset_runs_it_and_places_containers::{}",
+        runtime.name()
+    );
+    let test = test.as_str();
+    if skip_unless_ready(runtime, test) {
         return;
     }
+    // The DaemonSet as `kubectl kustomize packaging/kubernetes` renders it (its files where no
+    // kubectl is installed): security context, mounts, arguments and image reference.
     let agent = NodeAgent::load().expect("the DaemonSet parses");
-    let ctrd = Containerd::fresh(Flavor::Sid, "e2e-image").expect("containerd comes up");
-    let cri = ctrd.cri();
-    let work = ctrd.dir().join("image-test");
-    let _ = fs::remove_dir_all(&work);
-    fs::create_dir_all(&work).expect("mkdir work");
 
     // 1. The image, from this test's own binary (the release build is the same code;
     // NRI_ALIGN_IMAGE_BINARY=target/release/nri-align tests that one), under the DaemonSet's
-    // reference.
+    // reference, imported by the runtime as it comes up.
     let t0 = Instant::now();
-    let archive = work.join("nri-align.oci.tar");
+    let scratch = tempfile::tempdir().expect("tmp");
+    let archive = scratch.path().join("nri-align.oci.tar");
     let binary = std::env::var_os("NRI_ALIGN_IMAGE_BINARY")
         .map(PathBuf::from)
         .unwrap_or_else(nri_align_bin);
@@ -155,20 +174,19 @@ fn image_runs_as_the_daemonset_runs_it_and_places_containers() {
     );
     let built = t0.elapsed();
     let t1 = Instant::now();
-    let ctr = PathBuf::from(ctrd.var("CONTAINERD_BIN_DIR").expect("bin dir")).join("ctr");
-    run(
-        Command::new(&ctr)
-            .args([
-                "--address",
-                ctrd.var("CONTAINERD_ADDRESS").expect("address"),
-            ])
-            .args(["--namespace", "k8s.io", "images", "import"])
-            .arg(&archive),
-        "ctr images import",
-    );
+    let options = UpOptions {
+        images: vec![(archive.clone(), agent.image.clone())],
+        ..UpOptions::default()
+    };
+    let ctrd = Instance::fresh_with(runtime, "e2e-image", options).expect("runtime comes up");
+    let cri = ctrd.cri();
+    let work = ctrd.dir().join("image-test");
+    let _ = fs::remove_dir_all(&work);
+    fs::create_dir_all(&work).expect("mkdir work");
     eprintln!(
-        "{test}: image built in {built:?} ({} MiB), imported in {:?}",
+        "{test}: image built in {built:?} ({} MiB); {} up with it imported in {:?}",
         fs::metadata(&archive).map(|m| m.len() >> 20).unwrap_or(0),
+        runtime.name(),
         t1.elapsed()
     );
 
@@ -178,9 +196,14 @@ fn image_runs_as_the_daemonset_runs_it_and_places_containers() {
             .expect("inspecti JSON");
     let config = &image["info"]["imageSpec"]["config"];
     let labels = &config["Labels"];
+    // The version label is the binary's whole version (`0.4.0-dev+REVISION` between releases).
+    let binary_version = run(
+        Command::new(&binary).arg("--version"),
+        "nri-align --version",
+    );
     assert_eq!(
-        labels["org.opencontainers.image.version"],
-        env!("CARGO_PKG_VERSION"),
+        labels["org.opencontainers.image.version"].as_str(),
+        binary_version.strip_prefix("nri-align "),
         "{image}"
     );
     assert_eq!(labels["org.opencontainers.image.licenses"], "Apache-2.0");
@@ -227,21 +250,16 @@ fn image_runs_as_the_daemonset_runs_it_and_places_containers() {
         })
         .collect();
     assert!(agent.host_network, "the DaemonSet uses the host network");
-    let mut security = json!({
-        "privileged": agent.privileged,
-        "readonly_rootfs": agent.readonly_rootfs,
-        // NamespaceMode: CONTAINER = 1, NODE = 2.
-        "namespace_options": {"network": 2, "pid": if agent.host_pid { 2 } else { 1 }},
-    });
-    if let Some(uid) = agent.run_as_user {
-        security["run_as_user"] = json!({"value": uid});
-    }
-    if let Some(gid) = agent.run_as_group {
-        security["run_as_group"] = json!({"value": gid});
-    }
+    // The rendered securityContext, translated as the kubelet does (capabilities, no_new_privs,
+    // seccomp, user, read-only root).
+    let security = agent
+        .cri_security_context()
+        .expect("the securityContext translates to CRI");
+    eprintln!("{test}: security context {security}");
     let container = json!({
         "metadata": {"name": "nri-align", "attempt": 0},
-        "image": {"image": agent.image},
+        // As the kubelet sends it (CRI-O checks its signature policy against the latter).
+        "image": {"image": agent.image, "user_specified_image": agent.image},
         "args": agent.args,
         "envs": envs,
         "mounts": mounts,
@@ -436,8 +454,9 @@ fn image_runs_as_the_daemonset_runs_it_and_places_containers() {
         logs()
     );
 
-    // 5. The running daemon: no capability left although privileged, and its memory (the
-    // DaemonSet's requests and limits are set from this).
+    // 5. The running daemon: the security context took effect (no capability, not even in
+    // the bounding set; no_new_privs; a seccomp filter), and its memory (the DaemonSet's
+    // requests and limits are set from this).
     let info = cri.inspect(&agent_id).expect("inspect nri-align");
     let pid = info["info"]["pid"].as_u64().expect("pid of nri-align");
     let threads: BTreeMap<String, String> = fs::read_dir(format!("/proc/{pid}/task"))
@@ -458,6 +477,23 @@ fn image_runs_as_the_daemonset_runs_it_and_places_containers() {
         main_caps, "0000000000000000",
         "main thread keeps capabilities"
     );
+    let dropped_all = security["capabilities"]["drop_capabilities"]
+        .as_array()
+        .is_some_and(|d| d.iter().any(|c| c == "ALL"));
+    if dropped_all {
+        assert_eq!(
+            proc_status(pid, "CapBnd").as_deref(),
+            Some("0000000000000000"),
+            "the bounding set keeps capabilities"
+        );
+    }
+    if security["no_new_privs"] == json!(true) {
+        assert_eq!(proc_status(pid, "NoNewPrivs").as_deref(), Some("1"));
+    }
+    if security.get("seccomp").is_some() {
+        // 2: a seccomp filter (the runtime's default profile) is in force.
+        assert_eq!(proc_status(pid, "Seccomp").as_deref(), Some("2"));
+    }
     let workers_with_caps: Vec<_> = threads
         .iter()
         .filter(|(_, c)| c.as_str() != "0000000000000000")

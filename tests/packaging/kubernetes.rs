@@ -3,23 +3,39 @@
 //! kubernetes-validate from PyPI, pinned, in a venv under .cache/), and a broken copy does not;
 //! the kustomization lists exactly the resource files (and `kubectl kustomize`, where a kubectl
 //! is installed, renders exactly them); the DaemonSet has what a node agent needs and agrees with
-//! the ConfigMap's config, the image version and the mounts the image test runs with.
+//! the ConfigMap's config, the image version and the mounts the image test runs with; the
+//! rendered DaemonSet is unprivileged and opt-in (kubernetes_security.rs), and the GPU
+//! component adds NVML's devices on GPU nodes only.
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::process::Command;
 
 use serde_json::{json, Value};
-use test_support::e2e::daemonset::{load_documents, load_one, manifests_dir, NodeAgent, Source};
+use test_support::e2e::daemonset::{
+    load_documents, load_one, manifests_dir, render, unrendered, NodeAgent, Source,
+};
 use test_support::e2e::repo_root;
 
-fn resource_files() -> BTreeSet<String> {
-    fs::read_dir(manifests_dir())
+/// The resource files of `dir` (relative to packaging/kubernetes; "" for itself).
+fn resource_files_in(dir: &str) -> BTreeSet<String> {
+    fs::read_dir(manifests_dir().join(dir))
         .expect("packaging/kubernetes")
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
         .collect()
+}
+
+/// The base's resource files: its own and its DaemonSet directory's.
+fn resource_files() -> BTreeSet<String> {
+    let mut files = resource_files_in("");
+    files.extend(
+        resource_files_in("daemonset")
+            .into_iter()
+            .map(|f| format!("daemonset/{f}")),
+    );
+    files
 }
 
 /// hack/kube-validate on `files`, against `versions` (None: the script's default list).
@@ -51,7 +67,7 @@ fn manifests_validate_against_the_kubernetes_schemas() {
 
     // The validator rejects what the API server would: a misspelt field, a wrong type.
     let dir = tempfile::tempdir().expect("tmp");
-    let text = fs::read_to_string(manifests_dir().join("daemonset.yaml")).expect("read");
+    let text = fs::read_to_string(manifests_dir().join("daemonset/daemonset.yaml")).expect("read");
     for (what, broken) in [
         (
             "unknown field",
@@ -87,14 +103,30 @@ fn kustomization_lists_every_resource_file() {
         .iter()
         .filter_map(|r| r.as_str().map(str::to_string))
         .collect();
-    assert_eq!(listed, resource_files());
+    // The files beside it, and the DaemonSet's directory (a kustomization of its own, so that
+    // components/gpu can make its DaemonSet from the same file), which lists all of its files.
+    let mut want = resource_files_in("");
+    want.insert("daemonset".into());
+    assert_eq!(listed, want);
+    let sub = load_one("daemonset/kustomization.yaml", "Kustomization").expect("daemonset/");
+    let sub_listed: BTreeSet<String> = sub["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|r| r.as_str().map(str::to_string))
+        .collect();
+    assert_eq!(sub_listed, resource_files_in("daemonset"));
 
     // Every namespaced object already names the namespace, so kustomize's namespace
     // transformer changes nothing and `kubectl apply -f` of one file means the same.
-    let mut objects = Vec::new();
-    for f in &listed {
-        objects.extend(load_documents(f).expect("parse"));
-    }
+    let objects = unrendered().expect("the resource files parse");
+    assert_eq!(
+        objects.len(),
+        resource_files()
+            .iter()
+            .map(|f| load_documents(f).expect("parse").len())
+            .sum::<usize>()
+    );
     for o in &objects {
         let cluster_scoped = matches!(
             o["kind"].as_str(),
@@ -107,24 +139,10 @@ fn kustomization_lists_every_resource_file() {
 
     // The real kustomize (built into kubectl) renders exactly these objects, where installed.
     // kubectl is no dependency of the project; without it the listing check above stands.
-    let Ok(out) = Command::new("kubectl")
-        .args(["kustomize"])
-        .arg(manifests_dir())
-        .output()
-    else {
+    let Some(rendered) = render(&[]).expect("kubectl kustomize") else {
         eprintln!("kubectl not installed: kustomize rendering not compared");
         return;
     };
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut rendered = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_slice(&out.stdout) {
-        let v: Value = serde::Deserialize::deserialize(doc).expect("kustomize output");
-        rendered.push(v);
-    }
     let key = |v: &Value| format!("{}/{}", v["kind"], v["metadata"]["name"]);
     let mut want: Vec<_> = objects.iter().map(|o| (key(o), o.clone())).collect();
     let mut got: Vec<_> = rendered.iter().map(|o| (key(o), o.clone())).collect();
@@ -149,16 +167,20 @@ fn daemonset_is_a_node_agent_that_matches_config_image_and_image_test() {
         agent.daemonset["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"].is_number()
     );
 
-    // The image is this version's.
+    // The image is this version's, in the DaemonSet's file and in the kustomization's
+    // `images` (which sets the rendered tag).
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(agent.image, format!("localhost/nri-align:{version}"));
+    let k = load_one("kustomization.yaml", "Kustomization").expect("kustomization");
     assert_eq!(
-        agent.image,
-        format!("localhost/nri-align:{}", env!("CARGO_PKG_VERSION"))
+        k["images"],
+        json!([{"name": "localhost/nri-align", "newTag": version}])
     );
-
-    // uid 0 and privileged, for the reasons in docs/install.md; the image alone is not root.
-    assert!(agent.privileged);
-    assert_eq!(agent.run_as_user, Some(0));
-    assert!(agent.readonly_rootfs);
+    let file = load_one("daemonset/daemonset.yaml", "DaemonSet").expect("daemonset");
+    assert_eq!(
+        file["spec"]["template"]["spec"]["containers"][0]["image"],
+        json!(format!("localhost/nri-align:{version}"))
+    );
 
     // The mounts the image test stands in for, each with its access.
     let mounts: Vec<(String, String, bool)> = agent
@@ -173,8 +195,7 @@ fn daemonset_is_a_node_agent_that_matches_config_image_and_image_test() {
         })
         .collect();
     let want: Vec<(String, String, bool)> = [
-        ("/var/run/nri", "/var/run/nri", false),
-        ("/sys", "/sys", true),
+        ("/var/run/nri", "/var/run/nri", true),
         ("/sys/fs/cgroup", "/sys/fs/cgroup", false),
         ("/dev", "/dev", true),
         ("/var/lib/nri-align", "/var/lib/nri-align", false),
@@ -281,40 +302,6 @@ fn rbac_grants_the_node_resource_topology_verbs_to_the_service_account() {
     );
 }
 
-/// `kubectl kustomize` of an overlay (outside the repository, as an operator's is).
-fn kustomize_overlay(text: &str) -> Option<Vec<Value>> {
-    let dir = tempfile::tempdir().expect("tmp");
-    // kustomize takes relative paths only: from the overlay up to `/`, then down to the repo.
-    let up = "../".repeat(dir.path().components().count() - 1);
-    let repo = format!(
-        "{up}{}",
-        repo_root().display().to_string().trim_start_matches('/')
-    );
-    fs::write(
-        dir.path().join("kustomization.yaml"),
-        text.replace("REPO", &repo),
-    )
-    .expect("write overlay");
-    let Ok(out) = Command::new("kubectl")
-        .args(["kustomize"])
-        .arg(dir.path())
-        .output()
-    else {
-        eprintln!("kubectl not installed: kustomize rendering not checked");
-        return None;
-    };
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(
-        serde_yaml_ng::Deserializer::from_slice(&out.stdout)
-            .map(|doc| serde::Deserialize::deserialize(doc).expect("kustomize output"))
-            .collect(),
-    )
-}
-
 /// The optional component adds the NodeResourceTopology CRD, unchanged and without a
 /// namespace (it is cluster-scoped), to exactly what the kustomization renders without it;
 /// the component's files validate against the schemas like the rest.
@@ -332,19 +319,11 @@ fn the_nrt_crd_component_adds_the_crd_and_nothing_else() {
         load_one("components/nrt-crd/kustomization.yaml", "Component").expect("component");
     assert_eq!(component["resources"], json!(["../../crd"]));
 
-    let Some(with) = kustomize_overlay(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-         resources: [REPO/packaging/kubernetes]\n\
-         components: [REPO/packaging/kubernetes/components/nrt-crd]\n",
-    ) else {
+    let Some(with) = render(&["components/nrt-crd"]).expect("kustomize") else {
+        eprintln!("kubectl not installed: kustomize rendering not checked");
         return;
     };
-    let Some(without) = kustomize_overlay(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-         resources: [REPO/packaging/kubernetes]\n",
-    ) else {
-        return;
-    };
+    let without = render(&[]).expect("kustomize").expect("rendered");
     let (crds, rest): (Vec<Value>, Vec<Value>) = with
         .into_iter()
         .partition(|o| o["kind"] == "CustomResourceDefinition");
@@ -357,4 +336,63 @@ fn the_nrt_crd_component_adds_the_crd_and_nothing_else() {
         crds[0]["metadata"]
     );
     assert_eq!(crds[0]["spec"], crd["spec"], "the CRD as upstream ships it");
+}
+
+/// `image_tag` of hack/lib.sh (hack/build-image's and hack/release's tag) for `version`.
+fn image_tag(version: &str) -> std::process::Output {
+    Command::new("bash")
+        .arg("-c")
+        .arg("source \"$1/hack/lib.sh\" && image_tag \"$2\"")
+        .arg("image_tag")
+        .arg(repo_root())
+        .arg(version)
+        .output()
+        .expect("run bash")
+}
+
+/// The image tag is the version: this build's whole version (`+` written `_`, the only
+/// character of a semver an OCI tag refuses), and for a release the version alone, which is
+/// the kustomization's tag.
+#[test]
+fn the_image_tag_is_the_version() {
+    let out = Command::new(env!("CARGO_BIN_EXE_nri-align"))
+        .arg("--version")
+        .output()
+        .expect("nri-align --version");
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let version = line.strip_prefix("nri-align ").expect("version line");
+    let (core, revision) = version.split_once('+').expect("build metadata");
+    let tag = |v: &str| {
+        let out = image_tag(v);
+        assert!(
+            out.status.success(),
+            "{v}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let oci_tag = |t: &str| {
+        t.len() <= 128
+            && t.bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+    };
+    let this = tag(version);
+    assert!(oci_tag(&this), "{this}");
+    if core.contains('-') {
+        // Between releases: the whole version, so another revision is another tag.
+        assert_eq!(this, format!("{core}_{revision}"));
+        assert_ne!(this, env!("CARGO_PKG_VERSION"));
+    } else {
+        assert_eq!(this, core);
+    }
+    // The release of this package (what NRI_ALIGN_RELEASE=1 builds) is tagged as the
+    // kustomization says.
+    let release = tag(&format!("{}+{revision}", env!("CARGO_PKG_VERSION")));
+    let k = load_one("kustomization.yaml", "Kustomization").expect("kustomization");
+    assert_eq!(k["images"][0]["newTag"], json!(release));
+    // A version no tag can carry is refused, not mangled.
+    assert!(!image_tag("0.4.0-dev+a b").status.success());
 }

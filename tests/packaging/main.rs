@@ -4,5 +4,6 @@
 mod cli_conventions;
 mod doc_paths;
 mod kubernetes;
+mod kubernetes_security;
 mod monitoring;
 mod systemd;

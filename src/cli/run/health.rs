@@ -17,7 +17,7 @@ use std::time::Duration;
 use sd_notify::NotifyState;
 use tokio::sync::watch;
 
-use crate::enforce::nri::LinkWatch;
+use crate::enforce::nri::{Link, LinkWatch};
 use crate::metrics::{serve, Health, Metrics, ServeLimits};
 use crate::nrt::PublishStatus;
 
@@ -26,6 +26,40 @@ const BEAT_EVERY: Duration = Duration::from_secs(1);
 /// How long the heartbeat waits for the engine lock before counting a missed beat.
 const ENGINE_WAIT: Duration = Duration::from_secs(2);
 
+/// How long the NRI socket must have been missing, with no registration since start, before
+/// `/readyz` takes the node for one where NRI is off and answers 200 (degraded). A runtime
+/// restart removes and recreates the socket within seconds; a runtime with NRI off never makes
+/// one, and a DaemonSet pod there that never turned ready would hold the rollout's one
+/// unavailable slot for ever. The connection gauge, the log and systemd still say not
+/// connected: only the kubelet's readiness changes.
+pub const NRI_OFF_READY_AFTER: Duration = Duration::from_secs(30);
+
+/// Whether `link` looks like a node where NRI is off: no socket, never registered since start.
+/// A socket lost after a registration is the runtime going away, which readiness reports.
+fn nri_off(link: &Link) -> bool {
+    link.socket_missing && link.registrations == 0 && !link.ready
+}
+
+/// What `/readyz` says for `link`, with NRI off for `off_for` (see [`nri_off`]): readiness, its
+/// line, and the `nri` degraded line.
+fn readiness(link: &Link, off_for: Option<Duration>) -> (bool, String, Option<String>) {
+    match off_for {
+        Some(d) if d >= NRI_OFF_READY_AFTER => (
+            true,
+            "NRI is off on this node, nothing is aligned here (ready only so that a rollout \
+             does not wait for this node; nri_align_runtime_connected is 0)"
+                .into(),
+            Some(
+                link.description
+                    .strip_prefix("nri: ")
+                    .unwrap_or(&link.description)
+                    .to_string(),
+            ),
+        ),
+        _ => (link.ready, link.description.clone(), None),
+    }
+}
+
 /// Sends `states` to systemd, when it is listening; a failure is logged, never fatal.
 fn notify(states: &[NotifyState<'_>]) {
     if let Err(e) = sd_notify::notify(states) {
@@ -33,8 +67,9 @@ fn notify(states: &[NotifyState<'_>]) {
     }
 }
 
-/// Follows the runtime connection until the stub is gone: readiness, the connection gauge
-/// and counter, and systemd's `READY=1` (once) and `STATUS=`.
+/// Follows the runtime connection until the stub is gone: readiness (ready also on a node where
+/// NRI is off, after [`NRI_OFF_READY_AFTER`]), the connection gauge and counter, and systemd's
+/// `READY=1` (once, when registered) and `STATUS=`.
 pub fn spawn_link_follower(
     mut link: LinkWatch,
     health: Arc<Health>,
@@ -43,8 +78,13 @@ pub fn spawn_link_follower(
     tokio::spawn(async move {
         let mut told_ready = false;
         let mut state = link.current();
+        let mut off_since: Option<tokio::time::Instant> = None;
         loop {
-            health.set_readiness(state.ready, state.description.clone());
+            off_since =
+                nri_off(&state).then(|| off_since.unwrap_or_else(tokio::time::Instant::now));
+            let (ready, line, nri) = readiness(&state, off_since.map(|t| t.elapsed()));
+            health.set_readiness(ready, line);
+            health.set_degraded("nri", nri);
             metrics.set_runtime_link(state.ready, state.registrations);
             // One line: a newline would end the STATUS= assignment.
             let line = state.description.replace('\n', " ");
@@ -55,7 +95,18 @@ pub fn spawn_link_follower(
             } else {
                 notify(&[status]);
             }
-            match link.changed().await {
+            // While NRI looks off but not yet for long enough, wake when it has been.
+            let due = off_since
+                .map(|t| t + NRI_OFF_READY_AFTER)
+                .filter(|due| *due > tokio::time::Instant::now());
+            let next = match due {
+                Some(due) => tokio::select! {
+                    next = link.changed() => next,
+                    () = tokio::time::sleep_until(due) => Some(state.clone()),
+                },
+                None => link.changed().await,
+            };
+            match next {
                 Some(next) => state = next,
                 None => return,
             }
@@ -215,6 +266,46 @@ pub fn notify_stopping() {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};
+
+    fn link(socket_missing: bool, registrations: u64) -> Link {
+        Link {
+            ready: false,
+            stopped: false,
+            registrations,
+            description: "nri: socket missing: /var/run/nri/nri.sock (is NRI enabled in the \
+                          runtime?), 4 failed attempt(s)"
+                .into(),
+            without_synchronize: false,
+            runtime_name: None,
+            socket_missing,
+        }
+    }
+
+    /// A node where NRI is off turns ready (degraded, saying why) once the socket has been
+    /// missing for the grace period since start; before, and on any other failure, readiness
+    /// is the connection's.
+    #[test]
+    fn nri_off_is_ready_and_degraded_only_after_the_grace_and_never_after_a_registration() {
+        let off = link(true, 0);
+        assert!(nri_off(&off));
+        let (ready, line, nri) = readiness(&off, Some(NRI_OFF_READY_AFTER / 2));
+        assert!(!ready && nri.is_none());
+        assert_eq!(line, off.description);
+        let (ready, line, nri) = readiness(&off, Some(NRI_OFF_READY_AFTER));
+        assert!(ready, "{line}");
+        assert!(line.starts_with("NRI is off on this node"), "{line}");
+        assert_eq!(
+            nri.as_deref(),
+            off.description.strip_prefix("nri: "),
+            "the degraded line names the socket"
+        );
+        // The runtime went away after a registration, or the socket exists but refuses: the
+        // connection's own readiness.
+        assert!(!nri_off(&link(true, 1)));
+        assert!(!nri_off(&link(false, 0)));
+        let (ready, _, nri) = readiness(&link(false, 0), None);
+        assert!(!ready && nri.is_none());
+    }
 
     /// The endpoints answer from their own thread: here no event loop runs at all (a plain
     /// test thread that blocks), and `/healthz` says the heartbeat stopped.

@@ -61,6 +61,8 @@ pub struct Link {
     pub without_synchronize: bool,
     /// The runtime's name as Configure gave it (`containerd`, `cri-o`), once configured.
     pub runtime_name: Option<String>,
+    /// The last attempt found no socket at the endpoint (NRI off, or the runtime not running).
+    pub socket_missing: bool,
 }
 
 impl From<&LinkState> for Link {
@@ -73,6 +75,7 @@ impl From<&LinkState> for Link {
             without_synchronize: s.is_ready()
                 && s.phase == nri_protocol::stub::LinkPhase::Configured,
             runtime_name: s.runtime.as_ref().map(|r| r.name.clone()),
+            socket_missing: s.socket_missing,
         }
     }
 }

@@ -1,10 +1,13 @@
 //! The DaemonSet of `packaging/kubernetes/` read as the node agent it describes: image,
-//! arguments, environment, security settings and every volume mount with its source. The image
-//! test (tests/e2e/image.rs) runs the image through CRI from exactly this, and the manifest test
-//! (tests/packaging/kubernetes.rs) checks it, so the manifest and what was proven cannot drift.
+//! arguments, environment, security context and every volume mount with its source, from the
+//! kustomization as `kubectl kustomize` renders it (with components, for the GPU one). The
+//! image test (tests/e2e/image.rs) runs the image through CRI from exactly this, and the
+//! manifest test (tests/packaging/kubernetes.rs) checks it, so the manifest and what was proven
+//! cannot drift.
 
 use std::fs;
 use std::path::PathBuf;
+use std::process::Command;
 
 use serde_json::{json, Value};
 
@@ -40,6 +43,91 @@ pub fn load_one(file: &str, kind: &str) -> HResult<Value> {
     match found.len() {
         1 => Ok(found.remove(0)),
         n => err(format!("{file}: {n} documents of kind {kind}, want 1")),
+    }
+}
+
+/// The objects `kubectl kustomize` renders for `packaging/kubernetes` with `components` (paths
+/// relative to it, e.g. `components/gpu`), through an overlay outside the repository as an
+/// operator's is. `Ok(None)` when no kubectl is installed (it is no dependency of the
+/// project); any other failure is an error.
+pub fn render(components: &[&str]) -> HResult<Option<Vec<Value>>> {
+    let dir = tempfile::tempdir().map_err(|e| HarnessError(format!("tempdir: {e}")))?;
+    // kustomize takes relative paths only: from the overlay up to `/`, then down to the repo.
+    let up = "../".repeat(dir.path().components().count().saturating_sub(1));
+    let base = format!(
+        "{up}{}",
+        manifests_dir()
+            .display()
+            .to_string()
+            .trim_start_matches('/')
+    );
+    let mut text = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{base}]\n"
+    );
+    if !components.is_empty() {
+        let list: Vec<String> = components.iter().map(|c| format!("{base}/{c}")).collect();
+        text.push_str(&format!("components: [{}]\n", list.join(", ")));
+    }
+    fs::write(dir.path().join("kustomization.yaml"), text)
+        .map_err(|e| HarnessError(format!("write overlay: {e}")))?;
+    let out = match Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir.path())
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return err(format!("run kubectl kustomize: {e}")),
+    };
+    if !out.status.success() {
+        return err(format!(
+            "kubectl kustomize: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let mut objects = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_slice(&out.stdout) {
+        let v: Value = serde::Deserialize::deserialize(doc)
+            .map_err(|e| HarnessError(format!("kustomize output: {e}")))?;
+        if !v.is_null() {
+            objects.push(v);
+        }
+    }
+    Ok(Some(objects))
+}
+
+/// The resource files of the kustomization read as they are, for hosts without kubectl: the
+/// same objects as the rendering without components (the manifest test compares them where
+/// kubectl is installed).
+pub fn unrendered() -> HResult<Vec<Value>> {
+    let k = load_one("kustomization.yaml", "Kustomization")?;
+    let mut objects = Vec::new();
+    for r in k["resources"].as_array().cloned().unwrap_or_default() {
+        let r = r.as_str().unwrap_or_default();
+        if manifests_dir().join(r).is_dir() {
+            let sub = load_one(&format!("{r}/kustomization.yaml"), "Kustomization")?;
+            for f in sub["resources"].as_array().cloned().unwrap_or_default() {
+                objects.extend(load_documents(&format!(
+                    "{r}/{}",
+                    f.as_str().unwrap_or_default()
+                ))?);
+            }
+        } else {
+            objects.extend(load_documents(r)?);
+        }
+    }
+    Ok(objects)
+}
+
+/// The one object of `kind` named `name` among `objects`.
+pub fn find_object<'a>(objects: &'a [Value], kind: &str, name: &str) -> HResult<&'a Value> {
+    let found: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .collect();
+    match found.as_slice() {
+        [one] => Ok(one),
+        other => err(format!("{} objects {kind}/{name}, want 1", other.len())),
     }
 }
 
@@ -89,6 +177,8 @@ pub struct NodeAgent {
     pub run_as_group: Option<i64>,
     /// securityContext.readOnlyRootFilesystem.
     pub readonly_rootfs: bool,
+    /// The container's whole securityContext, as rendered.
+    pub security_context: Value,
     /// spec.hostNetwork.
     pub host_network: bool,
     /// spec.hostPID.
@@ -100,11 +190,24 @@ pub struct NodeAgent {
 }
 
 impl NodeAgent {
-    /// Reads `daemonset.yaml` and `configmap.yaml`; every volume mount must resolve to a
-    /// hostPath or a ConfigMap of the manifests (anything else is an error, so no mount can be
-    /// left out of the image test silently).
+    /// The default DaemonSet as `kubectl kustomize packaging/kubernetes` renders it, or, without
+    /// kubectl, as its files say (see [`unrendered`]).
     pub fn load() -> HResult<Self> {
-        let ds = load_one("daemonset.yaml", "DaemonSet")?;
+        let objects = match render(&[])? {
+            Some(objects) => objects,
+            None => {
+                eprintln!("kubectl not installed: the DaemonSet is read from its files");
+                unrendered()?
+            }
+        };
+        Self::from_objects(&objects, "nri-align")
+    }
+
+    /// The DaemonSet `name` among rendered `objects`, with the ConfigMap it mounts from the
+    /// same objects; every volume mount must resolve to a hostPath or a ConfigMap of them
+    /// (anything else is an error, so no mount can be left out of the image test silently).
+    pub fn from_objects(objects: &[Value], name: &str) -> HResult<Self> {
+        let ds = find_object(objects, "DaemonSet", name)?.clone();
         let spec = &ds["spec"]["template"]["spec"];
         let containers = spec["containers"].as_array().cloned().unwrap_or_default();
         let [c] = containers.as_slice() else {
@@ -132,12 +235,7 @@ impl NodeAgent {
             let source = if let Some(p) = vol["hostPath"]["path"].as_str() {
                 Source::HostPath(p.to_string())
             } else if let Some(cm) = vol["configMap"]["name"].as_str() {
-                let doc = load_one("configmap.yaml", "ConfigMap")?;
-                if doc["metadata"]["name"] != cm {
-                    return err(format!(
-                        "volume {name} names ConfigMap {cm}, not in configmap.yaml"
-                    ));
-                }
+                let doc = find_object(objects, "ConfigMap", cm)?;
                 let data = doc["data"]
                     .as_object()
                     .map(|o| {
@@ -184,11 +282,79 @@ impl NodeAgent {
             run_as_user: sc["runAsUser"].as_i64(),
             run_as_group: sc["runAsGroup"].as_i64(),
             readonly_rootfs: sc["readOnlyRootFilesystem"].as_bool().unwrap_or(false),
+            security_context: sc.clone(),
             host_network: spec["hostNetwork"].as_bool().unwrap_or(false),
             host_pid: spec["hostPID"].as_bool().unwrap_or(false),
             metrics_port,
             daemonset: ds.clone(),
         })
+    }
+
+    /// The container's securityContext as the kubelet hands it to the runtime in CRI's
+    /// `LinuxContainerSecurityContext` (crictl's JSON, proto field names), for the fields the
+    /// manifest sets: kubernetes/kubernetes `pkg/kubelet/kuberuntime/security_context.go`
+    /// (`determineEffectiveSecurityContext`, `convertToRuntimeSecurityContext`: capability names
+    /// passed as written, `no_new_privs` from `allowPrivilegeEscalation: false`, the seccomp
+    /// profile as a `SecurityProfile`) and `security_context_others.go` for seccomp types.
+    /// `namespace_options` (host network and PID) come from the pod spec. A field this does
+    /// not translate is an error, so the test never runs with less than the manifest says.
+    pub fn cri_security_context(&self) -> HResult<Value> {
+        const KNOWN: &[&str] = &[
+            "privileged",
+            "allowPrivilegeEscalation",
+            "capabilities",
+            "runAsUser",
+            "runAsGroup",
+            "readOnlyRootFilesystem",
+            "seccompProfile",
+        ];
+        let sc = &self.security_context;
+        if let Some(unknown) = sc
+            .as_object()
+            .and_then(|o| o.keys().find(|k| !KNOWN.contains(&k.as_str())))
+        {
+            return err(format!(
+                "securityContext.{unknown} has no CRI translation in test-support"
+            ));
+        }
+        let names = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut out = json!({
+            "privileged": self.privileged,
+            "readonly_rootfs": self.readonly_rootfs,
+            // NamespaceMode: CONTAINER = 1, NODE = 2.
+            "namespace_options": {
+                "network": if self.host_network { 2 } else { 1 },
+                "pid": if self.host_pid { 2 } else { 1 },
+            },
+            "capabilities": {
+                "add_capabilities": names(&sc["capabilities"]["add"]),
+                "drop_capabilities": names(&sc["capabilities"]["drop"]),
+            },
+            // The kubelet sets no_new_privs exactly when privilege escalation is forbidden.
+            "no_new_privs": sc["allowPrivilegeEscalation"] == json!(false),
+        });
+        if let Some(uid) = self.run_as_user {
+            out["run_as_user"] = json!({"value": uid});
+        }
+        if let Some(gid) = self.run_as_group {
+            out["run_as_group"] = json!({"value": gid});
+        }
+        match sc["seccompProfile"]["type"].as_str() {
+            None => {}
+            // SecurityProfile.ProfileType: RuntimeDefault = 0, Unconfined = 1.
+            Some("RuntimeDefault") => out["seccomp"] = json!({"profile_type": "RuntimeDefault"}),
+            Some("Unconfined") => out["seccomp"] = json!({"profile_type": "Unconfined"}),
+            Some(other) => return err(format!("seccompProfile.type {other} not translated")),
+        }
+        Ok(out)
     }
 
     /// The mount at `container_path`.
@@ -206,6 +372,36 @@ impl NodeAgent {
 }
 
 impl Containerd {
+    /// containerd: `ctr images import` of [`super::UpOptions::images`] into the CRI namespace (the
+    /// archive's own reference annotation names the image, as hack/build-image wrote it).
+    pub(super) fn import_images(&self) -> HResult<()> {
+        let ctr = PathBuf::from(self.var("CONTAINERD_BIN_DIR")?).join("ctr");
+        let address = self.var("CONTAINERD_ADDRESS")?;
+        for (archive, reference) in &self.options.images {
+            let out = super::run_cmd(
+                Command::new(&ctr)
+                    .args([
+                        "--address",
+                        address,
+                        "--namespace",
+                        "k8s.io",
+                        "images",
+                        "import",
+                    ])
+                    .arg(archive),
+                "ctr images import",
+            )?;
+            if !out.status.success() {
+                return err(format!(
+                    "ctr images import {} ({reference}): {}",
+                    archive.display(),
+                    super::describe(&out)
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Runs a pod sandbox from a full CRI config (crictl's JSON), e.g. a privileged one.
     pub fn run_pod_value(&self, name: &str, config: &Value) -> HResult<Pod> {
         let path = self.config_file("pod", config)?;

@@ -176,6 +176,10 @@ pub struct UpOptions {
     pub required_plugins: Option<Vec<String>>,
     /// The annotation that lets a pod start without the required plugins.
     pub tolerate_missing_annotation: Option<String>,
+    /// OCI archives to import as images, each under its reference: CRI-O's before its daemon
+    /// starts (hack/crio-up's CRIO_EXTRA_IMAGES), containerd's with `ctr images import` once
+    /// it runs.
+    pub images: Vec<(PathBuf, String)>,
 }
 
 /// The name [`Instance`] had while containerd was the only runtime; code written before
@@ -268,6 +272,15 @@ impl Instance {
         if self.options.cdi {
             cmd.env("CONTAINERD_ENABLE_CDI", "true");
         }
+        if self.runtime == Runtime::Crio && !self.options.images.is_empty() {
+            let pairs: Vec<String> = self
+                .options
+                .images
+                .iter()
+                .map(|(archive, reference)| format!("{}={reference}", archive.display()))
+                .collect();
+            cmd.env("CRIO_EXTRA_IMAGES", pairs.join(" "));
+        }
         let out = run_cmd(&mut cmd, "hack/*-up")?;
         if !out.status.success() {
             return err(format!(
@@ -281,6 +294,9 @@ impl Instance {
         let text = fs::read_to_string(&env_file)
             .map_err(|e| HarnessError(format!("read env file {env_file:?}: {e}")))?;
         self.env = parse_env_file(&text);
+        if matches!(self.runtime, Runtime::Containerd(_)) {
+            self.import_images()?;
+        }
         Ok(())
     }
 
