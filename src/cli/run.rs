@@ -196,13 +196,18 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         args.nvml_lib.as_deref(),
     )?);
     let metrics_address = config.metrics_address;
-    let (config, sections) = fleet::settle_or_check(config, fleet, &topology, &store.path())?;
+    // The state log's directory, where the last good configuration is kept beside it.
+    let state_dir = store
+        .path()
+        .parent()
+        .map_or_else(|| PathBuf::from(DEFAULT_STATE_DIR), Path::to_path_buf);
+    let (config, sections) = fleet::settle_or_check(config, fleet, &topology, &state_dir)?;
     let nrt_metrics = crate::nrt::metrics::NrtMetrics::default();
     let metrics = Arc::new(Metrics::new_with(|r| nrt_metrics.register(r)));
     // The kubeconfig and its certificates are read now, before capabilities go.
     let nrt = NrtPlan::prepare(&args, &config, &topology, &host_root)?;
     let allocator = Allocator::new(Arc::clone(&topology), config.placement.clone());
-    let state_dir = store.path();
+    let topo = Arc::clone(&topology);
     let kubelet = kubelet_source(&config);
     let mut engine = Engine::new(
         allocator,
@@ -261,9 +266,14 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         // Where the runtime sends no Synchronize, what runs is listed over its CRI.
         crate::enforce::nri::learning::spawn(connection.watch(), plugin.clone());
         match (sections, args.config.clone()) {
-            (Some((follow, _)), _) => {
-                fleet::follow(follow, state_dir, plugin.clone(), metrics.clone(), health)?
-            }
+            (Some((follow, _)), _) => fleet::follow(
+                follow,
+                topo,
+                state_dir,
+                plugin.clone(),
+                metrics.clone(),
+                health,
+            )?,
             (None, Some(path)) => {
                 follow_config_file(path, config_hash, plugin.clone(), metrics.clone())?
             }

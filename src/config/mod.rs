@@ -403,13 +403,19 @@ impl Config {
                 "reserved_cpus {reserved} leaves no CPU for containers"
             )));
         }
-        // Remapping means choosing among this host's GPUs: with none, every GPU container's
-        // remap would fail at admission, so a GPU-less node refuses it up front (a fleet's
-        // `default` section written for GPU nodes then shows on the CPU-only ones at once).
+        Ok(())
+    }
+
+    /// Checks what a fleet's section must also fit on this host, beyond [`Config::validate_for`]
+    /// (which a plain file still meets alone, as before): `gpu_mode: remap` means choosing
+    /// among this host's GPUs, so a host without any cannot take it (a `default` section
+    /// written for GPU nodes then shows on the CPU-only ones at once).
+    pub fn check_devices(&self, topo: &Topology) -> Result<(), ConfigError> {
         if self.placement.gpu_mode == GpuMode::Remap && topo.gpus.is_empty() {
-            return Err(invalid(
-                "gpu_mode remap needs GPUs and this host has none".to_string(),
-            ));
+            return Err(ConfigError::Invalid {
+                origin: "configuration".into(),
+                message: "gpu_mode remap needs GPUs and this host has none".into(),
+            });
         }
         Ok(())
     }

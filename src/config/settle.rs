@@ -30,7 +30,10 @@ pub struct Settled {
 /// prefixed with its key.
 pub fn usable(selected: &Selected, topo: &Topology) -> Result<Config, String> {
     let config = Config::from_bytes(&selected.bytes, &selected.path).map_err(|e| e.to_string())?;
-    config.validate_for(topo).map_err(|e| match e {
+    let fits = config
+        .validate_for(topo)
+        .and_then(|()| config.check_devices(topo));
+    fits.map_err(|e| match e {
         ConfigError::Invalid { message, .. } => {
             format!("{}: {message} on this host", selected.key)
         }
@@ -97,7 +100,10 @@ pub fn last_good(state_dir: &Path, topo: &Topology) -> Result<Option<Config>, St
     }
     let bytes = read_config_file(&path).map_err(|e| e.to_string())?;
     let config = Config::from_bytes(&bytes, &path).map_err(|e| e.to_string())?;
-    config.validate_for(topo).map_err(|e| e.to_string())?;
+    config
+        .validate_for(topo)
+        .and_then(|()| config.check_devices(topo))
+        .map_err(|e| e.to_string())?;
     Ok(Some(config))
 }
 

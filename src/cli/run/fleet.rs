@@ -260,6 +260,7 @@ pub fn report(health: &Health, metrics: &Metrics, source: Source, degraded: Opti
 /// `/readyz`.
 pub fn follow(
     start: (PathBuf, Identity, (u64, Option<u64>), Source),
+    topo: Arc<Topology>,
     state_dir: PathBuf,
     plugin: Arc<crate::enforce::nri::AlignPlugin<crate::placement::Allocator>>,
     metrics: Arc<Metrics>,
@@ -274,6 +275,11 @@ pub fn follow(
         versions,
         crate::config::ReloadOptions::default(),
         move |loaded: Loaded| {
+            // What a section must fit beyond what the engine checks for any reload.
+            loaded
+                .config
+                .check_devices(&topo)
+                .map_err(|e| e.to_string())?;
             let moving = plugin.reload(loaded.config).map_err(|e| e.to_string())?;
             if moving > 0 {
                 tracing::info!(
