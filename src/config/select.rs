@@ -120,8 +120,8 @@ pub fn check_label_value(v: &str) -> Result<(), String> {
     let bytes = v.as_bytes();
     let valid = v.len() <= 63
         && bytes.iter().all(|&b| ok_inner(b))
-        && bytes.first().is_none_or(|b| b.is_ascii_alphanumeric())
-        && bytes.last().is_none_or(|b| b.is_ascii_alphanumeric());
+        && bytes.first().map_or(true, |b| b.is_ascii_alphanumeric())
+        && bytes.last().map_or(true, |b| b.is_ascii_alphanumeric());
     if valid {
         Ok(())
     } else {
