@@ -62,7 +62,7 @@ use crate::topology::{CpuSet, Topology};
 pub use nrt::NrtConfig;
 pub use read::{read_config_file, FileReader, MAX_CONFIG_BYTES};
 pub use reload::{
-    content_hash, section_hash, spawn_reloader, spawn_section_reloader, Loaded, Outcome,
+    content_hash, section_hash, spawn_reloader, spawn_section_reloader, Loaded, Outcome, Relabel,
     ReloadOptions, Trigger,
 };
 pub use watch::DirWatch;

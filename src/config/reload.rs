@@ -89,13 +89,27 @@ pub fn content_hash(bytes: &[u8]) -> u64 {
     h.finish()
 }
 
+/// Reads the node's group label again (from its Node, through the API) for the section
+/// reloader: `Ok(None)` when the node is in no group.
+pub type Relabel = std::sync::Arc<
+    dyn Fn() -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<Option<String>, String>> + Send>,
+        > + Send
+        + Sync,
+>;
+
 /// What the reloader reads: a plain file, or a fleet's section directory (select.rs), of
 /// which the section chosen for this node is read (the choice is made again at each check, so
-/// a `node.<name>` section added later takes over from `default`).
-#[derive(Debug, Clone)]
+/// a `node.<name>` section added later takes over from `default`; on SIGHUP and on a change of
+/// the directory, not at the poll, the node's group label is read again too).
+#[derive(Clone)]
 enum Target {
     File(PathBuf),
-    Sections { dir: PathBuf, who: Identity },
+    Sections {
+        dir: PathBuf,
+        who: Identity,
+        relabel: Option<Relabel>,
+    },
 }
 
 impl Target {
@@ -153,7 +167,7 @@ impl Versions {
                 ),
                 Err(e) => (error_key(&e), Err(e.to_string())),
             },
-            Target::Sections { dir, who } => {
+            Target::Sections { dir, who, .. } => {
                 let who = who.clone();
                 let chosen = self
                     .reader
@@ -182,10 +196,40 @@ impl Versions {
         }
     }
 
+    /// Reads the node's group again, where it can be; a failed read keeps the group known.
+    async fn relabel(&mut self) {
+        let Target::Sections {
+            who,
+            relabel: Some(relabel),
+            ..
+        } = &mut self.target
+        else {
+            return;
+        };
+        match relabel().await {
+            Ok(group) if group != who.group => {
+                tracing::info!(
+                    was = who.group.as_deref().unwrap_or("(none)"),
+                    now = group.as_deref().unwrap_or("(none)"),
+                    "this node's configuration group changed"
+                );
+                who.group = group;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                group = who.group.as_deref().unwrap_or("(none)"),
+                "cannot read this node's labels again ({e}); keeping its group"
+            ),
+        }
+    }
+
     async fn check<A>(&mut self, trigger: Trigger, apply: &mut A) -> Outcome
     where
         A: FnMut(Loaded) -> Result<(), String>,
     {
+        if trigger != Trigger::Poll {
+            self.relabel().await;
+        }
         let (key, parsed) = self.read().await;
         if trigger != Trigger::Signal {
             if key == self.applied {
@@ -281,12 +325,13 @@ where
 }
 
 /// [`spawn_reloader`] for a fleet's section directory `dir`: each check chooses this node's
-/// section again (as at start) and hands `apply` what it read. `applied` is the
+/// section again (as at start; `relabel`, where the API can be reached, reads its group again
+/// on SIGHUP and on a change of the directory) and hands `apply` what it read. `applied` is the
 /// [`section_hash`] of the section in force, `rejected` that of a section refused at start
 /// (reported then, so a poll does not report it again).
 pub fn spawn_section_reloader<A, R>(
     dir: PathBuf,
-    who: Identity,
+    (who, relabel): (Identity, Option<Relabel>),
     (applied, rejected): (u64, Option<u64>),
     opts: ReloadOptions,
     apply: A,
@@ -297,7 +342,7 @@ where
     R: FnMut(&Outcome) + Send + 'static,
 {
     let versions = Versions {
-        target: Target::Sections { dir, who },
+        target: Target::Sections { dir, who, relabel },
         reader: FileReader::new(opts.read_timeout),
         applied,
         rejected,

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::config::select::{select_in_dir, Identity, Selected, Source, GROUP_LABEL};
 use crate::config::settle::{keep_last_good, settle, Settled};
-use crate::config::{section_hash, Config, ConfigError, Loaded, Outcome};
+use crate::config::{section_hash, Config, ConfigError, Loaded, Outcome, Relabel};
 use crate::metrics::{Health, Metrics};
 use crate::topology::Topology;
 
@@ -27,6 +27,8 @@ pub struct FleetStart {
     pub labels_unread: Option<String>,
     /// Warnings for the log.
     pub notes: Vec<String>,
+    /// The API access the labels were read with, to read them again at reloads.
+    pub access: Option<crate::nrt::ApiAccess>,
 }
 
 /// Whether `--config` names a fleet's section directory rather than a file.
@@ -52,8 +54,8 @@ pub fn start(args: &RunArgs, dir: &Path) -> FleetStart {
     })
     .ok();
     let access = crate::nrt::ApiAccess::detect(args.kubeconfig.as_deref());
-    let labels = match (&node, access) {
-        (Some(name), Some(access)) => Some(read_labels(&access, name)),
+    let labels = match (&node, &access) {
+        (Some(name), Some(access)) => Some(read_labels(access, name)),
         _ => None,
     };
     let (who, labels_unread) = match labels {
@@ -89,6 +91,7 @@ pub fn start(args: &RunArgs, dir: &Path) -> FleetStart {
         chosen,
         labels_unread,
         notes,
+        access,
     }
 }
 
@@ -108,31 +111,55 @@ pub fn log_start(f: &FleetStart) {
     }
 }
 
+/// Time limits of a read of the node's labels: a slow API server delays the start by at most
+/// ~8 s, a reload by as much.
+const LABEL_TIMEOUTS: crate::nrt::client::Timeouts = crate::nrt::client::Timeouts {
+    connect: std::time::Duration::from_secs(3),
+    request: std::time::Duration::from_secs(5),
+    total: std::time::Duration::from_secs(8),
+};
+
 /// The node's labels from the API server: `get` on its Node, metadata only, bounded in size
-/// and time like every other request (a slow API server delays the start by at most ~10 s).
+/// and time like every other request.
+async fn labels_of(
+    access: &crate::nrt::ApiAccess,
+    node: &str,
+) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let client = access
+        .client(LABEL_TIMEOUTS)
+        .await
+        .map_err(|e| e.to_string())?;
+    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+    let meta = api
+        .get_metadata(node)
+        .await
+        .map_err(|e| crate::untrusted::message(&format!("get node {node}: {e}")))?;
+    Ok(meta.metadata.labels.unwrap_or_default())
+}
+
+/// [`labels_of`] before the daemon's runtime exists.
 fn read_labels(
     access: &crate::nrt::ApiAccess,
     node: &str,
 ) -> Result<std::collections::BTreeMap<String, String>, String> {
-    use std::time::Duration;
-    let timeouts = crate::nrt::client::Timeouts {
-        connect: Duration::from_secs(3),
-        request: Duration::from_secs(5),
-        total: Duration::from_secs(8),
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(async {
-        let client = access.client(timeouts).await.map_err(|e| e.to_string())?;
-        let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
-        let meta = api
-            .get_metadata(node)
-            .await
-            .map_err(|e| crate::untrusted::message(&format!("get node {node}: {e}")))?;
-        Ok(meta.metadata.labels.unwrap_or_default())
-    })
+        .map_err(|e| e.to_string())?
+        .block_on(labels_of(access, node))
+}
+
+/// Reads the node's group again at reloads, where the API can be reached.
+fn relabeler(access: Option<crate::nrt::ApiAccess>, node: Option<String>) -> Option<Relabel> {
+    let (access, node) = (access?, node?);
+    Some(Arc::new(move || {
+        let (access, node) = (access.clone(), node.clone());
+        Box::pin(async move {
+            let labels = labels_of(&access, &node).await?;
+            Identity::from_labels(None, labels.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .map(|who| who.group)
+        })
+    }))
 }
 
 /// The configuration the start-up keys (logging, plugin index, state dir, metrics address)
@@ -202,12 +229,18 @@ pub fn settle_at_start(f: FleetStart, topo: &Topology, state_dir: &Path) -> Star
     Started { settled, versions }
 }
 
-/// What `follow` needs: the directory, this node, the reloader's versions, the source in
-/// force; and why the chosen section is not in force, if it is not.
-pub type Sections = (
-    (PathBuf, Identity, (u64, Option<u64>), Source),
-    Option<String>,
-);
+/// What [`follow`] needs: the directory, this node (and how to read its group again), the
+/// reloader's versions, the source in force.
+pub struct Follow {
+    dir: PathBuf,
+    who: Identity,
+    relabel: Option<Relabel>,
+    versions: (u64, Option<u64>),
+    source: Source,
+}
+
+/// [`Follow`], and why the chosen section is not in force, if it is not.
+pub type Sections = (Follow, Option<String>);
 
 /// The configuration to start with: a plain file (no `fleet`) this host cannot take stops the
 /// daemon, as it always has; a fleet's section never does (`config::settle`).
@@ -217,17 +250,22 @@ pub fn settle_or_check(
     topo: &Topology,
     state_dir: &Path,
 ) -> anyhow::Result<(Config, Option<Sections>)> {
-    let Some(f) = fleet else {
+    let Some(mut f) = fleet else {
         config.validate_for(topo)?;
         return Ok((config, None));
     };
     let (dir, who) = (f.dir.clone(), f.who.clone());
+    let relabel = relabeler(f.access.take(), who.node.clone());
     let started = settle_at_start(f, topo, state_dir);
     let s = started.settled;
-    Ok((
-        s.config,
-        Some(((dir, who, started.versions, s.source), s.degraded)),
-    ))
+    let follow = Follow {
+        dir,
+        who,
+        relabel,
+        versions: started.versions,
+        source: s.source,
+    };
+    Ok((s.config, Some((follow, s.degraded))))
 }
 
 /// Reports the source at start: a fleet's section (or its fallback), else the file, else the
@@ -239,7 +277,7 @@ pub fn report_start(
     have_file: bool,
 ) {
     match sections {
-        Some(((.., source), degraded)) => report(health, metrics, *source, degraded.clone()),
+        Some((f, degraded)) => report(health, metrics, f.source, degraded.clone()),
         None if have_file => report(health, metrics, Source::File, None),
         None => report(health, metrics, Source::Builtin, None),
     }
@@ -259,20 +297,19 @@ pub fn report(health: &Health, metrics: &Metrics, source: Source, degraded: Opti
 /// becomes the last good and the source in force, one refused keeps what runs and is listed on
 /// `/readyz`.
 pub fn follow(
-    start: (PathBuf, Identity, (u64, Option<u64>), Source),
+    start: Follow,
     topo: Arc<Topology>,
     state_dir: PathBuf,
     plugin: Arc<crate::enforce::nri::AlignPlugin<crate::placement::Allocator>>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
 ) -> anyhow::Result<()> {
-    let (dir, who, versions, source) = start;
-    let current = Arc::new(Mutex::new(source));
+    let current = Arc::new(Mutex::new(start.source));
     let (m, h, c) = (metrics.clone(), health.clone(), current.clone());
     crate::config::spawn_section_reloader(
-        dir,
-        who,
-        versions,
+        start.dir,
+        (start.who, start.relabel),
+        start.versions,
         crate::config::ReloadOptions::default(),
         move |loaded: Loaded| {
             // What a section must fit beyond what the engine checks for any reload.
