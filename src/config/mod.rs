@@ -406,20 +406,6 @@ impl Config {
         Ok(())
     }
 
-    /// Checks what a fleet's section must also fit on this host, beyond [`Config::validate_for`]
-    /// (which a plain file still meets alone, as before): `gpu_mode: remap` means choosing
-    /// among this host's GPUs, so a host without any cannot take it (a `default` section
-    /// written for GPU nodes then shows on the CPU-only ones at once).
-    pub fn check_devices(&self, topo: &Topology) -> Result<(), ConfigError> {
-        if self.placement.gpu_mode == GpuMode::Remap && topo.gpus.is_empty() {
-            return Err(ConfigError::Invalid {
-                origin: "configuration".into(),
-                message: "gpu_mode remap needs GPUs and this host has none".into(),
-            });
-        }
-        Ok(())
-    }
-
     /// What a reload cannot change without a restart, as one message per differing key.
     pub fn restart_only_changes(&self, new: &Config) -> Vec<&'static str> {
         let mut v = Vec::new();

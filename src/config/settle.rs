@@ -26,6 +26,22 @@ pub struct Settled {
     pub degraded: Option<String>,
 }
 
+impl Config {
+    /// Checks what a fleet's section must also fit on this host, beyond [`Config::validate_for`]
+    /// (which a plain file still meets alone, as before): `gpu_mode: remap` means choosing
+    /// among this host's GPUs, so a host without any cannot take it (a `default` section
+    /// written for GPU nodes then shows on the CPU-only ones at once).
+    pub fn check_devices(&self, topo: &Topology) -> Result<(), ConfigError> {
+        if self.placement.gpu_mode == crate::placement::GpuMode::Remap && topo.gpus.is_empty() {
+            return Err(ConfigError::Invalid {
+                origin: "configuration".into(),
+                message: "gpu_mode remap needs GPUs and this host has none".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Parses `selected` and checks it against `topo`; the reason it cannot be used otherwise,
 /// prefixed with its key.
 pub fn usable(selected: &Selected, topo: &Topology) -> Result<Config, String> {
