@@ -102,10 +102,12 @@
 //! `nri-align run` is [`cli::run::run`]:
 //!
 //! 1. Configuration: [`cli::run::prepare`] reads the file ([`config::read_config_file`],
-//!    [`Config::from_bytes`]), sets up logging ([`cli::run::init_logging`]), settles the plugin
-//!    index and opens the state dir ([`StateStore::open_or_wait`]).
+//!    [`Config::from_bytes`]), or, for a fleet ConfigMap's directory, chooses this node's
+//!    section ([`config::select::select_in_dir`]); sets up logging ([`cli::run::init_logging`]),
+//!    settles the plugin index and opens the state dir ([`StateStore::open_or_wait`]).
 //! 2. Topology discovery: [`topology::load::load`] under `--host-root`, NVML included; the
-//!    configuration is checked against it ([`Config::validate_for`]). The API access for
+//!    configuration is checked against it ([`Config::validate_for`]; a section this host cannot
+//!    take falls back instead, [`config::settle::settle`]). The API access for
 //!    NodeResourceTopology is read now ([`cli::run::NrtPlan::prepare`]), and the
 //!    [`Allocator`], the PodResources source ([`KubeletSource::new`]) and the [`Engine`] are
 //!    built.

@@ -2,6 +2,7 @@
 //!
 //! May use: everything. `run` is the daemon's start-up, walked step by step on the crate page.
 
+pub mod config_check;
 pub mod emulate;
 pub mod generate;
 pub mod placements;
@@ -43,6 +44,8 @@ pub enum Command {
     Verify(verify::VerifyArgs),
     /// List every recorded container and where it runs: CPUs, memory nodes, GPUs, NICs.
     Placements(placements::PlacementsArgs),
+    /// Check a configuration (a file or a fleet ConfigMap's sections) against a host offline.
+    Config(config_check::ConfigArgs),
     /// Write shell completions or man pages (for packagers: hack/release-assets).
     #[command(hide = true)]
     Generate(generate::GenerateArgs),
@@ -58,6 +61,7 @@ impl Cli {
             Command::Simulate(a) => simulate::run(a),
             Command::Verify(a) => verify::run(a),
             Command::Placements(a) => placements::run(a),
+            Command::Config(a) => config_check::run(a),
             Command::Generate(a) => generate::run(a),
         }
     }

@@ -3,6 +3,7 @@
 //! access it also publishes the node's NodeResourceTopology ([`NrtPlan`], docs/nrt.md). What it
 //! reports about itself while it runs (health, readiness, systemd) is in `run/health.rs`.
 
+mod fleet;
 mod health;
 mod nri_off;
 mod retry;
@@ -29,7 +30,9 @@ pub const PLUGIN_NAME: &str = "nri-align";
 /// Arguments of `nri-align run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Configuration file (YAML); reloaded on SIGHUP and when it changes.
+    /// Configuration file (YAML), or a fleet ConfigMap's directory whose `node.NAME`,
+    /// `group.NAME` or `default` section applies (docs/configuration.md); reloaded on SIGHUP
+    /// and when it changes.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Runtime NRI socket to dial (ignored when launched by the runtime with NRI_PLUGIN_SOCKET).
@@ -74,6 +77,9 @@ pub struct Prepared {
     pub idx: String,
     /// Host root.
     pub host_root: PathBuf,
+    /// With a section directory: what was found there, settled against the host in `serve`
+    /// (`config` then only supplies the start-up keys).
+    pub fleet: Option<fleet::FleetStart>,
 }
 
 /// Runs the plugin until shut down.
@@ -85,17 +91,25 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 /// Loads and checks everything that does not need the runtime: configuration, logging,
 /// plugin index, state dir.
 pub fn prepare(args: &RunArgs) -> anyhow::Result<Prepared> {
-    let (config, config_hash) = match &args.config {
+    let (config, config_hash, fleet) = match &args.config {
+        Some(dir) if fleet::is_section_dir(dir) => {
+            let f = fleet::start(args, dir);
+            (fleet::start_keys(&f, args), 0, Some(f))
+        }
         Some(path) => {
             let bytes = crate::config::read_config_file(path)?;
             (
                 Config::from_bytes(&bytes, path)?,
                 crate::config::content_hash(&bytes),
+                None,
             )
         }
-        None => (Config::default(), 0),
+        None => (Config::default(), 0, None),
     };
     init_logging(args.log_level.as_deref(), &config);
+    if let Some(f) = &fleet {
+        fleet::log_start(f);
+    }
     let idx = args
         .idx
         .clone()
@@ -118,6 +132,7 @@ pub fn prepare(args: &RunArgs) -> anyhow::Result<Prepared> {
         store,
         idx,
         host_root,
+        fleet,
     })
 }
 
@@ -173,19 +188,26 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         store,
         idx,
         host_root,
+        fleet,
     } = prepared;
     let source = crate::topology::load::Source::HostRoot(host_root.clone());
     let topology = Arc::new(crate::topology::load::load(
         &source,
         args.nvml_lib.as_deref(),
     )?);
-    config.validate_for(&topology)?;
+    let metrics_address = config.metrics_address;
+    // The state log's directory, where the last good configuration is kept beside it.
+    let state_dir = store
+        .path()
+        .parent()
+        .map_or_else(|| PathBuf::from(DEFAULT_STATE_DIR), Path::to_path_buf);
+    let (config, sections) = fleet::settle_or_check(config, fleet, &topology, &state_dir)?;
     let nrt_metrics = crate::nrt::metrics::NrtMetrics::default();
     let metrics = Arc::new(Metrics::new_with(|r| nrt_metrics.register(r)));
     // The kubeconfig and its certificates are read now, before capabilities go.
     let nrt = NrtPlan::prepare(&args, &config, &topology, &host_root)?;
     let allocator = Allocator::new(Arc::clone(&topology), config.placement.clone());
-    let metrics_address = config.metrics_address;
+    let topo = Arc::clone(&topology);
     let kubelet = kubelet_source(&config);
     let mut engine = Engine::new(
         allocator,
@@ -208,6 +230,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     tracing::info!(kept = ?caps.kept, dropped = caps.dropped.len(), bounding = caps.bounding_dropped, "capabilities dropped");
 
     let health = Arc::new(Health::default());
+    fleet::report_start(&health, &metrics, sections.as_ref(), args.config.is_some());
     if let Some(addr) = metrics_address {
         let bound = health::spawn_endpoints(addr, metrics.clone(), health.clone())
             .with_context(|| format!("metrics on {addr}"))?;
@@ -233,7 +256,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         health::spawn_link_follower(connection.watch(), health.clone(), metrics.clone());
         retry::spawn_state_retry(engine.clone(), outage, health.clone());
         let probe = engine.clone();
-        health::spawn_heartbeat(health, move || {
+        health::spawn_heartbeat(health.clone(), move || {
             !matches!(probe.try_lock(), Err(std::sync::TryLockError::WouldBlock))
         });
         let plugin = Arc::new(
@@ -242,8 +265,19 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         );
         // Where the runtime sends no Synchronize, what runs is listed over its CRI.
         crate::enforce::nri::learning::spawn(connection.watch(), plugin.clone());
-        if let Some(path) = args.config.clone() {
-            follow_config_file(path, config_hash, plugin.clone(), metrics.clone())?;
+        match (sections, args.config.clone()) {
+            (Some((follow, _)), _) => fleet::follow(
+                follow,
+                topo,
+                state_dir,
+                plugin.clone(),
+                metrics.clone(),
+                health,
+            )?,
+            (None, Some(path)) => {
+                follow_config_file(path, config_hash, plugin.clone(), metrics.clone())?
+            }
+            (None, None) => {}
         }
         connection.serve(plugin, stopped()).await?;
         Ok(())

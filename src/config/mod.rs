@@ -1,7 +1,10 @@
 //! The configuration file of `nri-align run` (YAML): what it may contain, its defaults, how it is
 //! validated (`mod.rs`), how it is read without trusting what sits at its path (`read.rs`), and
 //! how it is reloaded without restarting: on SIGHUP and when the file changes, as a mounted
-//! ConfigMap does (`reload.rs`, `watch.rs`).
+//! ConfigMap does (`reload.rs`, `watch.rs`). A fleet's ConfigMap with `default`, `group.<name>`
+//! and `node.<name>` sections is a directory of such files, one of which applies to this node
+//! (`select.rs`); one this host cannot take leaves the daemon on its last good configuration or
+//! the defaults, never stopped (`settle.rs`).
 //!
 //! Every key is optional; an empty file (or none) means the defaults below. Unknown keys are an
 //! error naming the key, so a typo never silently falls back to a default.
@@ -50,12 +53,18 @@ use crate::untrusted;
 mod nrt;
 mod read;
 mod reload;
+pub mod select;
+pub mod settle;
+mod show;
 mod watch;
 
 use crate::topology::{CpuSet, Topology};
 pub use nrt::NrtConfig;
 pub use read::{read_config_file, FileReader, MAX_CONFIG_BYTES};
-pub use reload::{content_hash, spawn_reloader, Outcome, ReloadOptions, Trigger};
+pub use reload::{
+    content_hash, section_hash, spawn_reloader, spawn_section_reloader, Loaded, Outcome, Relabel,
+    ReloadOptions, Trigger,
+};
 pub use watch::DirWatch;
 
 /// Why a configuration could not be used.

@@ -120,6 +120,16 @@ impl FileReader {
 
     /// [`read_config_file`] of `path` off the async workers, within the time limit.
     pub async fn read(&self, path: &Path) -> Result<Vec<u8>, ConfigError> {
+        self.read_with(path, self.read).await
+    }
+
+    /// `read(path)` off the async workers, within the time limit: any reading of the file
+    /// system at `path` (a file, or a ConfigMap directory's listing and chosen key).
+    pub async fn read_with<T, F>(&self, path: &Path, read: F) -> Result<T, ConfigError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Path) -> Result<T, ConfigError> + Send + 'static,
+    {
         {
             let mut busy = lock(&self.in_flight);
             if let Some(since) = *busy {
@@ -133,7 +143,6 @@ impl FileReader {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let owned: PathBuf = path.to_path_buf();
         let in_flight = self.in_flight.clone();
-        let read = self.read;
         // A plain thread, not spawn_blocking: the runtime waits for its blocking pool when it
         // shuts down, so a read stuck in the kernel would keep SIGTERM from ending the process.
         let spawned = std::thread::Builder::new()

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::read::FileReader;
+use super::select::{select_in_dir, Identity, Selected};
 use super::watch::DirWatch;
 use super::{Config, ConfigError};
 
@@ -88,26 +89,148 @@ pub fn content_hash(bytes: &[u8]) -> u64 {
     h.finish()
 }
 
+/// Reads the node's group label again (from its Node, through the API) for the section
+/// reloader: `Ok(None)` when the node is in no group.
+pub type Relabel = std::sync::Arc<
+    dyn Fn() -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<Option<String>, String>> + Send>,
+        > + Send
+        + Sync,
+>;
+
+/// What the reloader reads: a plain file, or a fleet's section directory (select.rs), of
+/// which the section chosen for this node is read (the choice is made again at each check, so
+/// a `node.<name>` section added later takes over from `default`; on SIGHUP and on a change of
+/// the directory, not at the poll, the node's group label is read again too).
+#[derive(Clone)]
+enum Target {
+    File(PathBuf),
+    Sections {
+        dir: PathBuf,
+        who: Identity,
+        relabel: Option<Relabel>,
+    },
+}
+
+impl Target {
+    fn path(&self) -> &Path {
+        match self {
+            Target::File(p) => p,
+            Target::Sections { dir, .. } => dir,
+        }
+    }
+
+    /// The directory to watch: the file's, or the section directory itself (where the
+    /// kubelet swaps `..data`).
+    fn watched_dir(&self) -> PathBuf {
+        match self {
+            Target::Sections { dir, .. } => dir.clone(),
+            Target::File(path) => match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                _ => PathBuf::from("."),
+            },
+        }
+    }
+}
+
+/// A version read for a reload: what is applied, and, from a section directory, the section
+/// it came from (`None`: no section applies, the built-in defaults).
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The parsed configuration.
+    pub config: Config,
+    /// The section read, when the target is a section directory and one applies.
+    pub section: Option<Selected>,
+}
+
 /// The reloader's memory: which version of the file is in force and which was last refused.
 struct Versions {
-    path: PathBuf,
+    target: Target,
     reader: FileReader,
     applied: u64,
     rejected: Option<u64>,
 }
 
 impl Versions {
+    /// Reads the target: the key identifying this version and what it parses to.
+    async fn read(&self) -> (u64, Result<Loaded, String>) {
+        match &self.target {
+            Target::File(path) => match self.reader.read(path).await {
+                Ok(bytes) => (
+                    content_hash(&bytes),
+                    Config::from_bytes(&bytes, path)
+                        .map(|config| Loaded {
+                            config,
+                            section: None,
+                        })
+                        .map_err(|e| e.to_string()),
+                ),
+                Err(e) => (error_key(&e), Err(e.to_string())),
+            },
+            Target::Sections { dir, who, .. } => {
+                let who = who.clone();
+                let chosen = self
+                    .reader
+                    .read_with(dir, move |d| select_in_dir(d, &who))
+                    .await;
+                match chosen {
+                    Ok(None) => (
+                        section_hash(None),
+                        Ok(Loaded {
+                            config: Config::default(),
+                            section: None,
+                        }),
+                    ),
+                    Ok(Some(sel)) => (
+                        section_hash(Some(&sel)),
+                        Config::from_bytes(&sel.bytes, &sel.path)
+                            .map(|config| Loaded {
+                                config,
+                                section: Some(sel),
+                            })
+                            .map_err(|e| e.to_string()),
+                    ),
+                    Err(e) => (error_key(&e), Err(e.to_string())),
+                }
+            }
+        }
+    }
+
+    /// Reads the node's group again, where it can be; a failed read keeps the group known.
+    async fn relabel(&mut self) {
+        let Target::Sections {
+            who,
+            relabel: Some(relabel),
+            ..
+        } = &mut self.target
+        else {
+            return;
+        };
+        match relabel().await {
+            Ok(group) if group != who.group => {
+                tracing::info!(
+                    was = who.group.as_deref().unwrap_or("(none)"),
+                    now = group.as_deref().unwrap_or("(none)"),
+                    "this node's configuration group changed"
+                );
+                who.group = group;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                group = who.group.as_deref().unwrap_or("(none)"),
+                "cannot read this node's labels again ({e}); keeping its group"
+            ),
+        }
+    }
+
     async fn check<A>(&mut self, trigger: Trigger, apply: &mut A) -> Outcome
     where
-        A: FnMut(Config) -> Result<(), String>,
+        A: FnMut(Loaded) -> Result<(), String>,
     {
-        let (key, parsed) = match self.reader.read(&self.path).await {
-            Ok(bytes) => (
-                content_hash(&bytes),
-                Config::from_bytes(&bytes, &self.path).map_err(|e| e.to_string()),
-            ),
-            Err(e) => (error_key(&e), Err(e.to_string())),
-        };
+        if trigger != Trigger::Poll {
+            self.relabel().await;
+        }
+        let (key, parsed) = self.read().await;
         if trigger != Trigger::Signal {
             if key == self.applied {
                 return match self.rejected.take() {
@@ -131,6 +254,19 @@ impl Versions {
             }
         }
     }
+}
+
+/// The version key of a section: its key and its bytes (the same text moved from `default`
+/// to `node.<name>` is another version: the source in force changes); `None`: no section
+/// applies.
+pub fn section_hash(sel: Option<&Selected>) -> u64 {
+    let Some(sel) = sel else {
+        return content_hash(b"\0no section");
+    };
+    let mut bytes = sel.key.as_bytes().to_vec();
+    bytes.push(0);
+    bytes.extend_from_slice(&sel.bytes);
+    content_hash(&bytes)
 }
 
 /// A read error stands for a version of the file, so that the same error is reported once:
@@ -173,18 +309,60 @@ pub fn spawn_reloader<A, R>(
     applied: u64,
     opts: ReloadOptions,
     mut apply: A,
-    mut report: R,
+    report: R,
 ) -> std::io::Result<tokio::task::JoinHandle<()>>
 where
     A: FnMut(Config) -> Result<(), String> + Send + 'static,
     R: FnMut(&Outcome) + Send + 'static,
 {
+    let versions = Versions {
+        target: Target::File(path),
+        reader: FileReader::new(opts.read_timeout),
+        applied,
+        rejected: None,
+    };
+    spawn(versions, opts, move |l: Loaded| apply(l.config), report)
+}
+
+/// [`spawn_reloader`] for a fleet's section directory `dir`: each check chooses this node's
+/// section again (as at start; `relabel`, where the API can be reached, reads its group again
+/// on SIGHUP and on a change of the directory) and hands `apply` what it read. `applied` is the
+/// [`section_hash`] of the section in force, `rejected` that of a section refused at start
+/// (reported then, so a poll does not report it again).
+pub fn spawn_section_reloader<A, R>(
+    dir: PathBuf,
+    (who, relabel): (Identity, Option<Relabel>),
+    (applied, rejected): (u64, Option<u64>),
+    opts: ReloadOptions,
+    apply: A,
+    report: R,
+) -> std::io::Result<tokio::task::JoinHandle<()>>
+where
+    A: FnMut(Loaded) -> Result<(), String> + Send + 'static,
+    R: FnMut(&Outcome) + Send + 'static,
+{
+    let versions = Versions {
+        target: Target::Sections { dir, who, relabel },
+        reader: FileReader::new(opts.read_timeout),
+        applied,
+        rejected,
+    };
+    spawn(versions, opts, apply, report)
+}
+
+fn spawn<A, R>(
+    mut versions: Versions,
+    opts: ReloadOptions,
+    mut apply: A,
+    mut report: R,
+) -> std::io::Result<tokio::task::JoinHandle<()>>
+where
+    A: FnMut(Loaded) -> Result<(), String> + Send + 'static,
+    R: FnMut(&Outcome) + Send + 'static,
+{
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = signal(SignalKind::hangup())?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let dir = versions.target.watched_dir();
     let mut watch = if opts.watch {
         match DirWatch::new(&dir) {
             Ok(w) => Some(w),
@@ -199,12 +377,6 @@ where
         }
     } else {
         None
-    };
-    let mut versions = Versions {
-        reader: FileReader::new(opts.read_timeout),
-        path,
-        applied,
-        rejected: None,
     };
     Ok(tokio::spawn(async move {
         let mut poll = tokio::time::interval(opts.poll_every);
@@ -234,7 +406,7 @@ where
                 },
             };
             let outcome = versions.check(trigger, &mut apply).await;
-            log(&versions.path, &outcome);
+            log(versions.target.path(), &outcome);
             report(&outcome);
         }
     }))

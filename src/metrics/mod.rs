@@ -71,6 +71,13 @@ pub struct OutcomeLabels {
     pub outcome: String,
 }
 
+/// Labels of the configuration source in force.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    /// `file`, `node`, `group`, `default`, `builtin` or `last-good` (config::select::Source).
+    pub source: String,
+}
+
 /// The package version and the git revision of this build (build.rs).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// See [`BuildLabels::revision`].
@@ -116,6 +123,7 @@ pub struct Metrics {
     device_link_missing: Family<DeviceLabels, Counter>,
     state_write_failures: Counter,
     state_write_failing: Gauge,
+    config_source: Family<SourceLabels, Gauge>,
     // Serialises encoding with updates of the node gauges so a scrape sees one snapshot. It
     // holds each node's four free gauges (handles on the families' own series): every
     // admission that takes something sets them, and finding them in the families formats and
@@ -241,6 +249,14 @@ impl Metrics {
              succeeds and rewrites every record), else 0",
             state_write_failing.clone(),
         );
+        let config_source = Family::<SourceLabels, Gauge>::default();
+        registry.register(
+            "config_source",
+            "1 for where the configuration in force came from (file, a fleet ConfigMap's node, \
+             group or default section, builtin defaults, or last-good when the section that \
+             applies could not be used), 0 for the others",
+            config_source.clone(),
+        );
         Metrics {
             registry,
             admissions,
@@ -258,6 +274,7 @@ impl Metrics {
             device_link_missing,
             state_write_failures,
             state_write_failing,
+            config_source,
             snapshot: Mutex::new(HashMap::new()),
         }
     }
@@ -345,6 +362,17 @@ impl Metrics {
     /// A state write succeeded after failures: every live record is persisted again.
     pub fn state_write_recovered(&self) {
         self.state_write_failing.set(0);
+    }
+
+    /// Marks `current` as the configuration's source, every other of `all` as not.
+    pub fn set_config_source(&self, all: &[&str], current: &str) {
+        for s in all {
+            self.config_source
+                .get_or_create(&SourceLabels {
+                    source: (*s).to_string(),
+                })
+                .set(i64::from(*s == current));
+        }
     }
 
     /// The configuration file went back to the configuration in force after a rejected

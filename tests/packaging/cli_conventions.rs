@@ -13,13 +13,14 @@ use std::process::{Command, Output, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_nri-align");
 /// The subcommands an operator uses (`generate` is hidden: for packagers).
-const SUBCOMMANDS: [&str; 6] = [
+const SUBCOMMANDS: [&str; 7] = [
     "run",
     "topology",
     "emulate",
     "simulate",
     "verify",
     "placements",
+    "config",
 ];
 
 fn nri_align(args: &[&str]) -> Output {
@@ -211,6 +212,15 @@ fn every_subcommand_survives_a_closed_stdout() {
     survives_closed_stdout(&["topology", "--host", "dgx-h100"]);
     survives_closed_stdout(&["emulate", "--list"]);
     survives_closed_stdout(&["generate", "completions", "bash"]);
+    let configmap =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/kubernetes/configmap.yaml");
+    survives_closed_stdout(&[
+        "config",
+        "check",
+        &configmap.display().to_string(),
+        "--host",
+        "dgx-h100",
+    ]);
     for sub in SUBCOMMANDS {
         survives_closed_stdout(&[sub, "--help"]);
     }

@@ -332,3 +332,89 @@ async fn next_signal(outcomes: &mut mpsc::UnboundedReceiver<Outcome>) -> Outcome
         }
     }
 }
+
+/// Waits until the last section applied is `key` (by a change of the directory, or by another
+/// test's SIGHUP, which also reads the labels again), draining the outcomes meanwhile.
+async fn applied_key(
+    outcomes: &mut mpsc::UnboundedReceiver<Outcome>,
+    seen: &Mutex<Vec<(String, Policy)>>,
+    key: &str,
+) -> Policy {
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        if let Some((k, p)) = seen.lock().expect("lock").last() {
+            if k == key {
+                return *p;
+            }
+        }
+        let o = tokio::time::timeout_at(deadline, outcomes.recv()).await;
+        let o = o.unwrap_or_else(|_| panic!("{key} not applied in time: {seen:?}"));
+        assert!(!matches!(o, Some(Outcome::Rejected(..)) | None), "{o:?}");
+    }
+}
+
+/// A fleet's section directory: a node relabelled into a group takes its group's section at
+/// the next change of the directory (its labels are read again then; `relabel` stands for the
+/// read of its Node), and a `node.` section added later wins over the group's.
+#[tokio::test]
+async fn a_section_directory_is_chosen_again_at_each_change() {
+    let t = tempfile::tempdir().expect("tmp");
+    let write = |name: &str, text: &str| {
+        let p = t.path().join(name);
+        std::fs::write(&p, text).expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    };
+    write("default", "policy: none\n");
+    write("group.gpu", "policy: restricted\n");
+    let who = super::Identity {
+        node: Some("w1".into()),
+        group: None,
+    };
+    let start = crate::config::select::select_in_dir(t.path(), &who)
+        .expect("read")
+        .expect("default");
+    let group: Arc<Mutex<Option<String>>> = Arc::default();
+    let g = group.clone();
+    let relabel: super::Relabel = Arc::new(move || {
+        let now = g.lock().expect("lock").clone();
+        Box::pin(async move { Ok(now) })
+    });
+    let seen: Arc<Mutex<Vec<(String, Policy)>>> = Arc::default();
+    let s = seen.clone();
+    let (tx, mut outcomes) = mpsc::unbounded_channel();
+    let task = spawn_section_reloader(
+        t.path().to_path_buf(),
+        (who, Some(relabel)),
+        (section_hash(Some(&start)), None),
+        fast(),
+        move |l: super::Loaded| {
+            let key = l.section.map_or_else(|| "(none)".to_string(), |s| s.key);
+            s.lock()
+                .expect("lock")
+                .push((key, l.config.placement.policy));
+            Ok(())
+        },
+        move |o: &Outcome| {
+            let _ = tx.send(o.clone());
+        },
+    )
+    .expect("reloader");
+    // The first check (the poll at start) before anything changes, as `Running::start` does.
+    loop {
+        match tokio::time::timeout(WITHIN, outcomes.recv()).await {
+            Ok(Some(Outcome::Unchanged)) => break,
+            Ok(Some(Outcome::Applied(Trigger::Signal))) => {}
+            other => panic!("first check: {other:?}"),
+        }
+    }
+    // Relabelled into group gpu; the next change of the directory reads the label again.
+    *group.lock().expect("lock") = Some("gpu".into());
+    write("unrelated", "x");
+    let policy = applied_key(&mut outcomes, &seen, "group.gpu").await;
+    assert_eq!(policy, Policy::Restricted);
+    // A section of its own then wins over the group's.
+    write("node.w1", "policy: single-numa-node\n");
+    let policy = applied_key(&mut outcomes, &seen, "node.w1").await;
+    assert_eq!(policy, Policy::SingleNumaNode);
+    task.abort();
+}

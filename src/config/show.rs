@@ -1,0 +1,93 @@
+//! The effective configuration written out as a configuration file, every key explicit
+//! (`nri-align config check` prints it): what a node runs with, defaults included, in the
+//! form an operator can copy into a section. Parsing it back gives the same configuration.
+
+use serde_yaml_ng::{Mapping, Value};
+
+use super::Config;
+
+fn put(m: &mut Mapping, key: &str, value: impl Into<Value>) {
+    m.insert(Value::from(key), value.into());
+}
+
+fn text(s: Option<&str>) -> Value {
+    s.map_or(Value::Null, Value::from)
+}
+
+fn path(p: Option<&std::path::Path>) -> Value {
+    text(p.map(|p| p.to_str().unwrap_or("(not UTF-8)")))
+}
+
+fn list(v: &[String]) -> Value {
+    Value::Sequence(v.iter().map(|s| Value::from(s.as_str())).collect())
+}
+
+fn enum_value<T: serde::Serialize>(v: &T) -> Value {
+    serde_yaml_ng::to_value(v).unwrap_or(Value::Null)
+}
+
+impl Config {
+    /// Every key with its effective value, as a configuration file.
+    pub fn to_yaml(&self) -> String {
+        let p = &self.placement;
+        let mut m = Mapping::new();
+        put(&mut m, "policy", enum_value(&p.policy));
+        put(&mut m, "scope", enum_value(&p.scope));
+        put(&mut m, "reserved_cpus", p.reserved_cpus.to_string());
+        put(&mut m, "gpu_mode", enum_value(&p.gpu_mode));
+        put(
+            &mut m,
+            "allow_device_annotations",
+            p.allow_device_annotations,
+        );
+        put(&mut m, "full_pcpus_only", p.full_pcpus_only);
+        put(&mut m, "exempt_namespaces", list(&self.exempt_namespaces));
+        put(
+            &mut m,
+            "exclusive_annotation_namespaces",
+            list(&p.exclusive_annotation_namespaces),
+        );
+        put(&mut m, "isolated_namespaces", list(&p.isolated_namespaces));
+        match &self.podresources {
+            // An empty socket turns the lookup off; the other two keys then do not matter.
+            None => put(&mut m, "podresources_socket", ""),
+            Some(pr) => {
+                put(&mut m, "podresources_socket", path(Some(&pr.socket)));
+                put(&mut m, "podresources_resources", list(&pr.resources));
+                let ms = u64::try_from(pr.timeout.as_millis()).unwrap_or(u64::MAX);
+                put(&mut m, "podresources_timeout_ms", ms);
+            }
+        }
+        put(
+            &mut m,
+            "trust_visible_devices_env",
+            self.trust_visible_devices_env,
+        );
+        put(&mut m, "cri_socket", path(self.cri_socket.as_deref()));
+        put(&mut m, "state_dir", path(self.state_dir.as_deref()));
+        put(&mut m, "state_fsync", self.state_fsync);
+        let addr = self.metrics_address.map(|a| a.to_string());
+        put(&mut m, "metrics_address", text(addr.as_deref()));
+        put(&mut m, "log_format", enum_value(&self.log_format));
+        put(&mut m, "log_level", text(self.log_level.as_deref()));
+        put(&mut m, "plugin_idx", text(self.plugin_idx.as_deref()));
+        let n = &self.nrt;
+        let mut nrt = Mapping::new();
+        put(&mut nrt, "publish", n.publish);
+        put(&mut nrt, "node_name", text(n.node_name.as_deref()));
+        put(&mut nrt, "gpu_resource", text(n.resources.gpu.as_deref()));
+        put(
+            &mut nrt,
+            "rdma_nic_resource",
+            text(n.resources.rdma_nic.as_deref()),
+        );
+        put(&mut nrt, "resync_seconds", n.resync_seconds);
+        put(&mut nrt, "take_over_foreign", n.take_over_foreign);
+        put(&mut m, "nrt", Value::Mapping(nrt));
+        serde_yaml_ng::to_string(&Value::Mapping(m)).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+#[path = "show_tests.rs"]
+mod tests;
