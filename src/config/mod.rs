@@ -150,6 +150,7 @@ struct RawConfig {
     podresources_timeout_ms: Option<u64>,
     trust_visible_devices_env: Option<bool>,
     cri_socket: Option<PathBuf>,
+    cdi_spec_dirs: Option<Vec<PathBuf>>,
     state_dir: Option<PathBuf>,
     state_fsync: Option<bool>,
     metrics_address: Option<String>,
@@ -207,6 +208,9 @@ pub struct Config {
     /// and sends it no Synchronize (containerd 1.7, `enforce::cri_listing`). `None`: the
     /// runtime's packaged socket, by the name Configure gives; an empty path: never listed.
     pub cri_socket: Option<PathBuf>,
+    /// Directories of CDI spec files (absolute, read under the host root), later ones taking
+    /// precedence; empty: CDI names are read from the names alone.
+    pub cdi_spec_dirs: Vec<PathBuf>,
     /// State directory; `None` means the command-line default.
     pub state_dir: Option<PathBuf>,
     /// Make every state write durable (fdatasync) before the runtime gets its answer. Off by
@@ -244,6 +248,10 @@ impl Default for Config {
             podresources: Some(PodResourcesConfig::default()),
             trust_visible_devices_env: false,
             cri_socket: None,
+            cdi_spec_dirs: crate::host::cdi::DEFAULT_SPEC_DIRS
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
             state_dir: None,
             state_fsync: false,
             metrics_address: None,
@@ -335,12 +343,27 @@ impl Config {
             }
         }
         let nrt = raw.nrt.unwrap_or_default().resolve().map_err(invalid)?;
+        if let Some(d) = raw
+            .cdi_spec_dirs
+            .iter()
+            .flatten()
+            .find(|d| !d.is_absolute())
+        {
+            return Err(invalid(format!(
+                "cdi_spec_dirs entry {} must be an absolute path",
+                d.display()
+            )));
+        }
+        let cdi_spec_dirs = raw
+            .cdi_spec_dirs
+            .unwrap_or_else(|| Config::default().cdi_spec_dirs);
         Ok(Config {
             placement,
             exempt_namespaces: raw.exempt_namespaces,
             podresources,
             trust_visible_devices_env: raw.trust_visible_devices_env.unwrap_or(false),
             cri_socket: raw.cri_socket,
+            cdi_spec_dirs,
             state_dir: raw.state_dir,
             state_fsync: raw.state_fsync.unwrap_or(false),
             metrics_address,
