@@ -441,6 +441,10 @@ impl Config {
         if self.podresources != new.podresources {
             v.push("podresources_*");
         }
+        // The registry and its watcher are made at start.
+        if self.cdi_spec_dirs != new.cdi_spec_dirs {
+            v.push("cdi_spec_dirs");
+        }
         // The publisher and the object's name are set up at start; the resource names and
         // the policy it publishes follow a reload.
         if self.nrt.publish != new.nrt.publish {
@@ -661,6 +665,24 @@ mod tests {
         );
         assert!(Config::from_dropin("bogus: 1", true).is_err());
         assert_eq!(Config::from_dropin("", false).expect("ok"), None);
+    }
+
+    #[test]
+    fn cdi_spec_dirs_default_to_the_cdi_dirs_and_must_be_absolute() {
+        let d = Config::parse("", "t").expect("ok").cdi_spec_dirs;
+        assert_eq!(
+            d,
+            [PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")]
+        );
+        let c = Config::parse("cdi_spec_dirs: [/run/cdi]\n", "t").expect("ok");
+        assert_eq!(c.cdi_spec_dirs, [PathBuf::from("/run/cdi")]);
+        let off = Config::parse("cdi_spec_dirs: []\n", "t").expect("ok");
+        assert!(off.cdi_spec_dirs.is_empty());
+        assert!(Config::parse("cdi_spec_dirs: [etc/cdi]\n", "t").is_err());
+        assert_eq!(
+            Config::default().restart_only_changes(&off),
+            vec!["cdi_spec_dirs"]
+        );
     }
 
     #[test]
