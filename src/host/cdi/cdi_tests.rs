@@ -46,6 +46,11 @@ impl Host {
             "sys/kernel/iommu_groups/7/devices/0000:01:00.0",
             "../../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0",
         );
+        // An iommufd cdev of the accelerator's function (`/dev/vfio/devices/vfio0`).
+        h.link(
+            "sys/class/vfio-dev/vfio0/device",
+            "../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0",
+        );
         h.mkdir("etc/cdi");
         h.mkdir("var/run/cdi");
         h
@@ -151,6 +156,27 @@ fn device_nodes_map_to_host_devices_through_sysfs() {
         panic!("pci")
     };
     assert_eq!(f.pcie_path, ["pci0000:3a", "0000:3a:00.0", "0000:3b:00.0"]);
+}
+
+#[test]
+fn vfio_cdevs_and_mig_capabilities_are_read_by_name() {
+    let h = Host::new();
+    h.write(
+        "var/run/cdi/k8s.gpu.nvidia.com-claim_9.yaml",
+        "cdiVersion: 0.5.0\nkind: k8s.gpu.nvidia.com/claim\ndevices:\n- name: 9-mig-0-1\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n    - path: /dev/nvidia-caps/nvidia-cap21\n    - path: /dev/nvidia-caps/nvidia-cap22\n- name: 9-vf\n  containerEdits:\n    deviceNodes:\n    - path: /dev/vfio/devices/vfio0\n    - path: /dev/iommu\n",
+    );
+    let s = scan(h.root(), &Host::dirs());
+    let mig = s
+        .index
+        .get("k8s.gpu.nvidia.com/claim=9-mig-0-1")
+        .expect("mig");
+    assert_eq!(
+        mig.targets,
+        vec![CdiTarget::NvidiaGpu { minor: 0 }, CdiTarget::MigCapability]
+    );
+    let vf = s.index.get("k8s.gpu.nvidia.com/claim=9-vf").expect("vf");
+    assert_eq!(pci(vf), [("0000:01:00.0".to_string(), Some(0))]);
+    assert!(vf.unmapped.is_empty(), "{:?}", vf.unmapped);
 }
 
 #[test]
