@@ -59,8 +59,12 @@
 //!    ([`Engine::adopt_listed`]), so that it is never given what an unrecorded container holds.
 //! 4. **Before the engine lock**, the PodResources lookup: [`KubeletSource::devices_for`] asks
 //!    the kubelet which devices it allocated to the container (bounded by a deadline, cached
-//!    per pod, fail-open), into [`ContainerView::kubelet_devices`]. A slow kubelet delays this
-//!    container only, never the engine's other callers.
+//!    per pod, fail-open), into [`ContainerView::kubelet_devices`] (and its DRA claims, from
+//!    the same answer, into [`ContainerView::kubelet_claims`]). A slow kubelet delays this
+//!    container only, never the engine's other callers. Then the container's CDI names are
+//!    looked up in the CDI spec registry's in-memory index ([`enforce::inputs::resolve_cdi`],
+//!    [`host::cdi::CdiRegistry`], which a watcher keeps current off this path) into
+//!    [`ContainerView::cdi_resolved`].
 //! 5. The engine lock is taken; one found poisoned by a panic is cleared and the placer brought
 //!    back onto the records ([`Engine::resync_placer`]).
 //! 6. [`Engine::create_container`], in order: a create for an id already recorded (a retried
@@ -69,7 +73,8 @@
 //!    shared pool or the reserved CPUs and is recorded so it follows the pool.
 //! 7. The request: [`enforce::inputs::build`] turns the view into a [`placement::Request`]
 //!    (CPU request and limit from shares and quota, memory limit, the GPUs and RDMA NICs
-//!    allocated, from the kubelet's answer, device nodes, CDI devices or env), into
+//!    allocated, from the kubelet's answer, device nodes, CDI devices or env, and the generic
+//!    PCI devices CDI specs resolve to), into
 //!    [`enforce::inputs::Built`]; references no authoritative source allocated are logged and
 //!    counted.
 //! 8. A restart: a container with its predecessor's pod UID and name takes that decision over
@@ -135,6 +140,8 @@
 //! [`PodView`]: enforce::container::PodView
 //! [`ContainerView`]: enforce::container::ContainerView
 //! [`ContainerView::kubelet_devices`]: enforce::container::ContainerView::kubelet_devices
+//! [`ContainerView::kubelet_claims`]: enforce::container::ContainerView::kubelet_claims
+//! [`ContainerView::cdi_resolved`]: enforce::container::ContainerView::cdi_resolved
 //! [`KubeletSource::devices_for`]: enforce::podresources::KubeletSource::devices_for
 //! [`KubeletSource::new`]: enforce::podresources::KubeletSource::new
 //! [`Engine`]: enforce::engine::Engine

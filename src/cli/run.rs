@@ -209,6 +209,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     let allocator = Allocator::new(Arc::clone(&topology), config.placement.clone());
     let topo = Arc::clone(&topology);
     let kubelet = kubelet_source(&config);
+    let cdi = cdi_registry(&config, &host_root);
     let mut engine = Engine::new(
         allocator,
         config,
@@ -228,6 +229,10 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     // path is enough.
     let caps = drop_capabilities(&[]).context("dropping capabilities")?;
     tracing::info!(kept = ?caps.kept, dropped = caps.dropped.len(), bounding = caps.bounding_dropped, "capabilities dropped");
+    // The watcher is a thread: started after the capabilities went, as every thread is.
+    if let Err(e) = cdi.as_ref().map(|r| r.watch()).transpose() {
+        tracing::warn!("CDI spec directories not watched ({e}): specs written later are not seen");
+    }
 
     let health = Arc::new(Health::default());
     fleet::report_start(&health, &metrics, sections.as_ref(), args.config.is_some());
@@ -261,7 +266,8 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         });
         let plugin = Arc::new(
             AlignPlugin::new(engine, args.config.is_some())
-                .with_kubelet(kubelet, Some(metrics.clone())),
+                .with_kubelet(kubelet, Some(metrics.clone()))
+                .with_cdi(cdi),
         );
         // Where the runtime sends no Synchronize, what runs is listed over its CRI.
         crate::enforce::nri::learning::spawn(connection.watch(), plugin.clone());
@@ -282,6 +288,20 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         connection.serve(plugin, stopped()).await?;
         Ok(())
     })
+}
+
+/// The CDI spec registry of the configured directories under `host_root`, read now (the
+/// caller starts its watcher); `None` when no directory is configured.
+fn cdi_registry(
+    config: &Config,
+    host_root: &std::path::Path,
+) -> Option<Arc<crate::host::cdi::CdiRegistry>> {
+    if config.cdi_spec_dirs.is_empty() {
+        return None;
+    }
+    let r = crate::host::cdi::CdiRegistry::new(host_root, &config.cdi_spec_dirs);
+    tracing::info!(dirs = ?config.cdi_spec_dirs, devices = r.snapshot().len(), "reading CDI specs");
+    Some(r)
 }
 
 /// The kubelet's PodResources API as the configuration names it, when it does.

@@ -159,6 +159,7 @@ struct RawConfig {
     podresources_timeout_ms: Option<u64>,
     trust_visible_devices_env: Option<bool>,
     cri_socket: Option<PathBuf>,
+    cdi_spec_dirs: Option<Vec<PathBuf>>,
     state_dir: Option<PathBuf>,
     state_fsync: Option<bool>,
     metrics_address: Option<String>,
@@ -216,6 +217,9 @@ pub struct Config {
     /// and sends it no Synchronize (containerd 1.7, `enforce::cri_listing`). `None`: the
     /// runtime's packaged socket, by the name Configure gives; an empty path: never listed.
     pub cri_socket: Option<PathBuf>,
+    /// Directories of CDI spec files (absolute, read under the host root), later ones taking
+    /// precedence; empty: CDI names are read from the names alone.
+    pub cdi_spec_dirs: Vec<PathBuf>,
     /// State directory; `None` means the command-line default.
     pub state_dir: Option<PathBuf>,
     /// Make every state write durable (fdatasync) before the runtime gets its answer. Off by
@@ -253,6 +257,10 @@ impl Default for Config {
             podresources: Some(PodResourcesConfig::default()),
             trust_visible_devices_env: false,
             cri_socket: None,
+            cdi_spec_dirs: crate::host::cdi::DEFAULT_SPEC_DIRS
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
             state_dir: None,
             state_fsync: false,
             metrics_address: None,
@@ -344,12 +352,27 @@ impl Config {
             }
         }
         let nrt = raw.nrt.unwrap_or_default().resolve().map_err(invalid)?;
+        if let Some(d) = raw
+            .cdi_spec_dirs
+            .iter()
+            .flatten()
+            .find(|d| !d.is_absolute())
+        {
+            return Err(invalid(format!(
+                "cdi_spec_dirs entry {} must be an absolute path",
+                d.display()
+            )));
+        }
+        let cdi_spec_dirs = raw
+            .cdi_spec_dirs
+            .unwrap_or_else(|| Config::default().cdi_spec_dirs);
         Ok(Config {
             placement,
             exempt_namespaces: raw.exempt_namespaces,
             podresources,
             trust_visible_devices_env: raw.trust_visible_devices_env.unwrap_or(false),
             cri_socket: raw.cri_socket,
+            cdi_spec_dirs,
             state_dir: raw.state_dir,
             state_fsync: raw.state_fsync.unwrap_or(false),
             metrics_address,
@@ -426,6 +449,10 @@ impl Config {
         }
         if self.podresources != new.podresources {
             v.push("podresources_*");
+        }
+        // The registry and its watcher are made at start.
+        if self.cdi_spec_dirs != new.cdi_spec_dirs {
+            v.push("cdi_spec_dirs");
         }
         // The publisher and the object's name are set up at start; the resource names and
         // the policy it publishes follow a reload.
@@ -647,6 +674,24 @@ mod tests {
         );
         assert!(Config::from_dropin("bogus: 1", true).is_err());
         assert_eq!(Config::from_dropin("", false).expect("ok"), None);
+    }
+
+    #[test]
+    fn cdi_spec_dirs_default_to_the_cdi_dirs_and_must_be_absolute() {
+        let d = Config::parse("", "t").expect("ok").cdi_spec_dirs;
+        assert_eq!(
+            d,
+            [PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")]
+        );
+        let c = Config::parse("cdi_spec_dirs: [/run/cdi]\n", "t").expect("ok");
+        assert_eq!(c.cdi_spec_dirs, [PathBuf::from("/run/cdi")]);
+        let off = Config::parse("cdi_spec_dirs: []\n", "t").expect("ok");
+        assert!(off.cdi_spec_dirs.is_empty());
+        assert!(Config::parse("cdi_spec_dirs: [etc/cdi]\n", "t").is_err());
+        assert_eq!(
+            Config::default().restart_only_changes(&off),
+            vec!["cdi_spec_dirs"]
+        );
     }
 
     #[test]

@@ -88,6 +88,22 @@ pub struct KubeletDevices {
     pub ids: Vec<String>,
 }
 
+/// One device of a DRA claim as PodResources reports it (`DynamicResource` /
+/// `ClaimResource`, proto/podresources/api.proto).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubeletClaimDevice {
+    /// `namespace/name` of the ResourceClaim.
+    pub claim: String,
+    /// The DRA driver (`gpu.nvidia.com`).
+    pub driver: String,
+    /// Its pool (usually the node name).
+    pub pool: String,
+    /// The device within the pool (`gpu-0`).
+    pub device: String,
+    /// Qualified CDI names the driver prepared for it.
+    pub cdi_names: Vec<String>,
+}
+
 /// Container lifecycle state as NRI reports it (`ContainerState`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ContainerState {
@@ -138,6 +154,16 @@ pub struct ContainerView {
     /// are never listed); `Some` (possibly empty) is the kubelet's authoritative answer.
     #[serde(default)]
     pub kubelet_devices: Option<Vec<KubeletDevices>>,
+    /// The DRA claims the kubelet's PodResources answer lists for this container
+    /// (`dynamic_resources`): each allocated device's CDI names with its driver, pool and
+    /// device, kept for the record.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kubelet_claims: Vec<KubeletClaimDevice>,
+    /// The container's CDI names (NRI's `CDI_devices`, `cdi.k8s.io/` annotations, the claims
+    /// above) that the CDI spec registry knows, resolved to host devices before the engine
+    /// is locked: an in-memory lookup, no spec file is read on a creation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cdi_resolved: Vec<crate::host::cdi::CdiDevice>,
     /// Linux resources.
     pub resources: ResourcesView,
     /// cgroups path as the runtime gives it (`linux.cgroups_path`), recorded for `verify`.

@@ -17,7 +17,7 @@ use podresources::{proto, resource_matches, ClientOptions, Error, PodResourcesCl
 use tokio::sync::Mutex;
 
 use crate::config::PodResourcesConfig;
-use crate::enforce::container::{KubeletDevices, PodView};
+use crate::enforce::container::{KubeletClaimDevice, KubeletDevices, PodView};
 use crate::metrics::Metrics;
 
 /// How long lookups stay off after the kubelet failed to answer.
@@ -120,6 +120,20 @@ impl KubeletSource {
         Some(select(&self.config.resources, c))
     }
 
+    /// The DRA claim devices of container `container` in the answer already cached for `pod`
+    /// (by [`KubeletSource::devices_for`]): never asks the kubelet itself.
+    pub async fn claims_for(&self, pod: &PodView, container: &str) -> Vec<KubeletClaimDevice> {
+        let inner = self.inner.lock().await;
+        let Some(Some(pr)) = inner.cache.get(&pod.uid) else {
+            return Vec::new();
+        };
+        pr.containers
+            .iter()
+            .find(|c| c.name == container)
+            .map(claims)
+            .unwrap_or_default()
+    }
+
     /// Forgets a removed pod's answer.
     pub async fn forget_pod(&self, uid: &str) {
         self.inner.lock().await.cache.remove(uid);
@@ -176,6 +190,24 @@ fn select(resources: &[String], c: &proto::ContainerResources) -> Vec<KubeletDev
                 resource: d.resource_name.clone(),
                 ids: d.device_ids.clone(),
             }),
+        }
+    }
+    out
+}
+
+/// The container's `dynamic_resources`: one entry per allocated device of each claim, with its
+/// CDI names (bounded: the answer as a whole is, by [`podresources::MAX_RESPONSE`]).
+fn claims(c: &proto::ContainerResources) -> Vec<KubeletClaimDevice> {
+    let mut out = Vec::new();
+    for d in &c.dynamic_resources {
+        for r in &d.claim_resources {
+            out.push(KubeletClaimDevice {
+                claim: format!("{}/{}", d.claim_namespace, d.claim_name),
+                driver: r.driver_name.clone(),
+                pool: r.pool_name.clone(),
+                device: r.device_name.clone(),
+                cdi_names: r.cdi_devices.iter().map(|x| x.name.clone()).collect(),
+            });
         }
     }
     out

@@ -154,3 +154,39 @@ async fn an_oversized_or_slow_answer_never_holds_a_creation_past_the_deadline() 
     }
     k.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dra_claims_come_with_their_cdi_names_driver_pool_and_device() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut answer = answer();
+    let mut cdi = proto::CDIDevice::new();
+    cdi.name = "k8s.gpu.nvidia.com/claim=6f1a-gpu-0".into();
+    let mut r = proto::ClaimResource::new();
+    r.cdi_devices = vec![cdi];
+    r.driver_name = "gpu.nvidia.com".into();
+    r.pool_name = "node-1".into();
+    r.device_name = "gpu-0".into();
+    let mut d = proto::DynamicResource::new();
+    d.claim_name = "gpu-claim".into();
+    d.claim_namespace = "ml".into();
+    d.claim_resources = vec![r];
+    answer[0].containers[0].dynamic_resources = vec![d];
+    let k = TestKubelet::start(&dir.path().join("kubelet.sock"), answer).expect("serve");
+    let s = source(dir.path(), 1000);
+    // Nothing cached yet: the claims are read from the answer devices_for fetched, never asked.
+    assert!(s.claims_for(&pod(), "cuda").await.is_empty());
+    assert!(s.devices_for(&pod(), "cuda", None).await.is_some());
+    let claims = s.claims_for(&pod(), "cuda").await;
+    assert_eq!(
+        claims,
+        [KubeletClaimDevice {
+            claim: "ml/gpu-claim".into(),
+            driver: "gpu.nvidia.com".into(),
+            pool: "node-1".into(),
+            device: "gpu-0".into(),
+            cdi_names: vec!["k8s.gpu.nvidia.com/claim=6f1a-gpu-0".into()],
+        }]
+    );
+    assert!(s.claims_for(&pod(), "init").await.is_empty());
+    k.stop().await;
+}

@@ -7,6 +7,7 @@
 //! through here to reach the host, which keeps what touches a live machine in one place.
 
 pub mod caps;
+pub mod cdi;
 pub mod cgroup;
 pub mod devices;
 pub mod files;

@@ -320,6 +320,7 @@ fn requests(
             allocated_gpus: gpus,
             allocated_nics: nics,
             shared_gpus: Vec::new(),
+            generic_devices: Vec::new(),
         };
         out.push((request, short));
     }

@@ -87,6 +87,9 @@ fn stand_in(m: &Mount, ctrd: &Instance, work: &Path, metrics: &str) -> PathBuf {
             // No kubelet here: its directory when a kubelet runs, else an empty stand-in.
             "/var/lib/kubelet/pod-resources" if Path::new(p).is_dir() => PathBuf::from(p),
             "/var/lib/kubelet/pod-resources" => work.join("pod-resources"),
+            // CDI spec dirs: none on a test host; empty stand-ins.
+            "/etc/cdi" => work.join("cdi-etc"),
+            "/var/run/cdi" => work.join("cdi-run"),
             other => panic!("no stand-in for hostPath {other}: add one to tests/e2e/image.rs"),
         },
         Source::ConfigMap { name, data } => {

@@ -4,6 +4,7 @@
 
 mod daemon;
 mod devices;
+mod dra;
 mod enforce;
 mod enforce_load;
 mod image;

@@ -205,6 +205,8 @@ fn daemonset_is_a_node_agent_that_matches_config_image_and_image_test() {
             true,
         ),
         ("configmap:nri-align-config", "/etc/nri-align", true),
+        ("/etc/cdi", "/etc/cdi", true),
+        ("/var/run/cdi", "/var/run/cdi", true),
     ]
     .iter()
     .map(|(a, b, c)| (a.to_string(), b.to_string(), *c))

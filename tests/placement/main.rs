@@ -2,6 +2,7 @@
 //! overflow, properties, the shipped host descriptions, the simulator and its CLI.
 
 mod engine;
+mod generic;
 mod gpu_search_props;
 mod overflow;
 mod props;

@@ -8,6 +8,9 @@
 //! - [`cdi`]: CDI qualified device names `vendor/class=name` and the `cdi.k8s.io/` container
 //!   annotations, as cncf-tags/container-device-interface `pkg/parser` and `pkg/cdi`
 //!   (annotations.go) define them (CDI spec 1.1.0).
+//! - [`cdi_spec`]: CDI spec files (JSON or YAML, spec versions 0.3.0 to 1.1.0) as
+//!   `specs-go/config.go` defines them, validated as `specs-go/version.go` and the reference
+//!   library's spec validation do.
 //! - [`nvidia`]: `NVIDIA_VISIBLE_DEVICES` values (indices, GPU and MIG UUIDs, MIG indices, the
 //!   old MIG form, `all` / `none` / `void` / empty, the volume-mounts marker), the device plugin's
 //!   replica ids (`<id>::<n>`), and the `/dev/nvidia*` nodes the device plugin passes
@@ -17,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod cdi;
+pub mod cdi_spec;
 pub mod nvidia;
 pub mod rdma;
 

@@ -170,6 +170,8 @@ pub fn container_view(
         cdi_devices: Vec::new(),
         mounts: Vec::new(),
         kubelet_devices: None,
+        kubelet_claims: Vec::new(),
+        cdi_resolved: Vec::new(),
         resources: ResourcesView::default(),
         cgroups_path: String::new(),
         pid: info.pid,

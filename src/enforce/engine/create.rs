@@ -37,6 +37,23 @@ impl<P: Placer> Engine<P> {
                 "gpus read"
             );
         }
+        if !built.request.generic_devices.is_empty() {
+            let devices: Vec<String> = built
+                .request
+                .generic_devices
+                .iter()
+                .map(|d| {
+                    let node = d.numa_node.map_or("?".to_string(), |n| n.to_string());
+                    format!("{}@{}/node{node}", d.name, d.pci_bus_id)
+                })
+                .collect();
+            tracing::info!(
+                pod = %pod_name(pod),
+                container = %c.name,
+                devices = %devices.join(","),
+                "generic devices read"
+            );
+        }
         Ok(built)
     }
 

@@ -2,7 +2,8 @@
 //! really uses, in order of authority:
 //!
 //! 1. the kubelet's PodResources answer for the container (`ContainerView::kubelet_devices`);
-//! 2. CDI devices: the CRI `CDI_devices` field and `cdi.k8s.io/` annotations;
+//! 2. CDI devices: the CRI `CDI_devices` field, `cdi.k8s.io/` annotations and the kubelet's
+//!    DRA claims, resolved through the CDI spec registry where it knows them (`cdi.rs`);
 //! 3. device nodes in the spec (`/dev/nvidiaN`, `uverbsN`) and the volume-mounts strategy's
 //!    `/var/run/nvidia-container-devices/<id>` mounts;
 //! 4. `NVIDIA_VISIBLE_DEVICES` lists of indices or UUIDs, only when the kubelet was not asked
@@ -21,7 +22,6 @@
 //! the kubelet reports a replica id (`<uuid>::<n>`, time-slicing or MPS) or a `.shared`
 //! resource, and when only the environment names it.
 
-use k8s_devices::cdi::{self, QualifiedName};
 use k8s_devices::nvidia::{
     self, GpuRef, MountedDevice, NvidiaNode, VisibleDevices, VISIBLE_DEVICES_ENV,
 };
@@ -80,6 +80,9 @@ pub struct Unread {
 /// The devices of one container.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Found {
+    /// Other PCI devices, aligned to but not managed (CDI devices that are no GPU or RDMA NIC
+    /// of the topology).
+    pub generic: Vec<crate::placement::GenericDevice>,
     /// Whole GPUs held alone (PCI bus ids), from an authoritative source.
     pub gpus: Vec<String>,
     /// GPUs used shared (PCI bus ids).
@@ -93,7 +96,7 @@ pub struct Found {
 }
 
 impl Found {
-    fn push(&mut self, bus: &str, shared: bool) {
+    pub(super) fn push(&mut self, bus: &str, shared: bool) {
         let list = if shared {
             &mut self.shared_gpus
         } else {
@@ -104,14 +107,14 @@ impl Found {
         }
     }
 
-    fn note(&mut self, origin: impl Into<String>, why: impl Into<String>) {
+    pub(super) fn note(&mut self, origin: impl Into<String>, why: impl Into<String>) {
         self.unread.push(Unread {
             origin: origin.into(),
             why: why.into(),
         });
     }
 
-    fn any_gpu(&self) -> bool {
+    pub(super) fn any_gpu(&self) -> bool {
         !self.gpus.is_empty() || !self.shared_gpus.is_empty()
     }
 
@@ -127,7 +130,7 @@ impl Found {
 }
 
 /// How one reference resolved on this host.
-enum Resolved {
+pub(super) enum Resolved {
     /// A whole GPU (bus id).
     Whole(String),
     /// The parent GPU of a MIG device (bus id).
@@ -160,7 +163,7 @@ fn by_mig_uuid(topo: &Topology, u: &str) -> Option<String> {
         .map(|g| g.pci_bus_id.clone())
 }
 
-fn resolve_ref(topo: &Topology, r: &GpuRef) -> Resolved {
+pub(super) fn resolve_ref(topo: &Topology, r: &GpuRef) -> Resolved {
     let found = match r {
         GpuRef::Index(i) => by_index(topo, *i).map(Resolved::Whole),
         GpuRef::GpuUuid(u) => by_uuid(topo, u).map(Resolved::Whole),
@@ -200,7 +203,7 @@ fn resolve_ref(topo: &Topology, r: &GpuRef) -> Resolved {
 pub fn find(topo: &Topology, c: &ContainerView, trust_env: bool) -> Result<Found, RequestError> {
     let mut f = Found::default();
     kubelet_gpus(topo, c, &mut f)?;
-    let cdi = cdi_devices(topo, c, &mut f)?;
+    let cdi = super::cdi::cdi_devices(topo, c, &mut f)?;
     f.adopt(cdi, GpuSource::Cdi);
     let nodes = node_devices(topo, c, &mut f)?;
     f.adopt(nodes, GpuSource::DeviceNodes);
@@ -216,7 +219,7 @@ pub fn find(topo: &Topology, c: &ContainerView, trust_env: bool) -> Result<Found
 
 /// The error for a GPU an authoritative source names that this host does not have. Everything
 /// here comes from the runtime: never repeat more than the start of it.
-fn unknown_gpu(c: &ContainerView, origin: &str, given: &str) -> RequestError {
+pub(super) fn unknown_gpu(c: &ContainerView, origin: &str, given: &str) -> RequestError {
     RequestError::UnknownGpu {
         container: crate::untrusted::excerpt(&c.name),
         origin: crate::untrusted::excerpt(origin),
@@ -256,99 +259,6 @@ fn kubelet_gpus(topo: &Topology, c: &ContainerView, f: &mut Found) -> Result<(),
         f.source = Some(GpuSource::Kubelet);
     }
     Ok(())
-}
-
-/// The CDI names of `c` with where each came from: the CRI field's, then the annotations'.
-/// Names that do not parse are noted in `f`.
-fn cdi_names(c: &ContainerView, f: &mut Found) -> Vec<(String, QualifiedName)> {
-    let mut names: Vec<(String, QualifiedName)> = Vec::new();
-    for n in &c.cdi_devices {
-        match cdi::parse_qualified_name(n) {
-            Ok(q) => names.push(("CDI device".into(), q)),
-            Err(e) => f.note("CDI device", e.to_string()),
-        }
-    }
-    match cdi::parse_annotations(c.annotations.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
-        Ok(reqs) => {
-            for r in reqs {
-                names.extend(r.devices.into_iter().map(|q| (r.key.clone(), q)));
-            }
-        }
-        Err(e) => f.note("cdi.k8s.io annotations", e.to_string()),
-    }
-    names
-}
-
-/// Source 2, CDI devices: their RDMA NICs and notes go into `f`; their GPUs are returned, for
-/// [`find`] to take when no earlier source named any.
-fn cdi_devices(topo: &Topology, c: &ContainerView, f: &mut Found) -> Result<Found, RequestError> {
-    let mut gpus = Found::default();
-    for (origin, q) in &cdi_names(c, f) {
-        // A kind nri-align does not align (an FPGA, another vendor's GPU) still reaches the
-        // container through the runtime's CDI edits: noted, so it is logged and counted, and
-        // the container is placed as if it had none (never refused, never widened).
-        let not_aligned = |f: &mut Found| {
-            f.note(
-                origin.clone(),
-                format!("{q}: CDI device of a kind nri-align does not align"),
-            )
-        };
-        if !k8s_devices::nvidia::CDI_VENDORS.contains(&q.vendor.as_str()) {
-            not_aligned(f);
-            continue;
-        }
-        match q.class.as_str() {
-            "gpu" | "mig" => cdi_gpu(topo, c, origin, q, f, &mut gpus)?,
-            "net-rdma" => cdi_nic(topo, origin, q, f),
-            _ => not_aligned(f),
-        }
-    }
-    Ok(gpus)
-}
-
-/// One NVIDIA CDI GPU or MIG device: its GPU into `gpus`, what cannot be used noted in `f`.
-fn cdi_gpu(
-    topo: &Topology,
-    c: &ContainerView,
-    origin: &str,
-    q: &QualifiedName,
-    f: &mut Found,
-    gpus: &mut Found,
-) -> Result<(), RequestError> {
-    if q.name == "all" {
-        f.note(origin, format!("{q}: `all` is not an allocation"));
-        return Ok(());
-    }
-    let Ok(r) = nvidia::parse_gpu_ref(&q.name) else {
-        f.note(origin, format!("{q}: device name is no NVIDIA id"));
-        return Ok(());
-    };
-    match resolve_ref(topo, &r) {
-        Resolved::Whole(b) => gpus.push(&b, q.class == "mig"),
-        Resolved::MigParent(b) => gpus.push(&b, true),
-        Resolved::MigUnknownParent => f.note(
-            origin,
-            format!("{q}: MIG device whose parent GPU its name does not give"),
-        ),
-        Resolved::Unknown => return Err(unknown_gpu(c, origin, &q.to_string())),
-    }
-    Ok(())
-}
-
-/// One CDI RDMA device, named by its PCI address: its NIC into `f`, or a note.
-fn cdi_nic(topo: &Topology, origin: &str, q: &QualifiedName, f: &mut Found) {
-    match topo.nics.iter().find(|n| {
-        n.pci_bus_id
-            .as_deref()
-            .is_some_and(|b| b.eq_ignore_ascii_case(&q.name))
-    }) {
-        Some(nic) if !f.nics.contains(&nic.name) => f.nics.push(nic.name.clone()),
-        Some(_) => {}
-        None => f.note(
-            origin,
-            format!("{q}: no RDMA NIC of this host has that PCI address"),
-        ),
-    }
 }
 
 /// Source 3, device nodes in the spec: `uverbsN` NICs go into `f`; the GPUs of `/dev/nvidiaN` nodes

@@ -7,7 +7,9 @@ use crate::topology::Topology;
 
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
 
+mod cdi;
 mod devices;
+pub use cdi::resolve_cdi;
 pub use devices::{GpuSource, Unread};
 
 /// A container whose resources or devices cannot be understood. Only authoritative sources
@@ -128,6 +130,7 @@ pub fn build(
             allocated_gpus: found.gpus,
             allocated_nics: found.nics,
             shared_gpus: found.shared_gpus,
+            generic_devices: found.generic,
         },
         source,
         unread: found.unread,
@@ -144,6 +147,12 @@ pub fn gpus_reach_only_by_env(c: &ContainerView) -> bool {
         .iter()
         .any(|d| k8s_devices::nvidia::parse_device_node(&d.path).is_some_and(|n| !n.is_control()));
     let nvidia = |n: &str| k8s_devices::nvidia::split_cdi_name(n.trim()).is_some();
+    // A resolved spec of any vendor that gives an NVIDIA GPU node (the DRA driver's claims).
+    let resolved = c.cdi_resolved.iter().any(|d| {
+        d.targets
+            .iter()
+            .any(|t| matches!(t, crate::host::cdi::CdiTarget::NvidiaGpu { .. }))
+    });
     let cdi = c.cdi_devices.iter().any(|n| nvidia(n))
         || c.annotations.iter().any(|(k, v)| {
             k.starts_with(k8s_devices::cdi::ANNOTATION_PREFIX) && v.split(',').any(nvidia)
@@ -152,7 +161,7 @@ pub fn gpus_reach_only_by_env(c: &ContainerView) -> bool {
         .mounts
         .iter()
         .any(|m| k8s_devices::nvidia::parse_volume_mount(&m.destination).is_some());
-    !(nodes || cdi || mounts)
+    !(nodes || cdi || mounts || resolved)
 }
 
 #[cfg(test)]

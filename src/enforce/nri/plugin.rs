@@ -76,6 +76,8 @@ pub struct AlignPlugin<P: Placer> {
     pending: Mutex<BTreeSet<String>>,
     /// The kubelet's PodResources API, asked before the engine is locked.
     kubelet: Option<Arc<KubeletSource>>,
+    /// The CDI spec registry, looked up (in memory) before the engine is locked.
+    cdi: Option<Arc<crate::host::cdi::CdiRegistry>>,
     metrics: Option<Arc<Metrics>>,
     /// True while the running containers are being listed over CRI (a runtime that sends
     /// this plugin no Synchronize, `enforce::cri_listing`): creations wait for the listing.
@@ -99,6 +101,7 @@ impl<P: Placer> AlignPlugin<P> {
             have_config_file,
             pending: Mutex::new(BTreeSet::new()),
             kubelet: None,
+            cdi: None,
             metrics: None,
             learning: tokio::sync::watch::Sender::new(false),
             host_root: std::path::PathBuf::from("/"),
@@ -172,6 +175,12 @@ impl<P: Placer> AlignPlugin<P> {
     ) -> Self {
         self.kubelet = kubelet;
         self.metrics = metrics;
+        self
+    }
+
+    /// Resolves each container's CDI names through `cdi` before it is decided.
+    pub fn with_cdi(mut self, cdi: Option<Arc<crate::host::cdi::CdiRegistry>>) -> Self {
+        self.cdi = cdi;
         self
     }
 
@@ -364,6 +373,11 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
             container.kubelet_devices = k
                 .devices_for(&pod, &container.name, self.metrics.as_deref())
                 .await;
+            container.kubelet_claims = k.claims_for(&pod, &container.name).await;
+        }
+        if let Some(cdi) = &self.cdi {
+            container.cdi_resolved =
+                crate::enforce::inputs::resolve_cdi(&cdi.snapshot(), &container);
         }
         let mut engine = self.engine();
         let outcome = engine

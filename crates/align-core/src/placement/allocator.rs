@@ -219,6 +219,11 @@ impl Allocator {
             pod_name: format!("{}/{}", req.pod.namespace, req.pod.name),
             exclusive: r.exclusive,
             policy: r.eff.policy,
+            generic_devices: req
+                .generic_devices
+                .iter()
+                .map(|d| d.pci_bus_id.clone())
+                .collect(),
             ..Assignment::default()
         };
         if let Some(holder) = self.ledger.get(&req.container_id) {
@@ -238,6 +243,7 @@ impl Allocator {
             && r.gpu_count == 0
             && r.nic_count == 0
             && r.shared_gpus.is_empty()
+            && r.device_nodes.is_empty()
             && pinned.is_none()
         {
             a.cpus = self.ledger.shared_pool();

@@ -264,6 +264,7 @@ impl<'a> Search<'a> {
                 .iter()
                 .all(|g| on(self.ledger.gpu_node(*g)))
             && c.nics.iter().all(|n| on(self.ledger.nic_node(*n)))
+            && self.r.device_nodes.iter().all(|i| c.nodes.contains(i))
     }
 
     /// A candidate on `nodes` with `gpus` and `nics`, judged by the policy.
@@ -297,10 +298,10 @@ impl<'a> Search<'a> {
         }
     }
 
-    /// No GPU wanted: the best node set, and the NICs on it. GPUs used in shared mode seed
-    /// the set, as whole GPUs do in [`Search::best_with_gpus`].
+    /// No GPU wanted: the best node set, and the NICs on it. GPUs used in shared mode and
+    /// generic devices seed the set, as whole GPUs do in [`Search::best_with_gpus`].
     pub fn best_without_gpus(&self) -> Option<Candidate> {
-        if !self.r.shared_gpus.is_empty() {
+        if !self.r.shared_gpus.is_empty() || !self.r.device_nodes.is_empty() {
             return self.around_gpus(Vec::new());
         }
         let topo = self.topo();
@@ -516,6 +517,11 @@ impl<'a> Search<'a> {
                 if self.allowed[i] && !seed.contains(&i) {
                     seed.push(i);
                 }
+            }
+        }
+        for &i in &self.r.device_nodes {
+            if self.allowed[i] && !seed.contains(&i) {
+                seed.push(i);
             }
         }
         if let Some((_, nodes)) = grown.iter().find(|(s, _)| *s == seed) {

@@ -219,6 +219,11 @@ impl Ledger {
         self.locality(self.topo.nics.get(n)?.numa_node?)
     }
 
+    /// Index of the CPU node a device on NUMA node `id` belongs with (a generic device's).
+    pub fn device_node(&self, id: u32) -> Option<usize> {
+        self.locality(id)
+    }
+
     /// The CPU node a device on node `id` belongs with: the node itself, or for a memory-only
     /// node (a GPU reporting its HBM node) the closest node with CPUs.
     fn locality(&self, id: u32) -> Option<usize> {

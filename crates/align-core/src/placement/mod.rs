@@ -33,4 +33,4 @@ pub use choose::GpuSearch;
 pub use error::PlacementError;
 pub use ledger::NodeFree;
 pub use policy::{CpuPreference, GpuMode, PlacementConfig, Policy, Scope};
-pub use request::{Assignment, PodInfo, PodTotals, Request};
+pub use request::{Assignment, GenericDevice, PodInfo, PodTotals, Request};

@@ -46,6 +46,26 @@ pub struct Request {
     /// them and never records, remaps or refuses them as taken.
     #[serde(default)]
     pub shared_gpus: Vec<String>,
+    /// Other PCI devices the runtime gives the container whatever placement says (a CDI
+    /// device that is neither a GPU nor an RDMA NIC the topology knows: an FPGA, another
+    /// vendor's accelerator, a NIC without RDMA). Placement aligns the CPUs and memory to
+    /// their NUMA nodes as to a GPU's; they are never held, chosen or remapped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub generic_devices: Vec<GenericDevice>,
+}
+
+/// A PCI device placement aligns to without managing it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GenericDevice {
+    /// Where it was named (a CDI name `vendor/class=name`).
+    pub name: String,
+    /// PCI bus id in sysfs form, lowercase.
+    pub pci_bus_id: String,
+    /// Its NUMA node, `None` when the host does not say (then it constrains nothing).
+    pub numa_node: Option<u32>,
+    /// Root complex, then the bridges down to the function (for the record and reports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pcie_path: Vec<String>,
 }
 
 /// What a container was given. Persisted in the state file, so fields only grow.
@@ -86,6 +106,9 @@ pub struct Assignment {
     /// the runtime will give whatever nri-align says is refused, not shared.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chosen_gpus: Vec<String>,
+    /// The generic devices aligned to (PCI bus ids, see [`Request::generic_devices`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub generic_devices: Vec<String>,
     /// Policy the decision was made under.
     pub policy: Policy,
     /// Whether every resource ended up on the chosen node set.

@@ -33,6 +33,9 @@ pub struct Resolved {
     pub nic_count: usize,
     /// NICs the device plugin allocated (indices).
     pub alloc_nics: Vec<usize>,
+    /// Node indices of the generic devices (`Request::generic_devices`), each once: the
+    /// chosen nodes must hold them, as they must hold the GPUs.
+    pub device_nodes: Vec<usize>,
     /// `namespace/pod/container`.
     pub who: String,
 }
@@ -101,6 +104,16 @@ pub fn resolve(
     let gpu_count = alloc_gpus.len().max(eff.gpus.unwrap_or(0) as usize);
     let nic_count = alloc_nics.len().max(eff.nics.unwrap_or(0) as usize);
     let isolated = exclusive && eff.cpus == CpuPreference::Isolated;
+    let mut device_nodes: Vec<usize> = Vec::new();
+    for i in req
+        .generic_devices
+        .iter()
+        .filter_map(|d| ledger.device_node(d.numa_node?))
+    {
+        if !device_nodes.contains(&i) {
+            device_nodes.push(i);
+        }
+    }
     Ok(Resolved {
         eff,
         exclusive,
@@ -112,6 +125,7 @@ pub fn resolve(
         isolated,
         nic_count,
         alloc_nics,
+        device_nodes,
         who,
     })
 }

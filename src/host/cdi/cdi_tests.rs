@@ -1,0 +1,284 @@
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// A fake host root: a PCI tree under `sys/devices`, `sys/bus/pci/devices` links, the
+/// `sys/dev/char` links of a render node and an accel node, a uverbs class link and an IOMMU
+/// group, the way the kernel lays them out.
+struct Host {
+    dir: tempfile::TempDir,
+}
+
+impl Host {
+    fn new() -> Host {
+        let h = Host {
+            dir: tempfile::tempdir().expect("tempdir"),
+        };
+        // GPU-like function behind a bridge on node 1, an accelerator on node 0, a NIC on 0.
+        h.function("pci0000:3a/0000:3a:00.0/0000:3b:00.0", 1);
+        h.function("pci0000:00/0000:00:01.0/0000:01:00.0", 0);
+        h.function("pci0000:00/0000:00:02.0/0000:02:00.0", 0);
+        h.link(
+            "sys/dev/char/226:128",
+            "../../devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0/drm/renderD128",
+        );
+        h.mkdir("sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0/drm/renderD128");
+        h.link(
+            "sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0/drm/renderD128/device",
+            "../../../0000:3b:00.0",
+        );
+        h.mkdir("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/accel/accel0");
+        h.link(
+            "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/accel/accel0/device",
+            "../../../0000:01:00.0",
+        );
+        h.link(
+            "sys/dev/char/261:0",
+            "../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/accel/accel0",
+        );
+        h.link(
+            "sys/class/infiniband_verbs/uverbs0/device",
+            "../../../devices/pci0000:00/0000:00:02.0/0000:02:00.0",
+        );
+        h.link(
+            "sys/kernel/iommu_groups/7/devices/0000:01:00.0",
+            "../../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0",
+        );
+        // An iommufd cdev of the accelerator's function (`/dev/vfio/devices/vfio0`).
+        h.link(
+            "sys/class/vfio-dev/vfio0/device",
+            "../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0",
+        );
+        h.mkdir("etc/cdi");
+        h.mkdir("var/run/cdi");
+        h
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn mkdir(&self, rel: &str) {
+        std::fs::create_dir_all(self.root().join(rel)).expect("mkdir");
+    }
+
+    fn link(&self, rel: &str, to: &str) {
+        let p = self.root().join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        symlink(to, p).expect("symlink");
+    }
+
+    fn write(&self, rel: &str, text: &str) {
+        let p = self.root().join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    }
+
+    fn function(&self, path: &str, node: u32) {
+        let dev = format!("sys/devices/{path}");
+        self.mkdir(&dev);
+        self.write(&format!("{dev}/numa_node"), &format!("{node}\n"));
+        let bus = path.rsplit('/').next().expect("bus");
+        let depth = "../../../";
+        self.link(
+            &format!("sys/bus/pci/devices/{bus}"),
+            &format!("{depth}devices/{path}"),
+        );
+    }
+
+    fn dirs() -> Vec<PathBuf> {
+        DEFAULT_SPEC_DIRS.iter().map(PathBuf::from).collect()
+    }
+}
+
+const NVIDIA_CLAIM: &str = r#"cdiVersion: 0.5.0
+kind: k8s.gpu.nvidia.com/claim
+devices:
+- name: 0c3a-gpu-1
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia1
+containerEdits:
+  env: [NVIDIA_VISIBLE_DEVICES=void]
+  deviceNodes:
+  - path: /dev/nvidiactl
+  - path: /dev/nvidia-uvm
+  - path: /dev/nvidia-uvm-tools
+"#;
+
+const ACCEL_JSON: &str = r#"{"cdiVersion": "1.1.0", "kind": "example.com/accel",
+  "devices": [
+    {"name": "fn0", "containerEdits": {"deviceNodes": [{"path": "/dev/accel/accel0", "type": "c", "major": 261, "minor": 0}]}},
+    {"name": "render", "containerEdits": {"deviceNodes": [{"path": "/dev/dri/renderD128", "type": "c", "major": 226, "minor": 128}]}},
+    {"name": "vf", "containerEdits": {"deviceNodes": [{"path": "/dev/vfio/7"}], "netDevices": [{"hostInterfaceName": "ens1", "name": "net1"}]}},
+    {"name": "ib", "containerEdits": {"deviceNodes": [{"path": "/dev/infiniband/uverbs0"}, {"path": "/dev/infiniband/rdma_cm"}]}}
+  ],
+  "containerEdits": {"deviceNodes": [{"path": "/dev/vfio/vfio"}, {"path": "/dev/iommu"}]}}"#;
+
+fn pci(d: &CdiDevice) -> Vec<(String, Option<u32>)> {
+    d.targets
+        .iter()
+        .filter_map(|t| match t {
+            CdiTarget::Pci(f) => Some((f.bus_id.clone(), f.numa_node)),
+            CdiTarget::Uverbs { pci: Some(f), .. } => Some((f.bus_id.clone(), f.numa_node)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn device_nodes_map_to_host_devices_through_sysfs() {
+    let h = Host::new();
+    h.write(
+        "var/run/cdi/k8s.gpu.nvidia.com-claim_0c3a.yaml",
+        NVIDIA_CLAIM,
+    );
+    h.write("etc/cdi/example.json", ACCEL_JSON);
+    let s = scan(h.root(), &Host::dirs());
+    assert!(s.skipped.is_empty(), "{:?}", s.skipped);
+    assert_eq!(s.files_read, 2);
+    let gpu = s
+        .index
+        .get("k8s.gpu.nvidia.com/claim=0c3a-gpu-1")
+        .expect("nvidia");
+    // The control nodes of the spec-level edits are no allocation.
+    assert_eq!(gpu.targets, vec![CdiTarget::NvidiaGpu { minor: 1 }]);
+    assert_eq!(gpu.env, ["NVIDIA_VISIBLE_DEVICES=void"]);
+    let get = |n: &str| s.index.get(&format!("example.com/accel={n}")).expect(n);
+    assert_eq!(pci(get("fn0")), [("0000:01:00.0".to_string(), Some(0))]);
+    assert_eq!(pci(get("render")), [("0000:3b:00.0".to_string(), Some(1))]);
+    assert_eq!(pci(get("vf")), [("0000:01:00.0".to_string(), Some(0))]);
+    assert_eq!(get("vf").net_devices, ["ens1"]);
+    assert_eq!(pci(get("ib")), [("0000:02:00.0".to_string(), Some(0))]);
+    let CdiTarget::Pci(f) = &get("render").targets[0] else {
+        panic!("pci")
+    };
+    assert_eq!(f.pcie_path, ["pci0000:3a", "0000:3a:00.0", "0000:3b:00.0"]);
+}
+
+#[test]
+fn vfio_cdevs_and_mig_capabilities_are_read_by_name() {
+    let h = Host::new();
+    h.write(
+        "var/run/cdi/k8s.gpu.nvidia.com-claim_9.yaml",
+        "cdiVersion: 0.5.0\nkind: k8s.gpu.nvidia.com/claim\ndevices:\n- name: 9-mig-0-1\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n    - path: /dev/nvidia-caps/nvidia-cap21\n    - path: /dev/nvidia-caps/nvidia-cap22\n- name: 9-vf\n  containerEdits:\n    deviceNodes:\n    - path: /dev/vfio/devices/vfio0\n    - path: /dev/iommu\n",
+    );
+    let s = scan(h.root(), &Host::dirs());
+    let mig = s
+        .index
+        .get("k8s.gpu.nvidia.com/claim=9-mig-0-1")
+        .expect("mig");
+    assert_eq!(
+        mig.targets,
+        vec![CdiTarget::NvidiaGpu { minor: 0 }, CdiTarget::MigCapability]
+    );
+    let vf = s.index.get("k8s.gpu.nvidia.com/claim=9-vf").expect("vf");
+    assert_eq!(pci(vf), [("0000:01:00.0".to_string(), Some(0))]);
+    assert!(vf.unmapped.is_empty(), "{:?}", vf.unmapped);
+}
+
+#[test]
+fn bad_specs_are_skipped_one_line_each_and_the_good_ones_kept() {
+    let h = Host::new();
+    h.write("etc/cdi/example.json", ACCEL_JSON);
+    h.write("etc/cdi/broken.yaml", "cdiVersion: [");
+    h.write(
+        "etc/cdi/outside.yaml",
+        "cdiVersion: 0.6.0\nkind: evil.com/x\ndevices:\n- name: a\n  containerEdits:\n    deviceNodes:\n    - path: /dev/x\n      hostPath: /etc/shadow\n",
+    );
+    h.write(
+        "etc/cdi/dotdot.yaml",
+        "cdiVersion: 0.6.0\nkind: evil.com/y\ndevices:\n- name: a\n  containerEdits:\n    deviceNodes:\n    - path: /dev/../etc/shadow\n",
+    );
+    std::fs::write(
+        h.root().join("etc/cdi/huge.json"),
+        vec![b' '; k8s_devices::cdi_spec::MAX_SPEC_BYTES + 1],
+    )
+    .expect("write");
+    symlink("loop-b.yaml", h.root().join("etc/cdi/loop-a.yaml")).expect("link");
+    symlink("loop-a.yaml", h.root().join("etc/cdi/loop-b.yaml")).expect("link");
+    h.write("etc/cdi/notes.txt", "not a spec");
+    let s = scan(h.root(), &Host::dirs());
+    let why = |f: &str| {
+        s.skipped
+            .iter()
+            .find(|k| k.file.ends_with(f))
+            .map(|k| k.why.clone())
+            .unwrap_or_else(|| panic!("{f} not skipped: {:?}", s.skipped))
+    };
+    assert!(why("broken.yaml").contains("parse"));
+    assert!(why("outside.yaml").contains("outside /dev"));
+    assert!(why("dotdot.yaml").contains("outside /dev"));
+    assert!(why("huge.json").contains("cap"));
+    assert!(why("loop-a.yaml").contains("symlink loop"));
+    assert_eq!(s.skipped.len(), 6, "{:?}", s.skipped);
+    assert_eq!(s.index.len(), 4);
+}
+
+#[test]
+fn later_directories_win_and_duplicates_within_one_are_dropped() {
+    let h = Host::new();
+    let spec = |node: &str| {
+        format!("cdiVersion: 0.6.0\nkind: v.com/c\ndevices:\n- name: a\n  containerEdits:\n    deviceNodes:\n    - path: {node}\n")
+    };
+    h.write("etc/cdi/a.yaml", &spec("/dev/nvidia0"));
+    h.write("var/run/cdi/a.yaml", &spec("/dev/nvidia3"));
+    let s = scan(h.root(), &Host::dirs());
+    let d = s.index.get("v.com/c=a").expect("a");
+    assert_eq!(d.targets, vec![CdiTarget::NvidiaGpu { minor: 3 }]);
+    h.write("var/run/cdi/b.yaml", &spec("/dev/nvidia4"));
+    let s = scan(h.root(), &Host::dirs());
+    // Conflicting in /var/run/cdi: neither there; the /etc/cdi one is still declared.
+    let d = s.index.get("v.com/c=a").expect("a");
+    assert_eq!(d.targets, vec![CdiTarget::NvidiaGpu { minor: 0 }]);
+}
+
+#[test]
+fn lookups_never_read_a_file() {
+    let h = Host::new();
+    h.write("etc/cdi/example.json", ACCEL_JSON);
+    let r = CdiRegistry::new(h.root(), &Host::dirs());
+    let read = r.files_read();
+    assert_eq!(read, 1);
+    // The file is gone, but until a rescan the index answers from memory, reading nothing.
+    std::fs::remove_file(h.root().join("etc/cdi/example.json")).expect("rm");
+    for _ in 0..1000 {
+        let found = r
+            .snapshot()
+            .resolve(["example.com/accel=fn0", "example.com/accel=nope"]);
+        assert_eq!(found.len(), 1);
+    }
+    assert_eq!(r.files_read(), read);
+}
+
+#[test]
+fn a_spec_written_after_start_is_picked_up_within_a_second() {
+    let h = Host::new();
+    std::fs::remove_dir(h.root().join("var/run/cdi")).expect("rmdir");
+    let r = CdiRegistry::new(h.root(), &Host::dirs());
+    let _watch = r.watch().expect("watch");
+    let wait = |want: bool, name: &str| {
+        let start = Instant::now();
+        while r.snapshot().get(name).is_some() != want {
+            assert!(
+                start.elapsed() < Duration::from_millis(1500),
+                "{name} present={want} not seen in time"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        start.elapsed()
+    };
+    // A watched directory: a write, then a removal.
+    h.write("etc/cdi/example.json", ACCEL_JSON);
+    assert!(wait(true, "example.com/accel=fn0") < Duration::from_secs(1));
+    std::fs::remove_file(h.root().join("etc/cdi/example.json")).expect("rm");
+    wait(false, "example.com/accel=fn0");
+    // A directory made after start (the first DRA driver creates /var/run/cdi).
+    h.write(
+        "var/run/cdi/k8s.gpu.nvidia.com-claim_0c3a.yaml",
+        NVIDIA_CLAIM,
+    );
+    wait(true, "k8s.gpu.nvidia.com/claim=0c3a-gpu-1");
+}

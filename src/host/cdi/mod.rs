@@ -1,0 +1,198 @@
+//! The CDI spec registry: every device the CDI spec files on this host declare, resolved to
+//! the host devices it gives a container, kept in memory so that a container's creation only
+//! looks names up.
+//!
+//! Spec files are read from the configured directories (`cdi_spec_dirs`, under the host root)
+//! when the daemon starts and again within a second of any change to them (an inotify watch,
+//! `watch.rs`); a lookup never reads a file. A spec that cannot be used (unparseable, over the
+//! size cap, a symlink loop, a device node outside `/dev`) is skipped with one log line, and
+//! its devices are unknown: a container naming them is placed as if CDI had not named them.
+//!
+//! As in the reference library (cncf-tags/container-device-interface `pkg/cdi/cache.go`), a
+//! later directory takes precedence over an earlier one, and a device two files of one
+//! directory declare is a conflict: neither is used.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use serde::{Deserialize, Serialize};
+
+mod scan;
+pub mod sysfs;
+mod watch;
+
+pub use scan::{scan, Scan, Skipped, MAX_SPEC_FILES};
+
+/// The directories read when the configuration names none (relative to the host root).
+pub const DEFAULT_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
+
+/// A PCI function a CDI device node stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PciFunction {
+    /// Bus id in sysfs form, lowercase.
+    pub bus_id: String,
+    /// NUMA node sysfs gives (`None` for -1 or unreadable).
+    pub numa_node: Option<u32>,
+    /// Root complex (`pci0000:3a`), then the bridges down to the function itself.
+    pub pcie_path: Vec<String>,
+}
+
+/// A host device one device node of a CDI device stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CdiTarget {
+    /// `/dev/nvidiaN`: the NVIDIA GPU with minor number N.
+    NvidiaGpu {
+        /// The minor number.
+        minor: u32,
+    },
+    /// A `/dev/nvidia-caps/` node: the GPU node beside it is the parent of a MIG device.
+    MigCapability,
+    /// `/dev/infiniband/uverbsN`.
+    Uverbs {
+        /// `uverbsN`.
+        name: String,
+        /// Its PCI function, when sysfs links one.
+        pci: Option<PciFunction>,
+    },
+    /// A PCI function the kernel links the node to (DRM, accel, VFIO).
+    Pci(PciFunction),
+}
+
+/// One device of a CDI spec, resolved on this host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CdiDevice {
+    /// Qualified name, `vendor/class=name`.
+    pub name: String,
+    /// The spec file it came from.
+    pub spec: PathBuf,
+    /// Host devices its device nodes (device-level and spec-level) stand for.
+    pub targets: Vec<CdiTarget>,
+    /// Device nodes that stand for nothing sysfs links (`path: why`).
+    pub unmapped: Vec<String>,
+    /// Host interfaces of its `netDevices`.
+    pub net_devices: Vec<String>,
+    /// Env entries its edits add.
+    pub env: Vec<String>,
+    /// Container paths of the mounts its edits add.
+    pub mounts: Vec<String>,
+}
+
+/// The devices of every usable spec, by qualified name.
+#[derive(Debug, Clone, Default)]
+pub struct CdiIndex {
+    devices: HashMap<String, Arc<CdiDevice>>,
+}
+
+impl CdiIndex {
+    /// The device named `name` (`vendor/class=name`).
+    pub fn get(&self, name: &str) -> Option<&Arc<CdiDevice>> {
+        self.devices.get(name)
+    }
+
+    /// How many devices are known.
+    pub fn len(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// Whether no device is known.
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
+    }
+
+    /// The known devices among `names`, each once, in the order first named.
+    pub fn resolve<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Vec<CdiDevice> {
+        let mut out: Vec<CdiDevice> = Vec::new();
+        for n in names {
+            let n = n.trim();
+            if out.iter().any(|d| d.name == n) {
+                continue;
+            }
+            if let Some(d) = self.devices.get(n) {
+                out.push(CdiDevice::clone(d));
+            }
+        }
+        out
+    }
+}
+
+/// The registry shared by the watcher (which replaces the index) and the create path (which
+/// reads it).
+#[derive(Debug)]
+pub struct CdiRegistry {
+    root: PathBuf,
+    dirs: Vec<PathBuf>,
+    index: RwLock<Arc<CdiIndex>>,
+    files_read: AtomicU64,
+    skipped: RwLock<Vec<Skipped>>,
+}
+
+impl CdiRegistry {
+    /// A registry of the specs in `dirs` under `root`, read once now.
+    pub fn new(root: &Path, dirs: &[PathBuf]) -> Arc<Self> {
+        let r = Arc::new(CdiRegistry {
+            root: root.to_path_buf(),
+            dirs: dirs.to_vec(),
+            index: RwLock::new(Arc::new(CdiIndex::default())),
+            files_read: AtomicU64::new(0),
+            skipped: RwLock::new(Vec::new()),
+        });
+        r.rescan();
+        r
+    }
+
+    /// The current index: a lookup costs a lock-free clone of an `Arc` under a read lock.
+    pub fn snapshot(&self) -> Arc<CdiIndex> {
+        match self.index.read() {
+            Ok(g) => Arc::clone(&g),
+            Err(p) => Arc::clone(&p.into_inner()),
+        }
+    }
+
+    /// How many spec files were read since start (each rescan reads every file again).
+    pub fn files_read(&self) -> u64 {
+        self.files_read.load(Ordering::Relaxed)
+    }
+
+    /// Reads every spec again and swaps the index in. Each skipped file is logged once, when it
+    /// is first seen broken (not on every later rescan).
+    pub fn rescan(&self) {
+        let s = scan(&self.root, &self.dirs);
+        self.files_read.fetch_add(s.files_read, Ordering::Relaxed);
+        {
+            let mut old = match self.skipped.write() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            for k in s.skipped.iter().filter(|k| !old.contains(k)) {
+                tracing::warn!(file = %k.file.display(), "CDI spec skipped: {}", k.why);
+            }
+            *old = s.skipped;
+        }
+        tracing::debug!(devices = s.index.len(), "CDI specs read");
+        let new = Arc::new(s.index);
+        match self.index.write() {
+            Ok(mut g) => *g = new,
+            Err(p) => *p.into_inner() = new,
+        }
+    }
+
+    /// Watches the spec directories and rescans within a second of a change, until the
+    /// registry is the watcher's last owner. Runs on a thread of its own: a rescan reads files
+    /// and must never stall the runtime's calls.
+    pub fn watch(self: &Arc<Self>) -> std::io::Result<std::thread::JoinHandle<()>> {
+        watch::spawn(Arc::clone(self))
+    }
+
+    fn watched_dirs(&self) -> Vec<PathBuf> {
+        self.dirs
+            .iter()
+            .map(|d| self.root.join(d.strip_prefix("/").unwrap_or(d)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+#[path = "cdi_tests.rs"]
+mod tests;

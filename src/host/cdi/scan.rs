@@ -1,0 +1,215 @@
+//! Reading the spec directories into an index: every file bounded (count, size, symlinks
+//! followed only where they end), every spec validated, every device node mapped to sysfs.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use k8s_devices::cdi_spec::{self, ContainerEdits, Format, Spec, MAX_SPEC_BYTES};
+
+use super::sysfs::{self, NodeMap};
+use super::{CdiDevice, CdiIndex, CdiTarget};
+
+/// Most spec files read in all (a node with a claim per container has a few hundred).
+pub const MAX_SPEC_FILES: usize = 16_384;
+
+/// A spec file not used, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The file.
+    pub file: PathBuf,
+    /// Why.
+    pub why: String,
+}
+
+/// What one read of the directories found.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// The usable devices.
+    pub index: CdiIndex,
+    /// Files not used.
+    pub skipped: Vec<Skipped>,
+    /// Spec files read (opened and parsed).
+    pub files_read: u64,
+}
+
+/// Reads the specs of `dirs` (absolute, taken under `root`); later directories take precedence.
+pub fn scan(root: &Path, dirs: &[PathBuf]) -> Scan {
+    let mut out = Scan::default();
+    let mut budget = MAX_SPEC_FILES;
+    for dir in dirs {
+        let full = root.join(dir.strip_prefix("/").unwrap_or(dir));
+        let mut here: HashMap<String, Arc<CdiDevice>> = HashMap::new();
+        let mut conflicts: Vec<String> = Vec::new();
+        for file in spec_files(&full, &mut budget, &mut out.skipped) {
+            let spec = match read(&file) {
+                Ok(s) => s,
+                Err(why) => {
+                    out.skipped.push(Skipped { file, why });
+                    continue;
+                }
+            };
+            out.files_read += 1;
+            for d in devices(root, &file, &spec) {
+                if here.contains_key(&d.name) {
+                    conflicts.push(d.name.clone());
+                    out.skipped.push(Skipped {
+                        file: file.clone(),
+                        why: format!(
+                            "device {} is declared by another spec of {}",
+                            d.name,
+                            full.display()
+                        ),
+                    });
+                } else {
+                    here.insert(d.name.clone(), Arc::new(d));
+                }
+            }
+        }
+        for c in conflicts {
+            here.remove(&c);
+        }
+        // A later directory's device replaces an earlier one's of the same name.
+        out.index.devices.extend(here);
+    }
+    out
+}
+
+/// The spec files of `dir`, sorted by name; counted against `budget`.
+fn spec_files(dir: &Path, budget: &mut usize, skipped: &mut Vec<Skipped>) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        // A directory that does not exist (yet) holds no spec: not worth a line.
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| !n.starts_with('.') && Format::of(n).is_some())
+        })
+        .collect();
+    files.sort();
+    if files.len() > *budget {
+        for f in files.drain(*budget..) {
+            skipped.push(Skipped {
+                file: f,
+                why: format!("more than {MAX_SPEC_FILES} spec files"),
+            });
+        }
+    }
+    *budget -= files.len();
+    files
+}
+
+/// One file, bounded: a link is followed only where it ends (a loop fails with `ELOOP`), only
+/// regular files are read, and never more than the size cap.
+fn read(file: &Path) -> Result<Spec, String> {
+    let md = std::fs::metadata(file).map_err(|e| {
+        if e.raw_os_error() == Some(nix::libc::ELOOP) {
+            "symlink loop".to_string()
+        } else {
+            format!("cannot be read: {e}")
+        }
+    })?;
+    if !md.is_file() {
+        return Err("not a regular file".into());
+    }
+    if md.len() > MAX_SPEC_BYTES as u64 {
+        return Err(format!(
+            "{} bytes, over the {MAX_SPEC_BYTES}-byte cap",
+            md.len()
+        ));
+    }
+    let mut bytes = Vec::with_capacity(md.len() as usize);
+    std::fs::File::open(file)
+        .and_then(|f| f.take(MAX_SPEC_BYTES as u64 + 1).read_to_end(&mut bytes))
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    let name = file
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    let format = Format::of(name).unwrap_or(Format::Yaml);
+    let spec = cdi_spec::parse(&bytes, format).map_err(|e| e.to_string())?;
+    let all_nodes = std::iter::once(&spec.container_edits)
+        .chain(spec.devices.iter().map(|d| &d.container_edits))
+        .flat_map(|e| e.device_nodes.iter());
+    for n in all_nodes {
+        if !sysfs::is_dev_path(n.host()) {
+            return Err(format!(
+                "device node {} is outside /dev",
+                crate::untrusted::quoted(n.host())
+            ));
+        }
+    }
+    Ok(spec)
+}
+
+/// The devices of `spec`, each with its own and the spec's edits, mapped on the host.
+fn devices(root: &Path, file: &Path, spec: &Spec) -> Vec<CdiDevice> {
+    // The spec-level edits are shared by every device: map their nodes once.
+    let common = map_edits(root, &spec.container_edits);
+    spec.devices
+        .iter()
+        .map(|d| {
+            let own = map_edits(root, &d.container_edits);
+            let mut dev = CdiDevice {
+                name: format!("{}={}", spec.kind, d.name),
+                spec: file.to_path_buf(),
+                targets: own.targets,
+                unmapped: own.unmapped,
+                net_devices: own.net_devices,
+                env: d.container_edits.env.clone(),
+                mounts: own.mounts,
+            };
+            for t in &common.targets {
+                if !dev.targets.contains(t) {
+                    dev.targets.push(t.clone());
+                }
+            }
+            dev.unmapped.extend(common.unmapped.iter().cloned());
+            dev.net_devices.extend(common.net_devices.iter().cloned());
+            dev.env.extend(spec.container_edits.env.iter().cloned());
+            dev.mounts.extend(common.mounts.iter().cloned());
+            dev
+        })
+        .collect()
+}
+
+#[derive(Default)]
+struct Mapped {
+    targets: Vec<CdiTarget>,
+    unmapped: Vec<String>,
+    net_devices: Vec<String>,
+    mounts: Vec<String>,
+}
+
+fn map_edits(root: &Path, edits: &ContainerEdits) -> Mapped {
+    let mut m = Mapped::default();
+    for n in &edits.device_nodes {
+        match sysfs::map_node(root, n) {
+            NodeMap::Control => {}
+            NodeMap::Targets(ts) => {
+                for t in ts {
+                    if !m.targets.contains(&t) {
+                        m.targets.push(t);
+                    }
+                }
+            }
+            NodeMap::Unmapped(why) => m.unmapped.push(format!("{}: {why}", n.host())),
+        }
+    }
+    m.net_devices = edits
+        .net_devices
+        .iter()
+        .map(|n| n.host_interface_name.clone())
+        .collect();
+    m.mounts = edits
+        .mounts
+        .iter()
+        .map(|x| x.container_path.clone())
+        .collect();
+    m
+}

@@ -1,0 +1,158 @@
+//! CDI specs resolved by nri-align on every real runtime: a per-claim spec written the way the
+//! NVIDIA DRA driver writes it (`k8s.gpu.nvidia.com-claim_<uid>.yaml`, device
+//! `k8s.gpu.nvidia.com/claim=<uid>-gpu-<minor>`) naming an emulated GPU, and a generic vendor's
+//! spec (`example.com/accel`) naming an emulated PCI function, both written after nri-align
+//! started (the watcher picks them up) and handed to the container through `cdi.k8s.io/`
+//! annotations, which every runtime here passes to NRI.
+//!
+//! The runtime and nri-align read the same devices from two copies of each spec: the
+//! runtime's, in its private CDI dir, with host paths of the emulated host's nodes, and
+//! nri-align's, under its `--host-root`, with the paths a real host has (`/dev/nvidia1`).
+//! On a real node both are one file.
+
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::time::Duration;
+
+use test_support::e2e;
+use test_support::e2e::kubelet::{Allocation, KubeContainer, KubePod, Node, Resources};
+use test_support::e2e::suite::Enforced;
+use test_support::e2e::{Runtime, UpOptions};
+use test_support::each_runtime;
+
+const CLAIM: &str = "6f1a0c5e-1111-2222-3333-444455556666";
+const ACCEL_BUS: &str = "0000:c0:00.0";
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(path, text).expect("write");
+}
+
+/// The emulated PCI function behind `/dev/null` (char 1:3) on NUMA node `node`, as the kernel
+/// links an accelerator's node: `sys/dev/char/1:3/device` -> the function.
+fn emulate_accel(root: &Path, node: u32) {
+    let dev = format!("sys/devices/pci0000:c0/{ACCEL_BUS}");
+    write(&root.join(&dev).join("numa_node"), &format!("{node}\n"));
+    let link = |rel: &str, to: &str| {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        let _ = std::fs::remove_file(&p);
+        symlink(to, p).expect("symlink");
+    };
+    link(
+        &format!("sys/bus/pci/devices/{ACCEL_BUS}"),
+        &format!("../../../devices/pci0000:c0/{ACCEL_BUS}"),
+    );
+    std::fs::create_dir_all(root.join("sys/dev/char/1:3")).expect("mkdir");
+    link(
+        "sys/dev/char/1:3/device",
+        &format!("../../../devices/pci0000:c0/{ACCEL_BUS}"),
+    );
+}
+
+/// Both specs, with `gpu_host` as the GPU node's host path.
+fn specs(minor: u32, gpu_host: &str) -> [(String, String); 2] {
+    let claim = format!(
+        "cdiVersion: 0.5.0\nkind: k8s.gpu.nvidia.com/claim\ndevices:\n- name: {CLAIM}-gpu-{minor}\n  \
+         containerEdits:\n    env: [NVIDIA_VISIBLE_DEVICES={minor}]\n    deviceNodes:\n    \
+         - path: /dev/nvidia{minor}\n      hostPath: {gpu_host}\n"
+    );
+    let accel = r#"{"cdiVersion": "0.6.0", "kind": "example.com/accel", "devices": [{"name": "fn0",
+        "containerEdits": {"env": ["ACCEL=fn0"], "deviceNodes": [{"path": "/dev/accel0",
+        "hostPath": "/dev/null", "type": "c", "major": 1, "minor": 3}]}}]}"#;
+    [
+        (format!("k8s.gpu.nvidia.com-claim_{CLAIM}.yaml"), claim),
+        ("example.com-accel.json".to_string(), accel.to_string()),
+    ]
+}
+
+fn cdi_specs_of_any_vendor_align_cpus_and_memory(rt: Runtime) {
+    let options = UpOptions {
+        cdi: true,
+        ..UpOptions::default()
+    };
+    let Some(e) = Enforced::with_options(rt, "dra", "e2e-dra", (2, 0), "", options) else {
+        return;
+    };
+    // The emulated GPUs are on the first node: the function goes there too, so that both
+    // devices can be aligned to on any machine shape.
+    let node = *e.host.machine.nodes.keys().next().expect("a node");
+    let g = &e.host.gpus[1];
+    emulate_accel(&e.host.root, node);
+    let gpu_dev = format!("/dev/nvidia{}", g.minor);
+    // The runtime's copy: host paths of the emulated host.
+    for (file, text) in specs(g.minor, &e.host.dev(&gpu_dev).to_string_lossy()) {
+        write(&e.rt.dir().join("cdi").join(file), &text);
+    }
+    // nri-align's copy, after it started: the watcher must pick it up.
+    for (file, text) in specs(g.minor, &gpu_dev) {
+        write(&e.host.root.join("var/run/cdi").join(file), &text);
+    }
+    // Within a second of the write (the watcher's bound), with room for a loaded machine.
+    std::thread::sleep(Duration::from_millis(1500));
+    let names = format!(
+        "k8s.gpu.nvidia.com/claim={CLAIM}-gpu-{},example.com/accel=fn0",
+        g.minor
+    );
+    let claim = Allocation {
+        resource: "example.com/accel".into(),
+        ids: vec!["fn0".into()],
+        numa: vec![None],
+        annotations: [("cdi.k8s.io/dra_claim".to_string(), names)].into(),
+        ..Allocation::default()
+    };
+    let pod = KubePod::new("ml", "dra").container(
+        KubeContainer::new("app")
+            .resources(
+                Resources::none()
+                    .both("cpu", "1")
+                    .both("memory", "64Mi")
+                    .both("example.com/accel", "1"),
+            )
+            .allocation(claim),
+    );
+    let k = Node::for_instance(&e.rt).expect("node");
+    let sandbox = e.rt.run_kube_pod(&pod, &k).expect("sandbox");
+    let id =
+        e.rt.create_kube_container(&sandbox, &pod, &k, "app", 0)
+            .unwrap_or_else(|err| panic!("dra on {}: {err}", rt.name()));
+    let cri = e.rt.cri();
+    cri.ok(&["start", &id]).expect("start");
+    // The runtime applied both specs.
+    let env = cri.env(&id).expect("env");
+    assert_eq!(env.get("ACCEL").map(String::as_str), Some("fn0"), "{env:?}");
+    assert!(e.ls(&id, &["/dev"]).iter().any(|d| d == "accel0"));
+    // nri-align resolved both through its registry: the GPU by its minor, the function by
+    // sysfs, on its node.
+    let want = format!("example.com/accel=fn0@{ACCEL_BUS}/node{node}");
+    assert!(
+        e.plugin.wait_for_output(&want, Duration::from_secs(5)),
+        "no generic device line {want}:\n{}",
+        e.plugin.output()
+    );
+    let out = e.plugin.output();
+    let gpus = out
+        .lines()
+        .rev()
+        .find(|l| l.contains("gpus read") && l.contains("container=app"))
+        .unwrap_or_default();
+    assert!(
+        gpus.contains("source=cdi") || gpus.contains("source=\"cdi\""),
+        "{gpus}\n{out}"
+    );
+    // An exclusive CPU and the memory on the function's node.
+    let cpus = e.host.machine.nodes[&node].clone();
+    let live = e.live(&id);
+    assert!(
+        live.cpus.iter().all(|c| cpus.contains(c)),
+        "{live:?} not on node {node}"
+    );
+    assert!(
+        e2e::wait_until(Duration::from_secs(5), || e.live(&id).mems
+            == node.to_string()),
+        "{:?}",
+        e.live(&id)
+    );
+}
+
+each_runtime!(cdi_specs_of_any_vendor_align_cpus_and_memory);
