@@ -306,7 +306,11 @@ fn image_suite(runtime: Runtime) {
         "50-nri-align",
         "{out}"
     );
-    assert!(out.contains("/etc/nri-align/config.yaml"), "{out}");
+    // The ConfigMap is read as sections: with no API access in this test the node's name
+    // alone chooses, and the shipped ConfigMap has only `default`.
+    let chosen = log_events(&out, "configuration section chosen");
+    assert_eq!(chosen[0]["section"], "default", "{out}");
+    assert_eq!(chosen[0]["dir"], "/etc/nri-align", "{out}");
 
     // The DaemonSet's probes, as the kubelet calls them: the port is the container's `metrics`
     // port on the host network.

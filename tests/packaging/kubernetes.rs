@@ -214,7 +214,7 @@ fn daemonset_is_a_node_agent_that_matches_config_image_and_image_test() {
     assert_eq!(mounts, want);
 
     // The arguments point into those mounts: the socket into the NRI socket dir, the state
-    // dir at its mount, the config at the ConfigMap's key.
+    // dir at its mount, the config at the ConfigMap's mount.
     assert_eq!(agent.args.first().map(String::as_str), Some("run"));
     assert_eq!(agent.arg("--socket"), Some("/var/run/nri/nri.sock"));
     assert_eq!(agent.arg("--state-dir"), Some("/var/lib/nri-align"));
@@ -223,9 +223,10 @@ fn daemonset_is_a_node_agent_that_matches_config_image_and_image_test() {
     else {
         panic!("no ConfigMap at /etc/nri-align");
     };
-    let key = config_path
-        .strip_prefix("/etc/nri-align/")
-        .expect("config under the ConfigMap mount");
+    // The whole ConfigMap as a directory of sections: every node reads `default` unless a
+    // `group.`/`node.` key names it.
+    assert_eq!(config_path, "/etc/nri-align", "--config is the ConfigMap's directory");
+    let key = "default";
     let config = &data.iter().find(|(k, _)| k == key).expect("config key").1;
 
     // The ConfigMap's config is packaging/config/nri-align.yaml, metrics on the node's
