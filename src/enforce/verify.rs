@@ -18,7 +18,7 @@ use crate::enforce::state::{Record, StateDoc};
 use crate::host::cgroup::{CgroupMounts, ContainerCgroup};
 use crate::host::devices::{nvidia_minor, uverbs_name, visible_devices};
 use crate::host::procfs::{dev_of, status, status_field, ContainerKey, ProcIndex};
-use crate::topology::IdSet;
+use crate::topology::{read_online, IdSet};
 
 /// How one container compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -53,16 +53,35 @@ pub struct ContainerCheck {
     /// What could not be compared, and why (the check covers the rest).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unchecked: Vec<String>,
+    /// CPUs the container holds exclusively that are offline now (hot-unplugged or offlined
+    /// since it was placed): it keeps the others, and these are its again when they return.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub offline_cpus: String,
 }
 
 /// Checks every record of `doc` against the host under `root`.
 pub fn verify(doc: &StateDoc, root: &Path) -> Vec<ContainerCheck> {
     let procs = ProcIndex::read(root);
     let mounts = CgroupMounts::read(root);
+    let online = read_online(root).ok().map(|o| o.cpus);
     doc.containers
         .iter()
-        .map(|(id, rec)| check_one(id, rec, root, &procs, &mounts))
+        .map(|(id, rec)| {
+            let gone = offline_held(rec, online.as_ref());
+            let mut check = check_one(id, rec, root, &procs, &mounts, &gone);
+            check.offline_cpus = gone.to_string();
+            check
+        })
         .collect()
+}
+
+/// The CPUs record `rec` holds exclusively that are not in `online` (none when the online
+/// CPUs could not be read).
+pub fn offline_held(rec: &Record, online: Option<&IdSet>) -> IdSet {
+    match online {
+        Some(online) if rec.assignment.exclusive => rec.applied_cpus.difference(online),
+        _ => IdSet::new(),
+    }
 }
 
 fn check_one(
@@ -71,6 +90,7 @@ fn check_one(
     root: &Path,
     procs: &ProcIndex,
     mounts: &CgroupMounts,
+    offline: &IdSet,
 ) -> ContainerCheck {
     let a = &rec.assignment;
     let mut check = ContainerCheck {
@@ -81,6 +101,7 @@ fn check_one(
         verdict: Verdict::NotRunning,
         problems: Vec::new(),
         unchecked: Vec::new(),
+        offline_cpus: String::new(),
     };
     // The container's processes are those in its cgroup (from the cgroups path the runtime
     // gave, either driver), compared component by component: never a process whose path merely
@@ -100,7 +121,15 @@ fn check_one(
     if first.is_none() && !look_in_cgroup(&mut check, &key, mounts) {
         return check;
     }
-    check_cgroup(&mut check.problems, &key, first, procs, mounts, rec);
+    check_cgroup(
+        &mut check.problems,
+        &key,
+        first,
+        procs,
+        mounts,
+        rec,
+        offline,
+    );
     check_processes(&mut check.problems, root, &check.pids, rec);
     if let Some(first) = first {
         check_devices(&mut check.problems, root, first, rec);
@@ -150,8 +179,12 @@ fn check_cgroup(
     procs: &ProcIndex,
     mounts: &CgroupMounts,
     rec: &Record,
+    offline: &IdSet,
 ) {
     let (want_cpus, want_mems) = (&rec.applied_cpus, &rec.assignment.mems);
+    // A cgroup shows an offline CPU or not depending on the file read (`cpuset.cpus` keeps
+    // what was written, the effective set loses it): either is what was decided.
+    let online_part = want_cpus.difference(offline);
     let cgroup = match key {
         ContainerKey::Cgroup(cg) => Some(cg.clone()),
         ContainerKey::Id(_) => first
@@ -160,7 +193,11 @@ fn check_cgroup(
     };
     match cgroup.map(|cg| mounts.read_cpuset(&cg)) {
         Some(Ok(Some(state))) => {
-            compare(problems, "cgroup cpuset.cpus", state.cpus, want_cpus, false);
+            let cpus = match state.cpus {
+                Ok(got) if !offline.is_empty() && got == online_part => Ok(want_cpus.clone()),
+                other => other,
+            };
+            compare(problems, "cgroup cpuset.cpus", cpus, want_cpus, false);
             if !want_mems.is_empty() {
                 compare(problems, "cgroup cpuset.mems", state.mems, want_mems, false);
             }
