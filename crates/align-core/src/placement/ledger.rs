@@ -204,7 +204,7 @@ impl Ledger {
             .filter(|a| a.exclusive)
             .filter_map(|a| {
                 let gone = a.cpus.difference(&self.online);
-                (!gone.is_empty()).then(|| (a.container_id.as_str(), gone))
+                (!gone.is_empty()).then_some((a.container_id.as_str(), gone))
             })
             .collect()
     }
