@@ -553,4 +553,20 @@ mod tests {
         assert_eq!(r[0].verdict, Verdict::Drift);
         assert!(r[0].problems[0].contains("`..`"), "{:?}", r[0].problems);
     }
+
+    #[test]
+    fn a_held_cpu_gone_offline_is_named_and_is_not_drift() {
+        let t = tempfile::tempdir().expect("tmp");
+        // CPU 3 went offline: the kernel took it out of the effective cpuset and affinity.
+        host(t.path(), "abc", "2", "2", &["/dev/nvidia1"]);
+        write(t.path(), "sys/devices/system/cpu/online", "0-2,4-7\n");
+        let r = verify(&doc("abc"), t.path());
+        assert_eq!(r[0].verdict, Verdict::Ok, "{:?}", r[0].problems);
+        assert_eq!(r[0].offline_cpus, "3");
+        // All online again, the same cgroup is drift: a CPU it holds is missing.
+        write(t.path(), "sys/devices/system/cpu/online", "0-7\n");
+        let r = verify(&doc("abc"), t.path());
+        assert_eq!(r[0].verdict, Verdict::Drift);
+        assert_eq!(r[0].offline_cpus, "");
+    }
 }
