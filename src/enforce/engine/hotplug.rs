@@ -119,9 +119,32 @@ impl<P: Placer> Engine<P> {
                 .into_iter()
                 .filter(|u| !replaced.contains(&u.container_id)),
         );
+        updates.extend(self.holders_of(&after.difference(&before), &replaced));
         self.persist();
         self.refresh_free();
         updates
+    }
+
+    /// Cpuset updates giving the exclusive holders of `back` (CPUs online again) their CPUs
+    /// again, but those in `skip`: cgroup v1 takes an offlined CPU out of every cpuset for
+    /// good, so without one the holder would never run on it again.
+    fn holders_of(&self, back: &CpuSet, skip: &HashSet<String>) -> Vec<CpusetUpdate> {
+        if back.is_empty() {
+            return Vec::new();
+        }
+        self.doc
+            .containers
+            .iter()
+            .filter(|(id, r)| {
+                r.assignment.exclusive
+                    && !r.assignment.cpus.is_disjoint(back)
+                    && !skip.contains(*id)
+            })
+            .map(|(id, r)| CpusetUpdate {
+                container_id: id.clone(),
+                cpus: r.applied_cpus.clone(),
+            })
+            .collect()
     }
 
     /// The nodes of the topology whose memory is not online in `online` (none when the host

@@ -125,6 +125,9 @@ fn an_offline_cpu_leaves_the_pool_and_its_holder_keeps_the_rest() {
     set_online(t.path(), "0-7", "0-1");
     let ups = e.poll_hotplug();
     assert_eq!(update_of(&ups, "s").as_deref(), Some("4-7"));
+    // Its holder is told its CPUs again (cgroup v1 dropped CPU 1 from its cpuset).
+    assert_eq!(update_of(&ups, "x").as_deref(), Some("0-1"));
+    assert_eq!(update_of(&ups, "y"), None, "lost nothing");
     assert_eq!(e.placer().ledger().cpu_holder(1), Some("x"));
     assert_eq!(e.placer().shared_pool().to_string(), "4-7");
     assert_eq!(
