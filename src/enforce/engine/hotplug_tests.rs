@@ -206,3 +206,16 @@ fn memory_node_leaving_takes_no_new_memory_and_coming_back_does() {
     e.poll_hotplug();
     assert!(e.placer().free_by_node()[1].memory_bytes > 0);
 }
+
+#[test]
+fn a_reload_is_checked_against_the_cpus_online_now() {
+    let t = tempfile::tempdir().expect("tmp");
+    let (mut e, _) = engine(t.path(), false);
+    assert_eq!(create(&mut e, "x", 2), "0-1");
+    set_online(t.path(), "0-3", "0-1");
+    e.poll_hotplug();
+    let mut config = e.config().clone();
+    config.placement.reserved_cpus = "2-3".parse().expect("set");
+    let err = e.reload(config).expect_err("no shared CPU would be left");
+    assert!(err.to_string().contains("leaves no shared CPU"), "{err}");
+}
