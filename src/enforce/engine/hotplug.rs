@@ -67,7 +67,12 @@ impl<P: Placer> Engine<P> {
         if w.last.as_ref() == Some(&online) {
             return Vec::new();
         }
-        w.last = Some(online.clone());
+        let first = w.last.replace(online.clone()).is_none();
+        if first {
+            // After a restart a container may hold a CPU that was offline before the
+            // topology was read: reported even though nothing changed since.
+            self.report_offline_held();
+        }
         self.apply_online(&online)
     }
 

@@ -219,3 +219,36 @@ fn a_reload_is_checked_against_the_cpus_online_now() {
     let err = e.reload(config).expect_err("no shared CPU would be left");
     assert!(err.to_string().contains("leaves no shared CPU"), "{err}");
 }
+
+#[test]
+fn a_cpu_held_while_offline_at_start_is_reported_at_the_first_read() {
+    let t = tempfile::tempdir().expect("tmp");
+    let (mut e, m) = engine(t.path(), false);
+    assert_eq!(create(&mut e, "x", 2), "0-1");
+    // As a restart finds it: the topology read without CPU 1, the record restored whole.
+    let held = e.records().containers["x"].assignment.clone();
+    let mut topo = TopologyBuilder::new().sockets(2).cores(4).build();
+    topo.cpus.retain(|c| c.id != 1);
+    topo.numa_nodes[0].cpus.remove(1);
+    topo.offline_cpus.insert(1);
+    let mut alloc = Allocator::new(Arc::new(topo), e.config().placement.clone());
+    alloc
+        .restore(held)
+        .expect("a present, offline CPU is restored");
+    assert_eq!(alloc.ledger().cpu_holder(1), Some("x"));
+    let mut e2 = Engine::new(
+        alloc,
+        e.config().clone(),
+        None,
+        Some(m.clone()),
+        Box::new(AllDevices),
+    );
+    e2.doc = e.doc.clone();
+    set_online(t.path(), "0,2-7", "0-1");
+    e2.watch_hotplug(t.path());
+    assert!(e2.poll_hotplug().is_empty(), "nothing changed since start");
+    assert_eq!(
+        metric(&m, "nri_align_held_cpus_offline").as_deref(),
+        Some("1")
+    );
+}
