@@ -123,9 +123,11 @@
 //!    ([`host::caps::drop_capabilities`]) before any other thread starts; the metrics and
 //!    health endpoints are served ([`metrics::serve`]), the NodeResourceTopology publisher is
 //!    started as the engine's observer ([`cli::run::NrtPlan::start`]), the CRI-listing follower
-//!    ([`enforce::nri::learning::spawn`]) and the configuration reloader
-//!    ([`config::spawn_reloader`]) are spawned, and [`enforce::nri::Connection::serve`] serves
-//!    until a signal.
+//!    ([`enforce::nri::learning::spawn`]), the hot-plug follower (`src/cli/run/hotplug.rs`:
+//!    every 10 s and at kernel uevents, [`AlignPlugin::follow_hotplug`] re-reads the online
+//!    CPUs and memory nodes, as every runtime event does, and [`Engine::poll_hotplug`] applies
+//!    a change) and the configuration reloader ([`config::spawn_reloader`]) are spawned, and
+//!    [`enforce::nri::Connection::serve`] serves until a signal.
 //! 5. Synchronize/reconcile: the runtime's Synchronize reaches [`Engine::synchronize`], which
 //!    reconciles the records with what runs ([`enforce::engine::reconcile::reconcile`]):
 //!    shared containers follow the pool, unrecorded ones are recorded as they run. Where no
@@ -136,6 +138,8 @@
 //! [`AlignPlugin`]: enforce::nri::AlignPlugin
 //! [`AlignPlugin::learning_begins`]: enforce::nri::AlignPlugin::learning_begins
 //! [`AlignPlugin::learned`]: enforce::nri::AlignPlugin::learned
+//! [`AlignPlugin::follow_hotplug`]: enforce::nri::AlignPlugin::follow_hotplug
+//! [`Engine::poll_hotplug`]: enforce::engine::Engine::poll_hotplug
 //! [`LEARN_WAIT`]: enforce::nri::plugin::LEARN_WAIT
 //! [`PodView`]: enforce::container::PodView
 //! [`ContainerView`]: enforce::container::ContainerView

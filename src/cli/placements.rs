@@ -11,10 +11,11 @@ use serde::Serialize;
 
 use super::Exit;
 use crate::enforce::state::{Loaded, Record, StateStore};
+use crate::enforce::verify::offline_held;
 use crate::host::cgroup::{CgroupMounts, ContainerCgroup};
 use crate::topology::load::{load, Source};
 use crate::topology::picture::{render_svg, Holder, Overlay};
-use crate::topology::IdSet;
+use crate::topology::{read_online, IdSet};
 
 /// Arguments of `nri-align placements`.
 #[derive(Debug, clap::Args)]
@@ -61,6 +62,10 @@ pub struct Placement {
     pub nics: Vec<String>,
     /// Stopped, not removed: it keeps what it holds.
     pub stopped: bool,
+    /// Exclusive CPUs it holds that are offline now (hot-unplugged or offlined since it was
+    /// placed); empty when none.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub offline_cpus: String,
     /// When the container's cgroup was created (UTC, RFC 3339); `None` when it is not found.
     pub since: Option<String>,
 }
@@ -83,7 +88,9 @@ pub fn run(args: PlacementsArgs) -> anyhow::Result<()> {
         "CONTAINER", "POD", "NAME", "POLICY", "CPUS", "MEMS", "GPUS", "NICS"
     );
     for r in &rows {
-        let cpus = if r.exclusive {
+        let cpus = if !r.offline_cpus.is_empty() {
+            format!("{} ({} offline)", r.cpus, r.offline_cpus)
+        } else if r.exclusive {
             r.cpus.clone()
         } else {
             format!("{} (shared)", r.cpus)
@@ -177,14 +184,15 @@ fn list(args: &PlacementsArgs) -> anyhow::Result<Vec<Placement>> {
     };
     let root = args.host_root.clone().unwrap_or_else(|| PathBuf::from("/"));
     let mounts = CgroupMounts::read(&root);
+    let online = read_online(&root).ok().map(|o| o.cpus);
     Ok(doc
         .containers
         .iter()
-        .map(|(id, rec)| placement(id, rec, &mounts))
+        .map(|(id, rec)| placement(id, rec, &mounts, online.as_ref()))
         .collect())
 }
 
-fn placement(id: &str, rec: &Record, mounts: &CgroupMounts) -> Placement {
+fn placement(id: &str, rec: &Record, mounts: &CgroupMounts, online: Option<&IdSet>) -> Placement {
     let a = &rec.assignment;
     let cpus = if rec.applied_cpus.is_empty() {
         &a.cpus
@@ -208,6 +216,7 @@ fn placement(id: &str, rec: &Record, mounts: &CgroupMounts) -> Placement {
         gpus,
         nics: a.nics.clone(),
         stopped: rec.stopped,
+        offline_cpus: offline_held(rec, online).to_string(),
         since: cgroup_created(mounts, &rec.cgroups_path).map(rfc3339),
     }
 }

@@ -5,6 +5,7 @@
 
 mod fleet;
 mod health;
+mod hotplug;
 mod nri_off;
 mod retry;
 
@@ -220,6 +221,12 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     // Before the recovery, which may find the state dir failing already.
     let outage = retry::outage_signal(&mut engine);
     engine.recover(&host_root);
+    // The topology was read once above; from now on its online CPUs and memory nodes are
+    // followed (hot-plug, offlining), through the kernel's uevents on the live host only.
+    engine.watch_hotplug(&host_root);
+    let uevents = (host_root == Path::new("/"))
+        .then(hotplug::open_uevents)
+        .flatten();
 
     nri_off::warn_if_missing(&args.socket, &host_root);
     let connection = crate::enforce::nri::Connection::new(PLUGIN_NAME, &idx, &args.socket)?;
@@ -271,6 +278,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         );
         // Where the runtime sends no Synchronize, what runs is listed over its CRI.
         crate::enforce::nri::learning::spawn(connection.watch(), plugin.clone());
+        hotplug::spawn(plugin.clone(), uevents);
         match (sections, args.config.clone()) {
             (Some((follow, _)), _) => fleet::follow(
                 follow,

@@ -116,6 +116,12 @@ fn print_check(c: &ContainerCheck) {
     for u in &c.unchecked {
         println!("            unchecked: {u}");
     }
+    if !c.offline_cpus.is_empty() {
+        println!(
+            "            offline: CPUs {} it holds are offline (it keeps its other CPUs)",
+            c.offline_cpus
+        );
+    }
 }
 
 /// The id as `crictl ps` shows it.

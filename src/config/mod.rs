@@ -26,6 +26,7 @@
 //! cri_socket: null             # runtime's CRI, listed where NRI sends no Synchronize; "" off
 //! state_dir: /var/lib/nri-align   # default: --state-dir
 //! state_fsync: false           # fdatasync every state write before answering the runtime
+//! replace_offlined_cpus: false # give a container a free CPU for an exclusive one gone offline
 //! metrics_address: null        # e.g. "127.0.0.1:9464"; default: no metrics endpoint
 //! log_format: text             # text | json
 //! log_level: null              # e.g. "info", "nri_align=debug"; default: RUST_LOG or info
@@ -162,6 +163,7 @@ struct RawConfig {
     cdi_spec_dirs: Option<Vec<PathBuf>>,
     state_dir: Option<PathBuf>,
     state_fsync: Option<bool>,
+    replace_offlined_cpus: Option<bool>,
     metrics_address: Option<String>,
     log_format: Option<LogFormat>,
     log_level: Option<String>,
@@ -226,6 +228,10 @@ pub struct Config {
     /// default: the state only has to outlive the plugin and runtime processes
     /// (`enforce/state`), and an fsync cost milliseconds per decision on a VM disk.
     pub state_fsync: bool,
+    /// When an exclusive CPU of a running container goes offline, give the container a free
+    /// CPU of its nodes instead. Off by default: the container keeps its other CPUs and is
+    /// reported, since a silent replacement changes what a latency-sensitive workload runs on.
+    pub replace_offlined_cpus: bool,
     /// Where to serve `/metrics`; `None` serves nothing.
     pub metrics_address: Option<SocketAddr>,
     /// Log format.
@@ -263,6 +269,7 @@ impl Default for Config {
                 .collect(),
             state_dir: None,
             state_fsync: false,
+            replace_offlined_cpus: false,
             metrics_address: None,
             log_format: LogFormat::default(),
             log_level: None,
@@ -375,6 +382,7 @@ impl Config {
             cdi_spec_dirs,
             state_dir: raw.state_dir,
             state_fsync: raw.state_fsync.unwrap_or(false),
+            replace_offlined_cpus: raw.replace_offlined_cpus.unwrap_or(false),
             metrics_address,
             log_format: raw.log_format.unwrap_or_default(),
             log_level: raw.log_level,

@@ -8,7 +8,7 @@ use crate::enforce::engine::{Placer, Rejection};
 use crate::enforce::inputs::tests::{gpu_topology, node};
 use crate::host::devices::DeviceLookup;
 use crate::placement::{Assignment, GpuMode, NodeFree, PlacementConfig, PodTotals, Request};
-use crate::topology::{Cpu, CpuSet, NumaNode, Topology};
+use crate::topology::{Cpu, CpuSet, NodeSet, NumaNode, Topology};
 
 /// A deliberately simple placer: exclusive integer-CPU containers get the lowest free CPUs of
 /// one node (the node of their GPU when they have one), everything else the shared pool (on
@@ -25,6 +25,9 @@ pub(crate) struct FakePlacer {
     pub(crate) panic_on_commit: bool,
     /// What `expect_pod` was told, in order.
     pub(crate) expected_pods: Vec<(String, PodTotals)>,
+    /// Online CPUs after a hot-plug (`None`: the topology's).
+    online: Option<CpuSet>,
+    mem_offline: NodeSet,
 }
 
 impl FakePlacer {
@@ -61,6 +64,8 @@ impl FakePlacer {
             panic_on_plan: false,
             panic_on_commit: false,
             expected_pods: Vec::new(),
+            online: None,
+            mem_offline: NodeSet::new(),
         }
     }
     /// The GPU mode of each `plan` call so far.
@@ -171,13 +176,26 @@ impl Placer for FakePlacer {
         Ok(())
     }
     fn shared_pool(&self) -> CpuSet {
-        self.topo
-            .online_cpus()
+        self.online()
             .difference(&self.cfg.reserved_cpus)
             .difference(&self.exclusive_cpus())
     }
     fn set_config(&mut self, c: PlacementConfig) {
         self.cfg = c;
+    }
+    fn set_online(&mut self, cpus: &CpuSet, mem_offline: &NodeSet) -> CpuSet {
+        let known = self.topo.online_cpus();
+        self.online = Some(cpus.intersection(&known));
+        self.mem_offline = mem_offline.clone();
+        cpus.difference(&known)
+    }
+    fn online(&self) -> CpuSet {
+        self.online
+            .clone()
+            .unwrap_or_else(|| self.topo.online_cpus())
+    }
+    fn mem_offline(&self) -> NodeSet {
+        self.mem_offline.clone()
     }
     fn topology(&self) -> &Topology {
         &self.topo

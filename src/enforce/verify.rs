@@ -20,7 +20,7 @@ use crate::enforce::state::{Record, StateDoc};
 use crate::host::cgroup::{CgroupMounts, ContainerCgroup};
 use crate::host::devices::{nvidia_minor, uverbs_name, visible_devices};
 use crate::host::procfs::{dev_of, status, status_field, ContainerKey, ProcIndex};
-use crate::topology::IdSet;
+use crate::topology::{read_online, IdSet};
 
 /// How one container compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -55,12 +55,17 @@ pub struct ContainerCheck {
     /// What could not be compared, and why (the check covers the rest).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unchecked: Vec<String>,
+    /// CPUs the container holds exclusively that are offline now (hot-unplugged or offlined
+    /// since it was placed): it keeps the others, and these are its again when they return.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub offline_cpus: String,
 }
 
 /// Checks every record of `doc` against the host under `root`.
 pub fn verify(doc: &StateDoc, root: &Path) -> Vec<ContainerCheck> {
     let procs = ProcIndex::read(root);
     let mounts = CgroupMounts::read(root);
+    let online = read_online(root).ok().map(|o| o.cpus);
     let view = View {
         procs: &procs,
         mounts: &mounts,
@@ -68,8 +73,22 @@ pub fn verify(doc: &StateDoc, root: &Path) -> Vec<ContainerCheck> {
     };
     doc.containers
         .iter()
-        .map(|(id, rec)| check_one(id, rec, root, &view))
+        .map(|(id, rec)| {
+            let gone = offline_held(rec, online.as_ref());
+            let mut check = check_one(id, rec, root, &view, &gone);
+            check.offline_cpus = gone.to_string();
+            check
+        })
         .collect()
+}
+
+/// The CPUs record `rec` holds exclusively that are not in `online` (none when the online
+/// CPUs could not be read).
+pub fn offline_held(rec: &Record, online: Option<&IdSet>) -> IdSet {
+    match online {
+        Some(online) if rec.assignment.exclusive => rec.applied_cpus.difference(online),
+        _ => IdSet::new(),
+    }
 }
 
 /// What this process can see of the host.
@@ -90,7 +109,13 @@ fn in_nested_pid_namespace(root: &Path) -> bool {
         .is_some_and(|v| v.split_whitespace().count() > 1)
 }
 
-fn check_one(id: &str, rec: &Record, root: &Path, view: &View) -> ContainerCheck {
+fn check_one(
+    id: &str,
+    rec: &Record,
+    root: &Path,
+    view: &View,
+    offline: &IdSet,
+) -> ContainerCheck {
     let View { procs, mounts, .. } = *view;
     let a = &rec.assignment;
     let mut check = ContainerCheck {
@@ -101,6 +126,7 @@ fn check_one(id: &str, rec: &Record, root: &Path, view: &View) -> ContainerCheck
         verdict: Verdict::NotRunning,
         problems: Vec::new(),
         unchecked: Vec::new(),
+        offline_cpus: String::new(),
     };
     // The container's processes are those in its cgroup (from the cgroups path the runtime
     // gave, either driver), compared component by component: never a process whose path merely
@@ -120,7 +146,15 @@ fn check_one(id: &str, rec: &Record, root: &Path, view: &View) -> ContainerCheck
     if first.is_none() && !look_in_cgroup(&mut check, &key, view) {
         return check;
     }
-    check_cgroup(&mut check.problems, &key, first, procs, mounts, rec);
+    check_cgroup(
+        &mut check.problems,
+        &key,
+        first,
+        procs,
+        mounts,
+        rec,
+        offline,
+    );
     check_processes(&mut check.problems, root, &check.pids, rec);
     if let Some(first) = first {
         check_devices(&mut check.problems, root, first, rec);
@@ -180,8 +214,12 @@ fn check_cgroup(
     procs: &ProcIndex,
     mounts: &CgroupMounts,
     rec: &Record,
+    offline: &IdSet,
 ) {
     let (want_cpus, want_mems) = (&rec.applied_cpus, &rec.assignment.mems);
+    // A cgroup shows an offline CPU or not depending on the file read (`cpuset.cpus` keeps
+    // what was written, the effective set loses it): either is what was decided.
+    let online_part = want_cpus.difference(offline);
     let cgroup = match key {
         ContainerKey::Cgroup(cg) => Some(cg.clone()),
         ContainerKey::Id(_) => first
@@ -190,7 +228,11 @@ fn check_cgroup(
     };
     match cgroup.map(|cg| mounts.read_cpuset(&cg)) {
         Some(Ok(Some(state))) => {
-            compare(problems, "cgroup cpuset.cpus", state.cpus, want_cpus, false);
+            let cpus = match state.cpus {
+                Ok(got) if !offline.is_empty() && got == online_part => Ok(want_cpus.clone()),
+                other => other,
+            };
+            compare(problems, "cgroup cpuset.cpus", cpus, want_cpus, false);
             if !want_mems.is_empty() {
                 compare(problems, "cgroup cpuset.mems", state.mems, want_mems, false);
             }
@@ -584,5 +626,21 @@ mod tests {
         let r = verify(&doc_at("abc", "/../../../../tmp/x"), t.path());
         assert_eq!(r[0].verdict, Verdict::Drift);
         assert!(r[0].problems[0].contains("`..`"), "{:?}", r[0].problems);
+    }
+
+    #[test]
+    fn a_held_cpu_gone_offline_is_named_and_is_not_drift() {
+        let t = tempfile::tempdir().expect("tmp");
+        // CPU 3 went offline: the kernel took it out of the effective cpuset and affinity.
+        host(t.path(), "abc", "2", "2", &["/dev/nvidia1"]);
+        write(t.path(), "sys/devices/system/cpu/online", "0-2,4-7\n");
+        let r = verify(&doc("abc"), t.path());
+        assert_eq!(r[0].verdict, Verdict::Ok, "{:?}", r[0].problems);
+        assert_eq!(r[0].offline_cpus, "3");
+        // All online again, the same cgroup is drift: a CPU it holds is missing.
+        write(t.path(), "sys/devices/system/cpu/online", "0-7\n");
+        let r = verify(&doc("abc"), t.path());
+        assert_eq!(r[0].verdict, Verdict::Drift);
+        assert_eq!(r[0].offline_cpus, "");
     }
 }

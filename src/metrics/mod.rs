@@ -5,9 +5,11 @@
 //! May use: nothing else of the crate, so that every layer above can count into it.
 
 pub mod health;
+pub mod hotplug;
 pub mod http;
 
 pub use health::Health;
+pub use hotplug::HotplugMetrics;
 pub use http::{serve, ServeLimits};
 
 use std::collections::HashMap;
@@ -124,6 +126,7 @@ pub struct Metrics {
     state_write_failures: Counter,
     state_write_failing: Gauge,
     config_source: Family<SourceLabels, Gauge>,
+    hotplug: HotplugMetrics,
     // Serialises encoding with updates of the node gauges so a scrape sees one snapshot. It
     // holds each node's four free gauges (handles on the families' own series): every
     // admission that takes something sets them, and finding them in the families formats and
@@ -257,6 +260,8 @@ impl Metrics {
              applies could not be used), 0 for the others",
             config_source.clone(),
         );
+        let hotplug = HotplugMetrics::default();
+        hotplug.register(&mut registry);
         Metrics {
             registry,
             admissions,
@@ -275,6 +280,7 @@ impl Metrics {
             state_write_failures,
             state_write_failing,
             config_source,
+            hotplug,
             snapshot: Mutex::new(HashMap::new()),
         }
     }
@@ -379,6 +385,11 @@ impl Metrics {
     /// version: nothing to reload, and nothing rejected any more.
     pub fn config_file_back(&self) {
         self.config_last_reload_ok.set(1);
+    }
+
+    /// The hot-plug metrics.
+    pub fn hotplug(&self) -> &HotplugMetrics {
+        &self.hotplug
     }
 
     /// Replaces the per-node free gauges.

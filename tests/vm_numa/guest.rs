@@ -581,6 +581,17 @@ impl Guest {
         )
     }
 
+    /// `nri-align placements --json` on the guest's state.
+    pub fn placements(&self) -> serde_json::Value {
+        let out = std::process::Command::new(nri_align_bin())
+            .args(["placements", "--json", "--state-dir"])
+            .arg(&self.state_dir)
+            .output()
+            .expect("run nri-align placements");
+        assert!(out.status.success(), "placements: {out:?}");
+        serde_json::from_slice(&out.stdout).expect("placements JSON")
+    }
+
     /// Polls `cond` up to `secs` seconds (TCG is slow: memory fills take a while).
     pub fn wait(secs: u64, cond: impl FnMut() -> bool) -> bool {
         wait_until(Duration::from_secs(secs), cond)

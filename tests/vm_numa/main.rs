@@ -13,6 +13,7 @@
 
 mod devices;
 mod guest;
+mod hotplug;
 mod kubepods;
 mod unit;
 

@@ -79,6 +79,9 @@ pub struct Engine<P: Placer> {
     device_links_warned: HashSet<String>,
     /// Called when state writes start failing (`persist.rs`): the daemon's retry timer.
     on_outage: Option<Box<dyn Fn() + Send>>,
+    /// The online CPUs and memory nodes followed at run time (`hotplug.rs`); `None`: not
+    /// followed.
+    hotplug: Option<hotplug::Watch>,
 }
 
 impl<P: Placer> Engine<P> {
@@ -105,6 +108,7 @@ impl<P: Placer> Engine<P> {
             kubelet_cpuset_pods: HashSet::new(),
             device_links_warned: HashSet::new(),
             on_outage: None,
+            hotplug: None,
         }
     }
 
@@ -476,6 +480,7 @@ fn log_decision(pod: &PodView, c: &ContainerView, a: &Assignment, t: Timing, upd
 
 mod create;
 mod devlinks;
+mod hotplug;
 mod lifecycle;
 mod observe;
 mod persist;

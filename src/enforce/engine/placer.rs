@@ -6,7 +6,7 @@ use crate::placement::{
     Allocator, Assignment, GpuMode, NodeFree, PlacementConfig, PlacementError, Plan, PodTotals,
     Request,
 };
-use crate::topology::{CpuSet, Topology};
+use crate::topology::{CpuSet, NodeSet, Topology};
 
 /// A placement refusal, as the engine needs it: a short label for metrics and the message the
 /// CRI create fails with.
@@ -48,6 +48,14 @@ pub trait Placer: Send {
     fn topology(&self) -> &Topology;
     /// Free resources per NUMA node.
     fn free_by_node(&self) -> Vec<NodeFree>;
+    /// Follows a CPU or memory hot-plug: only `cpus` are online, the memory of `mem_offline`
+    /// (node ids) is gone; what containers hold stays held. Returns the online CPUs it cannot
+    /// place on (not in its topology).
+    fn set_online(&mut self, cpus: &CpuSet, mem_offline: &NodeSet) -> CpuSet;
+    /// The CPUs it treats as online.
+    fn online(&self) -> CpuSet;
+    /// The nodes whose memory it treats as offline.
+    fn mem_offline(&self) -> NodeSet;
     /// What pod `uid` asks for in all, before its first container is placed (a sizing hint
     /// for pod scope). Placers without pod scope ignore it.
     fn expect_pod(&mut self, _uid: &str, _totals: PodTotals) {}
@@ -94,5 +102,14 @@ impl Placer for Allocator {
     }
     fn free_by_node(&self) -> Vec<NodeFree> {
         Allocator::free_by_node(self)
+    }
+    fn set_online(&mut self, cpus: &CpuSet, mem_offline: &NodeSet) -> CpuSet {
+        Allocator::set_online(self, cpus, mem_offline)
+    }
+    fn online(&self) -> CpuSet {
+        self.ledger().online().clone()
+    }
+    fn mem_offline(&self) -> NodeSet {
+        self.ledger().mem_offline().clone()
     }
 }

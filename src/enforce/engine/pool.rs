@@ -37,7 +37,8 @@ impl<P: Placer> Engine<P> {
                  (they keep them until removed): reserve other CPUs or remove those containers first"
             )));
         }
-        let mut pool = topo.online_cpus();
+        // Online now, not at start: a CPU offlined since cannot be a shared one.
+        let mut pool = self.placer.online();
         pool.subtract(reserved);
         pool.subtract(&held);
         pool.subtract(&topo.isolated_cpus);

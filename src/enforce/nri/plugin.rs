@@ -238,6 +238,18 @@ impl<P: Placer> AlignPlugin<P> {
 }
 
 impl<P: Placer + 'static> AlignPlugin<P> {
+    /// Reads the online CPUs and memory nodes (two small files) and applies a change since
+    /// the last read (`enforce/engine/hotplug.rs`). The updates it causes go with the next
+    /// response and, since none may come soon, to the cgroups now, as a grown pool after a
+    /// removal does. Called at every event of the runtime and by the daemon's hot-plug
+    /// follower. Returns how many containers move.
+    pub fn follow_hotplug(&self) -> usize {
+        let ups = self.engine().poll_hotplug();
+        let n = ups.len();
+        self.regrow(ups);
+        n
+    }
+
     /// Queues `ups` for the runtime's next response and, since no response may come soon,
     /// writes the moved containers' cpusets to their cgroups now, off the handler (see the
     /// type's doc comment). Returns the task writing them, `None` when nothing moves or no
@@ -332,6 +344,7 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         pods: Vec<PodSandbox>,
         containers: Vec<Container>,
     ) -> HandlerResult<Vec<ContainerUpdate>> {
+        self.follow_hotplug();
         let pods: Vec<_> = pods.iter().map(pod_view).collect();
         let ctrs: Vec<_> = containers.iter().map(container_view).collect();
         let mut engine = self.engine();
@@ -340,17 +353,20 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
     }
 
     async fn run_pod_sandbox(&self, pod: PodSandbox) -> HandlerResult<()> {
+        self.follow_hotplug();
         self.engine().pod_started(&pod_view(&pod));
         Ok(())
     }
 
     async fn stop_pod_sandbox(&self, pod: PodSandbox) -> HandlerResult<()> {
+        self.follow_hotplug();
         // The kubelet keeps what a pod's containers hold until it removes them.
         self.engine().pod_stopped(&pod.id);
         Ok(())
     }
 
     async fn remove_pod_sandbox(&self, pod: PodSandbox) -> HandlerResult<()> {
+        self.follow_hotplug();
         let ups = self.engine().release_pod(&pod.id);
         self.regrow(ups);
         if let Some(k) = &self.kubelet {
@@ -364,6 +380,7 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         pod: PodSandbox,
         container: Container,
     ) -> HandlerResult<CreateContainerResponse> {
+        self.follow_hotplug();
         let pod = pod_view(&pod);
         let mut container = container_view(&container);
         self.wait_learned(&container.id).await;
@@ -401,6 +418,7 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         pod: PodSandbox,
         container: Container,
     ) -> HandlerResult<()> {
+        self.follow_hotplug();
         let mut engine = self.engine();
         let Some(u) = engine.container_started(&container.id) else {
             // Unknown: created while no plugin was connected. Its pool update rides on the
@@ -445,6 +463,7 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         container: Container,
         resources: Option<LinuxResources>,
     ) -> HandlerResult<UpdateContainerResponse> {
+        self.follow_hotplug();
         let mut engine = self.engine();
         // No new resources: nothing to re-evaluate (an empty view would read as "no request").
         let ups = match resources {
@@ -468,6 +487,7 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         _pod: PodSandbox,
         container: Container,
     ) -> HandlerResult<StopContainerResponse> {
+        self.follow_hotplug();
         let mut engine = self.engine();
         // Kept until RemoveContainer, as the kubelet keeps a container's CPUs.
         engine.container_stopped(&container.id);
@@ -478,6 +498,7 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
     }
 
     async fn remove_container(&self, _pod: PodSandbox, container: Container) -> HandlerResult<()> {
+        self.follow_hotplug();
         let ups = self.engine().release_container(&container.id);
         self.regrow(ups);
         Ok(())

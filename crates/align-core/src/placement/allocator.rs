@@ -164,10 +164,14 @@ impl Allocator {
                     ),
                 })?
         };
-        if !a.cpus.is_subset(self.ledger.online()) {
+        // A CPU that is offline now but present (hot-unplugged or offlined while its holder
+        // runs) stays the holder's: refusing the record would free its other CPUs under it.
+        let mut known = self.ledger.online().clone();
+        known.extend_from(&topo.offline_cpus);
+        if !a.cpus.is_subset(&known) {
             return Err(PlacementError::Restore {
                 container: a.container_id.clone(),
-                reason: format!("cpus {} are not all online", a.cpus),
+                reason: format!("cpus {} are not all present", a.cpus),
             });
         }
         let (uid, nodes) = (a.pod_uid.clone(), a.numa_nodes.clone());
@@ -177,6 +181,17 @@ impl Allocator {
             self.pod_nodes.entry(uid).or_insert(nodes);
         }
         Ok(())
+    }
+
+    /// Follows a CPU or memory hot-plug ([`Ledger::set_online`]); returns the online CPUs the
+    /// topology does not describe (not placed on until it is read again).
+    pub fn set_online(&mut self, cpus: &CpuSet, mem_offline: &NodeSet) -> CpuSet {
+        self.ledger.set_online(cpus, mem_offline)
+    }
+
+    /// The ledger (what is held and free).
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
     }
 
     /// Online minus reserved minus exclusively allocated CPUs (isolated ones excluded).

@@ -47,9 +47,13 @@ pub struct Ledger {
     nic_gpu: Arc<Vec<Vec<PcieLevel>>>,
     /// NICs placement hands out: the RDMA-capable ones when the host has any, else all.
     eligible_nics: Arc<Vec<usize>>,
-    /// Online CPUs, computed once: the free CPUs and the shared pool start from them at every
-    /// decision, and building the set walks every CPU of the topology.
+    /// Online CPUs, computed once (and again at each hot-plug, [`Ledger::set_online`]): the
+    /// free CPUs and the shared pool start from them at every decision, and building the set
+    /// walks every CPU of the topology.
     online: Arc<CpuSet>,
+    /// Nodes of the topology whose memory went offline since it was read: no new memory is
+    /// accounted there (what containers hold stays).
+    mem_offline: NodeSet,
     /// What each node with CPUs holds in total, per resource, largest first (see
     /// [`NodeTotals`]): the same at every decision until the reserved CPUs change.
     totals: Arc<NodeTotals>,
@@ -89,6 +93,7 @@ impl Ledger {
             nic_gpu: Arc::new(nic_gpu),
             eligible_nics: Arc::new(eligible_nics),
             online: Arc::new(topo.online_cpus()),
+            mem_offline: NodeSet::new(),
             totals: Arc::default(),
             topo,
             reserved,
@@ -120,8 +125,14 @@ impl Ledger {
                 .iter()
                 .filter(|x| self.nic_node(**x) == Some(i))
                 .count();
-            columns[0].push(n.cpus.difference(&self.reserved).len() as u64);
-            columns[1].push(n.memory_bytes);
+            let cpus = n.cpus.intersection(&self.online);
+            columns[0].push(cpus.difference(&self.reserved).len() as u64);
+            let memory = if self.mem_offline.contains(n.id) {
+                0
+            } else {
+                n.memory_bytes
+            };
+            columns[1].push(memory);
             columns[2].push(gpus as u64);
             columns[3].push(nics as u64);
         }
@@ -162,6 +173,42 @@ impl Ledger {
         &self.online
     }
 
+    /// Follows a CPU or memory hot-plug: from now on only `cpus` are online and the memory of
+    /// `mem_offline` (node ids) is gone. Only CPUs the topology describes can be placed on
+    /// (their core, cache and node come from it), so others are left out and returned, for the
+    /// caller to report. Allocations stay whole: an exclusive CPU that went offline stays
+    /// held by its container (it is neither free nor in the shared pool while offline, and
+    /// goes back to its holder, not to the pool, when it returns), so the ledger never holds
+    /// less than the containers do.
+    pub fn set_online(&mut self, cpus: &CpuSet, mem_offline: &NodeSet) -> CpuSet {
+        let known: CpuSet = self.topo.cpus.iter().map(|c| c.id).collect();
+        let unknown = cpus.difference(&known);
+        self.online = Arc::new(cpus.intersection(&known));
+        self.mem_offline = mem_offline
+            .iter()
+            .filter(|id| self.topo.node_index(*id).is_some())
+            .collect();
+        self.totals = Arc::new(self.count_totals());
+        unknown
+    }
+
+    /// Nodes whose memory is offline (see [`Ledger::set_online`]).
+    pub fn mem_offline(&self) -> &NodeSet {
+        &self.mem_offline
+    }
+
+    /// CPUs held exclusively that are offline now, with their holders.
+    pub fn offline_held(&self) -> Vec<(&str, CpuSet)> {
+        self.assignments
+            .values()
+            .filter(|a| a.exclusive)
+            .filter_map(|a| {
+                let gone = a.cpus.difference(&self.online);
+                (!gone.is_empty()).then_some((a.container_id.as_str(), gone))
+            })
+            .collect()
+    }
+
     /// CPUs that can still be given exclusively (isolated CPUs included: they are only ever
     /// used exclusively).
     pub fn free_cpus(&self) -> CpuSet {
@@ -189,9 +236,14 @@ impl Ledger {
         s
     }
 
-    /// Free memory of the node at index `i`.
+    /// Free memory of the node at index `i` (none while its memory is offline).
     pub fn free_mem(&self, i: usize) -> u64 {
-        let total = self.topo.numa_nodes.get(i).map_or(0, |n| n.memory_bytes);
+        let total = self
+            .topo
+            .numa_nodes
+            .get(i)
+            .filter(|n| !self.mem_offline.contains(n.id))
+            .map_or(0, |n| n.memory_bytes);
         total.saturating_sub(self.mem_used.get(i).copied().unwrap_or(0))
     }
 
@@ -527,3 +579,7 @@ fn nic_gpu_level(topo: &Topology, nic: usize, gpu: usize) -> PcieLevel {
         },
     }
 }
+
+#[cfg(test)]
+#[path = "ledger_tests.rs"]
+mod tests;

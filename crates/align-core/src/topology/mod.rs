@@ -19,7 +19,7 @@ pub mod testing;
 
 pub use idset::{CpuSet, IdSet, NodeSet};
 pub use model::*;
-pub use sysfs::{read_host, read_host_checked, TopologyError};
+pub use sysfs::{read_host, read_host_checked, read_online, Online, OnlineError, TopologyError};
 
 use std::path::Path;
 

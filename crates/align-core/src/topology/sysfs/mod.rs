@@ -12,7 +12,10 @@
 mod cpu;
 mod distance;
 mod numa;
+mod online;
 mod pci;
+
+pub use online::{read_online, Online, OnlineError};
 
 pub(crate) use pci::root_bus;
 
