@@ -208,6 +208,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     tracing::info!(kept = ?caps.kept, dropped = caps.dropped.len(), bounding = caps.bounding_dropped, "capabilities dropped");
 
     let health = Arc::new(Health::default());
+    engine.set_health(health.clone());
     if let Some(addr) = metrics_address {
         let bound = health::spawn_endpoints(addr, metrics.clone(), health.clone())
             .with_context(|| format!("metrics on {addr}"))?;

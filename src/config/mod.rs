@@ -21,6 +21,7 @@
 //! podresources_timeout_ms: 300 # deadline of one PodResources Get (fails open after it)
 //! trust_visible_devices_env: false  # NVIDIA_VISIBLE_DEVICES lists count as allocations
 //! cri_socket: null             # runtime's CRI, listed where NRI sends no Synchronize; "" off
+//! create_dev_char_links: true  # link /dev/char/MAJ:MIN to device nodes handed out (systemd driver)
 //! state_dir: /var/lib/nri-align   # default: --state-dir
 //! state_fsync: false           # fdatasync every state write before answering the runtime
 //! metrics_address: null        # e.g. "127.0.0.1:9464"; default: no metrics endpoint
@@ -150,6 +151,7 @@ struct RawConfig {
     podresources_timeout_ms: Option<u64>,
     trust_visible_devices_env: Option<bool>,
     cri_socket: Option<PathBuf>,
+    create_dev_char_links: Option<bool>,
     state_dir: Option<PathBuf>,
     state_fsync: Option<bool>,
     metrics_address: Option<String>,
@@ -207,6 +209,10 @@ pub struct Config {
     /// and sends it no Synchronize (containerd 1.7, `enforce::cri_listing`). `None`: the
     /// runtime's packaged socket, by the name Configure gives; an empty path: never listed.
     pub cri_socket: Option<PathBuf>,
+    /// Whether a device node handed to a container in a systemd scope gets the
+    /// `/dev/char/MAJ:MIN` link runc's systemd cgroup driver needs to keep it, when the host
+    /// lacks one (`enforce/engine/devlinks.rs`). Off: such a device is only reported at risk.
+    pub create_dev_char_links: bool,
     /// State directory; `None` means the command-line default.
     pub state_dir: Option<PathBuf>,
     /// Make every state write durable (fdatasync) before the runtime gets its answer. Off by
@@ -244,6 +250,7 @@ impl Default for Config {
             podresources: Some(PodResourcesConfig::default()),
             trust_visible_devices_env: false,
             cri_socket: None,
+            create_dev_char_links: true,
             state_dir: None,
             state_fsync: false,
             metrics_address: None,
@@ -341,6 +348,7 @@ impl Config {
             podresources,
             trust_visible_devices_env: raw.trust_visible_devices_env.unwrap_or(false),
             cri_socket: raw.cri_socket,
+            create_dev_char_links: raw.create_dev_char_links.unwrap_or(true),
             state_dir: raw.state_dir,
             state_fsync: raw.state_fsync.unwrap_or(false),
             metrics_address,
