@@ -522,7 +522,7 @@ mod tests {
         let text = "policy: single-numa-node\nscope: pod\nreserved_cpus: \"0-1\"\ngpu_mode: remap\n\
             allow_device_annotations: true\nfull_pcpus_only: true\nexempt_namespaces: [kube-system]\n\
             state_dir: /tmp/s\nmetrics_address: \"127.0.0.1:9464\"\nlog_format: json\n\
-            log_level: debug\nplugin_idx: \"07\"\n";
+            log_level: debug\nplugin_idx: \"07\"\ncreate_dev_char_links: false\n";
         let c = Config::parse(text, "t").expect("valid");
         assert_eq!(c.placement.policy, Policy::SingleNumaNode);
         assert_eq!(c.placement.scope, Scope::Pod);
@@ -534,6 +534,11 @@ mod tests {
         assert_eq!(c.metrics_address.map(|a| a.port()), Some(9464));
         assert_eq!(c.log_format, LogFormat::Json);
         assert_eq!(c.plugin_idx.as_deref(), Some("07"));
+        assert!(!c.create_dev_char_links);
+        assert!(
+            Config::default().create_dev_char_links,
+            "links are made by default"
+        );
     }
 
     #[test]
