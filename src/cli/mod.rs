@@ -4,6 +4,7 @@
 
 pub mod emulate;
 pub mod generate;
+pub mod gpu_facts;
 pub mod placements;
 pub mod run;
 pub mod simulate;
