@@ -3,6 +3,7 @@
 //! start-up checks, and NodeResourceTopology publishing against a real API server.
 
 mod cli;
+mod devlinks;
 mod diskfull;
 mod faults;
 mod nrt_apiserver;
