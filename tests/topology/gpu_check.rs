@@ -75,8 +75,8 @@ fn every_fact_agrees_on_an_nvswitch_host_and_the_replay_admits_one_pod_per_gpu()
     assert!(t.contains("agree nvlink gpu0 gpu7 18\n"), "{t}");
     assert!(
         t.contains(&format!(
-            "agree simulate: {} single-GPU pods admitted and aligned",
-            topo.gpus.len()
+            "agree simulate: {n} single-GPU pods admitted, {n} aligned (single-numa-node)",
+            n = topo.gpus.len()
         )),
         "{t}"
     );
@@ -139,4 +139,12 @@ fn a_disagreeing_nvidia_smi_is_named_and_fails_the_check() {
         "{t}"
     );
     assert!(t.contains(&format!("unchecked gpu{} bus", n - 1)), "{t}");
+    // NUMA Affinity N/A (a VM): not a disagreement, the fact is left unchecked.
+    let o = gpu_check(dir.path(), "numa-na");
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(
+        t.contains("unchecked gpu0 numa 0 (nvidia-smi does not show it)"),
+        "{t}"
+    );
 }
