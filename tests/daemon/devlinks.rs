@@ -196,5 +196,6 @@ async fn with_links_off_the_gpu_is_reported_at_risk_and_readyz_says_so() {
         1,
         "one warning for the device:\n{out}"
     );
+    assert!(out.contains("link (create_dev_char_links is off)"), "{out}");
     d.stop(nix::sys::signal::Signal::SIGTERM);
 }

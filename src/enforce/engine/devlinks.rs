@@ -51,11 +51,13 @@ impl<P: Placer> Engine<P> {
             if self.devices.systemd_can_name(d) || missing.contains(&d.path) {
                 continue;
             }
-            if ours && self.link_device(c, d) {
-                continue;
-            }
+            let why = match ours.then(|| self.link_device(c, d)).flatten() {
+                Some(Ok(())) => continue,
+                Some(Err(why)) => why,
+                None => not_linked_why(ours),
+            };
             missing.push(d.path.clone());
-            self.report_device_at_risk(c, d);
+            self.report_device_at_risk(c, d, &why);
         }
         if self.devices_at_risk.len() != before || !missing.is_empty() {
             self.publish_devices_at_risk();
@@ -63,12 +65,13 @@ impl<P: Placer> Engine<P> {
         missing
     }
 
-    /// Makes `d`'s `/dev/char` link when the configuration allows; whether it now exists.
-    fn link_device(&mut self, c: &ContainerView, d: &DeviceNode) -> bool {
+    /// Makes `d`'s `/dev/char` link when the configuration allows (`None` when it does not):
+    /// `Ok` once it exists, else why it could not be made.
+    fn link_device(&mut self, c: &ContainerView, d: &DeviceNode) -> Option<Result<(), String>> {
         if !self.config.create_dev_char_links {
-            return false;
+            return None;
         }
-        match self.devices.create_systemd_link(d) {
+        Some(match self.devices.create_systemd_link(d) {
             Ok(link) => {
                 tracing::info!(
                     container = %c.id,
@@ -80,19 +83,14 @@ impl<P: Placer> Engine<P> {
                 if let Some(m) = &self.metrics {
                     m.device_link_created();
                 }
-                true
+                Ok(())
             }
-            Err(e) => {
-                if self.device_links_warned.insert(format!("link:{}", d.path)) {
-                    tracing::warn!(container = %c.id, device = %d.path, "cannot make the device's /dev link: {e}");
-                }
-                false
-            }
-        }
+            Err(e) => Err(format!("nri-align could not make it: {e}")),
+        })
     }
 
     /// Warns once per device, counts the container and keeps `d` on the at-risk list.
-    fn report_device_at_risk(&mut self, c: &ContainerView, d: &DeviceNode) {
+    fn report_device_at_risk(&mut self, c: &ContainerView, d: &DeviceNode, why: &str) {
         self.devices_at_risk.insert(d.path.clone(), d.clone());
         if let Some(m) = &self.metrics {
             m.device_link_missing(&d.path);
@@ -108,12 +106,12 @@ impl<P: Placer> Engine<P> {
         tracing::warn!(
             container = %c.id,
             device = %d.path,
-            "{} ({maj}:{min}) has no /dev/{kind}/{maj}:{min} link: runc's systemd cgroup \
-             driver leaves it out of the container scope's DeviceAllow=, so the container \
-             loses it at the next daemon-reload or cpuset update; on this node run `nvidia-ctk \
-             system create-dev-char-symlinks --create-all` (or link /dev/{kind}/{maj}:{min} to \
-             the node) before containers start (warned once per device; counted in \
-             nri_align_systemd_device_link_missing_total)",
+            "{} ({maj}:{min}) has no /dev/{kind}/{maj}:{min} link ({why}): runc's systemd \
+             cgroup driver leaves it out of the container scope's DeviceAllow=, so the \
+             container loses it at the next daemon-reload or cpuset update; on this node run \
+             `nvidia-ctk system create-dev-char-symlinks --create-all` (or link \
+             /dev/{kind}/{maj}:{min} to the node) before containers start (warned once per \
+             device; counted in nri_align_systemd_device_link_missing_total)",
             d.path
         );
     }
@@ -126,6 +124,15 @@ impl<P: Placer> Engine<P> {
         if let Some(h) = &self.health {
             h.set_degraded("devices", devices_at_risk_line(&self.devices_at_risk));
         }
+    }
+}
+
+/// Why a device without its link was not linked, when nri-align did not try.
+fn not_linked_why(ours: bool) -> String {
+    if ours {
+        "create_dev_char_links is off".into()
+    } else {
+        "the device plugin's, not nri-align's to link".into()
     }
 }
 
