@@ -89,8 +89,9 @@
 //! 10. The adjustment: [`enforce::adjust::build_adjustment`] gives the cpuset, memory nodes,
 //!     device nodes looked up on the host ([`host::devices::DeviceLookup`]) with their cgroup
 //!     rules, env and the decision annotation. Then the device-link check: in a systemd scope,
-//!     a device node without its `/dev/char` link is warned about and counted, since systemd
-//!     would drop it from the scope (`enforce/engine/devlinks.rs`).
+//!     a device node without its `/dev/char` link would be dropped from the scope by systemd,
+//!     so nri-align links the nodes it hands out and reports the rest at risk (warning,
+//!     metrics, `/readyz`) (`enforce/engine/devlinks.rs`).
 //! 11. Commit: [`Placer::commit`] puts the plan into the ledger and the record goes into the
 //!     [`enforce::state::Records`] together.
 //! 12. Persistence: the record is appended to the state log ([`StateStore::write`]), then the

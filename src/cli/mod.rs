@@ -5,6 +5,7 @@
 pub mod config_check;
 pub mod emulate;
 pub mod generate;
+pub mod gpu_facts;
 pub mod placements;
 pub mod run;
 pub mod simulate;

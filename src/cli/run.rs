@@ -243,6 +243,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
 
     let health = Arc::new(Health::default());
     fleet::report_start(&health, &metrics, sections.as_ref(), args.config.is_some());
+    engine.set_health(health.clone());
     if let Some(addr) = metrics_address {
         let bound = health::spawn_endpoints(addr, metrics.clone(), health.clone())
             .with_context(|| format!("metrics on {addr}"))?;

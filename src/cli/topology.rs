@@ -46,6 +46,10 @@ pub struct TopologyArgs {
     /// machine: packages, NUMA nodes, L3 groups, cores, threads, GPUs, NICs, memory-only nodes.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["nrt", "json"])]
     pub svg: Option<PathBuf>,
+    /// Print the GPU facts (bus ids, UUIDs, minors, NUMA nodes, MIG, NVLink pairs) one a
+    /// line, the form `hack/gpu-check` compares with `nvidia-smi`.
+    #[arg(long, conflicts_with_all = ["nrt", "json", "svg"])]
+    pub gpu_facts: bool,
 }
 
 /// Prints the topology.
@@ -68,7 +72,9 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<()> {
     if let Some(file) = &args.svg {
         return write_svg(file, &topology::picture::render_svg(&topo, None));
     }
-    let text = if let Some(node) = &args.nrt {
+    let text = if args.gpu_facts {
+        crate::cli::gpu_facts::render(&topo)
+    } else if let Some(node) = &args.nrt {
         let config = match &args.config {
             Some(path) => Config::load(path)?,
             None => Config::default(),

@@ -24,6 +24,7 @@
 //! podresources_timeout_ms: 300 # deadline of one PodResources Get (fails open after it)
 //! trust_visible_devices_env: false  # NVIDIA_VISIBLE_DEVICES lists count as allocations
 //! cri_socket: null             # runtime's CRI, listed where NRI sends no Synchronize; "" off
+//! create_dev_char_links: true  # link /dev/char/MAJ:MIN to device nodes handed out (systemd driver)
 //! state_dir: /var/lib/nri-align   # default: --state-dir
 //! state_fsync: false           # fdatasync every state write before answering the runtime
 //! replace_offlined_cpus: false # give a container a free CPU for an exclusive one gone offline
@@ -161,6 +162,7 @@ struct RawConfig {
     trust_visible_devices_env: Option<bool>,
     cri_socket: Option<PathBuf>,
     cdi_spec_dirs: Option<Vec<PathBuf>>,
+    create_dev_char_links: Option<bool>,
     state_dir: Option<PathBuf>,
     state_fsync: Option<bool>,
     replace_offlined_cpus: Option<bool>,
@@ -222,6 +224,10 @@ pub struct Config {
     /// Directories of CDI spec files (absolute, read under the host root), later ones taking
     /// precedence; empty: CDI names are read from the names alone.
     pub cdi_spec_dirs: Vec<PathBuf>,
+    /// Whether a device node handed to a container in a systemd scope gets the
+    /// `/dev/char/MAJ:MIN` link runc's systemd cgroup driver needs to keep it, when the host
+    /// lacks one (`enforce/engine/devlinks.rs`). Off: such a device is only reported at risk.
+    pub create_dev_char_links: bool,
     /// State directory; `None` means the command-line default.
     pub state_dir: Option<PathBuf>,
     /// Make every state write durable (fdatasync) before the runtime gets its answer. Off by
@@ -267,6 +273,7 @@ impl Default for Config {
                 .iter()
                 .map(PathBuf::from)
                 .collect(),
+            create_dev_char_links: true,
             state_dir: None,
             state_fsync: false,
             replace_offlined_cpus: false,
@@ -380,6 +387,7 @@ impl Config {
             trust_visible_devices_env: raw.trust_visible_devices_env.unwrap_or(false),
             cri_socket: raw.cri_socket,
             cdi_spec_dirs,
+            create_dev_char_links: raw.create_dev_char_links.unwrap_or(true),
             state_dir: raw.state_dir,
             state_fsync: raw.state_fsync.unwrap_or(false),
             replace_offlined_cpus: raw.replace_offlined_cpus.unwrap_or(false),
@@ -558,7 +566,7 @@ mod tests {
         let text = "policy: single-numa-node\nscope: pod\nreserved_cpus: \"0-1\"\ngpu_mode: remap\n\
             allow_device_annotations: true\nfull_pcpus_only: true\nexempt_namespaces: [kube-system]\n\
             state_dir: /tmp/s\nmetrics_address: \"127.0.0.1:9464\"\nlog_format: json\n\
-            log_level: debug\nplugin_idx: \"07\"\n";
+            log_level: debug\nplugin_idx: \"07\"\ncreate_dev_char_links: false\n";
         let c = Config::parse(text, "t").expect("valid");
         assert_eq!(c.placement.policy, Policy::SingleNumaNode);
         assert_eq!(c.placement.scope, Scope::Pod);
@@ -570,6 +578,11 @@ mod tests {
         assert_eq!(c.metrics_address.map(|a| a.port()), Some(9464));
         assert_eq!(c.log_format, LogFormat::Json);
         assert_eq!(c.plugin_idx.as_deref(), Some("07"));
+        assert!(!c.create_dev_char_links);
+        assert!(
+            Config::default().create_dev_char_links,
+            "links are made by default"
+        );
     }
 
     #[test]

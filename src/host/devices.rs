@@ -2,7 +2,7 @@
 //! under a root, the names nri-align cares about (`/dev/nvidiaN`, `/dev/infiniband/uverbsN`)
 //! and which of them a container's `/dev` shows.
 
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -41,6 +41,49 @@ pub trait DeviceLookup {
         let _ = node;
         true
     }
+
+    /// Creates the `/dev/char/MAJ:MIN` (`/dev/block/...`) link to `node` that
+    /// [`systemd_can_name`](Self::systemd_can_name) looks for, relative as udev and
+    /// `nvidia-ctk system create-dev-char-symlinks` make it (`/dev/char/195:0 -> ../nvidia0`).
+    /// Returns the link's host path.
+    fn create_systemd_link(&self, node: &DeviceNode) -> Result<PathBuf, LinkError> {
+        let _ = node;
+        Err(LinkError::Unsupported)
+    }
+}
+
+/// Why a `/dev/char` (`/dev/block`) link could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// This lookup has no host `/dev` to write.
+    #[error("no host /dev to write")]
+    Unsupported,
+    /// The node is not a char or block device under `/dev`.
+    #[error("{0} is not a device node under /dev")]
+    NotADevice(String),
+    /// The host's node at the path is not the device the container was given.
+    #[error("{path} on the host is not {kind} {major}:{minor}")]
+    NotTheNode {
+        /// The node's path.
+        path: String,
+        /// `c` or `b`.
+        kind: String,
+        /// Major number.
+        major: i64,
+        /// Minor number.
+        minor: i64,
+    },
+    /// Something else sits at the link's path (a dangling or foreign link, a file).
+    #[error("{0} exists but does not lead to the node")]
+    Occupied(PathBuf),
+    /// The link could not be written (a read-only `/dev`, no permission).
+    #[error("cannot create {link}: {source}")]
+    Io {
+        /// The link's host path.
+        link: PathBuf,
+        /// What the kernel said.
+        source: std::io::Error,
+    },
 }
 
 /// Reads device nodes under a host root (`/` normally).
@@ -89,6 +132,68 @@ impl DeviceLookup for HostDevices {
         let rel = format!("{dir}/{}:{}", node.major, node.minor);
         // `exists` follows the link, as runc's os.Stat does: a dangling link does not count.
         self.root.join("dev").join(&rel).exists() || self.root.join("sys/dev").join(&rel).exists()
+    }
+
+    fn create_systemd_link(&self, node: &DeviceNode) -> Result<PathBuf, LinkError> {
+        let not_a_device = || LinkError::NotADevice(node.path.clone());
+        let dir = match node.kind.as_str() {
+            "c" => "char",
+            "b" => "block",
+            _ => return Err(not_a_device()),
+        };
+        // The path comes from a container spec or a decision: only a plain name under /dev
+        // may become a link target, never one that climbs out of it.
+        let rel = node.path.strip_prefix("/dev/").ok_or_else(not_a_device)?;
+        if rel.is_empty()
+            || rel
+                .split('/')
+                .any(|c| c.is_empty() || c == "." || c == "..")
+        {
+            return Err(not_a_device());
+        }
+        // Only the node itself: a link to a path that holds another device (or none) would
+        // tell systemd to allow the wrong device.
+        match self.lookup(&node.path) {
+            Some(h) if h.kind == node.kind && h.major == node.major && h.minor == node.minor => {}
+            _ => {
+                return Err(LinkError::NotTheNode {
+                    path: node.path.clone(),
+                    kind: node.kind.clone(),
+                    major: node.major,
+                    minor: node.minor,
+                })
+            }
+        }
+        let parent = self.root.join("dev").join(dir);
+        let link = parent.join(format!("{}:{}", node.major, node.minor));
+        let io = |source| LinkError::Io {
+            link: link.clone(),
+            source,
+        };
+        if !parent.is_dir() {
+            // udev makes /dev/char 0755; the daemon's umask (0077) would make it root-only.
+            std::fs::create_dir(&parent).map_err(io)?;
+            std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o755))
+                .map_err(io)?;
+        }
+        let target = format!("../{rel}");
+        match std::os::unix::fs::symlink(&target, &link) {
+            Ok(()) => Ok(link),
+            // Made meanwhile (udev, nvidia-ctk, another nri-align): fine when it leads there.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let leads_there = std::fs::metadata(&link).is_ok_and(|m| {
+                    let rdev = m.rdev();
+                    i64::from(nix::sys::stat::major(rdev) as u32) == node.major
+                        && i64::from(nix::sys::stat::minor(rdev) as u32) == node.minor
+                });
+                if leads_there {
+                    Ok(link)
+                } else {
+                    Err(LinkError::Occupied(link))
+                }
+            }
+            Err(e) => Err(io(e)),
+        }
     }
 }
 
@@ -168,6 +273,89 @@ mod tests {
         assert!(host.systemd_can_name(&node(1)), "/sys/dev/char entry");
         assert!(!host.systemd_can_name(&node(2)), "neither");
         assert!(!host.systemd_can_name(&node(9)), "dangling link");
+    }
+
+    /// A fake host root whose `/dev/nvidia0` is the real `/dev/null` (char 1:3) through a
+    /// link, since a test cannot make device nodes; `lookup` follows links as runc's stat does.
+    fn root_with_gpu_stand_in() -> (tempfile::TempDir, DeviceNode) {
+        let t = tempfile::tempdir().expect("tmp");
+        std::fs::create_dir_all(t.path().join("dev")).expect("mkdir");
+        std::os::unix::fs::symlink("/dev/null", t.path().join("dev/nvidia0")).expect("stand-in");
+        let node = HostDevices::new(t.path())
+            .lookup("/dev/nvidia0")
+            .expect("stand-in node");
+        (t, node)
+    }
+
+    #[test]
+    fn the_dev_char_link_is_made_relative_and_then_names_the_device() {
+        let (t, node) = root_with_gpu_stand_in();
+        let host = HostDevices::new(t.path());
+        assert!(!host.systemd_can_name(&node), "no link at start");
+        // No /dev/char at all (no udev): made, with udev's mode.
+        let link = host.create_systemd_link(&node).expect("link made");
+        assert_eq!(link, t.path().join("dev/char/1:3"));
+        assert_eq!(
+            std::fs::read_link(&link).expect("a link"),
+            PathBuf::from("../nvidia0")
+        );
+        let mode = std::fs::metadata(t.path().join("dev/char"))
+            .expect("dir")
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o755);
+        assert!(host.systemd_can_name(&node));
+        // Made again (another container, another daemon): the same link is fine.
+        assert_eq!(host.create_systemd_link(&node).expect("again"), link);
+    }
+
+    #[test]
+    fn no_link_is_made_to_the_wrong_node_outside_dev_or_over_something_else() {
+        let (t, node) = root_with_gpu_stand_in();
+        let host = HostDevices::new(t.path());
+        let other = DeviceNode {
+            minor: 4,
+            ..node.clone()
+        };
+        assert!(matches!(
+            host.create_systemd_link(&other),
+            Err(LinkError::NotTheNode { .. })
+        ));
+        for path in [
+            "/dev/../etc/nvidia0",
+            "/etc/nvidia0",
+            "/dev/",
+            "/dev//nvidia0",
+        ] {
+            let n = DeviceNode {
+                path: path.into(),
+                ..node.clone()
+            };
+            assert!(
+                matches!(host.create_systemd_link(&n), Err(LinkError::NotADevice(_))),
+                "{path}"
+            );
+        }
+        // A dangling link already at /dev/char/1:3 is left alone.
+        std::fs::create_dir_all(t.path().join("dev/char")).expect("mkdir");
+        std::os::unix::fs::symlink("../gone", t.path().join("dev/char/1:3")).expect("link");
+        assert!(matches!(
+            host.create_systemd_link(&node),
+            Err(LinkError::Occupied(_))
+        ));
+        assert!(!host.systemd_can_name(&node));
+    }
+
+    #[test]
+    fn an_unwritable_dev_char_is_an_io_error() {
+        let (t, node) = root_with_gpu_stand_in();
+        // A file where the directory should be fails for root too (a read-only /dev needs a
+        // mount, which a unit test cannot make; the kernel's answer takes the same path).
+        std::fs::write(t.path().join("dev/char"), "").expect("file");
+        let err = HostDevices::new(t.path())
+            .create_systemd_link(&node)
+            .expect_err("cannot link");
+        assert!(matches!(err, LinkError::Io { .. }), "{err}");
     }
 
     #[test]

@@ -123,6 +123,8 @@ pub struct Metrics {
     config_reloads: Family<OutcomeLabels, Counter>,
     config_last_reload_ok: Gauge,
     device_link_missing: Family<DeviceLabels, Counter>,
+    device_links_created: Counter,
+    devices_at_risk: Gauge,
     state_write_failures: Counter,
     state_write_failing: Gauge,
     config_source: Family<SourceLabels, Gauge>,
@@ -238,6 +240,21 @@ impl Metrics {
              leaves it out of DeviceAllow=: access is lost at the next cpuset update)",
             device_link_missing.clone(),
         );
+        let device_links_created = Counter::default();
+        registry.register(
+            "systemd_device_links_created",
+            "/dev/char/MAJ:MIN links nri-align made for device nodes it handed to containers in \
+             a systemd scope (create_dev_char_links)",
+            device_links_created.clone(),
+        );
+        let devices_at_risk = Gauge::default();
+        registry.register(
+            "systemd_devices_at_risk",
+            "Device nodes given to containers in a systemd scope that still have no \
+             /dev/char/MAJ:MIN link: containers holding one lose it at the next daemon-reload or \
+             cpuset update",
+            devices_at_risk.clone(),
+        );
         let state_write_failures = Counter::default();
         registry.register(
             "state_write_failures",
@@ -277,6 +294,8 @@ impl Metrics {
             config_reloads,
             config_last_reload_ok,
             device_link_missing,
+            device_links_created,
+            devices_at_risk,
             state_write_failures,
             state_write_failing,
             config_source,
@@ -357,6 +376,17 @@ impl Metrics {
                 device: device.to_string(),
             })
             .inc();
+    }
+
+    /// Counts a `/dev/char` link nri-align made.
+    pub fn device_link_created(&self) {
+        self.device_links_created.inc();
+    }
+
+    /// The number of device nodes at risk now (see `systemd_devices_at_risk`).
+    pub fn set_devices_at_risk(&self, n: usize) {
+        self.devices_at_risk
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Counts a failed state write: decisions are not persisted until one succeeds.

@@ -5,6 +5,7 @@
 //! against a real API server.
 
 mod cli;
+mod devlinks;
 mod diskfull;
 mod faults;
 mod fleet;

@@ -198,6 +198,7 @@ fn daemonset_is_a_node_agent_that_matches_config_image_and_image_test() {
         ("/var/run/nri", "/var/run/nri", true),
         ("/sys/fs/cgroup", "/sys/fs/cgroup", false),
         ("/dev", "/dev", true),
+        ("/dev/char", "/dev/char", false),
         ("/var/lib/nri-align", "/var/lib/nri-align", false),
         (
             "/var/lib/kubelet/pod-resources",

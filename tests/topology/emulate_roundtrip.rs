@@ -44,7 +44,7 @@ fn trees() -> &'static [(HostDesc, tempfile::TempDir)] {
 }
 
 /// `target/<profile>/deps/libfake_nvml.so`, built because fake-nvml is a dev-dependency.
-fn fake_nvml() -> PathBuf {
+pub(crate) fn fake_nvml() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let deps = exe.parent().expect("deps directory");
     let lib = deps.join("libfake_nvml.so");

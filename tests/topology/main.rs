@@ -2,6 +2,7 @@
 //! hosts read back through sysfs, lstopo and the fake NVML library.
 
 mod emulate_roundtrip;
+mod gpu_check;
 mod hwloc_corpus;
 mod lstopo;
 mod picture_browser;

@@ -12,6 +12,7 @@
 //! hack/vm-e2e runs it in the guest with NRI_ALIGN_VM_GUEST=1.
 
 mod devices;
+mod devlinks;
 mod guest;
 mod hotplug;
 mod kubepods;

@@ -58,7 +58,8 @@ fn run(prog: &str, args: &[&str]) -> (bool, String) {
     }
 }
 
-fn systemctl(args: &[&str]) -> Result<String, String> {
+/// `systemctl ARGS`; its output, or why it failed.
+pub fn systemctl(args: &[&str]) -> Result<String, String> {
     match run("systemctl", args) {
         (true, out) => Ok(out),
         (false, out) => Err(format!("systemctl {}: {out}", args.join(" "))),

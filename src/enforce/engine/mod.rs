@@ -77,6 +77,10 @@ pub struct Engine<P: Placer> {
     kubelet_cpuset_pods: HashSet<String>,
     /// Devices already warned about for lacking a `/dev/char` link (`devlinks.rs`).
     device_links_warned: HashSet<String>,
+    /// Device nodes (by path) given to systemd-scoped containers that still lack the link.
+    devices_at_risk: std::collections::BTreeMap<String, crate::host::devices::DeviceNode>,
+    /// Where `/readyz` lists what is degraded (the devices at risk), when served.
+    health: Option<Arc<crate::metrics::Health>>,
     /// Called when state writes start failing (`persist.rs`): the daemon's retry timer.
     on_outage: Option<Box<dyn Fn() + Send>>,
     /// The online CPUs and memory nodes followed at run time (`hotplug.rs`); `None`: not
@@ -107,9 +111,16 @@ impl<P: Placer> Engine<P> {
             observer: None,
             kubelet_cpuset_pods: HashSet::new(),
             device_links_warned: HashSet::new(),
+            devices_at_risk: Default::default(),
+            health: None,
             on_outage: None,
             hotplug: None,
         }
+    }
+
+    /// Lists the devices at risk among `health`'s degraded parts (`devlinks.rs`).
+    pub fn set_health(&mut self, health: Arc<crate::metrics::Health>) {
+        self.health = Some(health);
     }
 
     /// The placer (for reports).

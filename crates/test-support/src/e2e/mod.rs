@@ -252,6 +252,23 @@ impl Instance {
     /// (on its existing state) and waits for CRI. Used after [`Instance::kill`] to bring the
     /// runtime back.
     pub fn start(&mut self) -> HResult<()> {
+        self.env = self.run_up()?;
+        if matches!(self.runtime, Runtime::Containerd(_)) {
+            self.import_images()?;
+        }
+        Ok(())
+    }
+
+    /// Stops the daemon with SIGTERM (containers and shims keep running) and brings it back on
+    /// its state, as `systemctl restart containerd` does; for an instance shared by reference.
+    /// The instance's paths do not change, so its env stays as it is.
+    pub fn restart(&self) -> HResult<()> {
+        self.kill(nix::sys::signal::Signal::SIGTERM)?;
+        self.run_up().map(|_| ())
+    }
+
+    /// Runs the up script with this instance's options; returns its env file.
+    fn run_up(&self) -> HResult<BTreeMap<String, String>> {
         let mut cmd = self.runtime.up_command(&self.name);
         cmd.env("CRICTL", &self.crictl);
         if let Some(t) = &self.options.registration_timeout {
@@ -293,11 +310,7 @@ impl Instance {
         let env_file = String::from_utf8_lossy(&out.stdout).trim().to_string();
         let text = fs::read_to_string(&env_file)
             .map_err(|e| HarnessError(format!("read env file {env_file:?}: {e}")))?;
-        self.env = parse_env_file(&text);
-        if matches!(self.runtime, Runtime::Containerd(_)) {
-            self.import_images()?;
-        }
-        Ok(())
+        Ok(parse_env_file(&text))
     }
 
     /// Value from the instance's env file.
