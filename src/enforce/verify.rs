@@ -109,13 +109,7 @@ fn in_nested_pid_namespace(root: &Path) -> bool {
         .is_some_and(|v| v.split_whitespace().count() > 1)
 }
 
-fn check_one(
-    id: &str,
-    rec: &Record,
-    root: &Path,
-    view: &View,
-    offline: &IdSet,
-) -> ContainerCheck {
+fn check_one(id: &str, rec: &Record, root: &Path, view: &View, offline: &IdSet) -> ContainerCheck {
     let View { procs, mounts, .. } = *view;
     let a = &rec.assignment;
     let mut check = ContainerCheck {

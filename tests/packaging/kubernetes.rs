@@ -226,7 +226,10 @@ fn daemonset_is_a_node_agent_that_matches_config_image_and_image_test() {
     };
     // The whole ConfigMap as a directory of sections: every node reads `default` unless a
     // `group.`/`node.` key names it.
-    assert_eq!(config_path, "/etc/nri-align", "--config is the ConfigMap's directory");
+    assert_eq!(
+        config_path, "/etc/nri-align",
+        "--config is the ConfigMap's directory"
+    );
     let key = "default";
     let config = &data.iter().find(|(k, _)| k == key).expect("config key").1;
 

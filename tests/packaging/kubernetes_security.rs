@@ -53,7 +53,8 @@ fn the_rendered_daemonset_is_unprivileged_and_opt_in() {
     // Each host path read-only unless nri-align writes there (the mount list itself is
     // checked against the image test in kubernetes.rs).
     for m in &agent.mounts {
-        let written = ["/sys/fs/cgroup", "/var/lib/nri-align"].contains(&m.container_path.as_str());
+        let written = ["/sys/fs/cgroup", "/var/lib/nri-align", "/dev/char"]
+            .contains(&m.container_path.as_str());
         assert_eq!(!m.readonly, written, "{m:?}");
     }
     assert!(

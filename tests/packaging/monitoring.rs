@@ -61,16 +61,20 @@ fn exported(body: &str) -> BTreeSet<String> {
 }
 
 /// The families the daemon's registry declares: `register("NAME", "help", metric)` in the
-/// metrics modules (under `nri_align_`, the NodeResourceTopology ones under `nri_align_nrt_`),
+/// files of src/metrics (under `nri_align_`, the NodeResourceTopology ones under `nri_align_nrt_`),
 /// with the kind read from the metric's type a few lines below.
 fn registered() -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    for (file, prefix) in [
-        ("src/metrics/mod.rs", "nri_align_"),
-        ("src/nrt/metrics.rs", "nri_align_nrt_"),
-    ] {
-        let text = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(file))
-            .expect("metrics source");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<(PathBuf, &str)> = std::fs::read_dir(root.join("src/metrics"))
+        .expect("src/metrics")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .map(|p| (p, "nri_align_"))
+        .collect();
+    files.push((root.join("src/nrt/metrics.rs"), "nri_align_nrt_"));
+    for (file, prefix) in files {
+        let text = std::fs::read_to_string(&file).expect("metrics source");
         let mut rest = text.as_str();
         while let Some(at) = rest.find("register(") {
             rest = &rest[at + "register(".len()..];
