@@ -50,7 +50,7 @@ fn row<'a>(p: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
 }
 
 #[test]
-fn t6_a_cpu_offlined_and_onlined_under_running_containers_is_followed() {
+fn t7_a_cpu_offlined_and_onlined_under_running_containers_is_followed() {
     let Some(g) = guest("t6") else { return };
     // Two exclusive CPUs: a whole core, so one of them is never CPU 0 (which x86 does not
     // offline).
