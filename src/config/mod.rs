@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::placement::{GpuMode, PlacementConfig, Policy, Scope};
+use crate::placement::{GpuMode, PlacementConfig, Policy, SchedulerChoiceMode, Scope};
 use crate::untrusted;
 
 mod nrt;
@@ -140,6 +140,7 @@ struct RawConfig {
     scope: Option<Scope>,
     reserved_cpus: Option<CpuSet>,
     gpu_mode: Option<GpuMode>,
+    scheduler_choice: Option<SchedulerChoiceMode>,
     allow_device_annotations: Option<bool>,
     full_pcpus_only: Option<bool>,
     exempt_namespaces: Vec<String>,
@@ -301,6 +302,7 @@ impl Config {
             full_pcpus_only: raw.full_pcpus_only.unwrap_or(defaults.full_pcpus_only),
             exclusive_annotation_namespaces: raw.exclusive_annotation_namespaces.clone(),
             isolated_namespaces: raw.isolated_namespaces.clone(),
+            scheduler_choice: raw.scheduler_choice.unwrap_or_default(),
         };
         let metrics_address = match raw.metrics_address.as_deref().map(str::trim) {
             None | Some("") => None,

@@ -38,6 +38,15 @@ pub struct ReasonLabels {
     pub reason: String,
 }
 
+/// Labels of a scheduler-choice outcome.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SchedulerChoiceLabels {
+    /// `koordinator` or `crane`.
+    pub scheduler: String,
+    /// `honoured`, `overridden` (`scheduler_choice: preferred`), `refused` or `malformed`.
+    pub outcome: String,
+}
+
 /// Labels of an input event.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EventLabels {
@@ -116,6 +125,7 @@ pub struct Metrics {
     device_link_missing: Family<DeviceLabels, Counter>,
     state_write_failures: Counter,
     state_write_failing: Gauge,
+    scheduler_choices: Family<SchedulerChoiceLabels, Counter>,
     // Serialises encoding with updates of the node gauges so a scrape sees one snapshot. It
     // holds each node's four free gauges (handles on the families' own series): every
     // admission that takes something sets them, and finding them in the families formats and
@@ -153,6 +163,13 @@ impl Metrics {
         let free_memory = Family::<NodeLabels, Gauge>::default();
         let free_gpus = Family::<NodeLabels, Gauge>::default();
         registry.register("admissions", "Containers admitted", admissions.clone());
+        let scheduler_choices = Family::<SchedulerChoiceLabels, Counter>::default();
+        registry.register(
+            "scheduler_choice",
+            "Containers of pods a scheduler placed (Koordinator, Crane), by what became of its \
+             choice: honoured, overridden (scheduler_choice: preferred), refused, malformed",
+            scheduler_choices.clone(),
+        );
         registry.register(
             "rejections",
             "Containers rejected, by reason",
@@ -258,6 +275,7 @@ impl Metrics {
             device_link_missing,
             state_write_failures,
             state_write_failing,
+            scheduler_choices,
             snapshot: Mutex::new(HashMap::new()),
         }
     }
@@ -293,6 +311,16 @@ impl Metrics {
             })
             .inc();
         self.latency.observe(took.as_secs_f64());
+    }
+
+    /// Counts what became of a scheduler's choice for one container.
+    pub fn scheduler_choice(&self, scheduler: &str, outcome: &str) {
+        self.scheduler_choices
+            .get_or_create(&SchedulerChoiceLabels {
+                scheduler: scheduler.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
     }
 
     /// Counts a rejection and its decision time.

@@ -176,6 +176,7 @@ fn available_follows_the_allocator_after_placements() {
         allocated_gpus: vec![gpu],
         allocated_nics: vec![],
         shared_gpus: vec![],
+        scheduler: None,
     };
     let placed = alloc.place(&req).expect("fits node 2");
     let node = placed.numa_nodes.first().expect("one node");

@@ -106,6 +106,7 @@ fn place(
             .collect(),
         allocated_nics: vec![],
         shared_gpus: vec![],
+        scheduler: None,
     };
     let a = alloc.place(&req).expect("placement fits");
     let nodes: Vec<u32> = a.numa_nodes.iter().collect();

@@ -132,6 +132,7 @@ fn run(topo: Topology, mode: GpuMode, ops: Vec<Op>) {
                         .map(|n| n.name.clone())
                         .collect(),
                     shared_gpus: Vec::new(),
+                    scheduler: None,
                 };
                 if a.place(&r).is_ok() {
                     live.push(id);

@@ -170,6 +170,28 @@ pub enum PlacementError {
         /// The next multiple.
         suggest: u32,
     },
+    /// The scheduler's choice (Koordinator's CPUs and devices, Crane's zones) cannot be honoured
+    /// on this node now, and `scheduler_choice` is `required`. The first line stands alone in a
+    /// kubelet event: who chose what, what is wrong, what is free there.
+    #[error(
+        "{scheduler} chose {chose} for {container}, but {problem}; free there: {free}{held}. \
+         Reschedule the pod, or set scheduler_choice: preferred to place it elsewhere on this \
+         node"
+    )]
+    SchedulerChoice {
+        /// `koordinator` or `crane`.
+        scheduler: String,
+        /// `namespace/pod/container`.
+        container: String,
+        /// What the scheduler chose (`cpus 0-3, NUMA node 0`).
+        chose: String,
+        /// Why it cannot be had (`cpus 2-3 are held`, `NUMA node 0 has 2 free CPUs, 4 asked`).
+        problem: String,
+        /// What is free on the chosen nodes.
+        free: String,
+        /// `; held by ns/pod/c (id)`, or nothing.
+        held: String,
+    },
     /// A persisted assignment that does not fit the topology.
     #[error("cannot restore {container}: {reason}")]
     Restore {
@@ -195,6 +217,7 @@ impl PlacementError {
             Self::UnknownDevice { .. } => "unknown-device",
             Self::SmtAlignment { .. } => "smt-alignment",
             Self::Restore { .. } => "restore",
+            Self::SchedulerChoice { .. } => "scheduler-choice",
         }
     }
 }

@@ -60,6 +60,19 @@ pub enum GpuMode {
     Keep,
 }
 
+/// What to do when the scheduler's choice (Koordinator's, Crane's) cannot be had on this node
+/// when the container is created (CPUs taken since, a zone too small after a race).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SchedulerChoiceMode {
+    /// Refuse the container, saying what the scheduler chose and what is there: the scheduler
+    /// and the node never disagree silently.
+    #[default]
+    Required,
+    /// Place it by the node's own search instead, and say so in the decision's reason.
+    Preferred,
+}
+
 /// Node-level placement settings (from the configuration file).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -87,6 +100,9 @@ pub struct PlacementConfig {
     /// default: nobody may, until the node administrator names the namespaces.
     #[serde(default)]
     pub isolated_namespaces: Vec<String>,
+    /// Whether a scheduler's choice that cannot be had refuses the container.
+    #[serde(default)]
+    pub scheduler_choice: SchedulerChoiceMode,
 }
 
 impl Default for PlacementConfig {
@@ -100,6 +116,7 @@ impl Default for PlacementConfig {
             full_pcpus_only: false,
             exclusive_annotation_namespaces: Vec::new(),
             isolated_namespaces: Vec::new(),
+            scheduler_choice: SchedulerChoiceMode::Required,
         }
     }
 }
@@ -152,6 +169,10 @@ named_enum!(CpuPreference, "cpu preference", [
     "exclusive" => CpuPreference::Exclusive,
     "shared" => CpuPreference::Shared,
     "isolated" => CpuPreference::Isolated,
+]);
+named_enum!(SchedulerChoiceMode, "scheduler choice", [
+    "required" => SchedulerChoiceMode::Required,
+    "preferred" => SchedulerChoiceMode::Preferred,
 ]);
 named_enum!(GpuMode, "gpu mode", ["remap" => GpuMode::Remap, "keep" => GpuMode::Keep]);
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::policy::Policy;
+use super::scheduler::{ChoiceOutcome, SchedulerChoice};
 use crate::topology::{CpuSet, NodeSet};
 
 /// The pod a container belongs to.
@@ -46,6 +47,10 @@ pub struct Request {
     /// them and never records, remaps or refuses them as taken.
     #[serde(default)]
     pub shared_gpus: Vec<String>,
+    /// Where the pod's scheduler said it goes (read from its annotations by
+    /// [`scheduler::read`](super::scheduler::read)): a constraint of the search, or a refusal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<SchedulerChoice>,
 }
 
 /// What a container was given. Persisted in the state file, so fields only grow.
@@ -92,6 +97,9 @@ pub struct Assignment {
     pub aligned: bool,
     /// One line on why (shown in logs, `simulate`, the decision annotation).
     pub reason: String,
+    /// Whether the scheduler's choice was honoured, for a pod that carried one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_choice: Option<ChoiceOutcome>,
 }
 
 /// What a whole pod asks for, when it is known before its first container is placed

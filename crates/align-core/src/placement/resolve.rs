@@ -6,8 +6,11 @@ use super::annotations::{self, Effective};
 use super::cpus;
 use super::error::PlacementError;
 use super::ledger::Ledger;
-use super::policy::{CpuPreference, GpuMode, PlacementConfig};
+use super::numa;
+use super::policy::{CpuPreference, GpuMode, PlacementConfig, SchedulerChoiceMode};
 use super::request::Request;
+use super::scheduler::honour::{self, Demand, Honour};
+use super::scheduler::Scheduler;
 use crate::untrusted::excerpt;
 
 /// A request with its settings resolved and its devices turned into indices.
@@ -35,6 +38,11 @@ pub struct Resolved {
     pub alloc_nics: Vec<usize>,
     /// `namespace/pod/container`.
     pub who: String,
+    /// The scheduler's choice, checked: what the search must hold.
+    pub choice: Option<Honour>,
+    /// The scheduler's choice that could not be had, with why, when `scheduler_choice` is
+    /// `preferred` (the node's own search places the container instead).
+    pub overridden: Option<(Scheduler, String)>,
 }
 
 /// Resolves annotations, the Guaranteed rule and the devices of a request.
@@ -43,7 +51,13 @@ pub fn resolve(
     config: &PlacementConfig,
     req: &Request,
 ) -> Result<Resolved, PlacementError> {
-    let eff = annotations::effective(&req.pod.annotations, &req.container_name, config)?;
+    let mut eff = annotations::effective(&req.pod.annotations, &req.container_name, config)?;
+    // The scheduler's CPU policy (Crane's) stands where nri-align's own annotation says nothing.
+    if let Some(p) = req.scheduler.as_ref().and_then(honour::preference) {
+        if eff.cpus == CpuPreference::Auto {
+            eff.cpus = p;
+        }
+    }
     // Names come from the runtime; every rejection message repeats them.
     let who = format!(
         "{}/{}/{}",
@@ -98,9 +112,32 @@ pub fn resolve(
         share_held_gpus(ledger, &mut alloc_gpus, &mut shared_gpus)?;
     }
     shared_gpus.retain(|g| !alloc_gpus.contains(g));
+    let isolated = exclusive && eff.cpus == CpuPreference::Isolated;
+    let demand = Demand {
+        who: &who,
+        pod_uid: &req.pod.uid,
+        cpus: if exclusive { cpus } else { 0 },
+        memory: req.memory_limit_bytes.unwrap_or(0),
+    };
+    let (choice, overridden) = check_choice(ledger, config, req, &demand, isolated)?;
+    let mut alloc_nics = alloc_nics;
+    if let Some(h) = &choice {
+        // The scheduler's devices are the container's allocation: held, never remapped.
+        if !h.gpus.is_empty() {
+            alloc_gpus = h.gpus.clone();
+        }
+        if !h.nics.is_empty() {
+            alloc_nics = h.nics.clone();
+        }
+        for g in &h.shared_gpus {
+            if !shared_gpus.contains(g) {
+                shared_gpus.push(*g);
+            }
+        }
+        shared_gpus.retain(|g| !alloc_gpus.contains(g));
+    }
     let gpu_count = alloc_gpus.len().max(eff.gpus.unwrap_or(0) as usize);
     let nic_count = alloc_nics.len().max(eff.nics.unwrap_or(0) as usize);
-    let isolated = exclusive && eff.cpus == CpuPreference::Isolated;
     Ok(Resolved {
         eff,
         exclusive,
@@ -113,7 +150,33 @@ pub fn resolve(
         nic_count,
         alloc_nics,
         who,
+        choice,
+        overridden,
     })
+}
+
+/// The scheduler's choice of `req`, checked against what is free: the constraints; with
+/// `scheduler_choice: preferred`, a choice that cannot be had is set aside with why.
+type Checked = (Option<Honour>, Option<(Scheduler, String)>);
+
+fn check_choice(
+    ledger: &Ledger,
+    config: &PlacementConfig,
+    req: &Request,
+    demand: &Demand<'_>,
+    isolated: bool,
+) -> Result<Checked, PlacementError> {
+    let Some(choice) = &req.scheduler else {
+        return Ok((None, None));
+    };
+    let caps = numa::caps_for(ledger, config.full_pcpus_only, isolated);
+    match honour::check(ledger, &caps, choice, demand) {
+        Ok(h) => Ok((Some(h), None)),
+        Err(e) if config.scheduler_choice == SchedulerChoiceMode::Preferred => {
+            Ok((None, Some((choice.scheduler, e.to_string()))))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Whether the container gets exclusive CPUs, and how many: the kubelet's Guaranteed rule
