@@ -532,12 +532,14 @@ fn bus_ids(topo: &Topology, idx: &[usize]) -> Vec<String> {
         .collect()
 }
 
-/// Bus ids of the GPUs of `gpus` the device plugin did not allocate.
+/// Bus ids of the GPUs of `gpus` the device plugin did not allocate: those nri-align chose,
+/// and those the scheduler chose (the kubelet did not allocate them either).
 fn chosen(topo: &Topology, gpus: &[usize], r: &Resolved) -> Vec<String> {
+    let by_scheduler = |g: &usize| r.choice.as_ref().is_some_and(|h| h.gpus.contains(g));
     let mine: Vec<usize> = gpus
         .iter()
         .copied()
-        .filter(|g| !r.alloc_gpus.contains(g))
+        .filter(|g| !r.alloc_gpus.contains(g) || by_scheduler(g))
         .collect();
     bus_ids(topo, &mine)
 }

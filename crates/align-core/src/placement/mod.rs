@@ -34,5 +34,5 @@ pub use choose::GpuSearch;
 pub use error::PlacementError;
 pub use ledger::NodeFree;
 pub use policy::{CpuPreference, GpuMode, PlacementConfig, Policy, SchedulerChoiceMode, Scope};
-pub use scheduler::{Scheduler, SchedulerChoice};
 pub use request::{Assignment, PodInfo, PodTotals, Request};
+pub use scheduler::{Scheduler, SchedulerChoice};

@@ -26,7 +26,9 @@ pub use crane::{
     TOPOLOGY_AWARENESS as CRANE_TOPOLOGY_AWARENESS, TOPOLOGY_RESULT as CRANE_TOPOLOGY_RESULT,
 };
 pub use honour::{ChoiceOutcome, Honour};
-pub use koordinator::{DEVICE_ALLOCATED as KOORD_DEVICE_ALLOCATED, RESOURCE_STATUS as KOORD_RESOURCE_STATUS};
+pub use koordinator::{
+    DEVICE_ALLOCATED as KOORD_DEVICE_ALLOCATED, RESOURCE_STATUS as KOORD_RESOURCE_STATUS,
+};
 
 /// Longest scheduler annotation value read: eight GPUs and eight RDMA NICs with a few VFs
 /// each, as koord-scheduler writes them, take about 4 KiB.
@@ -144,7 +146,10 @@ impl SchedulerChoice {
             parts.push(format!("GPU minor {}", minors(&self.gpu_minors)));
         }
         if !self.shared_gpu_minors.is_empty() {
-            parts.push(format!("shared GPU minor {}", minors(&self.shared_gpu_minors)));
+            parts.push(format!(
+                "shared GPU minor {}",
+                minors(&self.shared_gpu_minors)
+            ));
         }
         if !self.rdma.is_empty() {
             parts.push(format!("RDMA {}", self.rdma.join(",")));
@@ -162,7 +167,9 @@ impl SchedulerChoice {
 /// Reads the scheduler's choice from a pod's annotations: `None` when no scheduler annotated
 /// the pod (or its annotations constrain nothing), an error naming the key when a value is
 /// malformed, oversized, or when both schedulers annotated it.
-pub fn read(annotations: &BTreeMap<String, String>) -> Result<Option<SchedulerChoice>, PlacementError> {
+pub fn read(
+    annotations: &BTreeMap<String, String>,
+) -> Result<Option<SchedulerChoice>, PlacementError> {
     let koord = koordinator::read(annotations)?;
     let crane = crane::read(annotations)?;
     match (koord, crane) {
@@ -209,8 +216,12 @@ pub(super) fn value<'a>(
 }
 
 /// Parses JSON `v` of annotation `key` as `T`, serde's message (cut) as the reason.
-pub(super) fn json<T: serde::de::DeserializeOwned>(key: &str, v: &str) -> Result<T, PlacementError> {
-    serde_json::from_str(v).map_err(|e| invalid(key, v, format!("not valid JSON of this shape: {e}")))
+pub(super) fn json<T: serde::de::DeserializeOwned>(
+    key: &str,
+    v: &str,
+) -> Result<T, PlacementError> {
+    serde_json::from_str(v)
+        .map_err(|e| invalid(key, v, format!("not valid JSON of this shape: {e}")))
 }
 
 /// A NUMA node id from the scheduler (an `int32` upstream), refused outside 0..=MAX_NODE_ID.
@@ -218,7 +229,13 @@ pub(super) fn node_id(key: &str, v: &str, n: i64) -> Result<u32, PlacementError>
     u32::try_from(n)
         .ok()
         .filter(|n| *n <= MAX_NODE_ID)
-        .ok_or_else(|| invalid(key, v, format!("NUMA node {n} is not an id from 0 to {MAX_NODE_ID}")))
+        .ok_or_else(|| {
+            invalid(
+                key,
+                v,
+                format!("NUMA node {n} is not an id from 0 to {MAX_NODE_ID}"),
+            )
+        })
 }
 
 /// Whether `s` is a PCI address in sysfs form, `DDDD:BB:DD.F` (hex digits).

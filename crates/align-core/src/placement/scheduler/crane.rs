@@ -72,7 +72,11 @@ pub(super) fn read(
             "exclusive" => Ok(CranePolicy::Exclusive),
             "numa" => Ok(CranePolicy::Numa),
             "immovable" => Ok(CranePolicy::Immovable),
-            _ => Err(invalid(CPU_POLICY, v, "expected one of: none exclusive numa immovable")),
+            _ => Err(invalid(
+                CPU_POLICY,
+                v,
+                "expected one of: none exclusive numa immovable",
+            )),
         })
         .transpose()?;
     let result = value(annotations, TOPOLOGY_RESULT)?;
@@ -93,7 +97,11 @@ fn read_zones(v: &str, choice: &mut SchedulerChoice) -> Result<(), PlacementErro
     let key = TOPOLOGY_RESULT;
     let zones: Vec<Zone> = json(key, v)?;
     if zones.len() > MAX_ENTRIES {
-        return Err(invalid(key, v, format!("{} zones; at most {MAX_ENTRIES}", zones.len())));
+        return Err(invalid(
+            key,
+            v,
+            format!("{} zones; at most {MAX_ENTRIES}", zones.len()),
+        ));
     }
     for z in &zones {
         match z.kind.as_str() {
@@ -104,7 +112,10 @@ fn read_zones(v: &str, choice: &mut SchedulerChoice) -> Result<(), PlacementErro
                 return Err(invalid(
                     key,
                     v,
-                    format!("zone type {:?} is not one of Node Socket Core", crate::untrusted::excerpt(other)),
+                    format!(
+                        "zone type {:?} is not one of Node Socket Core",
+                        crate::untrusted::excerpt(other)
+                    ),
                 ))
             }
         }
@@ -117,7 +128,10 @@ fn read_zones(v: &str, choice: &mut SchedulerChoice) -> Result<(), PlacementErro
                 invalid(
                     key,
                     v,
-                    format!("zone {:?} of type Node is not named node<N>", crate::untrusted::excerpt(&z.name)),
+                    format!(
+                        "zone {:?} of type Node is not named node<N>",
+                        crate::untrusted::excerpt(&z.name)
+                    ),
                 )
             })?;
         let id = node_id(key, v, n)?;

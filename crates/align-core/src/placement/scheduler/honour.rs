@@ -106,28 +106,43 @@ pub fn check(
     };
     // Crane's `none`: the default (shared) CPUs anywhere; the zones bind nothing.
     let binds_nodes = choice.cpu_policy != Some(CranePolicy::None);
-    let mut nodes = if binds_nodes { choice.nodes.clone() } else { NodeSet::new() };
+    let mut nodes = if binds_nodes {
+        choice.nodes.clone()
+    } else {
+        NodeSet::new()
+    };
     if let Some(missing) = nodes.iter().find(|id| topo.node_index(*id).is_none()) {
-        let problem = format!("this host has no NUMA node {missing} (it has {})", all_nodes(topo));
+        let problem = format!(
+            "this host has no NUMA node {missing} (it has {})",
+            all_nodes(topo)
+        );
         return Err(refuse(problem, &NodeSet::new(), String::new()));
     }
     let cpus = match &choice.cpus {
-        Some(set) if demand.cpus > 0 => Some(exact_cpus(ledger, set, demand).map_err(|(p, held)| {
-            refuse(p, &nodes_of(topo, set), held)
-        })?),
+        Some(set) if demand.cpus > 0 => Some(
+            exact_cpus(ledger, set, demand)
+                .map_err(|(p, held)| refuse(p, &nodes_of(topo, set), held))?,
+        ),
         _ => None,
     };
     if let Some(set) = &choice.cpus {
         // The cpuset's nodes are the chosen ones too (cpuset.mems follows the CPUs).
         nodes.extend_from(&nodes_of(topo, set));
     }
-    let gpus = gpu_indices(topo, &choice.gpu_minors).map_err(|p| refuse(p, &nodes, String::new()))?;
-    if let Some((g, holder)) = gpus.iter().find_map(|g| ledger.gpu_holder(*g).map(|h| (*g, h))) {
-        let problem = format!("GPU minor {} is held", topo.gpus[g].minor.unwrap_or_default());
+    let gpus =
+        gpu_indices(topo, &choice.gpu_minors).map_err(|p| refuse(p, &nodes, String::new()))?;
+    if let Some((g, holder)) = gpus
+        .iter()
+        .find_map(|g| ledger.gpu_holder(*g).map(|h| (*g, h)))
+    {
+        let problem = format!(
+            "GPU minor {} is held",
+            topo.gpus[g].minor.unwrap_or_default()
+        );
         return Err(refuse(problem, &nodes, held_by(ledger, holder)));
     }
-    let shared_gpus =
-        gpu_indices(topo, &choice.shared_gpu_minors).map_err(|p| refuse(p, &nodes, String::new()))?;
+    let shared_gpus = gpu_indices(topo, &choice.shared_gpu_minors)
+        .map_err(|p| refuse(p, &nodes, String::new()))?;
     let nics = nic_indices(topo, choice).map_err(|p| refuse(p, &nodes, String::new()))?;
     if !nodes.is_empty() {
         // With the exact CPUs checked above, the nodes only have to hold the memory.
@@ -146,7 +161,10 @@ pub fn check(
         for n in &nics {
             with.extend_from(&ledger.ids(&ledger.nic_node(*n).into_iter().collect::<Vec<_>>()));
         }
-        topo.numa_nodes.iter().map(|n| with.contains(n.id)).collect()
+        topo.numa_nodes
+            .iter()
+            .map(|n| with.contains(n.id))
+            .collect()
     });
     Ok(Honour {
         scheduler: choice.scheduler,
@@ -182,7 +200,9 @@ fn exact_cpus(
     let mut theirs = CpuSet::new();
     let mut holders: Vec<&str> = Vec::new();
     for cpu in set.iter() {
-        let Some(h) = ledger.cpu_holder(cpu) else { continue };
+        let Some(h) = ledger.cpu_holder(cpu) else {
+            continue;
+        };
         if ledger.get(h).is_some_and(|a| a.pod_uid == demand.pod_uid) {
             mine.insert(cpu);
         } else {
@@ -229,9 +249,16 @@ fn zone_fits(
     let cpus: u64 = on.iter().map(|c| u64::from(c.cpu)).sum();
     let mem: u64 = on.iter().map(|c| c.mem).sum();
     let short = if cpus < u64::from(demand.cpus) {
-        format!("{} exclusive CPUs are asked and {cpus} are free there", demand.cpus)
+        format!(
+            "{} exclusive CPUs are asked and {cpus} are free there",
+            demand.cpus
+        )
     } else if mem < demand.memory {
-        format!("{} of memory is asked and {} is free there", fmt_bytes(demand.memory), fmt_bytes(mem))
+        format!(
+            "{} of memory is asked and {} is free there",
+            fmt_bytes(demand.memory),
+            fmt_bytes(mem)
+        )
     } else {
         return Ok(());
     };
@@ -273,7 +300,13 @@ fn free_on(caps: &[Cap], topo: &Topology, nodes: &NodeSet) -> String {
         .filter(|c| nodes.is_empty() || nodes.contains(c.id))
         .filter(|c| topo.node_index(c.id).is_some())
         .map(|c| {
-            let mut s = format!("node {}: cpus {} ({}), {}", c.id, c.avail, c.cpu, fmt_bytes(c.mem));
+            let mut s = format!(
+                "node {}: cpus {} ({}), {}",
+                c.id,
+                c.avail,
+                c.cpu,
+                fmt_bytes(c.mem)
+            );
             if c.gpus > 0 {
                 s.push_str(&format!(", {} GPU(s)", c.gpus));
             }
@@ -317,9 +350,11 @@ fn gpu_indices(topo: &Topology, minors: &[u32]) -> Result<Vec<usize>, String> {
 /// shows it as an interface of its own (else its PF, already held, stands for it).
 fn nic_indices(topo: &Topology, choice: &SchedulerChoice) -> Result<Vec<usize>, String> {
     let by_bus = |bus: &str| {
-        topo.nics
-            .iter()
-            .position(|n| n.pci_bus_id.as_deref().is_some_and(|b| b.eq_ignore_ascii_case(bus)))
+        topo.nics.iter().position(|n| {
+            n.pci_bus_id
+                .as_deref()
+                .is_some_and(|b| b.eq_ignore_ascii_case(bus))
+        })
     };
     let mut out = Vec::new();
     for bus in &choice.rdma {

@@ -145,7 +145,11 @@ fn read_status(v: &str, choice: &mut SchedulerChoice) -> Result<(), PlacementErr
             return Err(invalid(key, v, format!("NUMA node {id} is listed twice")));
         }
         if n.resources.as_ref().is_some_and(|r| r.len() > MAX_ENTRIES) {
-            return Err(invalid(key, v, format!("NUMA node {id} lists too many resources")));
+            return Err(invalid(
+                key,
+                v,
+                format!("NUMA node {id} lists too many resources"),
+            ));
         }
         choice.nodes.insert(id);
     }
@@ -162,7 +166,11 @@ fn read_devices(v: &str, choice: &mut SchedulerChoice) -> Result<(), PlacementEr
     for (kind, list) in &all {
         let list = list.as_deref().unwrap_or_default();
         if list.len() > MAX_ENTRIES {
-            return Err(invalid(key, v, format!("{} {kind} devices; at most {MAX_ENTRIES}", list.len())));
+            return Err(invalid(
+                key,
+                v,
+                format!("{} {kind} devices; at most {MAX_ENTRIES}", list.len()),
+            ));
         }
         for d in list.iter().flatten() {
             match kind.as_str() {
@@ -176,11 +184,22 @@ fn read_devices(v: &str, choice: &mut SchedulerChoice) -> Result<(), PlacementEr
     Ok(())
 }
 
-fn gpu(key: &str, v: &str, d: &DeviceAllocation, choice: &mut SchedulerChoice) -> Result<(), PlacementError> {
+fn gpu(
+    key: &str,
+    v: &str,
+    d: &DeviceAllocation,
+    choice: &mut SchedulerChoice,
+) -> Result<(), PlacementError> {
     let minor = u32::try_from(d.minor)
         .ok()
         .filter(|m| *m < 256)
-        .ok_or_else(|| invalid(key, v, format!("GPU minor {} is not from 0 to 255", d.minor)))?;
+        .ok_or_else(|| {
+            invalid(
+                key,
+                v,
+                format!("GPU minor {} is not from 0 to 255", d.minor),
+            )
+        })?;
     // A GPU given in part (gpu-core under 100) is shared with other pods: aligned to, not held.
     let core = d
         .resources
@@ -189,7 +208,13 @@ fn gpu(key: &str, v: &str, d: &DeviceAllocation, choice: &mut SchedulerChoice) -
         .map(|q| {
             q.integer()
                 .filter(|c| (0..=100).contains(c))
-                .ok_or_else(|| invalid(key, v, format!("{GPU_CORE} of GPU minor {minor} is not from 0 to 100")))
+                .ok_or_else(|| {
+                    invalid(
+                        key,
+                        v,
+                        format!("{GPU_CORE} of GPU minor {minor} is not from 0 to 100"),
+                    )
+                })
         })
         .transpose()?;
     let list = if core.is_some_and(|c| c < 100) {
@@ -203,19 +228,32 @@ fn gpu(key: &str, v: &str, d: &DeviceAllocation, choice: &mut SchedulerChoice) -
     Ok(())
 }
 
-fn rdma(key: &str, v: &str, d: &DeviceAllocation, choice: &mut SchedulerChoice) -> Result<(), PlacementError> {
+fn rdma(
+    key: &str,
+    v: &str,
+    d: &DeviceAllocation,
+    choice: &mut SchedulerChoice,
+) -> Result<(), PlacementError> {
     let id = d.id.trim().to_ascii_lowercase();
     if !is_pci_bus_id(&id) {
         return Err(invalid(
             key,
             v,
-            format!("RDMA minor {}: id {:?} is not a PCI address (0000:09:00.0)", d.minor, crate::untrusted::excerpt(&d.id)),
+            format!(
+                "RDMA minor {}: id {:?} is not a PCI address (0000:09:00.0)",
+                d.minor,
+                crate::untrusted::excerpt(&d.id)
+            ),
         ));
     }
     if !choice.rdma.contains(&id) {
         choice.rdma.push(id.clone());
     }
-    let vfs = d.extension.as_ref().and_then(|e| e.vfs.as_deref()).unwrap_or_default();
+    let vfs = d
+        .extension
+        .as_ref()
+        .and_then(|e| e.vfs.as_deref())
+        .unwrap_or_default();
     if choice.vfs.len() + vfs.len() > MAX_ENTRIES {
         return Err(invalid(key, v, format!("more than {MAX_ENTRIES} VFs")));
     }
@@ -225,7 +263,10 @@ fn rdma(key: &str, v: &str, d: &DeviceAllocation, choice: &mut SchedulerChoice) 
             return Err(invalid(
                 key,
                 v,
-                format!("a VF of RDMA {id}: busID {:?} is not a PCI address", crate::untrusted::excerpt(&vf.bus_id)),
+                format!(
+                    "a VF of RDMA {id}: busID {:?} is not a PCI address",
+                    crate::untrusted::excerpt(&vf.bus_id)
+                ),
             ));
         }
         if !choice.vfs.contains(&bus) {
