@@ -53,10 +53,12 @@ pub fn resolve(
 ) -> Result<Resolved, PlacementError> {
     let mut eff = annotations::effective(&req.pod.annotations, &req.container_name, config)?;
     // The scheduler's CPU policy (Crane's) stands where nri-align's own annotation says nothing.
-    if let Some(p) = req.scheduler.as_ref().and_then(honour::preference) {
-        if eff.cpus == CpuPreference::Auto {
-            eff.cpus = p;
-        }
+    if eff.cpus == CpuPreference::Auto {
+        eff.cpus = req
+            .scheduler
+            .as_ref()
+            .and_then(honour::preference)
+            .unwrap_or(eff.cpus);
     }
     // Names come from the runtime; every rejection message repeats them.
     let who = format!(
@@ -84,29 +86,8 @@ pub fn resolve(
         .iter()
         .map(|n| ledger.nic_index(n))
         .collect::<Result<Vec<_>, _>>()?;
-    // A GPU nri-align gave a container by remap is one the kubelet believes free: it may hand
-    // it to the next pod, and that pod's runtime hook gives it whatever its env names. A
-    // container that would use such a GPU without holding it (its GPUs read from an env the
-    // kubelet did not confirm, or a replica) is refused rather than run beside the remapped
-    // one: keeping it and flagging the overlap would still put two containers on one GPU.
-    {
-        let topo = ledger.topo();
-        for g in &shared_gpus {
-            if let Some(holder) = ledger.gpu_holder(*g) {
-                let bus = &topo.gpus[*g].pci_bus_id;
-                if ledger
-                    .get(holder)
-                    .is_some_and(|a| a.chosen_gpus.contains(bus))
-                {
-                    return Err(PlacementError::Conflict {
-                        resource: "gpu".into(),
-                        id: bus.clone(),
-                        holder: holder.to_string(),
-                    });
-                }
-            }
-        }
-    }
+    // A GPU nri-align gave a container by remap is one the kubelet believes free: a
+    // container that would use it without holding it is refused (see the function).
     refuse_gpus_held_by_remap(ledger, &shared_gpus)?;
     if config.gpu_mode == GpuMode::Keep {
         share_held_gpus(ledger, &mut alloc_gpus, &mut shared_gpus)?;
@@ -122,19 +103,7 @@ pub fn resolve(
     let (choice, overridden) = check_choice(ledger, config, req, &demand, isolated)?;
     let mut alloc_nics = alloc_nics;
     if let Some(h) = &choice {
-        // The scheduler's devices are the container's allocation: held, never remapped.
-        if !h.gpus.is_empty() {
-            alloc_gpus = h.gpus.clone();
-        }
-        if !h.nics.is_empty() {
-            alloc_nics = h.nics.clone();
-        }
-        for g in &h.shared_gpus {
-            if !shared_gpus.contains(g) {
-                shared_gpus.push(*g);
-            }
-        }
-        shared_gpus.retain(|g| !alloc_gpus.contains(g));
+        take_devices(h, &mut alloc_gpus, &mut shared_gpus, &mut alloc_nics);
     }
     let gpu_count = alloc_gpus.len().max(eff.gpus.unwrap_or(0) as usize);
     let nic_count = alloc_nics.len().max(eff.nics.unwrap_or(0) as usize);
@@ -153,6 +122,22 @@ pub fn resolve(
         choice,
         overridden,
     })
+}
+
+/// The scheduler's devices are the container's allocation: held (or shared), never remapped.
+fn take_devices(h: &Honour, gpus: &mut Vec<usize>, shared: &mut Vec<usize>, nics: &mut Vec<usize>) {
+    if !h.gpus.is_empty() {
+        *gpus = h.gpus.clone();
+    }
+    if !h.nics.is_empty() {
+        *nics = h.nics.clone();
+    }
+    for g in &h.shared_gpus {
+        if !shared.contains(g) {
+            shared.push(*g);
+        }
+    }
+    shared.retain(|g| !gpus.contains(g));
 }
 
 /// The scheduler's choice of `req`, checked against what is free: the constraints; with

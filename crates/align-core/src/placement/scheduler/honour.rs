@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{CranePolicy, Scheduler, SchedulerChoice};
-use crate::placement::error::{fmt_bytes, PlacementError};
+use crate::placement::error::{fmt_bytes, ChoiceRefusal, PlacementError};
 use crate::placement::ledger::Ledger;
 use crate::placement::numa::Cap;
 use crate::placement::policy::CpuPreference;
@@ -96,13 +96,15 @@ pub fn check(
     demand: &Demand<'_>,
 ) -> Result<Honour, PlacementError> {
     let topo = ledger.topo();
-    let refuse = |problem: String, nodes: &NodeSet, held: String| PlacementError::SchedulerChoice {
-        scheduler: choice.scheduler.label().into(),
-        container: demand.who.into(),
-        chose: choice.describe(),
-        problem,
-        free: free_on(caps, topo, nodes),
-        held,
+    let refuse = |problem: String, nodes: &NodeSet, held: String| {
+        PlacementError::SchedulerChoice(Box::new(ChoiceRefusal {
+            scheduler: choice.scheduler.label().into(),
+            container: demand.who.into(),
+            chose: choice.describe(),
+            problem,
+            free: free_on(caps, topo, nodes),
+            held,
+        }))
     };
     // Crane's `none`: the default (shared) CPUs anywhere; the zones bind nothing.
     let binds_nodes = choice.cpu_policy != Some(CranePolicy::None);
@@ -218,7 +220,11 @@ fn exact_cpus(
             n => format!(" and {} other container(s)", n - 1),
         };
         return Err((
-            format!("cpus {theirs} are held"),
+            if theirs.len() == 1 {
+                format!("cpu {theirs} is held")
+            } else {
+                format!("cpus {theirs} are held")
+            },
             format!("{}{more}", held_by(ledger, first)),
         ));
     }
