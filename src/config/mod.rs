@@ -499,6 +499,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn scheduler_choice_defaults_to_required_and_names_a_bad_value() {
+        let c = Config::parse("scheduler_choice: preferred\n", "t").expect("valid");
+        assert_eq!(c.placement.scheduler_choice, SchedulerChoiceMode::Preferred);
+        let c = Config::parse("", "t").expect("empty");
+        assert_eq!(c.placement.scheduler_choice, SchedulerChoiceMode::Required);
+        let err = Config::parse("scheduler_choice: maybe\n", "t")
+            .expect_err("unknown value")
+            .to_string();
+        assert!(
+            err.contains("scheduler_choice") && err.contains("preferred"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn empty_file_is_all_defaults_with_nothing_reserved() {
         let c = Config::parse("", "t").expect("empty ok");
         assert_eq!(c, Config::default());

@@ -330,7 +330,7 @@ fn taken_cpus_are_refused_naming_the_holder_and_what_is_free() {
     let msg = err.to_string();
     assert!(
         msg.starts_with(
-            "koordinator chose cpus 2-5 for ns/b/main, but cpus 2-3 are held; free there: \
+            "koordinator chose cpus 2-5 for ns/b/main, but 2 of its cpus are held (2-3); free there: \
              node 0: cpus 4-7,16-23 (12), "
         ),
         "{msg}"
@@ -522,4 +522,45 @@ fn chosen_gpus_and_nics_are_held_and_their_holders_named() {
         err.to_string().contains("this host has no GPU of minor 99"),
         "{err}"
     );
+}
+
+#[test]
+fn the_refusal_fits_an_event_message_on_a_large_fragmented_host() {
+    let topo = shipped("numa16-1024");
+    let n = topo.cpus.len() as u32;
+    let mut a = Allocator::new(Arc::new(topo), PlacementConfig::default());
+    // Another pod holds every even CPU of the first half; the scheduler then names all of the
+    // first half, every other CPU, and the longest names Kubernetes allows.
+    let evens: Vec<String> = (0..n / 2).step_by(2).map(|c| c.to_string()).collect();
+    let held = koord_cpus(&evens.join(","));
+    let count = evens.len() as u64;
+    a.place(&req(
+        "holder",
+        "c",
+        count,
+        0,
+        &[(KOORD_RESOURCE_STATUS, &held)],
+    ))
+    .expect("placed");
+    let wanted = koord_cpus(&format!("0-{}", n / 2 - 1));
+    let long = "p".repeat(253);
+    let mut r = req(
+        &long,
+        &"c".repeat(63),
+        u64::from(n / 2),
+        0,
+        &[(KOORD_RESOURCE_STATUS, &wanted)],
+    );
+    r.pod.namespace = "n".repeat(63);
+    let msg = a.plan(&r).expect_err("held").to_string();
+    assert!(
+        !msg.contains('\n') && msg.len() <= 1024,
+        "{} bytes: {msg}",
+        msg.len()
+    );
+    assert!(
+        msg.contains("but 256 of its cpus are held (0,2,4,") && msg.contains("held by ns/holder/c"),
+        "{msg}"
+    );
+    assert!(msg.ends_with("place it elsewhere on this node"), "{msg}");
 }

@@ -96,14 +96,17 @@ pub fn check(
     demand: &Demand<'_>,
 ) -> Result<Honour, PlacementError> {
     let topo = ledger.topo();
+    // Each part is cut so that the whole first line stays within the 1024 bytes the API server
+    // keeps of an event's message (`NoteLengthLimit`, kubernetes pkg/apis/core/validation/
+    // events.go), where the kubelet's CreateContainerError event carries it.
     let refuse = |problem: String, nodes: &NodeSet, held: String| {
         PlacementError::SchedulerChoice(Box::new(ChoiceRefusal {
             scheduler: choice.scheduler.label().into(),
-            container: demand.who.into(),
-            chose: choice.describe(),
-            problem,
-            free: free_on(caps, topo, nodes),
-            held,
+            container: cut(demand.who, 150),
+            chose: cut(&choice.describe(), 150),
+            problem: cut(&problem, 150),
+            free: cut(&free_on(caps, topo, nodes), 250),
+            held: cut(&held, 150),
         }))
     };
     // Crane's `none`: the default (shared) CPUs anywhere; the zones bind nothing.
@@ -223,7 +226,11 @@ fn exact_cpus(
             if theirs.len() == 1 {
                 format!("cpu {theirs} is held")
             } else {
-                format!("cpus {theirs} are held")
+                format!(
+                    "{} of its cpus are held ({})",
+                    theirs.len(),
+                    cut(&theirs.to_string(), 80)
+                )
             },
             format!("{}{more}", held_by(ledger, first)),
         ));
@@ -283,6 +290,18 @@ fn zone_fits(
         .map(|a| held_by(ledger, &a.container_id))
         .unwrap_or_default();
     Err((short, holder))
+}
+
+/// At most `max` bytes of `s`, cut on a character boundary and marked `…` where cut.
+fn cut(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max - '…'.len_utf8();
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
 }
 
 /// `; held by ns/pod/c (container 1234abcd…)`.
