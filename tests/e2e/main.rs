@@ -13,4 +13,5 @@ mod nrt;
 mod observe;
 mod plugin;
 mod required_plugins;
+mod scheduler;
 mod soak;
