@@ -361,7 +361,8 @@ impl Allocator {
                 whole: config.full_pcpus_only,
                 ..Need::default()
             };
-            let nodes = numa::choose(topo, &caps, &vec![true; caps.len()], &need)
+            let everywhere = vec![true; caps.len()];
+            let nodes = numa::choose(topo, &caps, &everywhere, &need, r.eff.numa_choice)
                 .ok_or_else(|| reject::insufficient(&self.ledger, config, r, &caps))?;
             a.cpus = self.pick_cpus(config, &caps, &nodes, r)?;
         } else {

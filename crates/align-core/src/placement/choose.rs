@@ -319,9 +319,15 @@ impl<'a> Search<'a> {
         let for_pod = self
             .pod_need
             .as_ref()
-            .and_then(|p| numa::choose(topo, &self.caps, self.allowed, p));
+            .and_then(|p| numa::choose(topo, &self.caps, self.allowed, p, self.r.eff.numa_choice));
         let nodes = self.sized(for_pod, || {
-            numa::choose(topo, &self.caps, self.allowed, &self.need)
+            numa::choose(
+                topo,
+                &self.caps,
+                self.allowed,
+                &self.need,
+                self.r.eff.numa_choice,
+            )
         })?;
         let nics = nics::choose(self.ledger, &[], &nodes, self.r.nic_count, &self.fixed_nics);
         Some(self.candidate(nodes, Vec::new(), nics))

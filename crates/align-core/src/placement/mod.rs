@@ -33,6 +33,8 @@ pub use allocator::{Allocator, Plan};
 pub use choose::GpuSearch;
 pub use error::PlacementError;
 pub use ledger::NodeFree;
-pub use policy::{CpuPreference, GpuMode, PlacementConfig, Policy, SchedulerChoiceMode, Scope};
+pub use policy::{
+    CpuPreference, GpuMode, NumaChoice, PlacementConfig, Policy, SchedulerChoiceMode, Scope,
+};
 pub use request::{Assignment, PodInfo, PodTotals, Request};
 pub use scheduler::{Scheduler, SchedulerChoice};

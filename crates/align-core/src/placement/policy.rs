@@ -60,6 +60,24 @@ pub enum GpuMode {
     Keep,
 }
 
+/// Which free NUMA node a request that fits on one is packed onto (`numa_choice`), named after
+/// the kubelet proposal's `numa-allocation-strategy` (kubernetes/enhancements#6332) and
+/// Koordinator's `node.koordinator.sh/numa-allocate-strategy`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NumaChoice {
+    /// The node left with the least free after it (nodes with idle GPUs and NICs kept for the
+    /// work that needs them first): nri-align's search so far.
+    #[default]
+    BestFit,
+    /// The node with the smallest share of its CPUs free: fills busy nodes first, keeping whole
+    /// nodes free for large requests.
+    MostAllocated,
+    /// The node with the largest share of its CPUs free: spreads load (and memory bandwidth)
+    /// over the nodes.
+    LeastAllocated,
+}
+
 /// What to do when the scheduler's choice (Koordinator's, Crane's) cannot be had on this node
 /// when the container is created (CPUs taken since, a zone too small after a race).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -103,6 +121,9 @@ pub struct PlacementConfig {
     /// Whether a scheduler's choice that cannot be had refuses the container.
     #[serde(default)]
     pub scheduler_choice: SchedulerChoiceMode,
+    /// Which node a request that fits on one is packed onto.
+    #[serde(default)]
+    pub numa_choice: NumaChoice,
 }
 
 impl Default for PlacementConfig {
@@ -117,6 +138,7 @@ impl Default for PlacementConfig {
             exclusive_annotation_namespaces: Vec::new(),
             isolated_namespaces: Vec::new(),
             scheduler_choice: SchedulerChoiceMode::Required,
+            numa_choice: NumaChoice::BestFit,
         }
     }
 }
@@ -173,6 +195,11 @@ named_enum!(CpuPreference, "cpu preference", [
 named_enum!(SchedulerChoiceMode, "scheduler choice", [
     "required" => SchedulerChoiceMode::Required,
     "preferred" => SchedulerChoiceMode::Preferred,
+]);
+named_enum!(NumaChoice, "numa choice", [
+    "best-fit" => NumaChoice::BestFit,
+    "most-allocated" => NumaChoice::MostAllocated,
+    "least-allocated" => NumaChoice::LeastAllocated,
 ]);
 named_enum!(GpuMode, "gpu mode", ["remap" => GpuMode::Remap, "keep" => GpuMode::Keep]);
 
