@@ -76,7 +76,9 @@
 //!    allocated, from the kubelet's answer, device nodes, CDI devices or env, and the generic
 //!    PCI devices CDI specs resolve to), into
 //!    [`enforce::inputs::Built`]; references no authoritative source allocated are logged and
-//!    counted.
+//!    counted. Where a scheduler placed the pod (Koordinator, Crane), its choice is read from
+//!    the pod's annotations ([`placement::scheduler::read`]) into [`placement::Request`]'s
+//!    `scheduler` constraint; a malformed one is refused here (`docs/scheduler.md`).
 //! 8. A restart: a container with its predecessor's pod UID and name takes that decision over
 //!    when it asks for the same resources and devices, else the predecessor is released and
 //!    it is placed anew; the pod's stopped siblings (finished init containers) give their
@@ -84,8 +86,11 @@
 //!    pod's totals ([`Placer::expect_pod`]), and the GPU mode of this decision is chosen
 //!    (`remap` only for GPUs that reach the container through the env alone).
 //! 9. Placement: [`Placer::plan`], for the allocator [`Allocator::plan_in`], resolves the
-//!    annotations and the Guaranteed rule and searches the candidates; nothing is held yet. A
-//!    refusal becomes [`EngineError::Rejected`], whose message reaches the CRI caller.
+//!    annotations and the Guaranteed rule, checks the scheduler's choice
+//!    ([`placement::scheduler::honour::check`]: the nodes, CPUs and devices the search must
+//!    keep to, or the refusal saying who holds them) and searches the candidates; nothing is
+//!    held yet. A refusal becomes [`EngineError::Rejected`], whose message reaches the CRI
+//!    caller.
 //! 10. The adjustment: [`enforce::adjust::build_adjustment`] gives the cpuset, memory nodes,
 //!     device nodes looked up on the host ([`host::devices::DeviceLookup`]) with their cgroup
 //!     rules, env and the decision annotation. Then the device-link check: in a systemd scope,

@@ -49,7 +49,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::placement::{GpuMode, PlacementConfig, Policy, Scope};
+use crate::placement::{GpuMode, NumaChoice, PlacementConfig, Policy, SchedulerChoiceMode, Scope};
 use crate::untrusted;
 
 mod nrt;
@@ -151,6 +151,8 @@ struct RawConfig {
     scope: Option<Scope>,
     reserved_cpus: Option<CpuSet>,
     gpu_mode: Option<GpuMode>,
+    scheduler_choice: Option<SchedulerChoiceMode>,
+    numa_choice: Option<NumaChoice>,
     allow_device_annotations: Option<bool>,
     full_pcpus_only: Option<bool>,
     exempt_namespaces: Vec<String>,
@@ -332,6 +334,8 @@ impl Config {
             full_pcpus_only: raw.full_pcpus_only.unwrap_or(defaults.full_pcpus_only),
             exclusive_annotation_namespaces: raw.exclusive_annotation_namespaces.clone(),
             isolated_namespaces: raw.isolated_namespaces.clone(),
+            scheduler_choice: raw.scheduler_choice.unwrap_or_default(),
+            numa_choice: raw.numa_choice.unwrap_or_default(),
         };
         let metrics_address = match raw.metrics_address.as_deref().map(str::trim) {
             None | Some("") => None,
@@ -547,6 +551,33 @@ pub fn validate_idx(idx: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numa_choice_defaults_to_best_fit() {
+        let c = Config::parse("numa_choice: least-allocated\n", "t").expect("valid");
+        assert_eq!(c.placement.numa_choice, NumaChoice::LeastAllocated);
+        let c = Config::parse("", "t").expect("empty");
+        assert_eq!(c.placement.numa_choice, NumaChoice::BestFit);
+        let err = Config::parse("numa_choice: spread\n", "t")
+            .expect_err("unknown value")
+            .to_string();
+        assert!(err.contains("most-allocated"), "{err}");
+    }
+
+    #[test]
+    fn scheduler_choice_defaults_to_required_and_names_a_bad_value() {
+        let c = Config::parse("scheduler_choice: preferred\n", "t").expect("valid");
+        assert_eq!(c.placement.scheduler_choice, SchedulerChoiceMode::Preferred);
+        let c = Config::parse("", "t").expect("empty");
+        assert_eq!(c.placement.scheduler_choice, SchedulerChoiceMode::Required);
+        let err = Config::parse("scheduler_choice: maybe\n", "t")
+            .expect_err("unknown value")
+            .to_string();
+        assert!(
+            err.contains("scheduler_choice") && err.contains("preferred"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn empty_file_is_all_defaults_with_nothing_reserved() {

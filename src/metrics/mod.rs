@@ -40,6 +40,15 @@ pub struct ReasonLabels {
     pub reason: String,
 }
 
+/// Labels of a scheduler-choice outcome.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SchedulerChoiceLabels {
+    /// `koordinator` or `crane`.
+    pub scheduler: String,
+    /// `honoured`, `overridden` (`scheduler_choice: preferred`), `refused` or `malformed`.
+    pub outcome: String,
+}
+
 /// Labels of an input event.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EventLabels {
@@ -129,6 +138,7 @@ pub struct Metrics {
     state_write_failing: Gauge,
     config_source: Family<SourceLabels, Gauge>,
     hotplug: HotplugMetrics,
+    scheduler_choices: Family<SchedulerChoiceLabels, Counter>,
     // Serialises encoding with updates of the node gauges so a scrape sees one snapshot. It
     // holds each node's four free gauges (handles on the families' own series): every
     // admission that takes something sets them, and finding them in the families formats and
@@ -166,6 +176,13 @@ impl Metrics {
         let free_memory = Family::<NodeLabels, Gauge>::default();
         let free_gpus = Family::<NodeLabels, Gauge>::default();
         registry.register("admissions", "Containers admitted", admissions.clone());
+        let scheduler_choices = Family::<SchedulerChoiceLabels, Counter>::default();
+        registry.register(
+            "scheduler_choice",
+            "Containers of pods a scheduler placed (Koordinator, Crane), by what became of its \
+             choice: honoured, overridden (scheduler_choice: preferred), refused, malformed",
+            scheduler_choices.clone(),
+        );
         registry.register(
             "rejections",
             "Containers rejected, by reason",
@@ -300,6 +317,7 @@ impl Metrics {
             state_write_failing,
             config_source,
             hotplug,
+            scheduler_choices,
             snapshot: Mutex::new(HashMap::new()),
         }
     }
@@ -335,6 +353,16 @@ impl Metrics {
             })
             .inc();
         self.latency.observe(took.as_secs_f64());
+    }
+
+    /// Counts what became of a scheduler's choice for one container.
+    pub fn scheduler_choice(&self, scheduler: &str, outcome: &str) {
+        self.scheduler_choices
+            .get_or_create(&SchedulerChoiceLabels {
+                scheduler: scheduler.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
     }
 
     /// Counts a rejection and its decision time.

@@ -177,6 +177,7 @@ fn available_follows_the_allocator_after_placements() {
         allocated_nics: vec![],
         shared_gpus: vec![],
         generic_devices: vec![],
+        scheduler: None,
     };
     let placed = alloc.place(&req).expect("fits node 2");
     let node = placed.numa_nodes.first().expect("one node");

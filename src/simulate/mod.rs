@@ -310,6 +310,14 @@ fn requests(
         let nics: Vec<String> = nic_order.iter().take(c.nics as usize).cloned().collect();
         let turn = (c.nics as usize).min(nic_order.len());
         nic_order.rotate_left(turn);
+        // A workload may carry a scheduler's choice as the scheduler annotates pods; a
+        // malformed one refuses the container, as the plugin does.
+        let scheduler = crate::placement::scheduler::read(&info.annotations)
+            .map_err(|e| {
+                short.get_or_insert(e.to_string());
+            })
+            .ok()
+            .flatten();
         let request = Request {
             container_id: format!("{}/{}/{}", pod.namespace, pod.name, c.name),
             container_name: c.name.clone(),
@@ -321,6 +329,7 @@ fn requests(
             allocated_nics: nics,
             shared_gpus: Vec::new(),
             generic_devices: Vec::new(),
+            scheduler,
         };
         out.push((request, short));
     }

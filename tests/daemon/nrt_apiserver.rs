@@ -107,6 +107,7 @@ fn place(
         allocated_nics: vec![],
         shared_gpus: vec![],
         generic_devices: vec![],
+        scheduler: None,
     };
     let a = alloc.place(&req).expect("placement fits");
     let nodes: Vec<u32> = a.numa_nodes.iter().collect();

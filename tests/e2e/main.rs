@@ -14,4 +14,5 @@ mod nrt;
 mod observe;
 mod plugin;
 mod required_plugins;
+mod scheduler;
 mod soak;

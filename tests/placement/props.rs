@@ -133,6 +133,7 @@ fn run(topo: Topology, mode: GpuMode, ops: Vec<Op>) {
                         .collect(),
                     shared_gpus: Vec::new(),
                     generic_devices: Vec::new(),
+                    scheduler: None,
                 };
                 if a.place(&r).is_ok() {
                     live.push(id);

@@ -433,3 +433,59 @@ fn command_line_reads_topology_json_and_reports_missing_sources() {
     // Names the file whether or not this build has the hwloc importer.
     assert!(String::from_utf8_lossy(&out.stderr).contains("nonexistent.xml"));
 }
+
+/// A workload carries a scheduler's choice as the scheduler annotates the pod: the replay
+/// places it there, refuses a malformed one and one whose CPUs another pod holds.
+#[test]
+fn a_workload_carries_scheduler_choices() {
+    let wl = Workload::parse(
+        r#"
+pods:
+  - name: koord
+    annotations:
+      scheduling.koordinator.sh/resource-status: '{"numaNodeResources":[{"node":3}]}'
+    containers: [{name: c, cpu: "2", memory: 2Gi}]
+  - name: exact
+    annotations:
+      scheduling.koordinator.sh/resource-status: '{"cpuset":"20-21"}'
+    containers: [{name: c, cpu: "2", memory: 1Gi}]
+  - name: late
+    annotations:
+      scheduling.koordinator.sh/resource-status: '{"cpuset":"21-22"}'
+    containers: [{name: c, cpu: "2", memory: 1Gi}]
+  - name: bad
+    annotations:
+      topology.crane.io/topology-result: '[{"name":"numa1","type":"Node"}]'
+    containers: [{name: c, cpu: "1", memory: 1Gi}]
+"#,
+    )
+    .expect("workload");
+    let topo = Arc::new(testing::shipped("epyc-nps4"));
+    let report = replay(topo, PlacementConfig::default(), &wl, Strategy::NriAlign).expect("replay");
+    let d = |pod: &str| {
+        report
+            .decisions
+            .iter()
+            .find(|d| d.pod.ends_with(pod))
+            .unwrap_or_else(|| panic!("{pod}: {:?}", report.decisions))
+    };
+    assert!(
+        d("/koord").admitted && d("/koord").mems == "3",
+        "{:?}",
+        d("/koord")
+    );
+    assert!(
+        d("/koord").reason.starts_with("koordinator's choice"),
+        "{:?}",
+        d("/koord")
+    );
+    assert_eq!(d("/exact").cpus, "20-21");
+    assert!(!d("/late").admitted);
+    assert!(
+        d("/late").reason.contains("cpu 21 is held"),
+        "{:?}",
+        d("/late")
+    );
+    assert!(!d("/bad").admitted);
+    assert!(d("/bad").reason.contains("node<N>"), "{:?}", d("/bad"));
+}

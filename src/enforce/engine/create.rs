@@ -5,12 +5,13 @@
 
 use std::time::Instant;
 
-use super::{has_device_nodes, log_decision, pod_name, Engine, EngineError, Placer};
+use super::{has_device_nodes, log_decision, pod_name, Engine, EngineError, Placer, Rejection};
 use crate::enforce::adjust::{build_adjustment, Adjustment, CpusetUpdate};
 use crate::enforce::container::{ContainerView, PodView};
 use crate::enforce::inputs::{build, Built};
 use crate::enforce::state::{Record, ResourceSummary};
-use crate::placement::{Assignment, GpuMode, Request};
+use crate::placement::scheduler::{self, Scheduler};
+use crate::placement::{Assignment, GpuMode, PlacementError, Request};
 
 impl<P: Placer> Engine<P> {
     /// Phase 1, the request: what `c` asks for and the devices it was given (a request that cannot
@@ -22,9 +23,29 @@ impl<P: Placer> Engine<P> {
         started: Instant,
     ) -> Result<Built, EngineError> {
         let trust_env = self.config.trust_visible_devices_env;
-        let built = build(self.placer.topology(), pod, c, trust_env).inspect_err(|e| {
+        let mut built = build(self.placer.topology(), pod, c, trust_env).inspect_err(|e| {
             self.count_rejection("bad-request", started);
             tracing::warn!(pod = %pod_name(pod), container = %c.name, "rejected: {e}");
+        })?;
+        // The scheduler's choice is a constraint of the request: a malformed one refuses the
+        // container rather than letting the node decide on its own where the scheduler said.
+        built.request.scheduler = scheduler::read(&pod.annotations).map_err(|e| {
+            let key = match &e {
+                PlacementError::InvalidAnnotation { key, .. } => key.as_str(),
+                _ => "",
+            };
+            let who = if key.starts_with("topology.crane.io/") {
+                Scheduler::Crane
+            } else {
+                Scheduler::Koordinator
+            };
+            self.count_scheduler_choice(who, "malformed");
+            self.count_rejection(e.reason(), started);
+            tracing::warn!(pod = %pod_name(pod), container = %c.name, "rejected: {e}");
+            EngineError::Rejected(Rejection {
+                reason: e.reason().to_string(),
+                message: e.to_string(),
+            })
         })?;
         self.note_unread(pod, c, &built);
         if let Some(source) = built.source {
@@ -87,6 +108,17 @@ impl<P: Placer> Engine<P> {
             self.count_rejection(&r.reason, started);
             tracing::warn!(pod = %pod_name(pod), container = %c.name, reason = %r.reason, "rejected: {}", r.message);
         });
+        match (&plan, &req.scheduler) {
+            (Ok(p), _) => {
+                if let Some(o) = P::planned(p).scheduler_choice {
+                    self.count_scheduler_choice(o.scheduler, o.label());
+                }
+            }
+            (Err(r), Some(choice)) if r.reason == "scheduler-choice" => {
+                self.count_scheduler_choice(choice.scheduler, "refused");
+            }
+            (Err(_), _) => {}
+        }
         let plan = plan.map_err(EngineError::Rejected)?;
         Ok((plan, req))
     }
@@ -140,6 +172,15 @@ impl<P: Placer> Engine<P> {
         }
         log_decision(pod, c, &a, timing, updates.len());
         Ok(updates)
+    }
+}
+
+impl<P: Placer> Engine<P> {
+    /// Counts what became of a scheduler's choice (`nri_align_scheduler_choice_total`).
+    fn count_scheduler_choice(&self, scheduler: Scheduler, outcome: &str) {
+        if let Some(m) = &self.metrics {
+            m.scheduler_choice(scheduler.label(), outcome);
+        }
     }
 }
 

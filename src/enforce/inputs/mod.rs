@@ -131,6 +131,9 @@ pub fn build(
             allocated_nics: found.nics,
             shared_gpus: found.shared_gpus,
             generic_devices: found.generic,
+            // The engine reads the scheduler's choice on the create path alone
+            // (`Engine::create_container`): a running container's is history.
+            scheduler: None,
         },
         source,
         unread: found.unread,

@@ -20,6 +20,7 @@ use super::policy::{GpuMode, PlacementConfig, Policy, Scope};
 use super::reject;
 use super::request::{Assignment, PodTotals, Request};
 use super::resolve::{resolve, Resolved};
+use super::scheduler::ChoiceOutcome;
 use crate::topology::{CpuSet, NodeSet, Topology};
 
 /// Owns the live allocations and decides placements.
@@ -227,6 +228,18 @@ impl Allocator {
 
     fn decide(&self, config: &PlacementConfig, req: &Request) -> Result<Plan, PlacementError> {
         let r = resolve(&self.ledger, config, req)?;
+        let plan = self.decide_resolved(config, req, &r)?;
+        Ok(self.with_choice(&r, plan))
+    }
+
+    /// The decision for a resolved request; the scheduler's choice, when there is one, is in
+    /// the allowed nodes and the search's constraints.
+    fn decide_resolved(
+        &self,
+        config: &PlacementConfig,
+        req: &Request,
+        r: &Resolved,
+    ) -> Result<Plan, PlacementError> {
         let mut a = Assignment {
             container_id: req.container_id.clone(),
             container_name: req.container_name.clone(),
@@ -251,10 +264,13 @@ impl Allocator {
         let pinned = (r.eff.scope == Scope::Pod)
             .then(|| self.pod_nodes.get(&req.pod.uid))
             .flatten();
-        if r.eff.policy == Policy::None {
-            return self.unaligned(config, &r, a);
+        // A scheduler's choice binds whatever the node's policy: it is the pod's placement.
+        let chosen = r.choice.as_ref().filter(|h| h.binds());
+        if r.eff.policy == Policy::None && chosen.is_none() {
+            return self.unaligned(config, r, a);
         }
-        if !r.exclusive
+        if chosen.is_none()
+            && !r.exclusive
             && r.gpu_count == 0
             && r.nic_count == 0
             && r.shared_gpus.is_empty()
@@ -273,20 +289,23 @@ impl Allocator {
             });
         }
         let n = self.ledger.topo().numa_nodes.len();
-        let all = vec![true; n];
+        let all = chosen
+            .and_then(|h| h.allowed.clone())
+            .unwrap_or_else(|| vec![true; n]);
         let Some(pin) = pinned else {
-            return self.bound(config, &r, a, &all, None);
+            return self.bound(config, r, a, &all, None);
         };
         let allowed: Vec<bool> = self
             .ledger
             .topo()
             .numa_nodes
             .iter()
-            .map(|x| pin.contains(x.id))
+            .zip(&all)
+            .map(|(x, ok)| *ok && pin.contains(x.id))
             .collect();
-        match self.bound(config, &r, a.clone(), &allowed, Some(pin)) {
+        match self.bound(config, r, a.clone(), &allowed, Some(pin)) {
             Err(PlacementError::Unalignable { .. }) if r.eff.policy == Policy::BestEffort => {
-                let mut p = self.bound(config, &r, a, &all, None)?;
+                let mut p = self.bound(config, r, a, &all, None)?;
                 p.assignment.aligned = false;
                 p.assignment.reason = format!(
                     "best-effort: does not fit the pod's {}; {}",
@@ -297,6 +316,38 @@ impl Allocator {
             }
             other => other,
         }
+    }
+
+    /// The scheduler's part of a decision: `cpuset.mems` (and a shared container's CPUs) on
+    /// the nodes it named, and whether its choice was honoured, in the reason and the outcome.
+    fn with_choice(&self, r: &Resolved, mut plan: Plan) -> Plan {
+        let a = &mut plan.assignment;
+        if let Some(h) = &r.choice {
+            let topo = self.ledger.topo();
+            if !h.nodes.is_empty() {
+                a.mems = topo.memory_nodes_for(&h.nodes.union(&a.numa_nodes));
+                if !a.exclusive {
+                    a.cpus = cpus::shared_on(topo, &self.ledger.shared_pool(), &h.nodes);
+                }
+            }
+            a.reason = format!("{}'s choice: {}", h.scheduler.label(), a.reason);
+            a.scheduler_choice = Some(ChoiceOutcome {
+                scheduler: h.scheduler,
+                honoured: true,
+            });
+        } else if let Some((scheduler, why)) = &r.overridden {
+            a.reason = format!(
+                "{}; {}'s choice set aside (scheduler_choice: preferred): {}",
+                a.reason,
+                scheduler.label(),
+                crate::untrusted::message(why)
+            );
+            a.scheduler_choice = Some(ChoiceOutcome {
+                scheduler: *scheduler,
+                honoured: false,
+            });
+        }
+        plan
     }
 
     /// Policy `none`: devices as allocated, exclusive CPUs packed, memory not bound.
@@ -331,7 +382,8 @@ impl Allocator {
                 whole: config.full_pcpus_only,
                 ..Need::default()
             };
-            let nodes = numa::choose(topo, &caps, &vec![true; caps.len()], &need)
+            let everywhere = vec![true; caps.len()];
+            let nodes = numa::choose(topo, &caps, &everywhere, &need, r.eff.numa_choice)
                 .ok_or_else(|| reject::insufficient(&self.ledger, config, r, &caps))?;
             a.cpus = self.pick_cpus(config, &caps, &nodes, r)?;
         } else {
@@ -502,12 +554,14 @@ fn bus_ids(topo: &Topology, idx: &[usize]) -> Vec<String> {
         .collect()
 }
 
-/// Bus ids of the GPUs of `gpus` the device plugin did not allocate.
+/// Bus ids of the GPUs of `gpus` the device plugin did not allocate: those nri-align chose,
+/// and those the scheduler chose (the kubelet did not allocate them either).
 fn chosen(topo: &Topology, gpus: &[usize], r: &Resolved) -> Vec<String> {
+    let by_scheduler = |g: &usize| r.choice.as_ref().is_some_and(|h| h.gpus.contains(g));
     let mine: Vec<usize> = gpus
         .iter()
         .copied()
-        .filter(|g| !r.alloc_gpus.contains(g))
+        .filter(|g| !r.alloc_gpus.contains(g) || by_scheduler(g))
         .collect();
     bus_ids(topo, &mine)
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use super::error::PlacementError;
-use super::policy::{CpuPreference, PlacementConfig, Policy, Scope};
+use super::policy::{CpuPreference, NumaChoice, PlacementConfig, Policy, Scope};
 use crate::untrusted::{excerpt, quoted};
 
 /// The annotation domain.
@@ -37,9 +37,11 @@ pub struct Effective {
     pub nics: Option<u32>,
     /// Memory nodes.
     pub mems: MemNodes,
+    /// Which node a request that fits on one is packed onto.
+    pub numa_choice: NumaChoice,
 }
 
-const KEYS: &str = "policy, scope, cpus, gpus, nics, mems";
+const KEYS: &str = "policy, scope, cpus, gpus, nics, mems, numa-choice";
 
 /// Longest annotation key Kubernetes accepts: a 253-byte DNS prefix, `/`, a 63-byte name.
 pub const MAX_KEY_BYTES: usize = 253 + 1 + 63;
@@ -61,6 +63,7 @@ pub fn effective(
         gpus: None,
         nics: None,
         mems: MemNodes::CpuNodes,
+        numa_choice: config.numa_choice,
     };
     // Pod-level values first, container-level ones after, so the container wins.
     let mut parsed = Vec::new();
@@ -158,6 +161,7 @@ fn apply(
         Setting::Scope(s) => eff.scope = s,
         Setting::Cpus(c) => eff.cpus = c,
         Setting::Mems(m) => eff.mems = m,
+        Setting::NumaChoice(n) => eff.numa_choice = n,
         Setting::Gpus(n) | Setting::Nics(n) => {
             let is_gpu = matches!(setting, Setting::Gpus(_));
             if !config.allow_device_annotations {
@@ -206,6 +210,7 @@ enum Setting {
     Gpus(u32),
     Nics(u32),
     Mems(MemNodes),
+    NumaChoice(NumaChoice),
 }
 
 fn parse_setting(what: &str, value: &str) -> Result<Setting, String> {
@@ -226,6 +231,7 @@ fn parse_setting(what: &str, value: &str) -> Result<Setting, String> {
         "cpus" => named(value).map(Setting::Cpus),
         "gpus" => count(value).map(Setting::Gpus),
         "nics" => count(value).map(Setting::Nics),
+        "numa-choice" => named(value).map(Setting::NumaChoice),
         "mems" => match value.trim() {
             "cpu-nodes" => Ok(Setting::Mems(MemNodes::CpuNodes)),
             "with-memory-only" => Ok(Setting::Mems(MemNodes::WithMemoryOnly)),

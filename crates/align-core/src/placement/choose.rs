@@ -130,7 +130,14 @@ impl<'a> Search<'a> {
     ) -> Self {
         let whole = config.full_pcpus_only;
         let keep = config.gpu_mode == GpuMode::Keep;
-        let caps = numa::caps_for(ledger, whole, r.isolated);
+        let mut caps = numa::caps_for(ledger, whole, r.isolated);
+        // The scheduler's exact CPUs: the only ones this container may take.
+        if let Some(set) = r.choice.as_ref().and_then(|h| h.cpus.as_ref()) {
+            for c in &mut caps {
+                c.avail = c.avail.intersection(set);
+                c.cpu = super::cpus::capacity(ledger.topo(), &c.avail, whole);
+            }
+        }
         let need = Need {
             cpus: if r.exclusive { r.cpus } else { 0 },
             whole,
@@ -143,11 +150,16 @@ impl<'a> Search<'a> {
             gpus: r.gpu_count as u32,
             ..need.clone()
         };
-        let limit = match r.eff.policy {
+        let mut limit = match r.eff.policy {
             Policy::SingleNumaNode => 1,
             Policy::Restricted => numa::min_width(ledger, &full_need),
             _ => usize::MAX,
         };
+        // The scheduler chose the nodes knowing the policy it read from NodeResourceTopology:
+        // its width is admitted.
+        if let Some(allowed) = r.choice.as_ref().and_then(|h| h.allowed.as_ref()) {
+            limit = limit.max(allowed.iter().filter(|a| **a).count());
+        }
         // The first container of a pod in pod scope pins the pod: size its node set for the
         // whole pod when the pod's totals are known (the kubelet's pod scope sums them too).
         let pod_need = (r.eff.scope == Scope::Pod && pin.is_none())
@@ -165,7 +177,7 @@ impl<'a> Search<'a> {
                 ..need.clone()
             })
             .filter(|p| *p != need);
-        let fixed_nics = if keep {
+        let fixed_nics = if keep || r.choice.as_ref().is_some_and(|h| !h.nics.is_empty()) {
             r.alloc_nics.clone()
         } else {
             Vec::new()
@@ -308,9 +320,15 @@ impl<'a> Search<'a> {
         let for_pod = self
             .pod_need
             .as_ref()
-            .and_then(|p| numa::choose(topo, &self.caps, self.allowed, p));
+            .and_then(|p| numa::choose(topo, &self.caps, self.allowed, p, self.r.eff.numa_choice));
         let nodes = self.sized(for_pod, || {
-            numa::choose(topo, &self.caps, self.allowed, &self.need)
+            numa::choose(
+                topo,
+                &self.caps,
+                self.allowed,
+                &self.need,
+                self.r.eff.numa_choice,
+            )
         })?;
         let nics = nics::choose(self.ledger, &[], &nodes, self.r.nic_count, &self.fixed_nics);
         Some(self.candidate(nodes, Vec::new(), nics))
@@ -320,7 +338,7 @@ impl<'a> Search<'a> {
     /// best by [`Rank`], ties to the lowest GPU indices. `Err` when no GPU set exists at all.
     pub fn best_with_gpus(&self) -> Result<Option<Candidate>, PlacementError> {
         let r = self.r;
-        let must = if self.keep {
+        let must = if self.keep || r.choice.as_ref().is_some_and(|h| !h.gpus.is_empty()) {
             r.alloc_gpus.clone()
         } else {
             Vec::new()

@@ -32,6 +32,28 @@ pub struct NodeOffer {
     pub nics: u32,
 }
 
+/// Why the scheduler's choice cannot be had. The message's first line stands alone in a
+/// kubelet event: who chose what, what is wrong, what is free there, who holds it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{scheduler} chose {chose} for {container}, but {problem}; free there: {free}{held}. \
+     Reschedule the pod, or set scheduler_choice: preferred to place it elsewhere on this node"
+)]
+pub struct ChoiceRefusal {
+    /// `koordinator` or `crane`.
+    pub scheduler: String,
+    /// `namespace/pod/container`.
+    pub container: String,
+    /// What the scheduler chose (`cpus 0-3, NUMA node 0`).
+    pub chose: String,
+    /// Why it cannot be had (`cpus 2-3 are held`, `4 exclusive CPUs are asked and 2 are free`).
+    pub problem: String,
+    /// What is free on the chosen nodes.
+    pub free: String,
+    /// `; held by ns/pod/c (…)`, or nothing.
+    pub held: String,
+}
+
 /// Placement failures. Each message names what was asked, what was there, and what to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlacementError {
@@ -170,6 +192,10 @@ pub enum PlacementError {
         /// The next multiple.
         suggest: u32,
     },
+    /// The scheduler's choice (Koordinator's CPUs and devices, Crane's zones) cannot be honoured
+    /// on this node now, and `scheduler_choice` is `required`.
+    #[error("{0}")]
+    SchedulerChoice(Box<ChoiceRefusal>),
     /// A persisted assignment that does not fit the topology.
     #[error("cannot restore {container}: {reason}")]
     Restore {
@@ -195,6 +221,7 @@ impl PlacementError {
             Self::UnknownDevice { .. } => "unknown-device",
             Self::SmtAlignment { .. } => "smt-alignment",
             Self::Restore { .. } => "restore",
+            Self::SchedulerChoice(_) => "scheduler-choice",
         }
     }
 }

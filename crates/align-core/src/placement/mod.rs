@@ -26,11 +26,15 @@ pub mod policy;
 pub mod reject;
 pub mod request;
 pub mod resolve;
+pub mod scheduler;
 mod twins;
 
 pub use allocator::{Allocator, Plan};
 pub use choose::GpuSearch;
 pub use error::PlacementError;
 pub use ledger::NodeFree;
-pub use policy::{CpuPreference, GpuMode, PlacementConfig, Policy, Scope};
+pub use policy::{
+    CpuPreference, GpuMode, NumaChoice, PlacementConfig, Policy, SchedulerChoiceMode, Scope,
+};
 pub use request::{Assignment, GenericDevice, PodInfo, PodTotals, Request};
+pub use scheduler::{Scheduler, SchedulerChoice};

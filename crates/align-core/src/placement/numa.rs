@@ -6,6 +6,7 @@ use super::cpus;
 use super::error::NodeOffer;
 use super::ledger::Ledger;
 use super::nics;
+use super::policy::NumaChoice;
 use crate::topology::{CpuSet, NodeSet, Topology};
 
 /// What a request needs from a node set.
@@ -155,17 +156,35 @@ pub fn grow(
     }
 }
 
-/// The best node set for a request without GPUs to follow: the best-fitting single node, else
-/// the closest, narrowest grown set over all seeds. Indices, seed first.
-pub fn choose(topo: &Topology, caps: &[Cap], allowed: &[bool], need: &Need) -> Option<Vec<usize>> {
+/// The best node set for a request without GPUs to follow: the single node `strategy` prefers,
+/// else the closest, narrowest grown set over all seeds. Indices, seed first.
+pub fn choose(
+    topo: &Topology,
+    caps: &[Cap],
+    allowed: &[bool],
+    need: &Need,
+    strategy: NumaChoice,
+) -> Option<Vec<usize>> {
+    // Per mille of a node's CPUs still free (its whole-core capacity over its CPUs).
+    let free_share = |i: usize| {
+        let total = topo.numa_nodes[i].cpus.len().max(1) as u64;
+        u64::from(caps[i].cpu) * 1000 / total
+    };
     let single = (0..caps.len())
         .filter(|i| allowed[*i] && caps[*i].has_cpus && fits(caps, &[*i], need))
         .min_by_key(|&i| {
             let c = &caps[i];
-            // Keep idle GPUs' and NICs' nodes for the work that needs them, then pack tightly.
+            // Keep idle GPUs' and NICs' nodes for the work that needs them first, whatever
+            // the strategy; then pack tightly, fill the busiest, or spread.
+            let by = match strategy {
+                NumaChoice::BestFit => 0,
+                NumaChoice::MostAllocated => free_share(i),
+                NumaChoice::LeastAllocated => 1000 - free_share(i).min(1000),
+            };
             (
                 c.gpus.saturating_sub(need.gpus),
                 c.free_nics.saturating_sub(need.nics),
+                by,
                 c.cpu - need.cpus,
                 c.mem - need.memory,
                 i,
@@ -357,6 +376,110 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    use std::collections::BTreeMap;
+
+    use crate::placement::policy::{NumaChoice as Choice, PlacementConfig};
+    use crate::placement::request::{PodInfo, Request};
+    use crate::placement::Allocator;
+    use crate::topology::testing::TopologyBuilder;
+
+    /// Four nodes of 4 CPUs (one thread per core).
+    fn allocator(numa_choice: Choice) -> Allocator {
+        let topo = TopologyBuilder::new()
+            .sockets(2)
+            .numa_per_socket(2)
+            .cores(8)
+            .threads(1)
+            .memory_gib(64)
+            .build();
+        let config = PlacementConfig {
+            numa_choice,
+            ..PlacementConfig::default()
+        };
+        Allocator::new(Arc::new(topo), config)
+    }
+
+    fn req(id: &str, cpus: u64, annotations: &[(&str, &str)]) -> Request {
+        Request {
+            container_id: id.into(),
+            container_name: "c".into(),
+            pod: PodInfo {
+                uid: id.into(),
+                namespace: "ns".into(),
+                name: id.into(),
+                annotations: annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            },
+            cpu_request_milli: cpus * 1000,
+            cpu_limit_milli: Some(cpus * 1000),
+            ..Request::default()
+        }
+    }
+
+    /// The node of each of three decisions: 1 CPU on node 1 first (by annotation-free placement on
+    /// a host where node 0 is made busier), then two 1-CPU containers.
+    fn nodes_after(choice: Choice, annotations: &[(&str, &str)]) -> Vec<String> {
+        let mut a = allocator(choice);
+        // Node 0 half used, node 1 a quarter, nodes 2 and 3 idle.
+        a.place(&req("busy0", 2, &[("cpus.nri-align.io/pod", "exclusive")]))
+            .expect("first");
+        let mut out = Vec::new();
+        for id in ["x", "y"] {
+            let got = a.place(&req(id, 1, annotations)).expect("placed");
+            out.push(got.numa_nodes.to_string());
+        }
+        out
+    }
+
+    #[test]
+    fn each_numa_choice_packs_or_spreads() {
+        // best-fit and most-allocated fill the busy node; least-allocated goes to idle ones.
+        assert_eq!(nodes_after(Choice::BestFit, &[]), ["0", "0"]);
+        assert_eq!(nodes_after(Choice::MostAllocated, &[]), ["0", "0"]);
+        let spread = nodes_after(Choice::LeastAllocated, &[]);
+        assert!(!spread.contains(&"0".to_string()), "{spread:?}");
+        assert_ne!(spread[0], spread[1], "{spread:?}");
+        // The pod annotation beats the node's setting.
+        let by_pod = nodes_after(
+            Choice::BestFit,
+            &[("numa-choice.nri-align.io/pod", "least-allocated")],
+        );
+        assert_eq!(by_pod, spread);
+    }
+
+    #[test]
+    fn most_allocated_weighs_the_share_not_the_count() {
+        // A big busy node and a small idle one: best-fit takes the node left with the fewest
+        // free CPUs (the small one), most-allocated the one with the smallest share free.
+        let mut topo = TopologyBuilder::new()
+            .sockets(2)
+            .cores(16)
+            .threads(1)
+            .memory_gib(64)
+            .build();
+        // Node 0 keeps 16 CPUs, node 1 four.
+        let gone: Vec<u32> = topo.numa_nodes[1].cpus.iter().skip(4).collect();
+        topo.cpus.retain(|c| !gone.contains(&c.id));
+        for id in &gone {
+            topo.numa_nodes[1].cpus.remove(*id);
+            topo.offline_cpus.insert(*id);
+        }
+        for (choice, want) in [(Choice::BestFit, "1"), (Choice::MostAllocated, "0")] {
+            let config = PlacementConfig {
+                numa_choice: choice,
+                ..PlacementConfig::default()
+            };
+            let mut a = Allocator::new(Arc::new(topo.clone()), config);
+            // Node 0: 10 of 16 used (6 free, 37%); node 1: 4 of 4 free (100%).
+            let big = a.place(&req("n0", 10, &[])).expect("first");
+            assert_eq!(big.numa_nodes.to_string(), "0");
+            let got = a.place(&req("z", 1, &[])).expect("placed");
+            assert_eq!(got.numa_nodes.to_string(), want, "{choice}");
         }
     }
 }

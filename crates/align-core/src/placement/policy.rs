@@ -60,6 +60,37 @@ pub enum GpuMode {
     Keep,
 }
 
+/// Which free NUMA node a request that fits on one is packed onto (`numa_choice`), named after
+/// the kubelet proposal's `numa-allocation-strategy` (kubernetes/enhancements#6332) and
+/// Koordinator's `node.koordinator.sh/numa-allocate-strategy`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NumaChoice {
+    /// The node left with the least free after it (nodes with idle GPUs and NICs kept for the
+    /// work that needs them first): nri-align's search so far.
+    #[default]
+    BestFit,
+    /// The node with the smallest share of its CPUs free: fills busy nodes first, keeping whole
+    /// nodes free for large requests.
+    MostAllocated,
+    /// The node with the largest share of its CPUs free: spreads load (and memory bandwidth)
+    /// over the nodes.
+    LeastAllocated,
+}
+
+/// What to do when the scheduler's choice (Koordinator's, Crane's) cannot be had on this node
+/// when the container is created (CPUs taken since, a zone too small after a race).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SchedulerChoiceMode {
+    /// Refuse the container, saying what the scheduler chose and what is there: the scheduler
+    /// and the node never disagree silently.
+    #[default]
+    Required,
+    /// Place it by the node's own search instead, and say so in the decision's reason.
+    Preferred,
+}
+
 /// Node-level placement settings (from the configuration file).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -87,6 +118,12 @@ pub struct PlacementConfig {
     /// default: nobody may, until the node administrator names the namespaces.
     #[serde(default)]
     pub isolated_namespaces: Vec<String>,
+    /// Whether a scheduler's choice that cannot be had refuses the container.
+    #[serde(default)]
+    pub scheduler_choice: SchedulerChoiceMode,
+    /// Which node a request that fits on one is packed onto.
+    #[serde(default)]
+    pub numa_choice: NumaChoice,
 }
 
 impl Default for PlacementConfig {
@@ -100,6 +137,8 @@ impl Default for PlacementConfig {
             full_pcpus_only: false,
             exclusive_annotation_namespaces: Vec::new(),
             isolated_namespaces: Vec::new(),
+            scheduler_choice: SchedulerChoiceMode::Required,
+            numa_choice: NumaChoice::BestFit,
         }
     }
 }
@@ -152,6 +191,15 @@ named_enum!(CpuPreference, "cpu preference", [
     "exclusive" => CpuPreference::Exclusive,
     "shared" => CpuPreference::Shared,
     "isolated" => CpuPreference::Isolated,
+]);
+named_enum!(SchedulerChoiceMode, "scheduler choice", [
+    "required" => SchedulerChoiceMode::Required,
+    "preferred" => SchedulerChoiceMode::Preferred,
+]);
+named_enum!(NumaChoice, "numa choice", [
+    "best-fit" => NumaChoice::BestFit,
+    "most-allocated" => NumaChoice::MostAllocated,
+    "least-allocated" => NumaChoice::LeastAllocated,
 ]);
 named_enum!(GpuMode, "gpu mode", ["remap" => GpuMode::Remap, "keep" => GpuMode::Keep]);
 

@@ -118,7 +118,15 @@ pub fn unalignable(
     if shape.limit == 1 && shape.limit < numa::min_width(ledger, need) {
         // Never fits one node on this host: only a wider policy can admit it.
         alternatives.push("use policy restricted or best-effort".to_string());
-    } else if numa::choose(ledger.topo(), caps, &everywhere, &without_gpus).is_some() {
+    } else if numa::choose(
+        ledger.topo(),
+        caps,
+        &everywhere,
+        &without_gpus,
+        super::policy::NumaChoice::BestFit,
+    )
+    .is_some()
+    {
         alternatives.push(format!("use policy best-effort (policy.{DOMAIN}/pod)"));
     }
     if shape.pin.is_some() {

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::policy::Policy;
+use super::scheduler::{ChoiceOutcome, SchedulerChoice};
 use crate::topology::{CpuSet, NodeSet};
 
 /// The pod a container belongs to.
@@ -46,6 +47,10 @@ pub struct Request {
     /// them and never records, remaps or refuses them as taken.
     #[serde(default)]
     pub shared_gpus: Vec<String>,
+    /// Where the pod's scheduler said it goes (read from its annotations by
+    /// [`scheduler::read`](super::scheduler::read)): a constraint of the search, or a refusal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<SchedulerChoice>,
     /// Other PCI devices the runtime gives the container whatever placement says (a CDI
     /// device that is neither a GPU nor an RDMA NIC the topology knows: an FPGA, another
     /// vendor's accelerator, a NIC without RDMA). Placement aligns the CPUs and memory to
@@ -115,6 +120,9 @@ pub struct Assignment {
     pub aligned: bool,
     /// One line on why (shown in logs, `simulate`, the decision annotation).
     pub reason: String,
+    /// Whether the scheduler's choice was honoured, for a pod that carried one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_choice: Option<ChoiceOutcome>,
 }
 
 /// What a whole pod asks for, when it is known before its first container is placed

@@ -6,8 +6,11 @@ use super::annotations::{self, Effective};
 use super::cpus;
 use super::error::PlacementError;
 use super::ledger::Ledger;
-use super::policy::{CpuPreference, GpuMode, PlacementConfig};
+use super::numa;
+use super::policy::{CpuPreference, GpuMode, PlacementConfig, SchedulerChoiceMode};
 use super::request::Request;
+use super::scheduler::honour::{self, Demand, Honour};
+use super::scheduler::Scheduler;
 use crate::untrusted::excerpt;
 
 /// A request with its settings resolved and its devices turned into indices.
@@ -38,6 +41,11 @@ pub struct Resolved {
     pub device_nodes: Vec<usize>,
     /// `namespace/pod/container`.
     pub who: String,
+    /// The scheduler's choice, checked: what the search must hold.
+    pub choice: Option<Honour>,
+    /// The scheduler's choice that could not be had, with why, when `scheduler_choice` is
+    /// `preferred` (the node's own search places the container instead).
+    pub overridden: Option<(Scheduler, String)>,
 }
 
 /// Resolves annotations, the Guaranteed rule and the devices of a request.
@@ -46,7 +54,15 @@ pub fn resolve(
     config: &PlacementConfig,
     req: &Request,
 ) -> Result<Resolved, PlacementError> {
-    let eff = annotations::effective(&req.pod.annotations, &req.container_name, config)?;
+    let mut eff = annotations::effective(&req.pod.annotations, &req.container_name, config)?;
+    // The scheduler's CPU policy (Crane's) stands where nri-align's own annotation says nothing.
+    if eff.cpus == CpuPreference::Auto {
+        eff.cpus = req
+            .scheduler
+            .as_ref()
+            .and_then(honour::preference)
+            .unwrap_or(eff.cpus);
+    }
     // Names come from the runtime; every rejection message repeats them.
     let who = format!(
         "{}/{}/{}",
@@ -73,47 +89,28 @@ pub fn resolve(
         .iter()
         .map(|n| ledger.nic_index(n))
         .collect::<Result<Vec<_>, _>>()?;
-    // A GPU nri-align gave a container by remap is one the kubelet believes free: it may hand
-    // it to the next pod, and that pod's runtime hook gives it whatever its env names. A
-    // container that would use such a GPU without holding it (its GPUs read from an env the
-    // kubelet did not confirm, or a replica) is refused rather than run beside the remapped
-    // one: keeping it and flagging the overlap would still put two containers on one GPU.
-    {
-        let topo = ledger.topo();
-        for g in &shared_gpus {
-            if let Some(holder) = ledger.gpu_holder(*g) {
-                let bus = &topo.gpus[*g].pci_bus_id;
-                if ledger
-                    .get(holder)
-                    .is_some_and(|a| a.chosen_gpus.contains(bus))
-                {
-                    return Err(PlacementError::Conflict {
-                        resource: "gpu".into(),
-                        id: bus.clone(),
-                        holder: holder.to_string(),
-                    });
-                }
-            }
-        }
-    }
+    // A GPU nri-align gave a container by remap is one the kubelet believes free: a
+    // container that would use it without holding it is refused (see the function).
     refuse_gpus_held_by_remap(ledger, &shared_gpus)?;
     if config.gpu_mode == GpuMode::Keep {
         share_held_gpus(ledger, &mut alloc_gpus, &mut shared_gpus)?;
     }
     shared_gpus.retain(|g| !alloc_gpus.contains(g));
+    let isolated = exclusive && eff.cpus == CpuPreference::Isolated;
+    let demand = Demand {
+        who: &who,
+        pod_uid: &req.pod.uid,
+        cpus: if exclusive { cpus } else { 0 },
+        memory: req.memory_limit_bytes.unwrap_or(0),
+    };
+    let (choice, overridden) = check_choice(ledger, config, req, &demand, isolated)?;
+    let mut alloc_nics = alloc_nics;
+    if let Some(h) = &choice {
+        take_devices(h, &mut alloc_gpus, &mut shared_gpus, &mut alloc_nics);
+    }
     let gpu_count = alloc_gpus.len().max(eff.gpus.unwrap_or(0) as usize);
     let nic_count = alloc_nics.len().max(eff.nics.unwrap_or(0) as usize);
-    let isolated = exclusive && eff.cpus == CpuPreference::Isolated;
-    let mut device_nodes: Vec<usize> = Vec::new();
-    for i in req
-        .generic_devices
-        .iter()
-        .filter_map(|d| ledger.device_node(d.numa_node?))
-    {
-        if !device_nodes.contains(&i) {
-            device_nodes.push(i);
-        }
-    }
+    let device_nodes = generic_device_nodes(ledger, req);
     Ok(Resolved {
         eff,
         exclusive,
@@ -127,7 +124,65 @@ pub fn resolve(
         alloc_nics,
         device_nodes,
         who,
+        choice,
+        overridden,
     })
+}
+
+/// The NUMA nodes (ledger indices) of the generic devices the runtime gives the container
+/// (CDI devices that are neither GPUs nor RDMA NICs), each once: the search must include them.
+fn generic_device_nodes(ledger: &Ledger, req: &Request) -> Vec<usize> {
+    let mut nodes: Vec<usize> = Vec::new();
+    for i in req
+        .generic_devices
+        .iter()
+        .filter_map(|d| ledger.device_node(d.numa_node?))
+    {
+        if !nodes.contains(&i) {
+            nodes.push(i);
+        }
+    }
+    nodes
+}
+
+/// The scheduler's devices are the container's allocation: held (or shared), never remapped.
+fn take_devices(h: &Honour, gpus: &mut Vec<usize>, shared: &mut Vec<usize>, nics: &mut Vec<usize>) {
+    if !h.gpus.is_empty() {
+        *gpus = h.gpus.clone();
+    }
+    if !h.nics.is_empty() {
+        *nics = h.nics.clone();
+    }
+    for g in &h.shared_gpus {
+        if !shared.contains(g) {
+            shared.push(*g);
+        }
+    }
+    shared.retain(|g| !gpus.contains(g));
+}
+
+/// The scheduler's choice of `req`, checked against what is free: the constraints; with
+/// `scheduler_choice: preferred`, a choice that cannot be had is set aside with why.
+type Checked = (Option<Honour>, Option<(Scheduler, String)>);
+
+fn check_choice(
+    ledger: &Ledger,
+    config: &PlacementConfig,
+    req: &Request,
+    demand: &Demand<'_>,
+    isolated: bool,
+) -> Result<Checked, PlacementError> {
+    let Some(choice) = &req.scheduler else {
+        return Ok((None, None));
+    };
+    let caps = numa::caps_for(ledger, config.full_pcpus_only, isolated);
+    match honour::check(ledger, &caps, choice, demand) {
+        Ok(h) => Ok((Some(h), None)),
+        Err(e) if config.scheduler_choice == SchedulerChoiceMode::Preferred => {
+            Ok((None, Some((choice.scheduler, e.to_string()))))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Whether the container gets exclusive CPUs, and how many: the kubelet's Guaranteed rule

@@ -598,3 +598,4 @@ mod logs;
 mod observe;
 mod props;
 mod restarts;
+mod scheduler;

@@ -1,0 +1,257 @@
+//! The scheduler's choice: where a topology-aware scheduler that picks NUMA nodes, CPUs and
+//! devices itself (Koordinator's koord-scheduler, Crane's scheduler) said a pod goes, read from
+//! the pod annotations it writes before binding, so that the node places the container there
+//! rather than deciding again on its own.
+//!
+//! [`read`] turns the annotations into a [`SchedulerChoice`] (strictly typed, bounded, a
+//! malformed value refused with the key and what is wrong), which the enforcement layer puts
+//! on the [`Request`](super::Request); [`honour`] turns it into constraints of the one search
+//! (allowed nodes, the exact CPUs, the GPUs and NICs held) or the refusal that says what the
+//! scheduler chose, what is free there and who holds what it wanted.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::error::PlacementError;
+use crate::topology::{CpuSet, NodeSet};
+use crate::untrusted::{excerpt, quoted};
+
+mod crane;
+pub mod honour;
+mod koordinator;
+
+pub use crane::{
+    CPU_POLICY as CRANE_CPU_POLICY, EXCLUDE_RESERVED as CRANE_EXCLUDE_RESERVED,
+    TOPOLOGY_AWARENESS as CRANE_TOPOLOGY_AWARENESS, TOPOLOGY_RESULT as CRANE_TOPOLOGY_RESULT,
+};
+pub use honour::{ChoiceOutcome, Honour};
+pub use koordinator::{
+    DEVICE_ALLOCATED as KOORD_DEVICE_ALLOCATED, RESOURCE_STATUS as KOORD_RESOURCE_STATUS,
+};
+
+/// Longest scheduler annotation value read: eight GPUs and eight RDMA NICs with a few VFs
+/// each, as koord-scheduler writes them, take about 4 KiB.
+pub const MAX_VALUE_BYTES: usize = 32 << 10;
+
+/// Most NUMA nodes, devices of one kind, or VFs one annotation may list: more than any host
+/// has, few enough that a hostile value costs nothing to walk.
+pub const MAX_ENTRIES: usize = 256;
+
+/// Highest NUMA node id a choice may name (the kernel's `MAX_NUMNODES` is at most 1024).
+pub const MAX_NODE_ID: u32 = 1023;
+
+/// Which scheduler made the choice (a label of the outcome metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scheduler {
+    /// koord-scheduler (`scheduling.koordinator.sh/` annotations).
+    Koordinator,
+    /// Crane's topology-aware scheduler (`topology.crane.io/` annotations).
+    Crane,
+}
+
+impl Scheduler {
+    /// The label (`koordinator`, `crane`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Scheduler::Koordinator => "koordinator",
+            Scheduler::Crane => "crane",
+        }
+    }
+}
+
+/// Crane's `topology.crane.io/cpu-policy`: how the pod's CPUs relate to the zones chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CranePolicy {
+    /// The node's default (shared) CPUs, anywhere: the zones bind nothing.
+    None,
+    /// CPUs no other container shares (Guaranteed-shaped pods only, as for any exclusive CPU).
+    Exclusive,
+    /// The shared CPUs of the chosen zones.
+    Numa,
+    /// Pinned CPUs of the chosen zones (nri-align gives them exclusively when the container is
+    /// Guaranteed-shaped, the shared CPUs of the zones otherwise).
+    Immovable,
+}
+
+/// Where the scheduler said a pod goes. Node-local names only (CPU ids, NUMA node ids, GPU
+/// minors, PCI bus ids): [`honour`] checks each against this host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedulerChoice {
+    /// Who chose.
+    pub scheduler: Scheduler,
+    /// The exact CPUs (Koordinator's `cpuset`, for the whole pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<CpuSet>,
+    /// The NUMA nodes CPUs and memory come from (empty: the scheduler named none).
+    #[serde(default)]
+    pub nodes: NodeSet,
+    /// GPUs held, by minor (`/dev/nvidiaN`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_minors: Vec<u32>,
+    /// GPUs used shared (a fraction of a GPU: Koordinator's `gpu-core` under 100), by minor.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_gpu_minors: Vec<u32>,
+    /// RDMA NICs held, by PCI bus id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rdma: Vec<String>,
+    /// SR-IOV virtual functions of those NICs, by PCI bus id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vfs: Vec<String>,
+    /// Crane's CPU policy, when the pod has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_policy: Option<CranePolicy>,
+}
+
+impl SchedulerChoice {
+    /// An empty choice of `scheduler`.
+    pub fn new(scheduler: Scheduler) -> Self {
+        Self {
+            scheduler,
+            cpus: None,
+            nodes: NodeSet::new(),
+            gpu_minors: Vec::new(),
+            shared_gpu_minors: Vec::new(),
+            rdma: Vec::new(),
+            vfs: Vec::new(),
+            cpu_policy: None,
+        }
+    }
+
+    /// Whether it constrains anything at all.
+    pub fn is_empty(&self) -> bool {
+        self.cpus.is_none()
+            && self.nodes.is_empty()
+            && self.gpu_minors.is_empty()
+            && self.shared_gpu_minors.is_empty()
+            && self.rdma.is_empty()
+            && self.vfs.is_empty()
+            && self.cpu_policy.is_none()
+    }
+
+    /// What was chosen, in the words of a refusal: `cpus 0-3, NUMA node 0, GPU minor 1`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(c) = &self.cpus {
+            parts.push(format!("cpus {c}"));
+        }
+        if !self.nodes.is_empty() {
+            let s = if self.nodes.len() == 1 { "" } else { "s" };
+            parts.push(format!("NUMA node{s} {}", self.nodes));
+        }
+        let minors = |m: &[u32]| m.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        if !self.gpu_minors.is_empty() {
+            parts.push(format!("GPU minor {}", minors(&self.gpu_minors)));
+        }
+        if !self.shared_gpu_minors.is_empty() {
+            parts.push(format!(
+                "shared GPU minor {}",
+                minors(&self.shared_gpu_minors)
+            ));
+        }
+        if !self.rdma.is_empty() {
+            parts.push(format!("RDMA {}", self.rdma.join(",")));
+        }
+        if let Some(p) = self.cpu_policy {
+            parts.push(format!("cpu-policy {}", crane::policy_name(p)));
+        }
+        if parts.is_empty() {
+            return "nothing".into();
+        }
+        parts.join(", ")
+    }
+}
+
+/// Reads the scheduler's choice from a pod's annotations: `None` when no scheduler annotated
+/// the pod (or its annotations constrain nothing), an error naming the key when a value is
+/// malformed, oversized, or when both schedulers annotated it.
+pub fn read(
+    annotations: &BTreeMap<String, String>,
+) -> Result<Option<SchedulerChoice>, PlacementError> {
+    let koord = koordinator::read(annotations)?;
+    let crane = crane::read(annotations)?;
+    match (koord, crane) {
+        (Some(_), Some(_)) => Err(PlacementError::InvalidAnnotation {
+            key: KOORD_RESOURCE_STATUS.into(),
+            value: "(with topology.crane.io/topology-result)".into(),
+            reason: "the pod carries both Koordinator's and Crane's placement; one scheduler \
+                     places a pod"
+                .into(),
+        }),
+        (Some(c), None) | (None, Some(c)) => Ok(Some(c).filter(|c| !c.is_empty())),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The error for annotation `key` whose `value` is wrong for `reason`.
+pub(super) fn invalid(key: &str, value: &str, reason: impl Into<String>) -> PlacementError {
+    PlacementError::InvalidAnnotation {
+        key: excerpt(key),
+        value: quoted(value),
+        reason: crate::untrusted::message(&reason.into()),
+    }
+}
+
+/// The value of `key`, refused when longer than [`MAX_VALUE_BYTES`].
+pub(super) fn value<'a>(
+    annotations: &'a BTreeMap<String, String>,
+    key: &str,
+) -> Result<Option<&'a str>, PlacementError> {
+    let Some(v) = annotations.get(key) else {
+        return Ok(None);
+    };
+    if v.len() > MAX_VALUE_BYTES {
+        return Err(invalid(
+            key,
+            v,
+            format!(
+                "the value is {} bytes; nri-align reads at most {MAX_VALUE_BYTES}",
+                v.len()
+            ),
+        ));
+    }
+    Ok(Some(v))
+}
+
+/// Parses JSON `v` of annotation `key` as `T`, serde's message (cut) as the reason.
+pub(super) fn json<T: serde::de::DeserializeOwned>(
+    key: &str,
+    v: &str,
+) -> Result<T, PlacementError> {
+    serde_json::from_str(v)
+        .map_err(|e| invalid(key, v, format!("not valid JSON of this shape: {e}")))
+}
+
+/// A NUMA node id from the scheduler (an `int32` upstream), refused outside 0..=MAX_NODE_ID.
+pub(super) fn node_id(key: &str, v: &str, n: i64) -> Result<u32, PlacementError> {
+    u32::try_from(n)
+        .ok()
+        .filter(|n| *n <= MAX_NODE_ID)
+        .ok_or_else(|| {
+            invalid(
+                key,
+                v,
+                format!("NUMA node {n} is not an id from 0 to {MAX_NODE_ID}"),
+            )
+        })
+}
+
+/// Whether `s` is a PCI address in sysfs form, `DDDD:BB:DD.F` (hex digits).
+pub(super) fn is_pci_bus_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    let hex = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_hexdigit);
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && hex(0..4)
+        && hex(5..7)
+        && hex(8..10)
+        && (b'0'..=b'7').contains(&b[11])
+}
+
+#[cfg(test)]
+#[path = "scheduler_tests.rs"]
+mod tests;
