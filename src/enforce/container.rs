@@ -138,6 +138,11 @@ pub struct ContainerView {
     /// are never listed); `Some` (possibly empty) is the kubelet's authoritative answer.
     #[serde(default)]
     pub kubelet_devices: Option<Vec<KubeletDevices>>,
+    /// The devices the kubelet lists as allocatable on the node (its PodResources
+    /// `GetAllocatableResources`: healthy devices only), asked in `gpu_mode: remap` alone;
+    /// `None` when not asked or it did not answer. A remap chooses only among these GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet_allocatable: Option<Vec<KubeletDevices>>,
     /// Linux resources.
     pub resources: ResourcesView,
     /// cgroups path as the runtime gives it (`linux.cgroups_path`), recorded for `verify`.

@@ -170,6 +170,7 @@ pub fn container_view(
         cdi_devices: Vec::new(),
         mounts: Vec::new(),
         kubelet_devices: None,
+        kubelet_allocatable: None,
         resources: ResourcesView::default(),
         cgroups_path: String::new(),
         pid: info.pid,

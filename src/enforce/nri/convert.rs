@@ -109,6 +109,7 @@ pub fn container_view(c: &api::Container) -> ContainerView {
             })
             .collect(),
         kubelet_devices: None,
+        kubelet_allocatable: None,
         resources: resources_view(linux.and_then(|l| l.resources.as_ref())),
         cgroups_path: linux.map(|l| l.cgroups_path.clone()).unwrap_or_default(),
         pid: c.pid,
