@@ -8,3 +8,4 @@ mod faults;
 mod nrt_apiserver;
 mod nrt_crd_missing;
 mod state_upgrade;
+mod sync_memory;
