@@ -237,6 +237,7 @@ fn kept_entries_are_bounded_and_skipped_ones_cost_nothing() {
         max_bytes: 64 << 20,
     };
     let mut c = api::Container::new();
+    c.id = "c1".into();
     // A million empty strings and unwanted variables: skipped, never counted.
     c.env = vec![String::new(); 1_000_000];
     c.env.push("HOME=/".into());
