@@ -164,6 +164,11 @@ pub struct ContainerView {
     /// is locked: an in-memory lookup, no spec file is read on a creation.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cdi_resolved: Vec<crate::host::cdi::CdiDevice>,
+    /// The devices the kubelet lists as allocatable on the node (its PodResources
+    /// `GetAllocatableResources`: healthy devices only), asked in `gpu_mode: remap` alone;
+    /// `None` when not asked or it did not answer. A remap chooses only among these GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet_allocatable: Option<Vec<KubeletDevices>>,
     /// Linux resources.
     pub resources: ResourcesView,
     /// cgroups path as the runtime gives it (`linux.cgroups_path`), recorded for `verify`.

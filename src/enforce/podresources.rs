@@ -7,6 +7,10 @@
 //! (fail open). Answers are cached per pod UID until the pod's removal: the kubelet allocates
 //! every container's devices when it admits the pod, before the first container is created.
 //!
+//! `GetAllocatableResources` says which devices the kubelet may hand out (device plugins list
+//! only healthy ones): `gpu_mode: remap` chooses only among those. It is asked under the same
+//! deadline and backoff, and its answer kept for [`ALLOCATABLE_TTL`].
+//!
 //! `Get` (feature gate `KubeletPodResourcesGet`) is used when the kubelet serves it; a kubelet
 //! that answers `Get` with "disabled" is asked with `List` from then on.
 
@@ -22,6 +26,10 @@ use crate::metrics::Metrics;
 
 /// How long lookups stay off after the kubelet failed to answer.
 pub const BACKOFF: Duration = Duration::from_secs(30);
+/// How long the kubelet's allocatable devices are taken as they were last answered: they
+/// change only when a device plugin registers or a device's health changes, and a GPU that
+/// turned unhealthy within this window is still one the device plugin would not hand out.
+pub const ALLOCATABLE_TTL: Duration = Duration::from_secs(10);
 /// Most pods whose answers are cached (a node runs at most a few hundred pods).
 const MAX_CACHED_PODS: usize = 4096;
 
@@ -40,6 +48,18 @@ struct Inner {
     off_until: Option<Instant>,
     /// The kubelet refuses `Get`: use `List`.
     list_only: bool,
+    /// Its last allocatable devices (configured resources), and when they were answered.
+    allocatable: Option<(Instant, Vec<KubeletDevices>)>,
+}
+
+/// What the kubelet says for one creation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KubeletAnswer {
+    /// The container's devices, as [`KubeletSource::devices_for`] says.
+    pub devices: Option<Vec<KubeletDevices>>,
+    /// The devices the kubelet lists as allocatable (`GetAllocatableResources`: the healthy
+    /// ones), for the configured resources; `None` when not asked or it cannot say.
+    pub allocatable: Option<Vec<KubeletDevices>>,
 }
 
 impl KubeletSource {
@@ -60,64 +80,158 @@ impl KubeletSource {
         container: &str,
         metrics: Option<&Metrics>,
     ) -> Option<Vec<KubeletDevices>> {
+        self.lookup(pod, container, false, metrics).await.devices
+    }
+
+    /// [`KubeletSource::devices_for`] and, when `want_allocatable`, the devices the kubelet
+    /// lists as allocatable, all under one deadline: a creation never waits for the kubelet
+    /// longer than the configured timeout, whatever it asks.
+    pub async fn lookup(
+        &self,
+        pod: &PodView,
+        container: &str,
+        want_allocatable: bool,
+        metrics: Option<&Metrics>,
+    ) -> KubeletAnswer {
         let count = |e: &str| {
             if let Some(m) = metrics {
                 m.event(e);
             }
         };
-        if pod.uid.is_empty() || pod.name.is_empty() {
-            return None;
-        }
-        // One deadline for waiting on another lookup, connecting, the call and its decoding:
-        // a creation never waits for the kubelet longer than the configured timeout.
-        let deadline = self.config.timeout;
-        let until = tokio::time::Instant::now() + deadline;
-        let mut inner = match tokio::time::timeout_at(until, self.inner.lock()).await {
-            Ok(g) => g,
-            Err(_) => {
-                count("podresources-skipped");
-                return None;
-            }
+        // One deadline for waiting on another lookup, connecting, the calls and their decoding.
+        let until = tokio::time::Instant::now() + self.config.timeout;
+        let Ok(mut inner) = tokio::time::timeout_at(until, self.inner.lock()).await else {
+            count("podresources-skipped");
+            return KubeletAnswer::default();
         };
+        let devices = if pod.uid.is_empty() || pod.name.is_empty() {
+            None
+        } else {
+            self.devices_locked(&mut inner, until, pod, container, &count)
+                .await
+        };
+        let allocatable = if want_allocatable {
+            self.allocatable_locked(&mut inner, until, &count).await
+        } else {
+            None
+        };
+        KubeletAnswer {
+            devices,
+            allocatable,
+        }
+    }
+
+    async fn devices_locked(
+        &self,
+        inner: &mut Inner,
+        until: tokio::time::Instant,
+        pod: &PodView,
+        container: &str,
+        count: &(dyn Fn(&str) + Sync),
+    ) -> Option<Vec<KubeletDevices>> {
         if !inner.cache.contains_key(&pod.uid) {
             if inner.off_until.is_some_and(|t| Instant::now() < t) {
                 count("podresources-skipped");
                 return None;
             }
             let started = Instant::now();
-            match tokio::time::timeout_at(until, fetch(&mut inner, &self.config, pod)).await {
+            match tokio::time::timeout_at(until, fetch(inner, &self.config, pod)).await {
                 Ok(Ok(answer)) => {
-                    if inner.off_until.take().is_some() {
-                        tracing::info!(socket = %self.config.socket.display(), "kubelet PodResources answers again");
-                    }
-                    count("podresources-ok");
+                    self.answered(inner, count);
                     if inner.cache.len() >= MAX_CACHED_PODS {
                         inner.cache.clear();
                     }
                     inner.cache.insert(pod.uid.clone(), answer);
                 }
-                failed => {
-                    let why = match failed {
-                        Ok(Err(e)) => e.to_string(),
-                        _ => format!("no answer within {} ms", deadline.as_millis()),
-                    };
-                    inner.client = None;
-                    inner.off_until = Some(Instant::now() + BACKOFF);
-                    count("podresources-failed");
-                    tracing::warn!(
-                        pod = %format!("{}/{}", pod.namespace, pod.name),
-                        took_ms = started.elapsed().as_millis() as u64,
-                        "kubelet PodResources not used for {} s: {why}; devices are read \
-                         from the container's spec meanwhile",
-                        BACKOFF.as_secs()
-                    );
+                Ok(Err(e)) => {
+                    let what = format!("pod {}/{}", pod.namespace, pod.name);
+                    self.failed(inner, &what, started, e.to_string(), count);
+                    return None;
+                }
+                Err(_) => {
+                    let what = format!("pod {}/{}", pod.namespace, pod.name);
+                    self.failed(inner, &what, started, self.late(), count);
                     return None;
                 }
             }
         }
         let pr = inner.cache.get(&pod.uid)?.as_ref()?;
         let c = pr.containers.iter().find(|c| c.name == container)?;
-        Some(select(&self.config.resources, c))
+        Some(select(&self.config.resources, &c.devices))
+    }
+
+    /// The kubelet's allocatable devices of the configured resources: its last answer while
+    /// younger than [`ALLOCATABLE_TTL`], else asked again within `until`. `None` when it
+    /// cannot say (off, slow, gone).
+    async fn allocatable_locked(
+        &self,
+        inner: &mut Inner,
+        until: tokio::time::Instant,
+        count: &(dyn Fn(&str) + Sync),
+    ) -> Option<Vec<KubeletDevices>> {
+        if let Some((at, list)) = &inner.allocatable {
+            if at.elapsed() < ALLOCATABLE_TTL {
+                return Some(list.clone());
+            }
+        }
+        inner.allocatable = None;
+        if inner.off_until.is_some_and(|t| Instant::now() < t) {
+            count("podresources-skipped");
+            return None;
+        }
+        let started = Instant::now();
+        let asked = async {
+            let client = connected(inner, &self.config).await?;
+            client.allocatable().await
+        };
+        match tokio::time::timeout_at(until, asked).await {
+            Ok(Ok(answer)) => {
+                self.answered(inner, count);
+                let list = select(&self.config.resources, &answer.devices);
+                inner.allocatable = Some((Instant::now(), list.clone()));
+                Some(list)
+            }
+            Ok(Err(e)) => {
+                self.failed(inner, "allocatable devices", started, e.to_string(), count);
+                None
+            }
+            Err(_) => {
+                self.failed(inner, "allocatable devices", started, self.late(), count);
+                None
+            }
+        }
+    }
+
+    fn late(&self) -> String {
+        format!("no answer within {} ms", self.config.timeout.as_millis())
+    }
+
+    fn answered(&self, inner: &mut Inner, count: &(dyn Fn(&str) + Sync)) {
+        if inner.off_until.take().is_some() {
+            tracing::info!(socket = %self.config.socket.display(), "kubelet PodResources answers again");
+        }
+        count("podresources-ok");
+    }
+
+    /// A call failed or was late: lookups are off for [`BACKOFF`].
+    fn failed(
+        &self,
+        inner: &mut Inner,
+        what: &str,
+        started: Instant,
+        why: String,
+        count: &(dyn Fn(&str) + Sync),
+    ) {
+        inner.client = None;
+        inner.off_until = Some(Instant::now() + BACKOFF);
+        count("podresources-failed");
+        tracing::warn!(
+            asked = %what,
+            took_ms = started.elapsed().as_millis() as u64,
+            "kubelet PodResources not used for {} s: {why}; devices are read from the \
+             container's spec meanwhile",
+            BACKOFF.as_secs()
+        );
     }
 
     /// The DRA claim devices of container `container` in the answer already cached for `pod`
@@ -146,17 +260,7 @@ async fn fetch(
     config: &PodResourcesConfig,
     pod: &PodView,
 ) -> Result<Option<proto::PodResources>, Error> {
-    if inner.client.is_none() {
-        let options = ClientOptions {
-            timeout: config.timeout,
-            connect_timeout: config.timeout,
-            max_message: podresources::MAX_RESPONSE,
-        };
-        inner.client = Some(PodResourcesClient::connect(&config.socket, options).await?);
-    }
-    let Some(client) = inner.client.clone() else {
-        return Ok(None);
-    };
+    let client = connected(inner, config).await?;
     if !inner.list_only {
         match client.get(&pod.namespace, &pod.name).await {
             Ok(p) => return Ok(Some(p)),
@@ -174,10 +278,28 @@ async fn fetch(
         .find(|p| p.namespace == pod.namespace && p.name == pod.name))
 }
 
-/// The container's devices of the configured resources, one entry per resource.
-fn select(resources: &[String], c: &proto::ContainerResources) -> Vec<KubeletDevices> {
+/// The client, connecting first when there is none.
+async fn connected(
+    inner: &mut Inner,
+    config: &PodResourcesConfig,
+) -> Result<PodResourcesClient, Error> {
+    if let Some(c) = &inner.client {
+        return Ok(c.clone());
+    }
+    let options = ClientOptions {
+        timeout: config.timeout,
+        connect_timeout: config.timeout,
+        max_message: podresources::MAX_RESPONSE,
+    };
+    let client = PodResourcesClient::connect(&config.socket, options).await?;
+    inner.client = Some(client.clone());
+    Ok(client)
+}
+
+/// The devices of the configured resources, one entry per resource.
+fn select(resources: &[String], devices: &[proto::ContainerDevices]) -> Vec<KubeletDevices> {
     let mut out: Vec<KubeletDevices> = Vec::new();
-    for d in &c.devices {
+    for d in devices {
         if !resources
             .iter()
             .any(|p| resource_matches(p, &d.resource_name))

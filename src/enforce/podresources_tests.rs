@@ -190,3 +190,57 @@ async fn dra_claims_come_with_their_cdi_names_driver_pool_and_device() {
     assert!(s.claims_for(&pod(), "init").await.is_empty());
     k.stop().await;
 }
+
+/// GetAllocatableResources of a kubelet whose device plugin left GPU-2aaa out (unhealthy):
+/// the source says so alongside the container's devices, under the same deadline, keeps the
+/// answer for its time to live, and says nothing (never a guess) when the kubelet is slow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocatable_devices_come_with_the_lookup_and_a_slow_kubelet_gives_none() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let k = TestKubelet::start(&dir.path().join("kubelet.sock"), answer()).expect("serve");
+    let mut allocatable = proto::AllocatableResourcesResponse::new();
+    allocatable.devices = [
+        podresources::build::devices(
+            "nvidia.com/gpu",
+            &[("GPU-0aaa", Some(0)), ("GPU-1aaa", Some(0))],
+        ),
+        podresources::build::devices("example.com/other", &[("x", None)]),
+    ]
+    .concat();
+    k.set_allocatable(allocatable.clone());
+    let s = source(dir.path(), 1000);
+    let got = s.lookup(&pod(), "cuda", true, None).await;
+    assert!(got.devices.is_some());
+    let a = got.allocatable.expect("answered");
+    assert_eq!(a.len(), 1, "only the configured resources: {a:?}");
+    assert_eq!(
+        a[0].ids,
+        vec!["GPU-0aaa".to_string(), "GPU-1aaa".to_string()]
+    );
+    // Not asked: not given.
+    assert_eq!(
+        s.lookup(&pod(), "cuda", false, None).await.allocatable,
+        None
+    );
+    // Kept for its time to live: a change within it is not seen.
+    allocatable.devices = podresources::build::devices("nvidia.com/gpu", &[("GPU-0aaa", Some(0))]);
+    k.set_allocatable(allocatable);
+    let again = s.lookup(&pod(), "cuda", true, None).await.allocatable;
+    assert_eq!(again.expect("cached")[0].ids.len(), 2);
+
+    // A slow kubelet: no allocatable list within the deadline, and the lookup is bounded.
+    k.set_behaviour(Behaviour {
+        delay: Some(Duration::from_secs(5)),
+        ..Behaviour::default()
+    });
+    let s = source(dir.path(), 200);
+    let t = Instant::now();
+    let got = s.lookup(&pod(), "cuda", true, None).await;
+    assert_eq!(got, KubeletAnswer::default());
+    assert!(
+        t.elapsed() < Duration::from_millis(450),
+        "{:?}",
+        t.elapsed()
+    );
+    k.stop().await;
+}

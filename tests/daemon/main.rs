@@ -13,3 +13,4 @@ mod hotplug;
 mod nrt_apiserver;
 mod nrt_crd_missing;
 mod state_upgrade;
+mod sync_memory;

@@ -172,6 +172,7 @@ pub fn container_view(
         kubelet_devices: None,
         kubelet_claims: Vec::new(),
         cdi_resolved: Vec::new(),
+        kubelet_allocatable: None,
         resources: ResourcesView::default(),
         cgroups_path: String::new(),
         pid: info.pid,

@@ -95,13 +95,16 @@ impl<P: Placer> Engine<P> {
         // v0.6.1 to v0.12), and CDI edits and the toolkit's mounts are applied whatever the
         // adjustment says. GPUs named only by the env are not the kubelet's word (the pod's
         // own env overrides the plugin's) and are used shared, never remapped.
+        // A remap may choose only GPUs the kubelet lists as allocatable (its device plugins
+        // leave unhealthy ones out): without that list it keeps, never guesses.
         self.expect_pod(pod);
-        let mode = if self.config.placement.gpu_mode == GpuMode::Remap
-            && (!built.remappable || has_device_nodes(c))
-        {
-            GpuMode::Keep
-        } else {
-            self.config.placement.gpu_mode
+        let mode = match (&built.allocatable_gpus, self.config.placement.gpu_mode) {
+            (Some(allocatable), GpuMode::Remap) if built.remappable && !has_device_nodes(c) => {
+                self.placer.set_allocatable_gpus(allocatable);
+                GpuMode::Remap
+            }
+            (_, GpuMode::Remap) => GpuMode::Keep,
+            (_, mode) => mode,
         };
         let req = built.request;
         let plan = self.placer.plan(&req, mode).inspect_err(|r| {

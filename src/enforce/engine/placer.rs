@@ -59,6 +59,9 @@ pub trait Placer: Send {
     /// What pod `uid` asks for in all, before its first container is placed (a sizing hint
     /// for pod scope). Placers without pod scope ignore it.
     fn expect_pod(&mut self, _uid: &str, _totals: PodTotals) {}
+    /// The GPUs (indices in the topology) the kubelet lists as allocatable now: the only ones
+    /// a remap may choose. Placers that never remap ignore it.
+    fn set_allocatable_gpus(&mut self, _allocatable: &std::collections::BTreeSet<usize>) {}
 }
 
 fn rejection(e: PlacementError) -> Rejection {
@@ -111,5 +114,8 @@ impl Placer for Allocator {
     }
     fn mem_offline(&self) -> NodeSet {
         self.ledger().mem_offline().clone()
+    }
+    fn set_allocatable_gpus(&mut self, allocatable: &std::collections::BTreeSet<usize>) {
+        Allocator::set_allocatable_gpus(self, allocatable);
     }
 }

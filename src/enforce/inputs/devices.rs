@@ -28,7 +28,7 @@ use k8s_devices::nvidia::{
 use k8s_devices::rdma;
 
 use super::RequestError;
-use crate::enforce::container::ContainerView;
+use crate::enforce::container::{ContainerView, KubeletDevices};
 use crate::topology::Topology;
 
 /// Which source the GPUs of a container came from.
@@ -259,6 +259,36 @@ fn kubelet_gpus(topo: &Topology, c: &ContainerView, f: &mut Found) -> Result<(),
         f.source = Some(GpuSource::Kubelet);
     }
     Ok(())
+}
+
+/// The GPUs (indices in `topo.gpus`) that the kubelet's allocatable devices name whole: an
+/// id of a GPU resource that is neither a replica (`GPU-x::3`) nor of a `.shared` resource nor
+/// a MIG device. Ids this host does not have are left out.
+pub fn allocatable_gpus(
+    topo: &Topology,
+    allocatable: &[KubeletDevices],
+) -> std::collections::BTreeSet<usize> {
+    let mut out = std::collections::BTreeSet::new();
+    let whole = allocatable
+        .iter()
+        .filter(|r| !rdma::is_rdma_resource(&r.resource) && !r.resource.ends_with(".shared"));
+    for res in whole {
+        for id in &res.ids {
+            let (device, replica) = nvidia::split_replica_id(id);
+            if replica.is_some() {
+                continue;
+            }
+            let Ok(r) = nvidia::parse_gpu_ref(device) else {
+                continue;
+            };
+            if let Resolved::Whole(bus) = resolve_ref(topo, &r) {
+                if let Some(i) = topo.gpus.iter().position(|g| g.pci_bus_id == bus) {
+                    out.insert(i);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Source 3, device nodes in the spec: `uverbsN` NICs go into `f`; the GPUs of `/dev/nvidiaN` nodes

@@ -84,6 +84,9 @@ pub struct Built {
     /// would add anyway), so that `remap` can move them by rewriting the variable and adding
     /// the chosen nodes.
     pub remappable: bool,
+    /// The GPUs (indices in the topology) the kubelet lists as allocatable, when it was asked
+    /// and answered: the only ones a remap may choose.
+    pub allocatable_gpus: Option<std::collections::BTreeSet<usize>>,
 }
 
 /// Builds the placement request for container `c` of pod `pod` (the environment untrusted).
@@ -138,6 +141,10 @@ pub fn build(
         source,
         unread: found.unread,
         remappable,
+        allocatable_gpus: c
+            .kubelet_allocatable
+            .as_deref()
+            .map(|a| devices::allocatable_gpus(topo, a)),
     })
 }
 

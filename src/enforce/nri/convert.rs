@@ -111,6 +111,7 @@ pub fn container_view(c: &api::Container) -> ContainerView {
         kubelet_devices: None,
         kubelet_claims: Vec::new(),
         cdi_resolved: Vec::new(),
+        kubelet_allocatable: None,
         resources: resources_view(linux.and_then(|l| l.resources.as_ref())),
         cgroups_path: linux.map(|l| l.cgroups_path.clone()).unwrap_or_default(),
         pid: c.pid,

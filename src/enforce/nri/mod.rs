@@ -10,7 +10,7 @@ use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 
-use nri_protocol::stub::{LinkState, Stub, StubError, StubOptions};
+use nri_protocol::stub::{KeptFields, LinkState, Stub, StubError, StubOptions, SyncKeep};
 
 pub use plugin::AlignPlugin;
 
@@ -23,7 +23,9 @@ pub struct Connection(Stub);
 impl Connection {
     /// Registers as `name` with index `idx`.
     pub fn new(name: &str, idx: &str, socket: &Path) -> Result<Self, StubError> {
-        let opts = StubOptions::new(name, idx).socket(socket).from_env()?;
+        let mut opts = StubOptions::new(name, idx).socket(socket).from_env()?;
+        opts.sync_keep = SyncKeep::Only(kept_fields());
+        opts.sync_limits.max_objects = MAX_SYNC_OBJECTS;
         Ok(Self(Stub::new(opts)?))
     }
 
@@ -40,6 +42,38 @@ impl Connection {
         stop: impl Future<Output = ()>,
     ) -> Result<(), StubError> {
         self.0.run_until(plugin, stop).await
+    }
+}
+
+/// Most pods plus containers one Synchronize may carry. The largest nodes run a few hundred
+/// pods (kubelet `maxPods` 110 by default, 250 on most managed clusters, 737 at most on EKS),
+/// each with a few containers the runtime still lists (init containers included): this is
+/// twice that, and it bounds what the engine builds for each of them during a Synchronize
+/// (about 7 KiB per container, measured in `tests/daemon/sync_memory.rs`), which the stub's
+/// default of 65,536 would let reach 450 MiB.
+pub const MAX_SYNC_OBJECTS: usize = 8192;
+
+/// What nri-align reads of the open-ended fields of a Synchronize's pods and containers; the
+/// stub skips every other entry on the wire, so that a node's worth of environments, labels,
+/// annotations and mounts never sits in memory (see docs/install.md on the daemon's memory).
+/// Every reader of these fields in `enforce` is covered: the GPU variables
+/// (`inputs::devices`, `adjust`), the decision variable and annotation (`engine::reconcile`),
+/// the `nri-align.io` annotations (placement), the `cdi.k8s.io/` annotations and the
+/// volume-mounts mounts (`inputs`), and the container-name label (`convert`).
+pub fn kept_fields() -> KeptFields {
+    use k8s_devices::{cdi, nvidia};
+    KeptFields {
+        env: vec![
+            nvidia::VISIBLE_DEVICES_ENV.to_string(),
+            "CUDA_VISIBLE_DEVICES".to_string(),
+            crate::enforce::adjust::DECISION_ENV.to_string(),
+        ],
+        annotation_domains: vec![
+            crate::placement::annotations::DOMAIN.to_string(),
+            cdi::ANNOTATION_PREFIX.trim_end_matches('/').to_string(),
+        ],
+        labels: vec!["io.kubernetes.container.name".to_string()],
+        mount_prefixes: vec![nvidia::VOLUME_MOUNTS_ROOT.to_string()],
     }
 }
 

@@ -20,6 +20,7 @@ use crate::enforce::adjust::CpusetUpdate;
 use crate::enforce::engine::{Engine, EngineError, Placer};
 use crate::enforce::podresources::KubeletSource;
 use crate::metrics::Metrics;
+use crate::placement::GpuMode;
 
 /// The events nri-align handles (all known to NRI v0.6.1, so no version gating is needed).
 pub fn wanted_events() -> EventMask {
@@ -387,9 +388,14 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         if let Some(k) = &self.kubelet {
             // Before the engine lock: a slow kubelet delays this container only, within the
             // lookup's deadline, never the engine's other callers.
-            container.kubelet_devices = k
-                .devices_for(&pod, &container.name, self.metrics.as_deref())
+            // What the kubelet may hand out matters only to a remap, which moves a container
+            // onto a GPU of nri-align's choosing.
+            let remap = self.engine().config().placement.gpu_mode == GpuMode::Remap;
+            let answer = k
+                .lookup(&pod, &container.name, remap, self.metrics.as_deref())
                 .await;
+            container.kubelet_devices = answer.devices;
+            container.kubelet_allocatable = answer.allocatable;
             container.kubelet_claims = k.claims_for(&pod, &container.name).await;
         }
         if let Some(cdi) = &self.cdi {

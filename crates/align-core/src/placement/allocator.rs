@@ -210,6 +210,13 @@ impl Allocator {
         self.ledger.free_by_node()
     }
 
+    /// The GPUs (indices in the topology) the kubelet lists as allocatable now: the only ones
+    /// placement chooses for a container the device plugin did not give them to (see
+    /// [`Ledger::gpu_choosable`]).
+    pub fn set_allocatable_gpus(&mut self, allocatable: &std::collections::BTreeSet<usize>) {
+        self.ledger.set_allocatable_gpus(allocatable);
+    }
+
     /// Applies a reloaded configuration; allocations stay as they are.
     pub fn set_config(&mut self, config: PlacementConfig) {
         self.ledger.set_reserved(config.reserved_cpus.clone());

@@ -47,6 +47,10 @@ pub struct Ledger {
     nic_gpu: Arc<Vec<Vec<PcieLevel>>>,
     /// NICs placement hands out: the RDMA-capable ones when the host has any, else all.
     eligible_nics: Arc<Vec<usize>>,
+    /// GPUs the kubelet did not list as allocatable at its last answer (a device plugin lists
+    /// only healthy devices): never chosen for a container the device plugin did not give
+    /// them to.
+    unallocatable_gpus: std::collections::BTreeSet<usize>,
     /// Online CPUs, computed once (and again at each hot-plug, [`Ledger::set_online`]): the
     /// free CPUs and the shared pool start from them at every decision, and building the set
     /// walks every CPU of the topology.
@@ -103,6 +107,7 @@ impl Ledger {
             gpu_owner: HashMap::new(),
             gpu_sharers: HashMap::new(),
             nic_users: vec![0; nic_count],
+            unallocatable_gpus: Default::default(),
             assignments: BTreeMap::new(),
         };
         ledger.totals = Arc::new(ledger.count_totals());
@@ -304,11 +309,21 @@ impl Ledger {
     }
 
     /// Whether nri-align may choose GPU `g` for a container the device plugin did not give it
-    /// to (a remap, or a count asked by annotation): free, and not in MIG mode, where the GPU
-    /// is handed out only as its MIG devices and a container given it whole would share it
-    /// with theirs.
+    /// to (a remap, or a count asked by annotation): free, not in MIG mode, where the GPU is
+    /// handed out only as its MIG devices and a container given it whole would share it with
+    /// theirs, and not left out of the kubelet's allocatable devices (unhealthy).
     pub fn gpu_choosable(&self, g: usize) -> bool {
-        self.gpu_free(g) && self.topo.gpus.get(g).and_then(|x| x.mig_enabled) != Some(true)
+        self.gpu_free(g)
+            && self.topo.gpus.get(g).and_then(|x| x.mig_enabled) != Some(true)
+            && !self.unallocatable_gpus.contains(&g)
+    }
+
+    /// Takes the kubelet's allocatable GPUs (indices in the topology) as its latest word: every
+    /// other GPU is not choosable until the next call.
+    pub fn set_allocatable_gpus(&mut self, allocatable: &std::collections::BTreeSet<usize>) {
+        self.unallocatable_gpus = (0..self.topo.gpus.len())
+            .filter(|g| !allocatable.contains(g))
+            .collect();
     }
 
     /// Free GPU indices in ascending order.

@@ -40,6 +40,7 @@ mod handler;
 mod link;
 mod options;
 mod service;
+mod sync_decode;
 
 use std::future::Future;
 use std::io;
@@ -54,15 +55,15 @@ use ttrpc::asynchronous::{Client, Server};
 pub use handler::{HandlerError, HandlerResult, Plugin};
 pub use link::{LinkPhase, LinkState};
 pub use options::{
-    Endpoint, StubError, StubOptions, SyncLimits, DEFAULT_SOCKET_PATH, ENV_PLUGIN_IDX,
-    ENV_PLUGIN_NAME, ENV_PLUGIN_SOCKET,
+    Endpoint, KeptFields, StubError, StubOptions, SyncKeep, SyncLimits, DEFAULT_SOCKET_PATH,
+    ENV_PLUGIN_IDX, ENV_PLUGIN_NAME, ENV_PLUGIN_SOCKET,
 };
 
 use crate::api::{
     ContainerEviction, ContainerUpdate, RegisterPluginRequest, UpdateContainersRequest,
 };
 use crate::mux::{Mux, MuxError, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
-use crate::services::{create_plugin, RuntimeClient};
+use crate::services::RuntimeClient;
 use crate::version::RuntimeInfo;
 use link::LinkTracker;
 use service::{PluginService, Session};
@@ -328,6 +329,7 @@ impl Stub {
         let session = Arc::new(Session::new(
             plugin_id.clone(),
             self.opts.sync_limits,
+            self.opts.sync_keep.clone(),
             connection,
         ));
         let service = PluginService {
@@ -336,7 +338,7 @@ impl Stub {
             handle: self.handle.clone(),
         };
         let mut server = Server::new()
-            .register_service(create_plugin(Arc::new(service)))
+            .register_service(service::service_map(service))
             // A runtime whose calls can no longer be followed ends the session, like a hang-up.
             .add_listener(mux.service_listener(PLUGIN_SERVICE_CONN)?);
         server.start().await.map_err(StubError::Serve)?;

@@ -98,7 +98,9 @@ pub enum Endpoint {
 pub struct SyncLimits {
     /// Most chunks of one Synchronize.
     pub max_chunks: usize,
-    /// Most pods plus containers in all chunks together.
+    /// Most pods plus containers in all chunks together; with [`SyncKeep::Only`] the entries
+    /// kept of them (variables, labels, annotations, mounts, device nodes, device rules, CDI
+    /// devices) are bounded by the same number, counted apart.
     pub max_objects: usize,
     /// Most bytes of encoded pods and containers in all chunks together.
     pub max_bytes: u64,
@@ -112,6 +114,35 @@ impl Default for SyncLimits {
             max_bytes: 64 << 20,
         }
     }
+}
+
+/// What the stub keeps of each pod and container of a Synchronize. The request is walked on
+/// the wire, never decoded whole: a runtime's Synchronize carries every environment variable,
+/// label, annotation and mount of every container on the node (tens of MiB within
+/// [`SyncLimits`]), and the generated types cost about twenty times their encoded size.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum SyncKeep {
+    /// Every field (the generated types, one pod or container at a time, each counted
+    /// against [`SyncLimits`] before it is decoded).
+    #[default]
+    All,
+    /// Only what [`KeptFields`] names, besides the identity, state, resources, device nodes,
+    /// CDI devices, cgroups path and pid of each container and the identity and pod resources
+    /// of each pod; everything else is skipped on the wire without being allocated.
+    Only(KeptFields),
+}
+
+/// The entries of the open-ended fields that [`SyncKeep::Only`] keeps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeptFields {
+    /// Environment variables kept, by exact name (`NAME=value` entries whose `NAME` is one).
+    pub env: Vec<String>,
+    /// Annotations kept, by domain: a key `D/...` or `sub.D/...` for each domain `D`.
+    pub annotation_domains: Vec<String>,
+    /// Labels kept, by exact key.
+    pub labels: Vec<String>,
+    /// Mounts kept, by destination prefix (destination, type and source; options dropped).
+    pub mount_prefixes: Vec<String>,
 }
 
 /// Settings of the stub.
@@ -131,6 +162,8 @@ pub struct StubOptions {
     pub max_backoff: Duration,
     /// Bounds on a chunked Synchronize.
     pub sync_limits: SyncLimits,
+    /// What is kept of each pod and container of a Synchronize.
+    pub sync_keep: SyncKeep,
 }
 
 impl StubOptions {
@@ -144,6 +177,7 @@ impl StubOptions {
             initial_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(5),
             sync_limits: SyncLimits::default(),
+            sync_keep: SyncKeep::All,
         }
     }
 

@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use ttrpc::asynchronous::TtrpcContext;
 
 use super::handler::{HandlerError, HandlerResult, Plugin};
-use super::options::SyncLimits;
+use super::options::{SyncKeep, SyncLimits};
+use super::sync_decode::{decode_chunk, DecodeError, Totals};
 use super::{RuntimeHandle, IN_EVENT_HANDLER};
 use crate::api::{
     self, ConfigureRequest, ConfigureResponse, Container, Empty, Event, Message, MessageField,
@@ -23,53 +24,7 @@ use crate::version::RuntimeInfo;
 struct SyncBuffer {
     pods: Vec<PodSandbox>,
     containers: Vec<Container>,
-    chunks: usize,
-    /// Encoded size of `pods` and `containers`.
-    bytes: u64,
-}
-
-impl SyncBuffer {
-    /// Adds one chunk, or says which bound it would break (the buffer is then unchanged).
-    fn add(&mut self, req: SynchronizeRequest, limits: &SyncLimits) -> Result<(), String> {
-        let chunks = self.chunks + 1;
-        let objects =
-            self.pods.len() + self.containers.len() + req.pods.len() + req.containers.len();
-        let bytes = req
-            .pods
-            .iter()
-            .map(|p| p.compute_size())
-            .chain(req.containers.iter().map(|c| c.compute_size()))
-            .fold(self.bytes, u64::saturating_add);
-        let over = if chunks > limits.max_chunks {
-            Some(format!(
-                "{chunks} chunks, more than the limit of {}",
-                limits.max_chunks
-            ))
-        } else if objects > limits.max_objects {
-            Some(format!(
-                "{objects} pods and containers in {chunks} chunk(s), more than the limit of {}",
-                limits.max_objects
-            ))
-        } else if bytes > limits.max_bytes {
-            Some(format!(
-                "{bytes} bytes in {chunks} chunk(s), more than the limit of {}",
-                limits.max_bytes
-            ))
-        } else {
-            None
-        };
-        if let Some(over) = over {
-            return Err(format!(
-                "Synchronize from the runtime is too large: {over}; the chunks received so far \
-                 are dropped"
-            ));
-        }
-        self.pods.extend(req.pods);
-        self.containers.extend(req.containers);
-        self.chunks = chunks;
-        self.bytes = bytes;
-        Ok(())
-    }
+    totals: Totals,
 }
 
 /// Per-connection state shared between the service and the connection's owner.
@@ -78,6 +33,8 @@ pub(crate) struct Session {
     sync_chunks: Mutex<Option<SyncBuffer>>,
     /// Bounds on a Synchronize.
     limits: SyncLimits,
+    /// What is kept of its pods and containers.
+    keep: SyncKeep,
     /// The runtime sent Shutdown.
     pub(crate) shutdown_received: AtomicBool,
     /// `idx-name`, for logs.
@@ -87,10 +44,16 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    pub(crate) fn new(plugin_id: String, limits: SyncLimits, connection: u64) -> Self {
+    pub(crate) fn new(
+        plugin_id: String,
+        limits: SyncLimits,
+        keep: SyncKeep,
+        connection: u64,
+    ) -> Self {
         Session {
             sync_chunks: Mutex::new(None),
             limits,
+            keep,
             shutdown_received: AtomicBool::new(false),
             plugin_id,
             connection,
@@ -107,8 +70,8 @@ impl Session {
             .take();
         if let Some(buf) = dropped {
             tracing::debug!(
-                chunks = buf.chunks,
-                bytes = buf.bytes,
+                chunks = buf.totals.chunks,
+                bytes = buf.totals.bytes,
                 "dropping an unfinished Synchronize"
             );
         }
@@ -198,8 +161,10 @@ impl<P: Plugin> PluginService<P> {
         })
     }
 
-    async fn synchronize(&self, req: SynchronizeRequest) -> HandlerResult<SynchronizeResponse> {
-        let more = req.more;
+    /// One chunk of a Synchronize, as it came on the wire: walked and counted against the
+    /// session's bounds before anything of it is kept (see `sync_decode`), joined to the
+    /// chunks before it, and handed to the plugin with the last one.
+    async fn synchronize(&self, payload: &[u8]) -> HandlerResult<SynchronizeResponse> {
         let (pods, containers) = {
             let mut chunks = self
                 .session
@@ -207,19 +172,52 @@ impl<P: Plugin> PluginService<P> {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
             let buf = chunks.get_or_insert_with(Default::default);
-            if let Err(message) = buf.add(req, &self.session.limits) {
-                *chunks = None;
-                tracing::warn!(plugin = %self.session.plugin_id, "{message}");
-                return Err(HandlerError::Status {
-                    code: protobuf::Enum::value(&ttrpc::Code::RESOURCE_EXHAUSTED),
-                    message,
-                });
+            let decoded = decode_chunk(
+                payload,
+                &self.session.keep,
+                &self.session.limits,
+                buf.totals,
+            );
+            let (chunk, totals) = match decoded {
+                Ok(d) => d,
+                Err(e) => {
+                    *chunks = None;
+                    let (code, message) = match e {
+                        DecodeError::Over(over) => (
+                            ttrpc::Code::RESOURCE_EXHAUSTED,
+                            format!(
+                                "Synchronize from the runtime is too large: {over}; the chunks \
+                                 received so far are dropped"
+                            ),
+                        ),
+                        wire => (
+                            ttrpc::Code::INVALID_ARGUMENT,
+                            format!("{wire}; the chunks received so far are dropped"),
+                        ),
+                    };
+                    tracing::warn!(plugin = %self.session.plugin_id, "{message}");
+                    return Err(HandlerError::Status {
+                        code: protobuf::Enum::value(&code),
+                        message,
+                    });
+                }
+            };
+            if chunk.nameless > 0 {
+                tracing::warn!(
+                    plugin = %self.session.plugin_id,
+                    dropped = chunk.nameless,
+                    "Synchronize from the runtime has pods or containers without an id; \
+                     they are left out"
+                );
             }
-            if more {
+            buf.pods.extend(chunk.pods);
+            buf.containers.extend(chunk.containers);
+            buf.totals = totals;
+            if chunk.more {
                 tracing::debug!(
                     pods = buf.pods.len(),
                     containers = buf.containers.len(),
-                    bytes = buf.bytes,
+                    bytes = buf.totals.bytes,
                     "collecting Synchronize chunk"
                 );
                 // Updates may only be sent with the last chunk.
@@ -246,6 +244,57 @@ impl<P: Plugin> PluginService<P> {
     }
 }
 
+/// The ttrpc handler of `Synchronize` that replaces the generated one (which decodes the whole
+/// request into generated types first): it hands the payload to
+/// [`PluginService::synchronize`] undecoded.
+pub(crate) struct SynchronizeMethod<P: Plugin> {
+    pub(crate) service: Arc<PluginService<P>>,
+}
+
+#[async_trait]
+impl<P: Plugin> ttrpc::asynchronous::MethodHandler for SynchronizeMethod<P> {
+    async fn handler(
+        &self,
+        _: TtrpcContext,
+        req: ttrpc::Request,
+    ) -> ttrpc::Result<ttrpc::Response> {
+        use ttrpc::proto::ResponseInit;
+        let answer = dispatch(self.service.synchronize(&req.payload)).await;
+        drop(req);
+        Ok(match answer {
+            Ok(reply) => {
+                let payload = reply
+                    .write_to_bytes()
+                    .map_err(|e| ttrpc::Error::Others(format!("encoding response: {e}")))?;
+                let mut res = ttrpc::Response::init_status(ttrpc::get_status(ttrpc::Code::OK, ""));
+                res.set_payload(payload);
+                res
+            }
+            Err(ttrpc::Error::RpcStatus(s)) => ttrpc::Response::init_status(s),
+            Err(other) => ttrpc::Response::init_status(ttrpc::get_status(
+                ttrpc::Code::UNKNOWN,
+                format!("{other:?}"),
+            )),
+        })
+    }
+}
+
+/// The service map of `service`: the generated one, with [`SynchronizeMethod`] in place of the
+/// generated `Synchronize`.
+pub(crate) fn service_map<P: Plugin>(
+    service: PluginService<P>,
+) -> std::collections::HashMap<String, ttrpc::asynchronous::Service> {
+    let service = Arc::new(service);
+    let mut map = services::create_plugin(service.clone());
+    if let Some(s) = map.get_mut(services::PLUGIN_SERVICE) {
+        s.methods.insert(
+            "Synchronize".to_string(),
+            Box::new(SynchronizeMethod { service }),
+        );
+    }
+    map
+}
+
 #[async_trait]
 impl<P: Plugin> services::Plugin for PluginService<P> {
     async fn configure(
@@ -256,12 +305,18 @@ impl<P: Plugin> services::Plugin for PluginService<P> {
         dispatch(PluginService::configure(self, req)).await
     }
 
+    /// Not reached through [`service_map`] (its [`SynchronizeMethod`] takes the payload
+    /// undecoded); a request that arrives decoded is walked the same way.
     async fn synchronize(
         &self,
         _: &TtrpcContext,
         req: SynchronizeRequest,
     ) -> ttrpc::Result<SynchronizeResponse> {
-        dispatch(PluginService::synchronize(self, req)).await
+        let payload = req
+            .write_to_bytes()
+            .map_err(|e| ttrpc::Error::Others(format!("encoding request: {e}")))?;
+        drop(req);
+        dispatch(PluginService::synchronize(self, &payload)).await
     }
 
     async fn shutdown(&self, _: &TtrpcContext, _: Empty) -> ttrpc::Result<Empty> {

@@ -2,6 +2,8 @@
 //! (answers, times out, is in backoff, is absent), in every `gpu_mode`: random pod sequences
 //! against a model of the kubelet's own GPU bookkeeping, which gives each new pod a GPU it
 //! believes free, knowing nothing of nri-align's remaps, and keeps it until the pod is removed.
+//! A GPU the device plugin reports unhealthy is in no allocatable list and given to no pod: no
+//! remap may choose it either.
 
 use std::collections::BTreeMap;
 
@@ -38,12 +40,25 @@ fn event() -> impl Strategy<Value = Event> {
     ]
 }
 
-/// A pod as the kubelet sees it: the GPU it gave, whether its container runs.
+/// A pod as the kubelet sees it: the GPU it gave, whether its container runs, and which GPU
+/// (if any) its device plugin reports unhealthy.
 struct KubeletPod {
     pod: PodView,
     gpu: Option<usize>,
     cpus: u64,
     live: bool,
+    unhealthy: Option<usize>,
+}
+
+/// The kubelet's allocatable GPUs: every GPU but the unhealthy one.
+fn allocatable(unhealthy: Option<usize>) -> Vec<KubeletDevices> {
+    vec![KubeletDevices {
+        resource: "nvidia.com/gpu".into(),
+        ids: (0..BUS.len())
+            .filter(|g| Some(*g) != unhealthy)
+            .map(|g| format!("GPU-{g}aaa"))
+            .collect(),
+    }]
 }
 
 fn container(k: &KubeletPod, answered: bool) -> ContainerView {
@@ -59,7 +74,26 @@ fn container(k: &KubeletPod, answered: bool) -> ContainerView {
             }]
         });
     }
+    c.kubelet_allocatable = answered.then(|| allocatable(k.unhealthy));
     c
+}
+
+/// No live container holds or uses the GPU the device plugin reports unhealthy.
+fn unhealthy_gpu_unused(
+    e: &Engine<Allocator>,
+    unhealthy: Option<usize>,
+) -> Result<(), TestCaseError> {
+    let Some(g) = unhealthy else {
+        return Ok(());
+    };
+    for (id, r) in &e.records().containers {
+        let a = &r.assignment;
+        prop_assert!(
+            !a.gpus.iter().chain(&a.shared_gpus).any(|b| b == BUS[g]),
+            "{id} was given unhealthy GPU {g}"
+        );
+    }
+    Ok(())
 }
 
 /// Every GPU a live container uses (held, or used shared through its env), by container.
@@ -90,6 +124,7 @@ proptest! {
         events in prop::collection::vec(event(), 1..30),
         remap in any::<bool>(),
         trust_env in any::<bool>(),
+        unhealthy in proptest::option::of(0..BUS.len()),
     ) {
         let mut cfg = Config::default();
         cfg.placement.gpu_mode = if remap { GpuMode::Remap } else { GpuMode::Keep };
@@ -104,6 +139,7 @@ proptest! {
                 Event::Admit { cpus, gpu, pick, answered } => {
                     // The kubelet's view: a GPU is free when no pod it admitted was given it.
                     let free: Vec<usize> = (0..BUS.len())
+                        .filter(|g| Some(*g) != unhealthy)
                         .filter(|g| !pods.iter().any(|k| k.gpu == Some(*g)))
                         .collect();
                     let gpu = match (gpu, free.is_empty()) {
@@ -117,6 +153,7 @@ proptest! {
                         gpu,
                         cpus,
                         live: false,
+                        unhealthy,
                     };
                     try_create(&mut e, &mut k, answered);
                     pods.push(k);
@@ -136,6 +173,7 @@ proptest! {
                 }
             }
             no_gpu_used_twice(&e)?;
+            unhealthy_gpu_unused(&e, unhealthy)?;
         }
     }
 }
@@ -170,6 +208,7 @@ fn a_gpu_held_by_remap_is_never_handed_to_a_pod_the_kubelet_could_not_be_asked_a
         gpu: Some(taken_node),
         cpus: 2,
         live: false,
+        unhealthy: None,
     };
     try_create(&mut e, &mut a, true);
     assert!(a.live);
@@ -182,6 +221,7 @@ fn a_gpu_held_by_remap_is_never_handed_to_a_pod_the_kubelet_could_not_be_asked_a
         gpu: Some(1 - taken_node),
         cpus: 1,
         live: false,
+        unhealthy: None,
     };
     let err = e
         .create_container(&b.pod, &container(&b, false))
@@ -213,6 +253,7 @@ fn a_remap_never_lands_on_a_gpu_in_mig_mode() {
         gpu: Some(0),
         cpus: 1,
         live: false,
+        unhealthy: None,
     };
     try_create(&mut e, &mut first, true);
     assert!(first.live);
@@ -223,6 +264,7 @@ fn a_remap_never_lands_on_a_gpu_in_mig_mode() {
         gpu: Some(0),
         cpus: 1,
         live: false,
+        unhealthy: None,
     };
     let err = e
         .create_container(&second.pod, &container(&second, true))
@@ -230,4 +272,53 @@ fn a_remap_never_lands_on_a_gpu_in_mig_mode() {
     assert!(!err.to_string().is_empty());
     assert!(!e.records().containers.contains_key("b"));
     no_gpu_used_twice(&e).expect("never used twice");
+}
+
+/// The remap the sequence above makes, with the GPU it would move A onto reported unhealthy
+/// (left out of the kubelet's allocatable devices): A is never moved onto it. And with no
+/// allocatable answer at all, A is kept where the kubelet put it, never remapped on a guess.
+#[test]
+fn a_remap_never_chooses_a_gpu_the_kubelet_does_not_list_as_allocatable() {
+    for allocatable_answered in [true, false] {
+        let mut cfg = Config::default();
+        cfg.placement.gpu_mode = GpuMode::Remap;
+        cfg.placement.policy = Policy::SingleNumaNode;
+        let mut e = real(cfg, "");
+        let cpu = kpod("ns", "cpu", &[]);
+        e.create_container(&cpu, &kctr(&cpu, "cpu", "app", 4000, Some(4000)))
+            .expect("cpu pod")
+            .expect("not exempt");
+        let node1: crate::topology::CpuSet = "4-7".parse().expect("set");
+        let taken_node = usize::from(
+            e.records().containers["cpu"]
+                .assignment
+                .cpus
+                .is_subset(&node1),
+        );
+        let other = 1 - taken_node;
+        let a = KubeletPod {
+            pod: kpod("ns", "a", &[]),
+            gpu: Some(taken_node),
+            cpus: 2,
+            live: false,
+            unhealthy: Some(other),
+        };
+        let mut c = container(&a, true);
+        if !allocatable_answered {
+            c.kubelet_allocatable = None;
+        }
+        // Kept on its GPU, whose node's CPUs are taken: single-numa-node refuses it.
+        let refused = e.create_container(&a.pod, &c);
+        assert!(refused.is_err(), "{refused:?}");
+        assert!(e.records().containers.len() == 1, "only the CPU pod runs");
+        // The same container, the other GPU allocatable again: remapped onto it.
+        c.kubelet_allocatable = Some(allocatable(None));
+        e.create_container(&a.pod, &c)
+            .expect("remapped")
+            .expect("not exempt");
+        assert_eq!(
+            e.records().containers[&c.id].assignment.gpus,
+            vec![BUS[other]]
+        );
+    }
 }

@@ -85,6 +85,11 @@ pub(super) fn kctr(
             memory_limit: Some(1 << 30),
             ..Default::default()
         },
+        // The kubelet's allocatable devices: both GPUs, healthy.
+        kubelet_allocatable: Some(vec![KubeletDevices {
+            resource: "nvidia.com/gpu".into(),
+            ids: (0..BUS.len()).map(|g| format!("GPU-{g}aaa")).collect(),
+        }]),
         ..Default::default()
     }
 }

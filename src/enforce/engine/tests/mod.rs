@@ -439,6 +439,8 @@ fn gpus_that_arrive_as_device_nodes_are_kept_in_remap_mode() {
         resource: "nvidia.com/gpu".into(),
         ids: vec!["1".into()],
     }]);
+    let mut without_allocatable = by_env.clone();
+    by_env.kubelet_allocatable = by_env.kubelet_devices.clone();
     e.create_container(&pod("g"), &by_env)
         .expect("ok")
         .expect("adj");
@@ -448,9 +450,14 @@ fn gpus_that_arrive_as_device_nodes_are_kept_in_remap_mode() {
     e.create_container(&pod("g"), &env_only)
         .expect("ok")
         .expect("adj");
+    // The kubelet's allocatable devices unknown (not answered): kept, never a guess.
+    without_allocatable.id = "e3".into();
+    e.create_container(&pod("g"), &without_allocatable)
+        .expect("ok")
+        .expect("adj");
     assert_eq!(
         e.placer().modes(),
-        vec![GpuMode::Keep, GpuMode::Remap, GpuMode::Keep]
+        vec![GpuMode::Keep, GpuMode::Remap, GpuMode::Keep, GpuMode::Keep]
     );
     assert_eq!(e.config().placement.gpu_mode, GpuMode::Remap);
 }
