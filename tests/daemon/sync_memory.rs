@@ -123,8 +123,9 @@ async fn peak_within_bound(case: &str, chunks: Vec<api::SynchronizeRequest>) -> 
         d.output()
     );
     // RSS counts whole pages, and the runtime's threads touch a little memory of their own
-    // meanwhile: 1 MiB of slack for that, far below what decoding whole cost.
-    let bound = steady + 2 * encoded + (1 << 20);
+    // meanwhile (a new allocator arena on a loaded machine): 2 MiB of slack for that, far
+    // below what decoding whole cost.
+    let bound = steady + 2 * encoded + (2 << 20);
     eprintln!(
         "{case}: {} chunk(s), {} encoded; steady {} (peak before {}), peak {}, bound {}",
         chunks.len(),
@@ -136,7 +137,7 @@ async fn peak_within_bound(case: &str, chunks: Vec<api::SynchronizeRequest>) -> 
     );
     assert!(
         peak <= bound,
-        "{case}: peak RSS {} is over twice the {} sent plus the {} steady state (and 1 MiB)",
+        "{case}: peak RSS {} is over twice the {} sent plus the {} steady state (and 2 MiB)",
         mib(peak),
         mib(encoded),
         mib(steady)
