@@ -16,12 +16,5 @@ pub fn parse_list(s: &str) -> Vec<u32> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lists_expand() {
-        assert_eq!(parse_list("0-2,7"), vec![0, 1, 2, 7]);
-        assert_eq!(parse_list(""), Vec::<u32>::new());
-    }
-}
+#[path = "fixture_tests.rs"]
+mod tests;

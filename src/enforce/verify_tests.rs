@@ -1,0 +1,284 @@
+use super::*;
+use crate::host::testing::{container_host as host, write};
+use crate::placement::Assignment;
+
+fn doc(id: &str) -> StateDoc {
+    let mut d = StateDoc::default();
+    d.containers.insert(
+        id.into(),
+        Record {
+            assignment: Assignment {
+                container_id: id.into(),
+                cpus: "2-3".parse().expect("set"),
+                exclusive: true,
+                mems: "0".parse().expect("set"),
+                ..Default::default()
+            },
+            pod_sandbox_id: String::new(),
+            namespace: String::new(),
+            cgroups_path: format!("/k8s.io/{id}"),
+            applied_cpus: "2-3".parse().expect("set"),
+            devices: vec!["/dev/nvidia1".into()],
+            resources: Default::default(),
+            ..Record::default()
+        },
+    );
+    d
+}
+
+#[test]
+fn matching_container_is_ok() {
+    let t = tempfile::tempdir().expect("tmp");
+    host(
+        t.path(),
+        "abc",
+        "2-3",
+        "2",
+        &["/dev/nvidia1", "/dev/nvidiactl", "/dev/null"],
+    );
+    let r = verify(&doc("abc"), t.path());
+    assert_eq!(r[0].verdict, Verdict::Ok, "{:?}", r[0].problems);
+    assert_eq!(r[0].pids, vec![4242]);
+}
+
+#[test]
+fn widened_cpuset_and_extra_gpu_are_drift() {
+    let t = tempfile::tempdir().expect("tmp");
+    host(
+        t.path(),
+        "abc",
+        "0-3",
+        "0-3",
+        &["/dev/nvidia0", "/dev/nvidia1"],
+    );
+    let r = verify(&doc("abc"), t.path());
+    assert_eq!(r[0].verdict, Verdict::Drift);
+    let all = r[0].problems.join("\n");
+    assert!(
+        all.contains("cgroup cpuset.cpus is 0-3, decided 2-3"),
+        "{all}"
+    );
+    assert!(all.contains("pid 4242 Cpus_allowed_list is 0-3"), "{all}");
+    assert!(
+        all.contains("visible devices [/dev/nvidia0 /dev/nvidia1], decided [/dev/nvidia1]"),
+        "{all}"
+    );
+}
+
+/// cgroup v2 with the systemd driver: `kubepods-pod1.slice:RUNTIME:abc` is the scope
+/// `PREFIX-abc.scope` in `kubepods.slice/kubepods-pod1.slice`, `cpuset.cpus` unset.
+fn v2_systemd_host(root: &Path, scope: &str) {
+    let dir = format!("sys/fs/cgroup/kubepods.slice/kubepods-pod1.slice/{scope}");
+    write(
+        root,
+        "proc/self/mountinfo",
+        "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+    );
+    write(
+        root,
+        "proc/9/cgroup",
+        &format!("0::/kubepods.slice/kubepods-pod1.slice/{scope}\n"),
+    );
+    write(
+        root,
+        "proc/9/status",
+        "Cpus_allowed_list:\t2-3\nMems_allowed_list:\t0\n",
+    );
+    write(root, &format!("{dir}/cpuset.cpus"), "\n");
+    write(root, &format!("{dir}/cpuset.cpus.effective"), "2-3\n");
+    write(root, &format!("{dir}/cpuset.mems"), "0\n");
+}
+
+fn doc_at(id: &str, cgroups_path: &str) -> StateDoc {
+    let mut d = doc(id);
+    {
+        let mut rec = d.containers.get_mut(id).expect("rec");
+        rec.cgroups_path = cgroups_path.to_string();
+        rec.devices.clear();
+    }
+    d
+}
+
+#[test]
+fn systemd_scopes_on_cgroup_v2_and_absent_containers() {
+    let t = tempfile::tempdir().expect("tmp");
+    let root = t.path();
+    v2_systemd_host(root, "cri-containerd-abc.scope");
+    let mut d = doc_at("abc", "kubepods-pod1.slice:cri-containerd:abc");
+    d.containers
+        .insert("gone".into(), doc("gone").containers["gone"].clone());
+    let r = verify(&d, root);
+    assert_eq!(r[0].verdict, Verdict::Ok, "{:?}", r[0].problems);
+    assert_eq!(r[0].pids, vec![9]);
+    assert_eq!(r[1].verdict, Verdict::NotRunning);
+    // A record without a cgroups path finds the scope by the id as a whole name.
+    let r = verify(&doc_at("abc", ""), root);
+    assert_eq!((r[0].verdict, r[0].pids.clone()), (Verdict::Ok, vec![9]));
+}
+
+#[test]
+fn crio_conmon_beside_the_container_is_not_the_container() {
+    let t = tempfile::tempdir().expect("tmp");
+    let root = t.path();
+    v2_systemd_host(root, "crio-abc.scope");
+    // conmon, in its own scope next to the container's, on every CPU.
+    write(
+        root,
+        "proc/8/cgroup",
+        "0::/kubepods.slice/kubepods-pod1.slice/crio-conmon-abc.scope\n",
+    );
+    write(
+        root,
+        "proc/8/status",
+        "Cpus_allowed_list:\t0-7\nMems_allowed_list:\t0-1\n",
+    );
+    for path in ["kubepods-pod1.slice:crio:abc", ""] {
+        let r = verify(&doc_at("abc", path), root);
+        assert_eq!(r[0].pids, vec![9], "{path:?}");
+        assert_eq!(r[0].verdict, Verdict::Ok, "{path:?}: {:?}", r[0].problems);
+    }
+}
+
+#[test]
+fn a_short_id_matches_no_unrelated_process() {
+    // Id `a` once matched 80 unrelated processes as substrings of their paths.
+    let t = tempfile::tempdir().expect("tmp");
+    let root = t.path();
+    write(
+        root,
+        "proc/self/mountinfo",
+        "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+    );
+    for pid in 100..180 {
+        write(
+            root,
+            &format!("proc/{pid}/cgroup"),
+            &format!("0::/system.slice/app-{pid}.scope\n"),
+        );
+    }
+    std::fs::create_dir_all(root.join("sys/fs/cgroup")).expect("mount point");
+    // Without a cgroups path there is nowhere else to look: not an all-clear.
+    for (path, verdict) in [("", Verdict::Unknown), ("/k8s.io/a", Verdict::NotRunning)] {
+        let r = verify(&doc_at("a", path), root);
+        assert!(r[0].pids.is_empty(), "{path:?}: {:?}", r[0].pids);
+        assert_eq!(r[0].verdict, verdict, "{path:?}");
+    }
+}
+
+/// The DaemonSet's view: the host's cgroup hierarchy mounted, its own PID namespace. The
+/// kernel lists the container's processes as `0` in `cgroup.procs`.
+fn pidns_host(root: &Path, procs: &str, cpus: &str) {
+    let dir = "sys/fs/cgroup/kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope";
+    write(
+        root,
+        "proc/self/mountinfo",
+        "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+    );
+    write(root, "proc/1/cgroup", "0::/\n");
+    write(root, &format!("{dir}/cgroup.procs"), procs);
+    write(root, &format!("{dir}/cpuset.cpus"), &format!("{cpus}\n"));
+    write(root, &format!("{dir}/cpuset.mems"), "0\n");
+}
+
+#[test]
+fn processes_of_another_pid_namespace_are_found_through_the_cgroup() {
+    let path = "kubepods-pod1.slice:cri-containerd:abc";
+    let t = tempfile::tempdir().expect("tmp");
+    pidns_host(t.path(), "0\n0\n", "2-3");
+    let r = verify(&doc_at("abc", path), t.path());
+    assert_eq!(r[0].verdict, Verdict::Ok, "{:?}", r[0].problems);
+    assert!(r[0].pids.is_empty());
+    assert!(
+        r[0].unchecked[0].starts_with("2 process(es) in its cgroup, none visible"),
+        "{:?}",
+        r[0].unchecked
+    );
+
+    let t = tempfile::tempdir().expect("tmp");
+    pidns_host(t.path(), "0\n", "0-3");
+    let r = verify(&doc_at("abc", path), t.path());
+    assert_eq!(r[0].verdict, Verdict::Drift);
+    assert!(
+        r[0].problems[0].contains("cgroup cpuset.cpus is 0-3, decided 2-3"),
+        "{:?}",
+        r[0].problems
+    );
+
+    // An empty cgroup: created or stopped, really not running.
+    let t = tempfile::tempdir().expect("tmp");
+    pidns_host(t.path(), "", "2-3");
+    let r = verify(&doc_at("abc", path), t.path());
+    assert_eq!(r[0].verdict, Verdict::NotRunning);
+}
+
+#[test]
+fn an_empty_v1_cgroup_seen_from_another_pid_namespace_is_unknown() {
+    let path = "/kubepods/pod1/abc";
+    let dir = "sys/fs/cgroup/cpuset/kubepods/pod1/abc";
+    for (nspid, verdict) in [
+        ("NSpid:\t4321\t7\n", Verdict::Unknown),
+        ("NSpid:\t7\n", Verdict::NotRunning),
+    ] {
+        let t = tempfile::tempdir().expect("tmp");
+        let root = t.path();
+        write(
+            root,
+            "proc/self/mountinfo",
+            "30 25 0:26 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n",
+        );
+        write(
+            root,
+            "proc/self/status",
+            &format!("Name:\tnri-align\n{nspid}"),
+        );
+        write(root, &format!("{dir}/cgroup.procs"), "");
+        write(root, &format!("{dir}/cpuset.cpus"), "2-3\n");
+        let r = verify(&doc_at("abc", path), root);
+        assert_eq!(r[0].verdict, verdict, "{nspid:?}: {:?}", r[0].unchecked);
+        if verdict == Verdict::Unknown {
+            assert!(
+                r[0].unchecked[0].contains("hostPID"),
+                "{:?}",
+                r[0].unchecked
+            );
+        }
+    }
+}
+
+#[test]
+fn without_a_cgroup_mount_a_container_is_unknown_not_absent() {
+    let t = tempfile::tempdir().expect("tmp");
+    write(t.path(), "proc/self/mountinfo", "");
+    let r = verify(&doc("abc"), t.path());
+    assert_eq!(r[0].verdict, Verdict::Unknown);
+    assert!(
+        r[0].unchecked[0].contains("no cgroup hierarchy mounted"),
+        "{:?}",
+        r[0].unchecked
+    );
+}
+
+#[test]
+fn a_recorded_path_that_leaves_the_cgroup_root_is_reported_not_followed() {
+    let t = tempfile::tempdir().expect("tmp");
+    host(t.path(), "abc", "2-3", "2", &[]);
+    let r = verify(&doc_at("abc", "/../../../../tmp/x"), t.path());
+    assert_eq!(r[0].verdict, Verdict::Drift);
+    assert!(r[0].problems[0].contains("`..`"), "{:?}", r[0].problems);
+}
+
+#[test]
+fn a_held_cpu_gone_offline_is_named_and_is_not_drift() {
+    let t = tempfile::tempdir().expect("tmp");
+    // CPU 3 went offline: the kernel took it out of the effective cpuset and affinity.
+    host(t.path(), "abc", "2", "2", &["/dev/nvidia1"]);
+    write(t.path(), "sys/devices/system/cpu/online", "0-2,4-7\n");
+    let r = verify(&doc("abc"), t.path());
+    assert_eq!(r[0].verdict, Verdict::Ok, "{:?}", r[0].problems);
+    assert_eq!(r[0].offline_cpus, "3");
+    // All online again, the same cgroup is drift: a CPU it holds is missing.
+    write(t.path(), "sys/devices/system/cpu/online", "0-7\n");
+    let r = verify(&doc("abc"), t.path());
+    assert_eq!(r[0].verdict, Verdict::Drift);
+    assert_eq!(r[0].offline_cpus, "");
+}
