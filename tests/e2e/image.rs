@@ -88,6 +88,13 @@ fn stand_in(m: &Mount, ctrd: &Instance, work: &Path, metrics: &str) -> PathBuf {
             "/var/lib/kubelet/pod-resources" if Path::new(p).is_dir() => PathBuf::from(p),
             "/var/lib/kubelet/pod-resources" => work.join("pod-resources"),
             // CDI spec dirs: none on a test host; empty stand-ins.
+            // The links nri-align makes go to a stand-in. The mount point must exist in the
+            // host's /dev (read-only in the container): udev makes /dev/char on every real
+            // host; this test machine has no udev.
+            "/dev/char" => {
+                fs::create_dir_all("/dev/char").expect("mkdir /dev/char");
+                work.join("dev-char")
+            }
             "/etc/cdi" => work.join("cdi-etc"),
             "/var/run/cdi" => work.join("cdi-run"),
             other => panic!("no stand-in for hostPath {other}: add one to tests/e2e/image.rs"),

@@ -100,7 +100,8 @@ impl<P: Placer> Engine<P> {
         self.expect_pod(pod);
         let mode = match (&built.allocatable_gpus, self.config.placement.gpu_mode) {
             (Some(allocatable), GpuMode::Remap) if built.remappable && !has_device_nodes(c) => {
-                self.placer.set_allocatable_gpus(allocatable);
+                let targets = remap_targets(self.placer.topology(), allocatable, &built.request);
+                self.placer.set_allocatable_gpus(&targets);
                 GpuMode::Remap
             }
             (_, GpuMode::Remap) => GpuMode::Keep,
@@ -206,4 +207,20 @@ pub(super) fn new_record(
         resources: ResourceSummary::of(req),
         ..Record::default()
     }
+}
+
+/// The GPUs a remap of `req` may choose: those the kubelet lists as allocatable, and always
+/// the ones its device plugin gave this container (the kubelet's word too), so that an empty
+/// or lagging allocatable list (a device plugin re-registering) keeps the container on its
+/// own GPUs rather than refusing it.
+fn remap_targets(
+    topo: &crate::topology::Topology,
+    allocatable: &std::collections::BTreeSet<usize>,
+    req: &Request,
+) -> std::collections::BTreeSet<usize> {
+    let own = req
+        .allocated_gpus
+        .iter()
+        .filter_map(|bus| topo.gpus.iter().position(|g| g.pci_bus_id == *bus));
+    allocatable.iter().copied().chain(own).collect()
 }

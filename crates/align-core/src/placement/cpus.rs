@@ -69,6 +69,18 @@ pub fn pick<'a>(
     k: u32,
     whole_only: bool,
 ) -> Option<CpuSet> {
+    pick_with(topo, avail_by_node, k, whole_only, pick_in_node)
+}
+
+/// [`pick`] with the way one node's CPUs are taken given (the tests give the straightforward
+/// form the walk replaced).
+fn pick_with<'a>(
+    topo: &Topology,
+    avail_by_node: impl IntoIterator<Item = &'a CpuSet>,
+    k: u32,
+    whole_only: bool,
+    in_node: impl Fn(&Topology, &CpuSet, u32, bool) -> CpuSet,
+) -> Option<CpuSet> {
     let mut out = CpuSet::new();
     let mut left = k;
     for avail in avail_by_node {
@@ -77,7 +89,7 @@ pub fn pick<'a>(
         }
         let take = left.min(capacity(topo, avail, whole_only));
         if take > 0 {
-            out.extend_from(&pick_in_node(topo, avail, take, whole_only));
+            out.extend_from(&in_node(topo, avail, take, whole_only));
             left -= take;
         }
     }

@@ -15,19 +15,7 @@ fn reference_pick(
     k: u32,
     whole_only: bool,
 ) -> Option<CpuSet> {
-    let mut out = CpuSet::new();
-    let mut left = k;
-    for avail in avail_by_node {
-        if left == 0 {
-            break;
-        }
-        let take = left.min(capacity(topo, avail, whole_only));
-        if take > 0 {
-            out.extend_from(&reference_in_node(topo, avail, take, whole_only));
-            left -= take;
-        }
-    }
-    (left == 0).then_some(out)
+    pick_with(topo, avail_by_node, k, whole_only, reference_in_node)
 }
 
 fn reference_cpu(topo: &Topology, id: u32) -> Option<&Cpu> {

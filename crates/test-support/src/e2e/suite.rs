@@ -96,6 +96,17 @@ impl Kubelet {
         self.report(pod);
     }
 
+    /// The kubelet lists `ids` of `resource` as allocatable (`GetAllocatableResources`: what
+    /// its device plugins report healthy), replacing what it listed.
+    pub fn set_allocatable(&self, resource: &str, ids: &[&str]) {
+        let ids: Vec<(&str, Option<i64>)> = ids.iter().map(|i| (*i, None)).collect();
+        let mut answer = podresources::proto::AllocatableResourcesResponse::new();
+        answer.devices = podresources::build::devices(resource, &ids);
+        if let Some(s) = &self.server {
+            s.set_allocatable(answer);
+        }
+    }
+
     /// The kubelet goes away (socket removed).
     pub fn stop(&mut self) {
         if let Some(s) = self.server.take() {
@@ -248,6 +259,11 @@ impl Enforced {
         };
         let host = EmulatedHost::of_this_machine_with_mig(&rt.dir().join("host"), gpus, nics, mig)
             .unwrap_or_else(|e| panic!("{test}: emulate: {e}"));
+        if let Some(k) = &kubelet {
+            // As a kubelet whose device plugin reports every GPU healthy.
+            let uuids: Vec<&str> = host.gpus.iter().map(|g| g.uuid.as_str()).collect();
+            k.set_allocatable("nvidia.com/gpu", &uuids);
+        }
         let mut run = AlignRun::new(rt.dir().join("align-state")).on(&host);
         run.extra = extra_args.iter().map(|a| a.to_string()).collect();
         let path = rt.dir().join("nri-align.yaml");

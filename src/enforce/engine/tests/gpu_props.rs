@@ -322,3 +322,30 @@ fn a_remap_never_chooses_a_gpu_the_kubelet_does_not_list_as_allocatable() {
         );
     }
 }
+
+/// An allocatable list that leaves out the container's own GPU (empty while a device plugin
+/// re-registers, or lagging behind it) never refuses the container: the GPUs its device plugin
+/// gave it are the kubelet's word too, so it keeps them.
+#[test]
+fn a_remap_keeps_the_containers_own_gpu_when_the_allocatable_list_lacks_it() {
+    let mut cfg = Config::default();
+    cfg.placement.gpu_mode = GpuMode::Remap;
+    cfg.placement.policy = Policy::SingleNumaNode;
+    let mut e = real(cfg, "");
+    let a = KubeletPod {
+        pod: kpod("ns", "a", &[]),
+        gpu: Some(0),
+        cpus: 2,
+        live: false,
+        unhealthy: None,
+    };
+    let mut c = container(&a, true);
+    c.kubelet_allocatable = Some(vec![KubeletDevices {
+        resource: "nvidia.com/gpu".into(),
+        ids: Vec::new(),
+    }]);
+    e.create_container(&a.pod, &c)
+        .expect("placed on its own GPU")
+        .expect("not exempt");
+    assert_eq!(e.records().containers[&c.id].assignment.gpus, vec![BUS[0]]);
+}
