@@ -182,12 +182,10 @@ impl<P: Placer> Engine<P> {
         }
     }
 
-    /// Logs each container that holds CPUs gone offline once per set of CPUs, and sets the
-    /// gauge to how many held CPUs are offline.
-    fn report_offline_held(&mut self) {
+    /// The exclusive containers that hold CPUs which are offline now, with those CPUs.
+    fn offline_holders(&self) -> BTreeMap<String, CpuSet> {
         let online = self.placer.online();
-        let held: BTreeMap<String, CpuSet> = self
-            .doc
+        self.doc
             .containers
             .iter()
             .filter(|(_, r)| r.assignment.exclusive)
@@ -195,7 +193,13 @@ impl<P: Placer> Engine<P> {
                 let gone = r.assignment.cpus.difference(&online);
                 (!gone.is_empty()).then(|| (id.clone(), gone))
             })
-            .collect();
+            .collect()
+    }
+
+    /// Logs each container that holds CPUs gone offline once per set of CPUs, and sets the
+    /// gauge to how many held CPUs are offline.
+    fn report_offline_held(&mut self) {
+        let held = self.offline_holders();
         if let Some(m) = &self.metrics {
             m.hotplug()
                 .set_held_offline(held.values().map(CpuSet::len).sum());
@@ -227,19 +231,8 @@ impl<P: Placer> Engine<P> {
         if !self.config.replace_offlined_cpus {
             return Vec::new();
         }
-        let online = self.placer.online();
-        let hit: Vec<(String, CpuSet)> = self
-            .doc
-            .containers
-            .iter()
-            .filter(|(_, r)| r.assignment.exclusive)
-            .filter_map(|(id, r)| {
-                let gone = r.assignment.cpus.difference(&online);
-                (!gone.is_empty()).then(|| (id.clone(), gone))
-            })
-            .collect();
         let mut updates = Vec::new();
-        for (id, gone) in hit {
+        for (id, gone) in self.offline_holders() {
             if let Some(cpus) = self.replace_one(&id, &gone) {
                 updates.push(CpusetUpdate {
                     container_id: id,
