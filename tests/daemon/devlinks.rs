@@ -7,10 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use nri_protocol::api::{self, MessageField};
-use test_support::daemon::{burstable, connect, pod};
+use test_support::daemon::{burstable, connect, create_in, pod};
 use test_support::e2e::{self, metric, probe, scrape, write_private, PluginProcess};
-use test_support::nri_sim::{ctx, RuntimeSide};
+use test_support::nri_sim::RuntimeSide;
 use tokio::net::UnixListener;
 
 /// An emulated 4-GPU host under `root` with `/dev/nvidiaN` (195:N) and `/dev/nvidiactl`.
@@ -76,16 +75,7 @@ async fn create_gpu_container(rt: &RuntimeSide, id: &str) -> i64 {
     let mut c = burstable(id);
     c.linux.mut_or_insert_default().cgroups_path =
         format!("kubepods-burstable-poduid_full.slice:cri-containerd:{id}");
-    let req = api::CreateContainerRequest {
-        pod: MessageField::some(p),
-        container: MessageField::some(c),
-        ..Default::default()
-    };
-    let reply = rt
-        .plugin
-        .create_container(ctx(), &req)
-        .await
-        .unwrap_or_else(|e| panic!("CreateContainer {id} refused: {e:?}"));
+    let reply = create_in(rt, p, c).await;
     let gpus: Vec<i64> = reply
         .adjust
         .linux

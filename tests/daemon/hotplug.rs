@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use nri_align::topology::CpuSet;
 use nri_protocol::api::{self, MessageField};
-use test_support::daemon::{connect, gauge, pod};
+use test_support::daemon::{connect, create_in, gauge, pod};
 use test_support::e2e::{wait_until, write_private, PluginProcess};
-use test_support::nri_sim::{ctx, RuntimeSide};
+use test_support::nri_sim::RuntimeSide;
 use tokio::net::UnixListener;
 
 fn bin() -> &'static str {
@@ -70,16 +70,7 @@ fn container(id: &str, cores: i64) -> api::Container {
 }
 
 async fn create(rt: &RuntimeSide, id: &str, cores: i64) -> String {
-    let req = api::CreateContainerRequest {
-        pod: MessageField::some(pod()),
-        container: MessageField::some(container(id, cores)),
-        ..Default::default()
-    };
-    let reply = rt
-        .plugin
-        .create_container(ctx(), &req)
-        .await
-        .unwrap_or_else(|e| panic!("CreateContainer {id} refused: {e:?}"));
+    let reply = create_in(rt, pod(), container(id, cores)).await;
     reply.adjust.linux.resources.cpu.cpus.clone()
 }
 

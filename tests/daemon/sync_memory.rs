@@ -11,8 +11,8 @@
 use std::time::Duration;
 
 use nri_protocol::api::{self, Message, MessageField};
-use test_support::daemon::{burstable, start_daemon};
-use test_support::nri_sim::{ctx, RuntimeSide};
+use test_support::daemon::{burstable, connect_configured, start_daemon};
+use test_support::nri_sim::ctx;
 use tokio::net::UnixListener;
 
 /// ttrpc's largest frame (`ttrpc::proto::MESSAGE_LENGTH_MAX`), less room for its header.
@@ -94,15 +94,7 @@ async fn peak_within_bound(case: &str, chunks: Vec<api::SynchronizeRequest>) -> 
     let dir = tempfile::tempdir().expect("tmp");
     let listener = UnixListener::bind(dir.path().join("nri.sock")).expect("runtime socket");
     let mut d = start_daemon(dir.path(), &dir.path().join("state"));
-    let (stream, _) = tokio::time::timeout(Duration::from_secs(20), listener.accept())
-        .await
-        .expect("nri-align did not connect")
-        .expect("accept");
-    let mut rt = RuntimeSide::start(stream).await;
-    rt.expect_registration().await;
-    rt.configure("containerd", "v2.1.9", "v0.8.0", "")
-        .await
-        .expect("configure");
+    let rt = connect_configured(&listener).await;
     // Settle: the metrics listener and the first NRT/metrics refresh are part of steady state.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (steady, hwm_before) = memory(d.pid());

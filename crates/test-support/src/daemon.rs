@@ -71,8 +71,9 @@ pub fn start_daemon(dir: &Path, state: &Path) -> PluginProcess {
     PluginProcess::spawn_logged(cmd, log).expect("start nri-align")
 }
 
-/// Accepts the daemon's connection and plays containerd 2.1 up to an empty Synchronize.
-pub async fn connect(listener: &UnixListener) -> RuntimeSide {
+/// Accepts the daemon's connection and plays containerd 2.1 up to Configure: the next call is
+/// the Synchronize.
+pub async fn connect_configured(listener: &UnixListener) -> RuntimeSide {
     let (stream, _) = tokio::time::timeout(Duration::from_secs(20), listener.accept())
         .await
         .expect("nri-align did not connect")
@@ -82,6 +83,12 @@ pub async fn connect(listener: &UnixListener) -> RuntimeSide {
     rt.configure("containerd", "v2.1.9", "v0.8.0", "")
         .await
         .expect("configure");
+    rt
+}
+
+/// Accepts the daemon's connection and plays containerd 2.1 up to an empty Synchronize.
+pub async fn connect(listener: &UnixListener) -> RuntimeSide {
+    let rt = connect_configured(listener).await;
     rt.plugin
         .synchronize(ctx(), &api::SynchronizeRequest::default())
         .await
@@ -89,18 +96,28 @@ pub async fn connect(listener: &UnixListener) -> RuntimeSide {
     rt
 }
 
-/// Creates `id`: the cpuset of its answer (never empty: it was placed).
-pub async fn create(rt: &RuntimeSide, id: &str) -> String {
+/// Sends CreateContainer for `container` of `pod`; the daemon's answer (a refusal fails the
+/// test).
+pub async fn create_in(
+    rt: &RuntimeSide,
+    pod: api::PodSandbox,
+    container: api::Container,
+) -> api::CreateContainerResponse {
+    let id = container.id.clone();
     let req = api::CreateContainerRequest {
-        pod: MessageField::some(pod()),
-        container: MessageField::some(burstable(id)),
+        pod: MessageField::some(pod),
+        container: MessageField::some(container),
         ..Default::default()
     };
-    let reply = rt
-        .plugin
+    rt.plugin
         .create_container(ctx(), &req)
         .await
-        .unwrap_or_else(|e| panic!("CreateContainer {id} refused: {e:?}"));
+        .unwrap_or_else(|e| panic!("CreateContainer {id} refused: {e:?}"))
+}
+
+/// Creates `id`: the cpuset of its answer (never empty: it was placed).
+pub async fn create(rt: &RuntimeSide, id: &str) -> String {
+    let reply = create_in(rt, pod(), burstable(id)).await;
     let cpus = reply.adjust.linux.resources.cpu.cpus.clone();
     assert!(!cpus.is_empty(), "{id} placed");
     cpus
