@@ -30,21 +30,26 @@ pub(crate) struct FakePlacer {
     mem_offline: NodeSet,
 }
 
+/// CPUs 0-7, one core each, 0-3 on NUMA node 0 and 4-7 on node 1.
+pub(crate) fn eight_cpus_on_two_nodes() -> Vec<Cpu> {
+    (0..8)
+        .map(|id| Cpu {
+            id,
+            package: 0,
+            die: 0,
+            core: id,
+            numa_node: id / 4,
+            l3_group: None,
+            thread_siblings: [id].into_iter().collect(),
+        })
+        .collect()
+}
+
 impl FakePlacer {
     pub(crate) fn new() -> Self {
         let mut topo = gpu_topology();
         topo.gpus[1].numa_node = Some(1);
-        topo.cpus = (0..8)
-            .map(|id| Cpu {
-                id,
-                package: 0,
-                die: 0,
-                core: id,
-                numa_node: id / 4,
-                l3_group: None,
-                thread_siblings: [id].into_iter().collect(),
-            })
-            .collect();
+        topo.cpus = eight_cpus_on_two_nodes();
         // Nodes 0 and 1 with four CPUs each, as the CPUs above say.
         topo.numa_nodes = (0..2u32)
             .map(|n| NumaNode {

@@ -1,21 +1,10 @@
 use super::*;
 use crate::enforce::container::{ContainerState, ResourcesView};
 use crate::enforce::inputs::tests::{gpu_topology, node};
-use crate::topology::Cpu;
 
 fn topo() -> Topology {
     let mut t = gpu_topology();
-    t.cpus = (0..8)
-        .map(|id| Cpu {
-            id,
-            package: 0,
-            die: 0,
-            core: id,
-            numa_node: id / 4,
-            l3_group: None,
-            thread_siblings: [id].into_iter().collect(),
-        })
-        .collect();
+    t.cpus = crate::enforce::testing::eight_cpus_on_two_nodes();
     t
 }
 
