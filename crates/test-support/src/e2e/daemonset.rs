@@ -216,15 +216,6 @@ impl NodeAgent {
                 containers.len()
             ));
         };
-        let strings = |v: &Value| -> Vec<String> {
-            v.as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|s| s.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
         let volumes = spec["volumes"].as_array().cloned().unwrap_or_default();
         let mut mounts = Vec::new();
         for m in c["volumeMounts"].as_array().cloned().unwrap_or_default() {
@@ -268,7 +259,7 @@ impl NodeAgent {
         });
         Ok(NodeAgent {
             image: c["image"].as_str().unwrap_or_default().to_string(),
-            args: strings(&c["args"]),
+            args: string_array(&c["args"]),
             env: c["env"]
                 .as_array()
                 .map(|a| {
@@ -317,15 +308,6 @@ impl NodeAgent {
                 "securityContext.{unknown} has no CRI translation in test-support"
             ));
         }
-        let names = |v: &Value| -> Vec<String> {
-            v.as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|s| s.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
         let mut out = json!({
             "privileged": self.privileged,
             "readonly_rootfs": self.readonly_rootfs,
@@ -335,8 +317,8 @@ impl NodeAgent {
                 "pid": if self.host_pid { 2 } else { 1 },
             },
             "capabilities": {
-                "add_capabilities": names(&sc["capabilities"]["add"]),
-                "drop_capabilities": names(&sc["capabilities"]["drop"]),
+                "add_capabilities": string_array(&sc["capabilities"]["add"]),
+                "drop_capabilities": string_array(&sc["capabilities"]["drop"]),
             },
             // The kubelet sets no_new_privs exactly when privilege escalation is forbidden.
             "no_new_privs": sc["allowPrivilegeEscalation"] == json!(false),
@@ -443,4 +425,15 @@ impl Containerd {
         }
         Ok(v)
     }
+}
+
+/// The strings of a JSON array (none when `v` is not one; other elements skipped).
+fn string_array(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
