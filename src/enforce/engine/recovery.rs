@@ -187,7 +187,8 @@ impl<P: Placer> Engine<P> {
         for c in managed.iter().filter(|c| c.state.is_live()) {
             self.check_systemd_device_links(c, &[]);
         }
-        updates.extend(self.resend_drifted(&managed, &moving));
+        let drifted = self.resend_drifted(&managed, &moving);
+        updates.extend(self.own_updates(drifted));
         self.persist();
         self.refresh_free();
         updates

@@ -603,6 +603,7 @@ mod kubernetes;
 mod listing;
 mod logs;
 mod observe;
+mod others;
 mod props;
 mod restarts;
 mod scheduler;
