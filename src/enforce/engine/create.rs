@@ -207,6 +207,7 @@ pub(super) fn new_record(
         applied_cpus: planned.cpus.clone(),
         devices: adjustment.visible_devices.clone(),
         resources: ResourceSummary::of(req),
+        cdi_names: super::claims::cdi_names(c),
         ..Record::default()
     }
 }

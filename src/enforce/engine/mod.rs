@@ -213,7 +213,8 @@ impl<P: Placer> Engine<P> {
             return self.create_exempt(pod, c).map(Some);
         }
         let started = Instant::now();
-        let built = self.read_request(pod, c, started)?;
+        let mut built = self.read_request(pod, c, started)?;
+        self.share_pod_claims(pod, c, &mut built);
         if self.cpus_left() {
             return self.create_left_cpus(pod, c, built, started).map(Some);
         }
@@ -306,10 +307,11 @@ impl<P: Placer> Engine<P> {
 
     /// Releases a container (RemoveContainer); idempotent.
     pub fn release_container(&mut self, id: &str) -> Vec<CpusetUpdate> {
-        if self.doc.containers.remove(id).is_none() {
+        let Some(rec) = self.doc.containers.remove(id) else {
             return Vec::new();
-        }
+        };
         self.placer.release(id);
+        self.pass_on_claims(id, &rec);
         tracing::info!(container = %id, "released");
         let updates = self.follow_pool(None);
         self.persist();
@@ -516,6 +518,7 @@ fn log_decision(pod: &PodView, c: &ContainerView, a: &Assignment, t: Timing, upd
     );
 }
 
+mod claims;
 mod create;
 mod devlinks;
 mod hotplug;
