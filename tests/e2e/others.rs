@@ -37,7 +37,7 @@ fn a_second_plugin_owning_cpus_is_left_them(rt: Runtime) {
     // The other plugin's CPU: the last one of the last node.
     let (node, cpus) = e.host.machine.nodes.iter().last().expect("a node");
     let cpu = *cpus.last().expect("a CPU");
-    let _other = CpusetPlugin::start(&e.rt.nri_socket(), "dra-cpus", "10", &cpu.to_string())
+    let other = CpusetPlugin::start(&e.rt.nri_socket(), "dra-cpus", "10", &cpu.to_string())
         .unwrap_or_else(|err| panic!("{}: second plugin: {err}", rt.name()));
     let k = Node::for_instance(&e.rt).expect("node");
 
@@ -80,6 +80,58 @@ fn a_second_plugin_owning_cpus_is_left_them(rt: Runtime) {
     let rec = &state[&id];
     assert_eq!(rec["assignment"]["exclusive"], true, "{rec}");
     assert_eq!(rec["assignment"]["cpus"], cpu.to_string(), "{rec}");
+
+    // Without a claim's env, what nri-align reads is the cpuset the runtime shows it in
+    // CreateContainer: already the other plugin's (it comes first), recorded shared.
+    let plain = KubePod::new("dra", "plain").container(
+        KubeContainer::new("app").resources(
+            Resources::none()
+                .request("cpu", "100m")
+                .request("memory", "32Mi"),
+        ),
+    );
+    let sandbox = e.rt.run_kube_pod(&plain, &k).expect("sandbox");
+    let id =
+        e.rt.create_kube_container(&sandbox, &plain, &k, "app", 0)
+            .unwrap_or_else(|err| panic!("{}: plain container: {err}", rt.name()));
+    e.rt.cri().ok(&["start", &id]).expect("start");
+    assert_eq!(e.live(&id).cpus, vec![cpu]);
+    let state = e.run.state().expect("state");
+    let rec = &state[&id];
+    assert_eq!(rec["assignment"]["exclusive"], false, "{rec}");
+    assert_eq!(rec["assignment"]["cpus"], cpu.to_string(), "{rec}");
+
+    // 3. The other plugin after nri-align (index 90): CreateContainer cannot show its cpuset
+    //    yet; PostStartContainer does, and the record follows it.
+    drop(other);
+    let _after = CpusetPlugin::start(&e.rt.nri_socket(), "dra-cpus-late", "90", &cpu.to_string())
+        .unwrap_or_else(|err| panic!("{}: late plugin: {err}", rt.name()));
+    let late = KubePod::new("dra", "late").container(
+        KubeContainer::new("app").resources(
+            Resources::none()
+                .request("cpu", "100m")
+                .request("memory", "32Mi"),
+        ),
+    );
+    let sandbox = e.rt.run_kube_pod(&late, &k).expect("sandbox");
+    let id =
+        e.rt.create_kube_container(&sandbox, &late, &k, "app", 0)
+            .unwrap_or_else(|err| panic!("{}: late plugin's container: {err}", rt.name()));
+    e.rt.cri().ok(&["start", &id]).expect("start");
+    assert_eq!(e.live(&id).cpus, vec![cpu]);
+    assert!(
+        wait_until(Duration::from_secs(5), || e
+            .run
+            .state()
+            .ok()
+            .and_then(|s| s
+                .get(&id)
+                .map(|r| r["assignment"]["cpus"] == cpu.to_string()))
+            .unwrap_or(false)),
+        "{}: record after PostStart: {:?}",
+        rt.name(),
+        e.run.state().map(|s| s.get(&id).cloned())
+    );
 }
 
 each_runtime!(a_second_plugin_owning_cpus_is_left_them);

@@ -250,6 +250,11 @@ impl<P: Placer> Engine<P> {
     /// recorded as exempt: it holds nothing and follows the pool too.
     pub fn adopt_started(&mut self, pod: &PodView, c: &ContainerView) -> Vec<CpusetUpdate> {
         if self.doc.containers.contains_key(&c.id) {
+            // Where another plugin owns the cpuset and comes after nri-align, the started
+            // container shows what it set: the record follows.
+            if self.cpus_left() {
+                self.follow_others_update(c, &c.resources);
+            }
             return Vec::new();
         }
         self.pods.insert_new(pod);
