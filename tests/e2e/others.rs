@@ -119,6 +119,7 @@ fn a_second_plugin_owning_cpus_is_left_them(rt: Runtime) {
             .unwrap_or_else(|err| panic!("{}: late plugin's container: {err}", rt.name()));
     e.rt.cri().ok(&["start", &id]).expect("start");
     assert_eq!(e.live(&id).cpus, vec![cpu]);
+    let want = cpu.to_string();
     assert!(
         wait_until(Duration::from_secs(5), || e
             .run
@@ -126,7 +127,7 @@ fn a_second_plugin_owning_cpus_is_left_them(rt: Runtime) {
             .ok()
             .and_then(|s| s
                 .get(&id)
-                .map(|r| r["assignment"]["cpus"] == cpu.to_string()))
+                .map(|r| r["assignment"]["cpus"].as_str() == Some(want.as_str())))
             .unwrap_or(false)),
         "{}: record after PostStart: {:?}",
         rt.name(),
