@@ -186,6 +186,11 @@ impl<P: Placer> Engine<P> {
         // what the ledger accounts for, so it is re-asserted.
         for c in managed.iter().filter(|c| c.state.is_live()) {
             self.check_systemd_device_links(c, &[]);
+            if self.cpus_left() {
+                // The other plugin may have moved it meanwhile (its own updates are no event
+                // nri-align receives): the record follows what runs.
+                self.follow_others_update(c, &c.resources);
+            }
         }
         let drifted = self.resend_drifted(&managed, &moving);
         updates.extend(self.own_updates(drifted));

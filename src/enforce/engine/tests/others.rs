@@ -157,3 +157,22 @@ fn mems_and_devices_left_are_never_set() {
     assert!(out.adjustment.device_rules.is_empty());
     assert!(!out.adjustment.env.contains_key("NVIDIA_VISIBLE_DEVICES"));
 }
+
+#[test]
+fn synchronize_follows_what_the_other_plugin_moved_and_sends_nothing() {
+    let mut e = real(cpus_left(), "");
+    let p = kpod("dra", "web", &[]);
+    let mut c = kctr(&p, "c-1", "web", 500, None);
+    c.resources.cpuset_cpus = "0-7".into();
+    create(&mut e, &p, &c);
+    // The other plugin moved its pool on its own; the runtime reports it at a reconnection.
+    let mut running = c.clone();
+    running.state = crate::enforce::container::ContainerState::Running;
+    running.resources.cpuset_cpus = "0-5".into();
+    let updates = e.synchronize(std::slice::from_ref(&p), &[running]);
+    assert!(updates.is_empty(), "{updates:?}");
+    assert_eq!(
+        e.records().containers["c-1"].assignment.cpus.to_string(),
+        "0-5"
+    );
+}
