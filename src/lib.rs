@@ -82,7 +82,12 @@
 //! 8. A restart: a container with its predecessor's pod UID and name takes that decision over
 //!    when it asks for the same resources and devices, else the predecessor is released and
 //!    it is placed anew; the pod's stopped siblings (finished init containers) give their
-//!    CPUs back first (`enforce/engine/lifecycle.rs`). For pod scope the placer learns the
+//!    CPUs back first (`enforce/engine/lifecycle.rs`). A GPU a sibling of the pod already
+//!    uses through the same CDI name (one DRA claim) is used shared, not held twice
+//!    (`enforce/engine/claims.rs`). On a node whose cpusets another NRI plugin owns
+//!    (`leave_to_others`), this step and the next are replaced: the container's CPUs are read
+//!    from that plugin's choice and recorded, and its memory nodes follow them
+//!    (`enforce/engine/others.rs`); the fields left are taken out of every answer. For pod scope the placer learns the
 //!    pod's totals ([`Placer::expect_pod`]), and the GPU mode of this decision is chosen
 //!    (`remap` only for GPUs that reach the container through the env alone).
 //! 9. Placement: [`Placer::plan`], for the allocator [`Allocator::plan_in`], resolves the

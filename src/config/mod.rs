@@ -53,6 +53,7 @@ use crate::placement::{GpuMode, NumaChoice, PlacementConfig, Policy, SchedulerCh
 use crate::untrusted;
 
 mod nrt;
+pub mod others;
 mod read;
 mod reload;
 pub mod select;
@@ -62,6 +63,7 @@ mod watch;
 
 use crate::topology::{CpuSet, Topology};
 pub use nrt::NrtConfig;
+pub use others::{LeftField, LeftToOthers};
 pub use read::{read_config_file, FileReader, MAX_CONFIG_BYTES};
 pub use reload::{
     content_hash, section_hash, spawn_reloader, spawn_section_reloader, Loaded, Outcome, Relabel,
@@ -164,6 +166,7 @@ struct RawConfig {
     trust_visible_devices_env: Option<bool>,
     cri_socket: Option<PathBuf>,
     cdi_spec_dirs: Option<Vec<PathBuf>>,
+    leave_to_others: Vec<others::LeftField>,
     create_dev_char_links: Option<bool>,
     state_dir: Option<PathBuf>,
     state_fsync: Option<bool>,
@@ -226,6 +229,10 @@ pub struct Config {
     /// Directories of CDI spec files (absolute, read under the host root), later ones taking
     /// precedence; empty: CDI names are read from the names alone.
     pub cdi_spec_dirs: Vec<PathBuf>,
+    /// The container fields another NRI plugin owns on this node (a DRA CPU or memory
+    /// driver's plugin): nri-align never sets them, and aligns what it still sets to what the
+    /// container gets from the other plugin (`enforce/engine/others.rs`).
+    pub leave_to_others: LeftToOthers,
     /// Whether a device node handed to a container in a systemd scope gets the
     /// `/dev/char/MAJ:MIN` link runc's systemd cgroup driver needs to keep it, when the host
     /// lacks one (`enforce/engine/devlinks.rs`). Off: such a device is only reported at risk.
@@ -275,6 +282,7 @@ impl Default for Config {
                 .iter()
                 .map(PathBuf::from)
                 .collect(),
+            leave_to_others: LeftToOthers::default(),
             create_dev_char_links: true,
             state_dir: None,
             state_fsync: false,
@@ -391,6 +399,7 @@ impl Config {
             trust_visible_devices_env: raw.trust_visible_devices_env.unwrap_or(false),
             cri_socket: raw.cri_socket,
             cdi_spec_dirs,
+            leave_to_others: LeftToOthers::of(&raw.leave_to_others),
             create_dev_char_links: raw.create_dev_char_links.unwrap_or(true),
             state_dir: raw.state_dir,
             state_fsync: raw.state_fsync.unwrap_or(false),

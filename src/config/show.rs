@@ -64,6 +64,13 @@ impl Config {
             self.trust_visible_devices_env,
         );
         put(&mut m, "cri_socket", path(self.cri_socket.as_deref()));
+        let left: Vec<String> = self
+            .leave_to_others
+            .names()
+            .into_iter()
+            .map(String::from)
+            .collect();
+        put(&mut m, "leave_to_others", list(&left));
         put(&mut m, "state_dir", path(self.state_dir.as_deref()));
         put(&mut m, "state_fsync", self.state_fsync);
         let addr = self.metrics_address.map(|a| a.to_string());

@@ -12,7 +12,7 @@ fn the_written_configuration_parses_back_to_itself() {
          metrics_address: \"127.0.0.1:9464\"\nlog_format: json\nlog_level: debug\n\
          plugin_idx: \"07\"\nnrt: {publish: false, node_name: w1, gpu_resource: null, \
          rdma_nic_resource: rdma/hca, resync_seconds: 30, take_over_foreign: true}\n",
-        "podresources_socket: \"\"\ncri_socket: \"\"\n",
+        "podresources_socket: \"\"\ncri_socket: \"\"\nleave_to_others: [mems, cpus]\n",
     ];
     for text in texts {
         let c = Config::parse(text, "t").expect("valid");

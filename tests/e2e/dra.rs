@@ -3,7 +3,8 @@
 //! `k8s.gpu.nvidia.com/claim=<uid>-gpu-<minor>`) naming an emulated GPU, and a generic vendor's
 //! spec (`example.com/accel`) naming an emulated PCI function, both written after nri-align
 //! started (the watcher picks them up) and handed to the container through `cdi.k8s.io/`
-//! annotations, which every runtime here passes to NRI.
+//! annotations, which every runtime here passes to NRI. Then the kubelet's semantics for a
+//! claim two containers of one pod reference: shared, and held until the last one goes.
 //!
 //! The runtime and nri-align read the same devices from two copies of each spec: the
 //! runtime's, in its private CDI dir, with host paths of the emulated host's nodes, and
@@ -155,4 +156,98 @@ fn cdi_specs_of_any_vendor_align_cpus_and_memory(rt: Runtime) {
     );
 }
 
-each_runtime!(cdi_specs_of_any_vendor_align_cpus_and_memory);
+/// The list of strings at `v` (a JSON array), empty when absent.
+fn strings(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The kubelet's semantics for a claim two containers of one pod reference: both are
+/// created (the GPU is shared, not allocated twice, not refused), and when the holder is
+/// removed the claim's GPU stays held, by the container that still uses it.
+fn a_claim_two_containers_of_a_pod_name_is_shared(rt: Runtime) {
+    let options = UpOptions {
+        cdi: true,
+        ..UpOptions::default()
+    };
+    let Some(e) = Enforced::with_options(rt, "dra-shared", "e2e-dra-shared", (2, 0), "", options)
+    else {
+        return;
+    };
+    let node = *e.host.machine.nodes.keys().next().expect("a node");
+    let g = &e.host.gpus[1];
+    emulate_accel(&e.host.root, node);
+    let gpu_dev = format!("/dev/nvidia{}", g.minor);
+    for (file, text) in specs(g.minor, &e.host.dev(&gpu_dev).to_string_lossy()) {
+        write(&e.rt.dir().join("cdi").join(file), &text);
+    }
+    for (file, text) in specs(g.minor, &gpu_dev) {
+        write(&e.host.root.join("var/run/cdi").join(file), &text);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let claim = Allocation {
+        resource: "k8s.gpu.nvidia.com".into(),
+        annotations: [(
+            "cdi.k8s.io/dra_claim".to_string(),
+            format!("k8s.gpu.nvidia.com/claim={CLAIM}-gpu-{}", g.minor),
+        )]
+        .into(),
+        ..Allocation::default()
+    };
+    // Burstable: a two-CPU machine has no exclusive CPU to spare for each.
+    let container = |name: &str| {
+        KubeContainer::new(name)
+            .resources(
+                Resources::none()
+                    .request("cpu", "100m")
+                    .request("memory", "32Mi"),
+            )
+            .allocation(claim.clone())
+    };
+    let pod = KubePod::new("ml", "pair")
+        .container(container("trainer"))
+        .container(container("sidecar"));
+    let k = Node::for_instance(&e.rt).expect("node");
+    let sandbox = e.rt.run_kube_pod(&pod, &k).expect("sandbox");
+    let cri = e.rt.cri();
+    let mut ids = Vec::new();
+    for name in ["trainer", "sidecar"] {
+        let id =
+            e.rt.create_kube_container(&sandbox, &pod, &k, name, 0)
+                .unwrap_or_else(|err| panic!("{name} on {}: {err}", rt.name()));
+        cri.ok(&["start", &id]).expect("start");
+        ids.push(id);
+    }
+    let state = e.run.state().expect("state");
+    let held = strings(&state[&ids[0]]["assignment"]["gpus"]);
+    assert_eq!(held.len(), 1, "{state:?}");
+    assert_eq!(
+        strings(&state[&ids[1]]["assignment"]["shared_gpus"]),
+        held,
+        "the sidecar shares the claim's GPU"
+    );
+    // The holder goes: the claim's GPU passes to the sidecar, which still uses it.
+    cri.ok(&["stop", &ids[0]]).expect("stop");
+    cri.ok(&["rm", &ids[0]]).expect("rm");
+    assert!(
+        e2e::wait_until(Duration::from_secs(10), || {
+            let s = e.run.state().unwrap_or_default();
+            !s.contains_key(&ids[0])
+                && s.get(&ids[1])
+                    .is_some_and(|r| strings(&r["assignment"]["gpus"]) == held)
+        }),
+        "{:?}\n{}",
+        e.run.state(),
+        e.plugin.output()
+    );
+}
+
+each_runtime!(
+    cdi_specs_of_any_vendor_align_cpus_and_memory,
+    a_claim_two_containers_of_a_pod_name_is_shared
+);

@@ -12,6 +12,7 @@ mod kubelet_shapes;
 mod mig;
 mod nrt;
 mod observe;
+mod others;
 mod plugin;
 mod required_plugins;
 mod scheduler;

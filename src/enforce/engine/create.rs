@@ -99,6 +99,8 @@ impl<P: Placer> Engine<P> {
         // leave unhealthy ones out): without that list it keeps, never guesses.
         self.expect_pod(pod);
         let mode = match (&built.allocatable_gpus, self.config.placement.gpu_mode) {
+            // A remap changes device nodes and env: not nri-align's when they are left.
+            (_, GpuMode::Remap) if self.config.leave_to_others.devices => GpuMode::Keep,
             (Some(allocatable), GpuMode::Remap) if built.remappable && !has_device_nodes(c) => {
                 let targets = remap_targets(self.placer.topology(), allocatable, &built.request);
                 self.placer.set_allocatable_gpus(&targets);
@@ -205,6 +207,7 @@ pub(super) fn new_record(
         applied_cpus: planned.cpus.clone(),
         devices: adjustment.visible_devices.clone(),
         resources: ResourceSummary::of(req),
+        cdi_names: super::claims::cdi_names(c),
         ..Record::default()
     }
 }

@@ -134,7 +134,7 @@ impl<P: Placer> Engine<P> {
     /// again, but those in `skip`: cgroup v1 takes an offlined CPU out of every cpuset for
     /// good, so without one the holder would never run on it again.
     fn holders_of(&self, back: &CpuSet, skip: &HashSet<String>) -> Vec<CpusetUpdate> {
-        if back.is_empty() {
+        if back.is_empty() || self.cpus_left() {
             return Vec::new();
         }
         self.doc
@@ -228,7 +228,7 @@ impl<P: Placer> Engine<P> {
     /// as many free CPUs of its nodes instead; returns their cpuset updates. A container for
     /// which too few are free keeps what it has (and is reported).
     fn replace_offlined(&mut self) -> Vec<CpusetUpdate> {
-        if !self.config.replace_offlined_cpus {
+        if !self.config.replace_offlined_cpus || self.cpus_left() {
             return Vec::new();
         }
         let mut updates = Vec::new();

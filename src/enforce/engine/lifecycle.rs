@@ -234,6 +234,7 @@ impl<P: Placer> Engine<P> {
                 // reason that says "recorded as running" always has the flag and the upgrade
                 // at load (`Record::upgrade`) never flags a decision.
                 found_running: old.found_running,
+                cdi_names: super::claims::cdi_names(c),
                 ..Record::default()
             },
         );

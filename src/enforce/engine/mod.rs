@@ -145,6 +145,9 @@ impl<P: Placer> Engine<P> {
     /// from the old spec is lost (seen with containerd 1.7 and 2.1 when nri-align reconnects
     /// while containers start). Sending it once more to the running task closes that window.
     pub fn container_started(&self, id: &str) -> Option<CpusetUpdate> {
+        if self.cpus_left() {
+            return None;
+        }
         let rec = self.doc.containers.get(id)?;
         (rec.applied_cpus != rec.assignment.cpus).then(|| CpusetUpdate {
             container_id: id.to_string(),
@@ -159,6 +162,9 @@ impl<P: Placer> Engine<P> {
 
     /// The cpuset recorded for container `id`, as an update (for updates that had to wait).
     pub fn current_cpuset(&self, id: &str) -> Option<CpusetUpdate> {
+        if self.cpus_left() {
+            return None;
+        }
         self.doc.containers.get(id).map(|r| CpusetUpdate {
             container_id: id.to_string(),
             cpus: r.applied_cpus.clone(),
@@ -183,6 +189,20 @@ impl<P: Placer> Engine<P> {
         pod: &PodView,
         c: &ContainerView,
     ) -> Result<Option<CreateOutcome>, EngineError> {
+        let mut out = self.create_decided(pod, c)?;
+        if let Some(o) = out.as_mut() {
+            // One place for every way a creation is answered (placed, restarted, exempt):
+            // what another plugin owns never leaves nri-align.
+            others::strip_left(&mut o.adjustment, self.config.leave_to_others);
+        }
+        Ok(out)
+    }
+
+    fn create_decided(
+        &mut self,
+        pod: &PodView,
+        c: &ContainerView,
+    ) -> Result<Option<CreateOutcome>, EngineError> {
         self.pods.insert(pod);
         if self.doc.containers.contains_key(&c.id) {
             // A create for an id we hold (a retried create): start over.
@@ -193,7 +213,11 @@ impl<P: Placer> Engine<P> {
             return self.create_exempt(pod, c).map(Some);
         }
         let started = Instant::now();
-        let built = self.read_request(pod, c, started)?;
+        let mut built = self.read_request(pod, c, started)?;
+        self.share_pod_claims(pod, c, &mut built);
+        if self.cpus_left() {
+            return self.create_left_cpus(pod, c, built, started).map(Some);
+        }
         if let Some(out) = self.take_over(pod, c, &built, started) {
             return Ok(Some(out));
         }
@@ -218,6 +242,10 @@ impl<P: Placer> Engine<P> {
         c: &ContainerView,
         new: &ResourcesView,
     ) -> Result<Vec<CpusetUpdate>, EngineError> {
+        if self.cpus_left() {
+            self.follow_others_update(c, new);
+            return Ok(Vec::new());
+        }
         let Some(old) = self.doc.containers.get(&c.id).cloned() else {
             return Ok(Vec::new());
         };
@@ -279,10 +307,11 @@ impl<P: Placer> Engine<P> {
 
     /// Releases a container (RemoveContainer); idempotent.
     pub fn release_container(&mut self, id: &str) -> Vec<CpusetUpdate> {
-        if self.doc.containers.remove(id).is_none() {
+        let Some(rec) = self.doc.containers.remove(id) else {
             return Vec::new();
-        }
+        };
         self.placer.release(id);
+        self.pass_on_claims(id, &rec);
         tracing::info!(container = %id, "released");
         let updates = self.follow_pool(None);
         self.persist();
@@ -489,11 +518,13 @@ fn log_decision(pod: &PodView, c: &ContainerView, a: &Assignment, t: Timing, upd
     );
 }
 
+mod claims;
 mod create;
 mod devlinks;
 mod hotplug;
 mod lifecycle;
 mod observe;
+mod others;
 mod persist;
 pub mod placer;
 mod pool;

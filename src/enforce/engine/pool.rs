@@ -63,6 +63,10 @@ impl<P: Placer> Engine<P> {
     /// is skipped whole (a shared container's creation moves nobody; an exclusive one moves
     /// the groups whose nodes lost CPUs, each member once).
     pub(super) fn follow_pool(&mut self, except: Option<&str>) -> Vec<CpusetUpdate> {
+        if self.cpus_left() {
+            // The other plugin moves its shared pool itself.
+            return Vec::new();
+        }
         let pool = self.placer.shared_pool();
         if pool.is_empty() {
             // Runtimes ignore a cpuset update without CPUs; sending one would only make the

@@ -186,8 +186,14 @@ impl<P: Placer> Engine<P> {
         // what the ledger accounts for, so it is re-asserted.
         for c in managed.iter().filter(|c| c.state.is_live()) {
             self.check_systemd_device_links(c, &[]);
+            if self.cpus_left() {
+                // The other plugin may have moved it meanwhile (its own updates are no event
+                // nri-align receives): the record follows what runs.
+                self.follow_others_update(c, &c.resources);
+            }
         }
-        updates.extend(self.resend_drifted(&managed, &moving));
+        let drifted = self.resend_drifted(&managed, &moving);
+        updates.extend(self.own_updates(drifted));
         self.persist();
         self.refresh_free();
         updates
@@ -249,6 +255,11 @@ impl<P: Placer> Engine<P> {
     /// recorded as exempt: it holds nothing and follows the pool too.
     pub fn adopt_started(&mut self, pod: &PodView, c: &ContainerView) -> Vec<CpusetUpdate> {
         if self.doc.containers.contains_key(&c.id) {
+            // Where another plugin owns the cpuset and comes after nri-align, the started
+            // container shows what it set: the record follows.
+            if self.cpus_left() {
+                self.follow_others_update(c, &c.resources);
+            }
             return Vec::new();
         }
         self.pods.insert_new(pod);

@@ -141,6 +141,11 @@ pub struct Record {
     /// restarts. Absent (false) in the log unless set, so logs stay readable both ways.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub found_running: bool,
+    /// The CDI names the container's devices were resolved from (`vendor/class=name`; a DRA
+    /// driver's per-claim spec names one claim's devices): two containers of one pod that
+    /// name the same device share it (`enforce/engine/claims.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cdi_names: Vec<String>,
 }
 
 /// How the reason of a record made from a running container begins. Versions before the

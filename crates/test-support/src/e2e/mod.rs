@@ -8,6 +8,7 @@
 //! also when the test panics. Set `NRI_ALIGN_KEEP=1` to keep instances for post-mortems.
 
 pub mod align;
+pub mod cpuset_plugin;
 mod cri;
 pub mod daemonset;
 pub mod host;

@@ -596,6 +596,7 @@ fn a_container_started_behind_synchronize_is_adopted_into_the_pool() {
     assert_eq!(x2.adjustment.cpuset_cpus, "2-3", "k1 holds nothing");
 }
 
+mod claims;
 mod consistency;
 mod diskfull;
 mod gpu_props;
@@ -603,6 +604,7 @@ mod kubernetes;
 mod listing;
 mod logs;
 mod observe;
+mod others;
 mod props;
 mod restarts;
 mod scheduler;

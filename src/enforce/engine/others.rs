@@ -1,0 +1,276 @@
+//! Containers on a node where another NRI plugin owns some of their fields (`leave_to_others`
+//! in the configuration): nri-align never sets those fields, neither in the creation's
+//! adjustment nor in any `UpdateContainers`, because the runtime fails a creation two plugins
+//! both adjust ("plugins ... both tried to set", containerd/nri `pkg/api/owners.go`).
+//!
+//! When the CPUs are another plugin's (kubernetes-sigs/dra-driver-cpu, whose NRI plugin sets
+//! `cpuset.cpus` on every container: its claims' CPUs or its shared pool), nri-align does not
+//! place the container's CPUs at all: it reads the CPUs the container gets, records them
+//! (a claim's CPUs as held, so the ledger and NodeResourceTopology count them as taken) and
+//! aligns what it still sets, the memory nodes, to them. Where the container gets its CPUs
+//! from, first found wins:
+//!
+//! 1. the DRA CPU driver's CDI env `DRA_CPUSET_<claimUID>=<cpu list>`, one per claim
+//!    (dra-driver-cpu `pkg/driver/cdi.go` names the prefix, `pkg/driver/dra_hooks.go` writes
+//!    `fmt.Sprintf("%s_%s=%s", prefix, claim.UID, cpus)`): the runtime injects it before any
+//!    NRI plugin is called, so it is there whatever the plugins' order;
+//! 2. the cpuset in the container's spec as nri-align sees it: the runtime hands each plugin
+//!    the container as the plugins before it adjusted it (containerd/nri
+//!    `pkg/adaptation/result.go` writes each claimed field into the request's container), so a
+//!    plugin with a lower index than nri-align's has set it by then;
+//! 3. neither: nri-align runs before the other plugin. The container is recorded on every
+//!    online CPU, shared, and its memory nodes follow its devices alone.
+
+use std::time::Instant;
+
+use super::{log_decision, pod_name, CreateOutcome, Engine, EngineError, Placer};
+use crate::config::LeftToOthers;
+use crate::enforce::adjust::{Adjustment, CpusetUpdate};
+use crate::enforce::container::{ContainerView, PodView, ResourcesView};
+use crate::enforce::inputs::Built;
+use crate::enforce::state::Record;
+use crate::placement::{Assignment, Request};
+use crate::topology::{CpuSet, NodeSet, Topology};
+
+/// The prefix of the DRA CPU driver's per-claim env entries.
+pub const DRA_CPUSET_PREFIX: &str = "DRA_CPUSET_";
+
+/// Where the CPUs of a container whose cpuset is another plugin's come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OthersCpus {
+    /// A DRA CPU claim's (the union when it uses several): held by the container.
+    Claimed(CpuSet),
+    /// The cpuset set before nri-align was asked (the other plugin's shared pool, or the
+    /// kubelet's): shared.
+    Reported(CpuSet),
+    /// Nothing says yet.
+    Unknown,
+}
+
+/// The CPUs container `c` gets from another plugin, as far as the creation shows them.
+pub fn others_cpus(topo: &Topology, c: &ContainerView) -> OthersCpus {
+    let mut claimed: Option<CpuSet> = None;
+    for entry in &c.env {
+        let Some((key, value)) = entry.split_once('=') else {
+            continue;
+        };
+        let Some(claim) = key.strip_prefix(DRA_CPUSET_PREFIX) else {
+            continue;
+        };
+        if claim.is_empty() {
+            continue;
+        }
+        let Some(cpus) = super::reconcile::runtime_cpus(topo, value, &c.id) else {
+            continue;
+        };
+        claimed
+            .get_or_insert_with(CpuSet::default)
+            .extend_from(&cpus);
+    }
+    if let Some(cpus) = claimed.filter(|s| !s.is_empty()) {
+        return OthersCpus::Claimed(cpus);
+    }
+    match super::reconcile::runtime_cpus(topo, &c.resources.cpuset_cpus, &c.id) {
+        Some(cpus) if !cpus.is_empty() => OthersCpus::Reported(cpus),
+        _ => OthersCpus::Unknown,
+    }
+}
+
+/// Takes out of `adj` what another plugin owns: the cpuset, the memory nodes, the device
+/// nodes with their rules and the GPU env. An empty cpuset or memory list is not sent to the
+/// runtime at all (the NRI adaptation claims a field only when its value is non-empty).
+pub fn strip_left(adj: &mut Adjustment, left: LeftToOthers) {
+    if left.cpus {
+        adj.cpuset_cpus.clear();
+    }
+    if left.mems {
+        adj.cpuset_mems.clear();
+    }
+    if left.devices {
+        adj.add_devices.clear();
+        adj.device_rules.clear();
+        adj.remove_devices.clear();
+        adj.env.remove("NVIDIA_VISIBLE_DEVICES");
+        adj.env.remove("CUDA_VISIBLE_DEVICES");
+    }
+}
+
+/// The NUMA nodes of the devices `req` was given (GPUs, RDMA NICs, generic devices) that the
+/// host says a node of.
+fn device_nodes(topo: &Topology, req: &Request) -> NodeSet {
+    let gpus = req
+        .allocated_gpus
+        .iter()
+        .chain(&req.shared_gpus)
+        .filter_map(|bus| topo.gpus.iter().find(|g| g.pci_bus_id == *bus))
+        .filter_map(|g| g.numa_node);
+    let nics = req
+        .allocated_nics
+        .iter()
+        .filter_map(|n| topo.nics.iter().find(|x| x.name == *n))
+        .filter_map(|n| n.numa_node);
+    let generic = req.generic_devices.iter().filter_map(|d| d.numa_node);
+    gpus.chain(nics).chain(generic).collect()
+}
+
+/// The NUMA nodes CPUs `cpus` sit on.
+fn cpu_nodes(topo: &Topology, cpus: &CpuSet) -> NodeSet {
+    topo.numa_nodes
+        .iter()
+        .filter(|n| !n.cpus.is_disjoint(cpus))
+        .map(|n| n.id)
+        .collect()
+}
+
+/// The decision for a container whose CPUs are another plugin's: those CPUs (held when a
+/// claim gave them), memory nodes where they are (or where its devices are, when the CPUs are
+/// not known yet), its devices as the request names them.
+pub fn decision(
+    topo: &Topology,
+    policy: crate::placement::Policy,
+    req: &Request,
+    cpus: &OthersCpus,
+) -> Assignment {
+    let devices = device_nodes(topo, req);
+    let (set, exclusive, nodes, source) = match cpus {
+        OthersCpus::Claimed(s) => (s.clone(), true, cpu_nodes(topo, s), "a DRA CPU claim"),
+        OthersCpus::Reported(s) => (
+            s.clone(),
+            false,
+            cpu_nodes(topo, s),
+            "the cpuset set before nri-align",
+        ),
+        OthersCpus::Unknown => (topo.online_cpus(), false, devices.clone(), "not known yet"),
+    };
+    let aligned = devices.is_subset(&nodes);
+    Assignment {
+        container_id: req.container_id.clone(),
+        container_name: req.container_name.clone(),
+        pod_uid: req.pod.uid.clone(),
+        pod_name: format!("{}/{}", req.pod.namespace, req.pod.name),
+        cpus: set,
+        exclusive,
+        mems: topo.memory_nodes_for(&nodes),
+        numa_nodes: nodes,
+        gpus: req.allocated_gpus.clone(),
+        nics: req.allocated_nics.clone(),
+        shared_gpus: req.shared_gpus.clone(),
+        generic_devices: req
+            .generic_devices
+            .iter()
+            .map(|d| d.pci_bus_id.clone())
+            .collect(),
+        policy,
+        aligned,
+        reason: format!("cpus left to another plugin ({source}); memory nodes follow them"),
+        ..Assignment::default()
+    }
+}
+
+impl<P: Placer> Engine<P> {
+    /// Whether another plugin owns `cpuset.cpus`: then no cpuset update is ever sent.
+    pub(super) fn cpus_left(&self) -> bool {
+        self.config.leave_to_others.cpus
+    }
+
+    /// `updates`, or none when the cpuset is another plugin's.
+    pub(super) fn own_updates(&self, updates: Vec<CpusetUpdate>) -> Vec<CpusetUpdate> {
+        if self.cpus_left() {
+            Vec::new()
+        } else {
+            updates
+        }
+    }
+
+    /// A creation on a node whose cpusets are another plugin's: the container's CPUs are read
+    /// ([`others_cpus`]), recorded, and its memory nodes aligned to them. A restarted
+    /// container's predecessor goes first: its CPUs are whatever the other plugin gives now.
+    pub(super) fn create_left_cpus(
+        &mut self,
+        pod: &PodView,
+        c: &ContainerView,
+        built: Built,
+        started: Instant,
+    ) -> Result<CreateOutcome, EngineError> {
+        while let Some(old) = self.predecessor(pod, c) {
+            self.drop_record(&old);
+        }
+        self.reuse_finished(pod, c);
+        let req = built.request;
+        let topo = self.placer.topology();
+        let cpus = others_cpus(topo, c);
+        let mut a = decision(topo, self.config.placement.policy, &req, &cpus);
+        if !a.aligned {
+            tracing::warn!(pod = %pod_name(pod), container = %c.name, cpus = %a.cpus, "the CPUs another plugin gave are not on the nodes of the container's devices");
+        }
+        let adjustment = self.adjustment_for(&a, c, started)?;
+        if let Err(r) = self.placer.restore(a.clone()) {
+            if !a.exclusive {
+                self.count_rejection(&r.reason, started);
+                return Err(EngineError::Rejected(r));
+            }
+            // Another container holds some of these CPUs (two containers of a pod sharing
+            // one claim, or a record nri-align made before): counted shared, never refused,
+            // since the other plugin decided and the runtime applies its choice.
+            tracing::info!(pod = %pod_name(pod), container = %c.name, "claimed CPUs already held: recorded shared ({})", r.message);
+            a.exclusive = false;
+            self.placer
+                .restore(a.clone())
+                .inspect_err(|r| self.count_rejection(&r.reason, started))
+                .map_err(EngineError::Rejected)?;
+        }
+        let rec = super::create::new_record(&a, pod, c, &adjustment, &req);
+        self.doc.containers.insert(c.id.clone(), rec);
+        let (updates, timing) = self.persist_and_follow_pool(&c.id, started);
+        if let Some(m) = &self.metrics {
+            m.admitted(&a.policy.to_string(), a.aligned, timing.took);
+        }
+        self.refresh_free();
+        log_decision(pod, c, &a, timing, updates.len());
+        Ok(CreateOutcome {
+            adjustment,
+            updates,
+        })
+    }
+
+    /// A CRI update on a node whose cpusets are another plugin's: nothing is sent; the
+    /// record follows the cpuset the runtime reports now (the other plugin's word), held as
+    /// before when it still can be.
+    pub(super) fn follow_others_update(&mut self, c: &ContainerView, new: &ResourcesView) {
+        let Some(rec) = self.doc.containers.get(&c.id).cloned() else {
+            return;
+        };
+        let reported =
+            super::reconcile::runtime_cpus(self.placer.topology(), &new.cpuset_cpus, &c.id);
+        let Some(cpus) = reported.filter(|s| !s.is_empty() && *s != rec.assignment.cpus) else {
+            return;
+        };
+        let mut a = rec.assignment.clone();
+        a.cpus = cpus;
+        self.placer.release(&c.id);
+        if self.placer.restore(a.clone()).is_err() {
+            a.exclusive = false;
+            if let Err(r) = self.placer.restore(a.clone()) {
+                tracing::warn!(container = %c.id, "the cpuset another plugin set is not recorded: {}", r.message);
+                if self.placer.restore(rec.assignment.clone()).is_err() {
+                    self.doc.containers.remove(&c.id);
+                    self.persist();
+                }
+                return;
+            }
+        }
+        tracing::info!(container = %c.id, cpus = %a.cpus, "cpuset set by another plugin recorded");
+        let updated = Record {
+            applied_cpus: a.cpus.clone(),
+            assignment: a,
+            ..rec
+        };
+        self.doc.containers.insert(c.id.clone(), updated);
+        self.persist();
+        self.refresh_free();
+    }
+}
+
+#[cfg(test)]
+#[path = "others_tests.rs"]
+mod tests;

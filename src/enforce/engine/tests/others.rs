@@ -1,0 +1,178 @@
+//! `leave_to_others` on the real allocator: a node where another NRI plugin (a DRA CPU
+//! driver's) owns `cpuset.cpus`. nri-align never sets the field, in a creation or an update,
+//! records the CPUs the container gets (a claim's as held), and aligns memory to them.
+
+use super::kubernetes::{kctr, kpod, real};
+use super::*;
+use crate::config::{LeftField, LeftToOthers};
+use crate::placement::Allocator;
+
+fn cpus_left() -> Config {
+    Config {
+        leave_to_others: LeftToOthers::of(&[LeftField::Cpus]),
+        ..Config::default()
+    }
+}
+
+fn create(e: &mut Engine<Allocator>, p: &PodView, c: &ContainerView) -> CreateOutcome {
+    e.create_container(p, c).expect("admitted").expect("placed")
+}
+
+#[test]
+fn a_claims_cpus_are_recorded_held_and_memory_follows_them_without_a_cpuset() {
+    let mut e = real(cpus_left(), "");
+    let p = kpod("dra", "claimer", &[]);
+    let mut c = kctr(&p, "c-1", "app", 2000, Some(2000));
+    c.env = vec!["DRA_CPUSET_0f1e-claim=5-6".into()];
+    // What the other plugin (lower index) set before nri-align was asked.
+    c.resources.cpuset_cpus = "5-6".into();
+    let out = create(&mut e, &p, &c);
+    assert_eq!(
+        out.adjustment.cpuset_cpus, "",
+        "cpus are the other plugin's"
+    );
+    assert_eq!(
+        out.adjustment.cpuset_mems, "1",
+        "memory on the claim's node"
+    );
+    assert!(out.updates.is_empty());
+    let rec = &e.records().containers["c-1"];
+    assert_eq!(rec.assignment.cpus.to_string(), "5-6");
+    assert!(rec.assignment.exclusive);
+    // Held: nri-align's shared pool (and so what it reports free) no longer has them.
+    let pool = e.placer().shared_pool();
+    assert!(pool.is_disjoint(&rec.assignment.cpus), "pool {pool}");
+
+    // A shared container gets the other plugin's pool: recorded as it is, nothing sent, and
+    // the first container's release moves nobody.
+    let q = kpod("dra", "web", &[]);
+    let mut d = kctr(&q, "d-1", "web", 500, None);
+    d.resources.cpuset_cpus = "0-4,7".into();
+    let out = create(&mut e, &q, &d);
+    assert_eq!(out.adjustment.cpuset_cpus, "");
+    assert_eq!(out.adjustment.cpuset_mems, "0-1");
+    assert!(!e.records().containers["d-1"].assignment.exclusive);
+    assert!(e.release_container("c-1").is_empty());
+    assert!(e.container_started("d-1").is_none());
+    assert!(e.current_cpuset("d-1").is_none());
+}
+
+#[test]
+fn without_the_key_the_same_container_gets_a_cpuset_from_nri_align() {
+    let mut e = real(Config::default(), "");
+    let p = kpod("dra", "claimer", &[]);
+    let mut c = kctr(&p, "c-1", "app", 2000, Some(2000));
+    c.env = vec!["DRA_CPUSET_0f1e-claim=5-6".into()];
+    let out = create(&mut e, &p, &c);
+    assert!(!out.adjustment.cpuset_cpus.is_empty());
+}
+
+#[test]
+fn an_update_follows_the_other_plugins_cpuset_and_sends_nothing() {
+    let mut e = real(cpus_left(), "");
+    let p = kpod("dra", "web", &[]);
+    let mut c = kctr(&p, "c-1", "web", 500, None);
+    c.resources.cpuset_cpus = "0-7".into();
+    create(&mut e, &p, &c);
+    let mut r = c.resources.clone();
+    r.cpu_shares = Some(1024);
+    r.cpuset_cpus = "2-3".into();
+    let updates = e.update_container(&p, &c, &r).expect("update");
+    assert!(updates.is_empty(), "{updates:?}");
+    assert_eq!(
+        e.records().containers["c-1"].assignment.cpus.to_string(),
+        "2-3"
+    );
+}
+
+#[test]
+fn two_containers_of_a_pod_sharing_one_cpu_claim_are_both_admitted() {
+    let mut e = real(cpus_left(), "");
+    let p = kpod("dra", "pair", &[]);
+    let mut a = kctr(&p, "a-1", "a", 1000, Some(1000));
+    a.env = vec!["DRA_CPUSET_shared-claim=2-3".into()];
+    let mut b = kctr(&p, "b-1", "b", 1000, Some(1000));
+    b.env = a.env.clone();
+    create(&mut e, &p, &a);
+    let out = create(&mut e, &p, &b);
+    assert_eq!(out.adjustment.cpuset_mems, "0");
+    assert_eq!(
+        e.records().containers["b-1"].assignment.cpus.to_string(),
+        "2-3"
+    );
+}
+
+#[test]
+fn a_restarted_container_is_recorded_on_the_cpus_it_gets_now() {
+    let mut e = real(cpus_left(), "");
+    let p = kpod("dra", "claimer", &[]);
+    let mut c = kctr(&p, "c-1", "app", 2000, Some(2000));
+    c.env = vec!["DRA_CPUSET_claim=1-2".into()];
+    create(&mut e, &p, &c);
+    e.container_stopped("c-1");
+    let mut again = ContainerView {
+        id: "c-2".into(),
+        ..c.clone()
+    };
+    again.env = vec!["DRA_CPUSET_claim=1-2".into()];
+    create(&mut e, &p, &again);
+    assert!(
+        !e.records().containers.contains_key("c-1"),
+        "predecessor released"
+    );
+    let rec = &e.records().containers["c-2"];
+    assert_eq!(rec.assignment.cpus.to_string(), "1-2");
+    assert!(
+        rec.assignment.exclusive,
+        "held again, not shared with its predecessor"
+    );
+}
+
+#[test]
+fn mems_and_devices_left_are_never_set() {
+    let config = Config {
+        leave_to_others: LeftToOthers::of(&[LeftField::Mems, LeftField::Devices]),
+        ..Config::default()
+    };
+    let mut e = real(config, "");
+    let p = kpod("ml", "train", &[]);
+    let mut c = kctr(&p, "c-1", "cuda", 1000, Some(1000));
+    c.env = vec!["NVIDIA_VISIBLE_DEVICES=GPU-1aaa".into()];
+    c.kubelet_devices = Some(vec![crate::enforce::container::KubeletDevices {
+        resource: "nvidia.com/gpu".into(),
+        ids: vec!["GPU-1aaa".into()],
+    }]);
+    let out = create(&mut e, &p, &c);
+    // CPUs are still nri-align's, aligned to the GPU's node.
+    assert_eq!(
+        out.adjustment.cpuset_cpus,
+        e.records().containers["c-1"].assignment.cpus.to_string()
+    );
+    assert!(e.records().containers["c-1"]
+        .assignment
+        .cpus
+        .is_subset(&"4-7".parse().expect("list")));
+    assert_eq!(out.adjustment.cpuset_mems, "");
+    assert!(out.adjustment.add_devices.is_empty());
+    assert!(out.adjustment.device_rules.is_empty());
+    assert!(!out.adjustment.env.contains_key("NVIDIA_VISIBLE_DEVICES"));
+}
+
+#[test]
+fn synchronize_follows_what_the_other_plugin_moved_and_sends_nothing() {
+    let mut e = real(cpus_left(), "");
+    let p = kpod("dra", "web", &[]);
+    let mut c = kctr(&p, "c-1", "web", 500, None);
+    c.resources.cpuset_cpus = "0-7".into();
+    create(&mut e, &p, &c);
+    // The other plugin moved its pool on its own; the runtime reports it at a reconnection.
+    let mut running = c.clone();
+    running.state = crate::enforce::container::ContainerState::Running;
+    running.resources.cpuset_cpus = "0-5".into();
+    let updates = e.synchronize(std::slice::from_ref(&p), &[running]);
+    assert!(updates.is_empty(), "{updates:?}");
+    assert_eq!(
+        e.records().containers["c-1"].assignment.cpus.to_string(),
+        "0-5"
+    );
+}
