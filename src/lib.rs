@@ -181,6 +181,7 @@
 pub mod cli;
 pub mod config;
 pub mod enforce;
+pub mod evict;
 pub mod host;
 pub mod metrics;
 pub mod nrt;

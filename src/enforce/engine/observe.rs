@@ -27,6 +27,18 @@ pub trait StateObserver: Send {
     fn config_changed(&self, config: &Config);
 }
 
+/// Told about every refused container, every admitted one and every pod removed, by pod: the
+/// eviction task's clock (`src/evict`). Called on the request path with the engine's lock
+/// held: it only hands the message over and returns.
+pub trait RefusalObserver: Send {
+    /// A container of the pod was refused.
+    fn refused(&self, namespace: &str, name: &str, uid: &str);
+    /// A container of the pod was admitted (or left alone).
+    fn admitted(&self, namespace: &str, name: &str);
+    /// The pod's sandbox was removed.
+    fn removed(&self, namespace: &str, name: &str);
+}
+
 /// The pods the engine knows (pod sandbox id -> namespace and name) and the shared list
 /// observers get. Only what is read later is kept: a pod's annotations and labels (a
 /// `last-applied-configuration` alone is often kilobytes) come with every request that needs
