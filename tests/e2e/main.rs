@@ -7,6 +7,7 @@ mod devices;
 mod dra;
 mod enforce;
 mod enforce_load;
+mod evict;
 mod image;
 mod kubelet_shapes;
 mod mig;
