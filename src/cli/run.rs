@@ -491,6 +491,10 @@ impl StateObserver for NrtObserver {
     fn config_changed(&self, config: &Config) {
         self.feed.settings(config.nrt_settings(&self.node_name));
     }
+
+    fn placement_refused(&self) {
+        self.feed.reread();
+    }
 }
 
 /// The node name to publish under: `--node-name`, else `nrt.node_name`, else `NODE_NAME` (the

@@ -12,6 +12,7 @@ mod image;
 mod kubelet_shapes;
 mod mig;
 mod nrt;
+mod nrt_refresh;
 mod observe;
 mod plugin;
 mod required_plugins;

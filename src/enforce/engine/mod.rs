@@ -195,6 +195,9 @@ impl<P: Placer> Engine<P> {
                 Err(_) => o.refused(&pod.namespace, &pod.name, &pod.uid),
             }
         }
+        if let (Err(_), Some(o)) = (&answer, &self.observer) {
+            o.placement_refused();
+        }
         answer
     }
 

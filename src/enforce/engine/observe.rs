@@ -25,6 +25,10 @@ pub trait StateObserver: Send {
     fn state_changed(&self, free: &[NodeFree], pods: Option<&Arc<[PodId]>>);
     /// A new configuration is in force (SIGHUP, the runtime's drop-in).
     fn config_changed(&self, config: &Config);
+    /// A container was refused: nothing changed here, but a scheduler sent a pod this node
+    /// could not take, so what it read of the node may be stale (an update lost, an object
+    /// edited) and is worth checking now rather than at the next resync.
+    fn placement_refused(&self) {}
 }
 
 /// Told about every refused container, every admitted one and every pod removed, by pod: the

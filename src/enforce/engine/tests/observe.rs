@@ -11,6 +11,7 @@ use crate::placement::NodeFree;
 struct Seen {
     states: Vec<(Vec<usize>, Option<Vec<String>>)>,
     policies: Vec<Policy>,
+    refusals: usize,
 }
 
 struct Recorder(Arc<Mutex<Seen>>);
@@ -31,6 +32,9 @@ impl StateObserver for Recorder {
             .expect("lock")
             .policies
             .push(config.placement.policy);
+    }
+    fn placement_refused(&self) {
+        self.0.lock().expect("lock").refusals += 1;
     }
 }
 
@@ -70,10 +74,13 @@ fn every_admission_and_release_reaches_the_observer_with_what_the_gauges_say() {
     );
     e.release_container("x1");
     assert_eq!(last(&seen).0, vec![4, 4]);
-    // A refused container changes nothing, so nothing is sent.
+    // A refused container changes nothing, so no state is sent; the observer is told of the
+    // refusal (the publisher then checks the server's copy).
     let before = seen.lock().expect("lock").states.len();
+    assert_eq!(seen.lock().expect("lock").refusals, 0);
     assert!(e.create_container(&p, &ctr("big", "ml", 6, &[])).is_err());
     assert_eq!(seen.lock().expect("lock").states.len(), before);
+    assert_eq!(seen.lock().expect("lock").refusals, 1);
 }
 
 #[test]
