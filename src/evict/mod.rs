@@ -5,7 +5,7 @@
 //!
 //! - [`tracker`]: which pods are due (pure);
 //! - [`api`]: reading the pod's controller owner and creating the `Eviction`;
-//! - [`metrics`]: `nri_align_evictions_total{outcome}`.
+//! - [`metrics`]: its counters, `nri_align_evictions_total{outcome}` among them.
 //!
 //! Off the create path: the engine's refusals, admissions and pod removals reach the task here
 //! through a bounded channel with `try_send` ([`Evictor`] as the engine's

@@ -56,9 +56,9 @@ fn now() -> f64 {
 fn logged_at(log: &str, message: &str, container: &str) -> Option<f64> {
     let field = format!("container={container}");
     log.lines()
+        .rev()
         .filter(|l| l.contains(message) && l.split_whitespace().any(|w| w == field))
-        .filter_map(|l| l.split_whitespace().next().and_then(epoch_seconds))
-        .last()
+        .find_map(|l| l.split_whitespace().next().and_then(epoch_seconds))
 }
 
 struct Cluster {
