@@ -144,6 +144,11 @@ async fn run(
             let outcome = api::evict(&client, paths, &pod).await;
             metrics.outcome(outcome.label());
             log(&pod, &outcome);
+            if outcome == Outcome::Gone {
+                // Removed while nri-align was not connected, or replaced: nothing to look at
+                // again (a refused pod of that name starts a clock of its own).
+                tracker.removed(&pod.namespace, &pod.name);
+            }
         }
     }
 }
