@@ -10,7 +10,7 @@
 //!
 //! The API-server harness of the tests serves custom resources only, so [`ApiPaths::StandIn`]
 //! sends the same two requests to stand-in CRDs in protected groups (`pods.core.k8s.io`,
-//! `evictions.policy.k8s.io`, built from the upstream schemas: packaging/kubernetes/test/):
+//! `evictions.policy.k8s.io`, built from the upstream schemas: hack/apiserver/stand-ins/):
 //! the body differs only in its `apiVersion`.
 
 use k8s_openapi::api::policy::v1::Eviction;
