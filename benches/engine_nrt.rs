@@ -122,6 +122,7 @@ fn main() -> Result<(), BoxError> {
         log_level: None,
         kubeconfig: Some(kubeconfig),
         node_name: Some("bench-node".into()),
+        eviction_stand_ins: false,
     };
     let mut off = engine(&config);
     let mut on = engine(&config);

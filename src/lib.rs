@@ -17,10 +17,11 @@
 //! | [`topology`] | the host model, every way to read it (sysfs under a root, NVML, hwloc XML, host descriptions), emulated hosts, the one loader [`topology::load::load`] | `untrusted` |
 //! | [`placement`] | the allocator: [`placement::Request`] and the [`placement::ledger`] in, [`placement::Assignment`] or [`placement::PlacementError`] out | `topology` |
 //! | [`host`] | the only code touching the live host: cgroups, `/proc`, device nodes, capabilities, file permissions, the files nri-align owns | `topology` (id sets) |
-//! | [`nrt`] | the cluster view: the NodeResourceTopology object, its builder and background [`nrt::Publisher`] | `placement`, `topology`; the `kube` client only here |
+//! | [`nrt`] | the cluster view: the NodeResourceTopology object, its builder and background [`nrt::Publisher`] | `placement`, `topology`; the `kube` client only here and in `evict` |
 //! | [`config`] | the configuration file, its validation and its reload | `placement`, `topology`, `host`, `nrt` |
 //! | [`metrics`] | the Prometheus registry, the health state and their HTTP responder | nothing of the crate |
 //! | [`enforce`] | the plugin: NRI adapter, engine, requests, adjustments, persisted state, CRI listing, PodResources lookups, the drift check | everything above |
+//! | [`evict`] | opt-in eviction of pods refused for `evict_refused_after`: a task fed by the engine's [`RefusalObserver`](enforce::engine::RefusalObserver) | `enforce` (the observer seam), `nrt` (the API client) |
 //! | [`simulate`] | workload replay against the allocator or a kubelet-like baseline | `placement`, `topology` |
 //! | [`cli`] | one module per subcommand | everything above |
 //!
@@ -38,7 +39,8 @@
 //! - The engine places through the [`Placer`] seam (implemented by
 //!   [`placement::Allocator`]), and never waits for the API server: it tells its
 //!   [`StateObserver`] what is free after each change, which [`cli::run`] fills with the
-//!   NodeResourceTopology [`nrt::Feed`].
+//!   NodeResourceTopology [`nrt::Feed`], and its refusal observer each refusal and admission,
+//!   which the eviction task ([`evict::Evictor`]) follows.
 //! - The ledger and the records never disagree: a decision is planned ([`Placer::plan`],
 //!   nothing held), its adjustment built, and only then are the plan committed
 //!   ([`Placer::commit`]) and the record inserted, with nothing fallible between them. The
@@ -186,6 +188,7 @@
 pub mod cli;
 pub mod config;
 pub mod enforce;
+pub mod evict;
 pub mod host;
 pub mod metrics;
 pub mod nrt;

@@ -3,6 +3,7 @@
 //! access it also publishes the node's NodeResourceTopology ([`NrtPlan`], docs/nrt.md). What it
 //! reports about itself while it runs (health, readiness, systemd) is in `run/health.rs`.
 
+mod evict;
 mod fleet;
 mod health;
 mod hotplug;
@@ -63,6 +64,10 @@ pub struct RunArgs {
     /// else the hostname].
     #[arg(long)]
     pub node_name: Option<String>,
+    /// Test only: evictions go to the API-server harness's stand-in Pod and Eviction CRDs
+    /// (docs/e2e.md), not to the core API.
+    #[arg(long, hide = true)]
+    pub eviction_stand_ins: bool,
 }
 
 /// What `run` settled before connecting.
@@ -204,9 +209,15 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         .map_or_else(|| PathBuf::from(DEFAULT_STATE_DIR), Path::to_path_buf);
     let (config, sections) = fleet::settle_or_check(config, fleet, &topology, &state_dir)?;
     let nrt_metrics = crate::nrt::metrics::NrtMetrics::default();
-    let metrics = Arc::new(Metrics::new_with(|r| nrt_metrics.register(r)));
+    let evict_metrics = crate::evict::EvictMetrics::default();
+    let metrics = Arc::new(Metrics::new_with(|r| {
+        nrt_metrics.register(r);
+        evict_metrics.register(r);
+    }));
     // The kubeconfig and its certificates are read now, before capabilities go.
     let nrt = NrtPlan::prepare(&args, &config, &topology, &host_root)?;
+    let evict =
+        evict::EvictPlan::prepare(args.kubeconfig.as_deref(), &config, args.eviction_stand_ins)?;
     let allocator = Allocator::new(Arc::clone(&topology), config.placement.clone());
     let topo = Arc::clone(&topology);
     let kubelet = kubelet_source(&config);
@@ -264,6 +275,9 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
             let observer = plan.start(nrt_metrics)?;
             health::spawn_nrt_follower(observer.status(), health.clone());
             engine.set_observer(Box::new(observer));
+        }
+        if let Some(plan) = evict {
+            engine.set_refusal_observer(Box::new(plan.start(evict_metrics)?));
         }
         let engine = Arc::new(Mutex::new(engine));
         health::spawn_link_follower(connection.watch(), health.clone(), metrics.clone());
@@ -476,6 +490,10 @@ impl StateObserver for NrtObserver {
 
     fn config_changed(&self, config: &Config) {
         self.feed.settings(config.nrt_settings(&self.node_name));
+    }
+
+    fn placement_refused(&self) {
+        self.feed.reread();
     }
 }
 

@@ -12,6 +12,7 @@ fn args(config: Option<PathBuf>, state: PathBuf) -> RunArgs {
         log_level: Some("warn".into()),
         kubeconfig: None,
         node_name: None,
+        eviction_stand_ins: false,
     }
 }
 

@@ -32,6 +32,7 @@
 //! log_format: text             # text | json
 //! log_level: null              # e.g. "info", "nri_align=debug"; default: RUST_LOG or info
 //! plugin_idx: null             # two digits; default: --idx (50)
+//! evict_refused_after: null    # e.g. "10m": evict a pod refused that long (needs API access)
 //! nrt:                         # NodeResourceTopology publishing (nrt.rs)
 //!   publish: true
 //!   node_name: null
@@ -52,6 +53,7 @@ use serde::{Deserialize, Serialize};
 use crate::placement::{GpuMode, NumaChoice, PlacementConfig, Policy, SchedulerChoiceMode, Scope};
 use crate::untrusted;
 
+pub mod duration;
 mod nrt;
 pub mod others;
 mod read;
@@ -175,6 +177,7 @@ struct RawConfig {
     log_format: Option<LogFormat>,
     log_level: Option<String>,
     plugin_idx: Option<String>,
+    evict_refused_after: Option<String>,
     nrt: Option<nrt::RawNrt>,
 }
 
@@ -255,6 +258,9 @@ pub struct Config {
     pub log_level: Option<String>,
     /// Plugin index (two digits).
     pub plugin_idx: Option<String>,
+    /// Evict (Eviction API) a pod with a controller owner once nri-align has refused its
+    /// container this long without a break (`src/evict`); `None`: never.
+    pub evict_refused_after: Option<std::time::Duration>,
     /// NodeResourceTopology publishing.
     pub nrt: NrtConfig,
 }
@@ -291,6 +297,7 @@ impl Default for Config {
             log_format: LogFormat::default(),
             log_level: None,
             plugin_idx: None,
+            evict_refused_after: None,
             nrt: NrtConfig::default(),
         }
     }
@@ -378,6 +385,8 @@ impl Config {
             }
         }
         let nrt = raw.nrt.unwrap_or_default().resolve().map_err(invalid)?;
+        let evict_refused_after =
+            evict_window(raw.evict_refused_after.as_deref()).map_err(invalid)?;
         if let Some(d) = raw
             .cdi_spec_dirs
             .iter()
@@ -408,6 +417,7 @@ impl Config {
             log_format: raw.log_format.unwrap_or_default(),
             log_level: raw.log_level,
             plugin_idx: raw.plugin_idx,
+            evict_refused_after,
             nrt,
         })
     }
@@ -494,6 +504,10 @@ impl Config {
         if self.nrt.resync_seconds != new.nrt.resync_seconds {
             v.push("nrt.resync_seconds");
         }
+        // The eviction task and its API client are made at start.
+        if self.evict_refused_after != new.evict_refused_after {
+            v.push("evict_refused_after");
+        }
         v
     }
 
@@ -543,6 +557,28 @@ fn podresources_config(raw: &RawConfig) -> Result<Option<PodResourcesConfig>, St
         resources,
         timeout: std::time::Duration::from_millis(ms),
     }))
+}
+
+/// Shortest `evict_refused_after`: the kubelet retries a refused container within seconds at
+/// first, so a shorter window would evict on the first refusals.
+pub const MIN_EVICT_REFUSED_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+/// Longest `evict_refused_after` (30 days).
+pub const MAX_EVICT_REFUSED_AFTER: std::time::Duration =
+    std::time::Duration::from_secs(30 * 86_400);
+
+fn evict_window(text: Option<&str>) -> Result<Option<std::time::Duration>, String> {
+    let Some(text) = text.filter(|t| !t.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let d = duration::parse(text)
+        .map_err(|why| format!("evict_refused_after {} {why}", untrusted::quoted(text)))?;
+    if !(MIN_EVICT_REFUSED_AFTER..=MAX_EVICT_REFUSED_AFTER).contains(&d) {
+        return Err(format!(
+            "evict_refused_after {} must be from 1s to 30d",
+            untrusted::quoted(text)
+        ));
+    }
+    Ok(Some(d))
 }
 
 /// A plugin index must be exactly two digits (the runtime sorts plugins by it).

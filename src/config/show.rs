@@ -78,6 +78,8 @@ impl Config {
         put(&mut m, "log_format", enum_value(&self.log_format));
         put(&mut m, "log_level", text(self.log_level.as_deref()));
         put(&mut m, "plugin_idx", text(self.plugin_idx.as_deref()));
+        let evict = self.evict_refused_after.map(super::duration::format);
+        put(&mut m, "evict_refused_after", text(evict.as_deref()));
         let n = &self.nrt;
         let mut nrt = Mapping::new();
         put(&mut nrt, "publish", n.publish);

@@ -200,3 +200,31 @@ fn restart_only_keys_are_reported() {
     let b = Config::parse("policy: none\nmetrics_address: \"127.0.0.1:1\"", "t").expect("p");
     assert_eq!(a.restart_only_changes(&b), vec!["metrics_address"]);
 }
+
+#[test]
+fn evict_refused_after_is_off_by_default_read_as_a_duration_and_bounded() {
+    assert_eq!(
+        Config::parse("", "t").expect("ok").evict_refused_after,
+        None
+    );
+    let c = Config::parse("evict_refused_after: 10m\n", "t").expect("ok");
+    assert_eq!(
+        c.evict_refused_after,
+        Some(std::time::Duration::from_secs(600))
+    );
+    assert_eq!(
+        Config::default().restart_only_changes(&c),
+        vec!["evict_refused_after"]
+    );
+    for (text, why) in [
+        ("evict_refused_after: 600\n", "without a unit"),
+        ("evict_refused_after: 500ms\n", "from 1s to 30d"),
+        ("evict_refused_after: 31d\n", "from 1s to 30d"),
+    ] {
+        let err = Config::parse(text, "t").expect_err(text).to_string();
+        assert!(
+            err.contains("evict_refused_after") && err.contains(why),
+            "{err}"
+        );
+    }
+}

@@ -39,6 +39,12 @@ impl Feed {
         })
     }
 
+    /// Has the server's copy read again and repaired if it differs, now rather than at the
+    /// next resync (after a refusal: the scheduler may have read a stale object).
+    pub fn reread(&self) -> u64 {
+        self.publisher.reread()
+    }
+
     /// New settings (a reload changed policy, scope, reserved CPUs or resource names).
     pub fn settings(&self, settings: NrtSettings) -> u64 {
         self.publisher.set_settings(settings)

@@ -17,6 +17,7 @@
 //!
 //! [`ownership`]: super::ownership
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -114,6 +115,8 @@ pub struct Publisher {
     input: watch::Sender<Input>,
     status: watch::Receiver<PublishStatus>,
     metrics: NrtMetrics,
+    /// Set by [`Publisher::reread`]: the next attempt reads the server's copy first.
+    reread: Arc<AtomicBool>,
     task: JoinHandle<()>,
 }
 
@@ -150,7 +153,9 @@ impl Publisher {
             settings: Arc::new(settings),
         });
         let (status_tx, status) = watch::channel(PublishStatus::default());
+        let reread = Arc::new(AtomicBool::new(false));
         let worker = Worker {
+            reread: Arc::clone(&reread),
             api: Api::all(client),
             options,
             metrics: metrics.clone(),
@@ -164,6 +169,7 @@ impl Publisher {
             input,
             status,
             metrics,
+            reread,
             task,
         }
     }
@@ -175,6 +181,18 @@ impl Publisher {
         self.input.send_modify(|i| {
             i.generation += 1;
             i.snapshot = Some(snapshot);
+            generation = i.generation;
+        });
+        generation
+    }
+
+    /// Has the next attempt (within the debounce) read the server's copy before comparing,
+    /// instead of trusting the copy last written, and repair it if it differs.
+    pub fn reread(&self) -> u64 {
+        self.reread.store(true, Ordering::Relaxed);
+        let mut generation = 0;
+        self.input.send_modify(|i| {
+            i.generation += 1;
             generation = i.generation;
         });
         generation
@@ -250,6 +268,8 @@ struct Worker {
     refresh: Option<Refresh>,
     /// Other field managers' rewrites of the object, counted across attempts.
     rewrites: Rewrites,
+    /// [`Publisher::reread`]'s request.
+    reread: Arc<AtomicBool>,
 }
 
 impl Worker {
@@ -290,6 +310,9 @@ impl Worker {
                 deadline = None;
                 continue;
             };
+            if self.reread.swap(false, Ordering::Relaxed) {
+                self.seen = None;
+            }
             self.metrics.attempt();
             let refreshed;
             let free = match &self.refresh {

@@ -12,7 +12,7 @@ use super::{
     replay_plugins, ContainerSpec, Event, GpuChoice, NicPlugin, PodSpec, Quantity, Report,
 };
 use crate::placement::gpus::LinkTable;
-use crate::placement::policy::{PlacementConfig, Policy};
+use crate::placement::policy::{NumaChoice, PlacementConfig, Policy};
 use crate::topology::{PcieLevel, Topology};
 
 /// What one stream looks like.
@@ -41,8 +41,8 @@ impl Default for ChurnSpec {
 pub struct ChurnRow {
     /// Host name.
     pub host: String,
-    /// `nri-align`, `kubelet + NVIDIA plugin`, `kubelet, lowest-index GPUs` or `repacking
-    /// reference`.
+    /// `nri-align, best-fit` (and `most-allocated`, `least-allocated`: its `numa_choice`),
+    /// `kubelet + NVIDIA plugin`, `kubelet, lowest-index GPUs` or `repacking reference`.
     pub strategy: String,
     /// Pods offered.
     pub offered: usize,
@@ -153,8 +153,9 @@ pub fn workload(topo: &Topology, seed: u64, pods: usize) -> Workload {
     wl
 }
 
-/// Every row for `topo` (named `host`): nri-align, the kubelet with preferred GPUs, the
-/// kubelet with lowest-index GPUs, under single-numa-node, then the repacking reference.
+/// Every row for `topo` (named `host`): nri-align with each `numa_choice`, the kubelet with
+/// preferred GPUs, the kubelet with lowest-index GPUs, under single-numa-node, then the
+/// repacking reference.
 pub fn rows(
     host: &str,
     topo: Arc<Topology>,
@@ -168,21 +169,46 @@ pub fn rows(
     let links = LinkTable::new(&topo);
     let mut bins = repack::bins(Arc::clone(&topo), &config);
     repack::loosen_nics(&mut bins, spec.nic_plugin);
+    // The kubelet has no NUMA choice of its own (the proposal for one is unreleased): its rows
+    // run with the default, which it ignores.
     let contenders = [
-        (Strategy::NriAlign, GpuChoice::Preferred, "nri-align"),
+        (
+            Strategy::NriAlign,
+            GpuChoice::Preferred,
+            NumaChoice::BestFit,
+            "nri-align, best-fit",
+        ),
+        (
+            Strategy::NriAlign,
+            GpuChoice::Preferred,
+            NumaChoice::MostAllocated,
+            "nri-align, most-allocated",
+        ),
+        (
+            Strategy::NriAlign,
+            GpuChoice::Preferred,
+            NumaChoice::LeastAllocated,
+            "nri-align, least-allocated",
+        ),
         (
             Strategy::Kubelet,
             GpuChoice::Preferred,
+            NumaChoice::default(),
             "kubelet + NVIDIA plugin",
         ),
         (
             Strategy::Kubelet,
             GpuChoice::Lowest,
+            NumaChoice::default(),
             "kubelet, lowest-index GPUs",
         ),
     ];
     let mut out = Vec::new();
-    for (strategy, choice, label) in contenders {
+    for (strategy, choice, numa_choice, label) in contenders {
+        let config = PlacementConfig {
+            numa_choice,
+            ..config.clone()
+        };
         let mut row = ChurnRow {
             host: host.to_string(),
             strategy: label.to_string(),

@@ -288,32 +288,103 @@ fn rbac_grants_the_node_resource_topology_verbs_to_the_service_account() {
     // The test API server (hack/apiserver-up) authorizes that service account with exactly
     // these rules, so the tests that publish with its token (tests/e2e/nrt.rs,
     // tests/daemon/nrt_apiserver.rs) prove the shipped role is enough.
+    let (granted, _) = harness_rules(&sa);
+    assert_eq!(
+        Value::Array(granted),
+        role["rules"],
+        "hack/apiserver-up's authorization rules for the service account differ from rbac.yaml"
+    );
+}
+
+/// API groups of the test API server's stand-ins (hack/apiserver/stand-ins/) and the core
+/// resource each stands for: (group, resource, upstream group, upstream resource).
+const STAND_INS: [(&str, &str, &str, &str); 2] = [
+    ("core.k8s.io", "pods", "", "pods"),
+    ("policy.k8s.io", "evictions", "", "pods/eviction"),
+];
+
+/// hack/apiserver-up's authorization rules for service account `sa`, as RBAC rules: those on
+/// real resources, and those on the stand-ins written as the resources they stand for.
+fn harness_rules(sa: &Value) -> (Vec<Value>, Vec<Value>) {
     let script = fs::read_to_string(repo_root().join("hack/apiserver-up")).expect("apiserver-up");
     let subject = format!(
         "user:system:serviceaccount:{}:{}",
         sa["metadata"]["namespace"].as_str().expect("namespace"),
         sa["metadata"]["name"].as_str().expect("name")
     );
-    let granted: Vec<Value> = script
-        .lines()
-        .filter(|l| l.starts_with(&subject))
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            assert_eq!(f.len(), 4, "rule line {l:?}");
-            // The webhook's rules file writes the core API group as "".
-            let group = if f[2] == "\"\"" { "" } else { f[2] };
-            json!({
-                "apiGroups": [group],
-                "resources": [f[3]],
-                "verbs": f[1].split(',').collect::<Vec<_>>(),
-            })
-        })
-        .collect();
+    let (mut real, mut stand_in) = (Vec::new(), Vec::new());
+    for l in script.lines().filter(|l| l.starts_with(&subject)) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(f.len(), 4, "rule line {l:?}");
+        // The webhook's rules file writes the core API group as "".
+        let group = if f[2] == "\"\"" { "" } else { f[2] };
+        let verbs = f[1].split(',').collect::<Vec<_>>();
+        match STAND_INS.iter().find(|s| s.0 == group && s.1 == f[3]) {
+            Some(&(_, _, g, r)) => stand_in.push(json!({
+                "apiGroups": [g], "resources": [r], "verbs": verbs,
+            })),
+            None => real.push(json!({
+                "apiGroups": [group], "resources": [f[3]], "verbs": verbs,
+            })),
+        }
+    }
+    (real, stand_in)
+}
+
+/// The optional evict component grants exactly what src/evict/api.rs calls (get a pod, create
+/// its eviction) to the service account, adds nothing else to what the kustomization renders,
+/// validates against the schemas, and is what the test API server grants on its stand-ins.
+#[test]
+fn the_evict_component_grants_the_pod_read_and_the_eviction_and_nothing_else() {
+    let file = "components/evict/rbac.yaml";
+    let role = load_one(file, "ClusterRole").expect("role");
     assert_eq!(
-        Value::Array(granted),
         role["rules"],
-        "hack/apiserver-up's authorization rules for {subject} differ from rbac.yaml"
+        json!([{
+            "apiGroups": [""],
+            "resources": ["pods"],
+            "verbs": ["get"],
+        }, {
+            "apiGroups": [""],
+            "resources": ["pods/eviction"],
+            "verbs": ["create"],
+        }])
     );
+    let binding = load_one(file, "ClusterRoleBinding").expect("binding");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    let sa = load_one("serviceaccount.yaml", "ServiceAccount").expect("sa");
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}])
+    );
+    let (_, stand_in) = harness_rules(&sa);
+    assert_eq!(
+        Value::Array(stand_in),
+        role["rules"],
+        "hack/apiserver-up's rules on the stand-ins differ from components/evict"
+    );
+    let out = kube_validate(&[manifests_dir().join(file)], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let component =
+        load_one("components/evict/kustomization.yaml", "Component").expect("component");
+    assert_eq!(component["resources"], json!(["rbac.yaml"]));
+
+    let Some(with) = render(&["components/evict"]).expect("kustomize") else {
+        eprintln!("kubectl not installed: kustomize rendering not checked");
+        return;
+    };
+    let without = render(&[]).expect("kustomize").expect("rendered");
+    let (added, rest): (Vec<Value>, Vec<Value>) = with
+        .into_iter()
+        .partition(|o| o["metadata"]["name"] == "nri-align-evict");
+    assert_eq!(rest, without, "the component changes nothing else");
+    let kinds: Vec<&Value> = added.iter().map(|o| &o["kind"]).collect();
+    assert_eq!(kinds, [&json!("ClusterRole"), &json!("ClusterRoleBinding")]);
+    assert_eq!(added[1]["subjects"], binding["subjects"]);
 }
 
 /// The optional component adds the NodeResourceTopology CRD, unchanged and without a

@@ -295,7 +295,9 @@ fn churn_prints_one_row_per_strategy_and_the_reference() {
         String::from_utf8_lossy(&out.stderr)
     );
     for label in [
-        "| nri-align |",
+        "| nri-align, best-fit |",
+        "| nri-align, most-allocated |",
+        "| nri-align, least-allocated |",
         "| kubelet + NVIDIA plugin |",
         "| kubelet, lowest-index GPUs |",
         "| repacking reference |",

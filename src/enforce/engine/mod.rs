@@ -18,7 +18,7 @@ use crate::enforce::inputs::{build_request, pod_totals, RequestError};
 use crate::enforce::state::{Record, ResourceSummary, StateDoc, StateStore};
 use crate::host::devices::{nvidia_minor, uverbs_name, DeviceLookup};
 
-pub use observe::{samples, StateObserver};
+pub use observe::{samples, RefusalObserver, StateObserver};
 pub use placer::{Placer, Rejection};
 
 /// Why a container was not admitted (the message reaches the CRI caller).
@@ -73,6 +73,8 @@ pub struct Engine<P: Placer> {
     devices: Box<dyn DeviceLookup + Send>,
     pods: observe::PodSet,
     observer: Option<Box<dyn StateObserver>>,
+    /// Told about refusals and admissions by pod (`src/evict`).
+    refusals: Option<Box<dyn RefusalObserver>>,
     /// Pods (UIDs) whose kubelet-set cpuset was already logged.
     kubelet_cpuset_pods: HashSet<String>,
     /// Devices already warned about for lacking a `/dev/char` link (`devlinks.rs`).
@@ -109,6 +111,7 @@ impl<P: Placer> Engine<P> {
             devices,
             pods: observe::PodSet::default(),
             observer: None,
+            refusals: None,
             kubelet_cpuset_pods: HashSet::new(),
             device_links_warned: HashSet::new(),
             devices_at_risk: Default::default(),
@@ -179,12 +182,37 @@ impl<P: Placer> Engine<P> {
         }
     }
 
-    /// Decides a new container. `Ok(None)`: the container is exempt and left alone.
+    /// Tells `observer` about every later refusal, admission and pod removal.
+    pub fn set_refusal_observer(&mut self, observer: Box<dyn RefusalObserver>) {
+        self.refusals = Some(observer);
+    }
+
+    /// Decides a new container. `Ok(None)`: the container is exempt and left alone. The
+    /// refusal observer hears the answer.
+    pub fn create_container(
+        &mut self,
+        pod: &PodView,
+        c: &ContainerView,
+    ) -> Result<Option<CreateOutcome>, EngineError> {
+        let answer = self.decide_container(pod, c);
+        if let Some(o) = &self.refusals {
+            match &answer {
+                Ok(_) => o.admitted(&pod.namespace, &pod.name),
+                Err(_) => o.refused(&pod.namespace, &pod.name, &pod.uid),
+            }
+        }
+        if let (Err(_), Some(o)) = (&answer, &self.observer) {
+            o.placement_refused();
+        }
+        answer
+    }
+
+    /// [`Engine::create_container`] without telling the refusal observer.
     ///
     /// In phases (`create.rs`): the request is read, the placer plans without holding
     /// anything, the plan becomes the adjustment and the record, and only then, with nothing
     /// left that can fail, the plan is committed and the record persisted.
-    pub fn create_container(
+    fn decide_container(
         &mut self,
         pod: &PodView,
         c: &ContainerView,
@@ -322,6 +350,9 @@ impl<P: Placer> Engine<P> {
     /// Releases every container of a pod (RemovePodSandbox).
     pub fn release_pod(&mut self, sandbox_id: &str) -> Vec<CpusetUpdate> {
         let ids = self.doc.containers.pod_containers(sandbox_id);
+        if let (Some(o), Some(p)) = (&self.refusals, self.pods.get(sandbox_id)) {
+            o.removed(&p.namespace, &p.name);
+        }
         let pod_gone = self.pods.remove(sandbox_id);
         // A later release may move the same container again: the last one counts.
         let mut updates: std::collections::BTreeMap<String, CpuSet> = Default::default();

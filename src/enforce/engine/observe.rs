@@ -25,6 +25,22 @@ pub trait StateObserver: Send {
     fn state_changed(&self, free: &[NodeFree], pods: Option<&Arc<[PodId]>>);
     /// A new configuration is in force (SIGHUP, the runtime's drop-in).
     fn config_changed(&self, config: &Config);
+    /// A container was refused: nothing changed here, but a scheduler sent a pod this node
+    /// could not take, so what it read of the node may be stale (an update lost, an object
+    /// edited) and is worth checking now rather than at the next resync.
+    fn placement_refused(&self) {}
+}
+
+/// Told about every refused container, every admitted one and every pod removed, by pod: the
+/// eviction task's clock (`src/evict`). Called on the request path with the engine's lock
+/// held: it only hands the message over and returns.
+pub trait RefusalObserver: Send {
+    /// A container of the pod was refused.
+    fn refused(&self, namespace: &str, name: &str, uid: &str);
+    /// A container of the pod was admitted (or left alone).
+    fn admitted(&self, namespace: &str, name: &str);
+    /// The pod's sandbox was removed.
+    fn removed(&self, namespace: &str, name: &str);
 }
 
 /// The pods the engine knows (pod sandbox id -> namespace and name) and the shared list

@@ -11,6 +11,7 @@ use crate::placement::NodeFree;
 struct Seen {
     states: Vec<(Vec<usize>, Option<Vec<String>>)>,
     policies: Vec<Policy>,
+    refusals: usize,
 }
 
 struct Recorder(Arc<Mutex<Seen>>);
@@ -31,6 +32,9 @@ impl StateObserver for Recorder {
             .expect("lock")
             .policies
             .push(config.placement.policy);
+    }
+    fn placement_refused(&self) {
+        self.0.lock().expect("lock").refusals += 1;
     }
 }
 
@@ -70,10 +74,13 @@ fn every_admission_and_release_reaches_the_observer_with_what_the_gauges_say() {
     );
     e.release_container("x1");
     assert_eq!(last(&seen).0, vec![4, 4]);
-    // A refused container changes nothing, so nothing is sent.
+    // A refused container changes nothing, so no state is sent; the observer is told of the
+    // refusal (the publisher then checks the server's copy).
     let before = seen.lock().expect("lock").states.len();
+    assert_eq!(seen.lock().expect("lock").refusals, 0);
     assert!(e.create_container(&p, &ctr("big", "ml", 6, &[])).is_err());
     assert_eq!(seen.lock().expect("lock").states.len(), before);
+    assert_eq!(seen.lock().expect("lock").refusals, 1);
 }
 
 #[test]
@@ -111,4 +118,51 @@ fn a_reload_tells_the_observer_the_new_configuration() {
     );
     // The reserved CPU leaves node 0's free CPUs.
     assert_eq!(last(&seen).0, vec![3, 4]);
+}
+
+/// What the refusal observer heard, in order.
+struct Refusals(Arc<Mutex<Vec<String>>>);
+
+impl RefusalObserver for Refusals {
+    fn refused(&self, namespace: &str, name: &str, uid: &str) {
+        self.0
+            .lock()
+            .expect("lock")
+            .push(format!("refused {namespace}/{name} {uid}"));
+    }
+    fn admitted(&self, namespace: &str, name: &str) {
+        self.0
+            .lock()
+            .expect("lock")
+            .push(format!("admitted {namespace}/{name}"));
+    }
+    fn removed(&self, namespace: &str, name: &str) {
+        self.0
+            .lock()
+            .expect("lock")
+            .push(format!("removed {namespace}/{name}"));
+    }
+}
+
+#[test]
+fn refusals_admissions_and_pod_removals_reach_the_refusal_observer_by_pod() {
+    let mut e = engine(None, Config::default());
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    e.set_refusal_observer(Box::new(Refusals(heard.clone())));
+    let p = pod("ml");
+    assert!(e.create_container(&p, &ctr("big", "ml", 6, &[])).is_err());
+    e.create_container(&p, &ctr("x1", "ml", 2, &[]))
+        .expect("x1");
+    e.release_pod(&p.id);
+    // A sandbox nri-align never saw tells nothing.
+    e.release_pod("sb-unknown");
+    let uid = &p.uid;
+    assert_eq!(
+        *heard.lock().expect("lock"),
+        vec![
+            format!("refused ml/p {uid}"),
+            "admitted ml/p".to_string(),
+            "removed ml/p".to_string(),
+        ]
+    );
 }
