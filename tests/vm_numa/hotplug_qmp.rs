@@ -75,7 +75,9 @@ fn plug(dir: &Path, cpu: u32) -> Result<(), String> {
         return Err(format!("CPU {cpu} not present a minute after device_add"));
     }
     // The cpuN directory comes with the ACPI notification, its `online` file a moment later.
-    Guest::wait(10, || Path::new(&format!("{CPU_DIR}/cpu{cpu}/online")).exists());
+    Guest::wait(10, || {
+        Path::new(&format!("{CPU_DIR}/cpu{cpu}/online")).exists()
+    });
     online(cpu);
     if Guest::wait(30, || cpu_list("online").contains(&cpu)) {
         Ok(())
@@ -194,7 +196,11 @@ fn t8_a_vcpu_unplugged_and_plugged_through_qemus_monitor_is_followed() {
                 .memory(32 << 20),
         ),
     );
-    let pod = g.pod("qmp-new-shared", Qos::Burstable, &[("policy", "best-effort")]);
+    let pod = g.pod(
+        "qmp-new-shared",
+        Qos::Burstable,
+        &[("policy", "best-effort")],
+    );
     let new_shared = g.seen(
         &g.run(
             &pod,

@@ -87,7 +87,9 @@ pub fn qemu_args_with(desc: &HostDesc, hotplug_cpus: bool) -> Vec<String> {
                 ),
             );
             // The guest's number of this CPU: its rank in socket, core, thread order.
-            let index = (c.package * cores_per_pkg + core) as usize * desc.threads_per_core as usize + thread;
+            let index = (c.package * cores_per_pkg + core) as usize
+                * desc.threads_per_core as usize
+                + thread;
             if hotplug_cpus && index != 0 {
                 cpu_devices.push(format!(
                     "{CPU_MODEL}-x86_64-cpu,id=cpu{index},socket-id={},core-id={core},\

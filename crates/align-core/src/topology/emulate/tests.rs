@@ -98,7 +98,9 @@ fn hotplug_cpus_are_devices_in_the_same_slots() {
         .collect();
     assert_eq!(cpus.len(), 7, "{cpus:?}");
     // CPU 5 of the sequential guest: socket 1, its first core, second thread.
-    assert!(cpus.contains(&"qemu64-x86_64-cpu,id=cpu5,socket-id=1,core-id=0,thread-id=1".to_string()));
+    assert!(
+        cpus.contains(&"qemu64-x86_64-cpu,id=cpu5,socket-id=1,core-id=0,thread-id=1".to_string())
+    );
     assert!(!cpus.iter().any(|d| d.contains("id=cpu0,")));
 }
 
