@@ -55,6 +55,9 @@ vm_qmp_stop() {
 # vm_qmp_helper RUN QEMU_PID: the request loop (see the top of this file).
 vm_qmp_helper() {
     local run="$1" qemu_pid="$2"
+    # A background subshell of a `set -euo pipefail` script: a grep that stops early (-q) must
+    # not count as a failure, nor a failed step end the helper; each step checks its result.
+    set +e +o pipefail
     QMP_LOG="$run/qmp.log"
     QMP_SEQ=0
     QMP_PARTIAL=""
@@ -149,7 +152,7 @@ vm_qmp_exec() {
     printf '> {%s,"id":"%s"}\n' "$1" "$id" >>"$QMP_LOG"
     QMP_REPLY="no reply within 60s"
     vm_qmp_wait "\"id\": *\"$id\"" 60 "$mark" || return 1
-    QMP_REPLY="$(tail -n +"$((mark + 1))" "$QMP_LOG" | grep -v '^> ' | grep -m1 -E "\"id\": *\"$id\"")"
+    QMP_REPLY="$(tail -n +"$((mark + 1))" "$QMP_LOG" | grep -v '^> ' | grep -E "\"id\": *\"$id\"" | tail -n 1)"
     [[ "$QMP_REPLY" == *'"return"'* ]]
 }
 
