@@ -33,6 +33,8 @@ vm_qmp_args() {
     local run="$1"
     rm -f "$run/qmp-ctl.in" "$run/qmp-ctl.out" "$run/qmp.sock"
     mkfifo "$run/qmp-ctl.in" "$run/qmp-ctl.out"
+    # Requests and answers of an earlier boot of this run directory mean nothing to this one.
+    rm -rf "$run/qmp"
     mkdir -p "$run/qmp"
     printf '%s\n' -chardev "pipe,id=qmpctl,path=$run/qmp-ctl" -mon "chardev=qmpctl,mode=control"
     # A unix socket's path is limited to 107 bytes: a deeper run directory gets no socket.
