@@ -15,7 +15,13 @@
 # NRI_ALIGN_VM_TRIES (boots tried when a guest hangs early, 3), NRI_ALIGN_VM_TIMEOUT (seconds
 # for one guest run, 900; per runtime with --crio), NRI_ALIGN_VM_TCG_THREAD (single or multi, the
 # TCG threading; single), NRI_ALIGN_VM_DEV_CHAR_LINKS (0: no /dev/char/195:N links to the GPU
-# stand-ins, see hack/vm/guest-run; 1).
+# stand-ins, see hack/vm/guest-run; 1), NRI_ALIGN_VM_HOTPLUG_CPUS (0: every CPU in -smp, none
+# that QEMU's monitor can unplug; 1: all but the boot CPU as devices, see hack/vm-qmp.sh).
+#
+# QEMU's monitor: a QMP socket RUN/qmp.sock for operators, and a helper beside QEMU that
+# unplugs and plugs CPUs when the test in the guest asks for it (hack/vm-qmp.sh).
+
+source "$HACK_DIR/vm-qmp.sh"
 
 VM_HOST_DESC="${NRI_ALIGN_VM_HOST:-vm-2s4n}"
 VM_FLAVOR="${NRI_ALIGN_VM_FLAVOR:-sid}"
@@ -192,16 +198,24 @@ vm_boot() {
         i=$((i + 1))
     done
     local shape
-    shape="$("$NRI_ALIGN_BIN" emulate --host "$VM_HOST_DESC" --qemu-args)" \
+    local -a hotplug=()
+    [[ "${NRI_ALIGN_VM_HOTPLUG_CPUS:-1}" == 1 ]] && hotplug=(--hotplug-cpus)
+    shape="$("$NRI_ALIGN_BIN" emulate --host "$VM_HOST_DESC" --qemu-args "${hotplug[@]}")" \
         || die "nri-align emulate --host $VM_HOST_DESC --qemu-args failed"
     [[ -n "$shape" ]] || die "no QEMU arguments for $VM_HOST_DESC (invalid description?)"
     mapfile -t -O "${#qemu[@]}" qemu <<<"$shape"
+    # The CPUs the QMP helper may unplug and plug: `cpuN DEVICE-ARGS`.
+    grep -E '^[a-z0-9]+-x86_64-cpu,id=cpu[0-9]+,' <<<"$shape" \
+        | sed -E 's/^([^,]*,id=(cpu[0-9]+),.*)$/\2 \1/' >"$run/qmp-cpus" || true
     qemu+=("${VM_QEMU_EXTRA[@]}")
     qemu+=(-append "console=ttyS0 loglevel=5 panic=-1 nra.run=$run nra.shares=$cmd_shares${VM_APPEND_EXTRA:+ $VM_APPEND_EXTRA}")
     printf '%q ' "${qemu[@]}" >"$run/qemu.cmdline"
     if [[ "${VM_SERIAL:-}" == stdio ]]; then
         # Interactive: the console is this terminal; no hang detection.
-        timeout --foreground --kill-after=10 "$VM_TIMEOUT" "${qemu[@]}"
+        local -a monitors
+        mapfile -t monitors < <(vm_qmp_args "$run")
+        vm_qmp_start "$run" $$
+        timeout --foreground --kill-after=10 "$VM_TIMEOUT" "${qemu[@]}" "${monitors[@]}"
         return
     fi
 
@@ -211,8 +225,11 @@ vm_boot() {
         : >"$run/console.log"
         # `timeout` bounds the whole guest even if this script dies; the guest is stopped by
         # the PID QEMU writes, never by name.
-        timeout --kill-after=10 "$VM_TIMEOUT" "${qemu[@]}" </dev/null >>"$run/qemu.log" 2>&1 &
+        local -a monitors
+        mapfile -t monitors < <(vm_qmp_args "$run")
+        timeout --kill-after=10 "$VM_TIMEOUT" "${qemu[@]}" "${monitors[@]}" </dev/null >>"$run/qemu.log" 2>&1 &
         VM_TIMEOUT_PID=$!
+        vm_qmp_start "$run" "$VM_TIMEOUT_PID"
         local t0=$SECONDS ready=0
         while ((SECONDS - t0 < VM_BOOT_TIMEOUT)); do
             if grep -q '^nri-align-guest: ready' "$run/console.log" 2>/dev/null; then
@@ -275,6 +292,7 @@ vm_down() {
         for _ in $(seq 50); do [[ -d "/proc/$pid" ]] || break; sleep 0.1; done
         [[ -d "/proc/$pid" ]] && kill -KILL "$pid" 2>/dev/null
     fi
+    vm_qmp_stop
     if [[ -n "${VM_TIMEOUT_PID:-}" ]]; then
         kill -TERM "$VM_TIMEOUT_PID" 2>/dev/null || true
         wait "$VM_TIMEOUT_PID" 2>/dev/null || true

@@ -19,6 +19,10 @@ pub struct EmulateArgs {
     /// Print the QEMU arguments of a guest shaped like the host, one per line, and exit.
     #[arg(long, hide = true)]
     pub qemu_args: bool,
+    /// With `--qemu-args`: every CPU but the boot CPU as a device with an id (`cpuN`, N the
+    /// guest's CPU number), so that QEMU's monitor can unplug it and plug it back.
+    #[arg(long, hide = true, requires = "qemu_args")]
+    pub hotplug_cpus: bool,
     /// Write only `OUT/nvml.json`, taking the GPUs' bus ids from the NVIDIA-vendor display
     /// controllers of a real sysfs tree (a QEMU guest's `/sys`), in bus order.
     #[arg(long, hide = true, value_name = "ROOT")]
@@ -39,7 +43,7 @@ pub fn run(args: EmulateArgs) -> anyhow::Result<()> {
     let host = args.host.context("--host is required")?;
     let desc = HostDesc::load(&host)?;
     if args.qemu_args {
-        for a in qemu::qemu_args(&desc) {
+        for a in qemu::qemu_args_with(&desc, args.hotplug_cpus) {
             println!("{a}");
         }
         return Ok(());

@@ -214,6 +214,8 @@ impl Placer for FakePlacer {
                 memory_bytes: 0,
                 gpus: Vec::new(),
                 nics: Vec::new(),
+                offline_cpus: CpuSet::new(),
+                memory_offline: false,
             })
             .collect()
     }

@@ -66,6 +66,11 @@ pub struct ZoneFree {
     /// Free huge pages by page size: (size in KiB, pages). Sizes missing here are published
     /// with the free count of the topology (read at discovery).
     pub hugepages_free: Vec<(u64, u64)>,
+    /// CPUs of the node's topology that are offline now (hot-unplugged or offlined since the
+    /// topology was read): left out of `cpu` capacity and allocatable.
+    pub offline_cpus: CpuSet,
+    /// The node's memory is offline now: `memory` capacity and allocatable are 0.
+    pub memory_offline: bool,
 }
 
 impl From<&NodeFree> for ZoneFree {
@@ -77,6 +82,8 @@ impl From<&NodeFree> for ZoneFree {
             gpus: f.gpus.clone(),
             nics: f.nics.clone(),
             hugepages_free: Vec::new(),
+            offline_cpus: f.offline_cpus.clone(),
+            memory_offline: f.memory_offline,
         }
     }
 }
@@ -201,15 +208,16 @@ pub fn zone_name(id: u32) -> String {
 fn zone(topo: &Topology, n: &NumaNode, f: &ZoneFree, settings: &NrtSettings) -> Zone {
     let mut resources = Vec::new();
 
-    let capacity = n.cpus.len() as u64;
-    let allocatable = capacity - n.cpus.intersection_len(&settings.reserved_cpus) as u64;
+    // What the node has now: a CPU hot-unplugged or offlined since start is neither capacity
+    // nor allocatable (NFD reads the kubelet's allocatable CPU ids, which are online CPUs), and
+    // comes back with the CPU. A CPU that was not online at start is not placed on, so it is
+    // not published either.
+    let online = n.cpus.difference(&f.offline_cpus);
+    let capacity = online.len() as u64;
+    let allocatable = capacity - online.intersection_len(&settings.reserved_cpus) as u64;
     resources.push(counted("cpu", capacity, allocatable, f.cpus));
-    resources.push(amount(
-        "memory",
-        n.memory_bytes,
-        n.memory_bytes,
-        f.memory_bytes,
-    ));
+    let memory = if f.memory_offline { 0 } else { n.memory_bytes };
+    resources.push(amount("memory", memory, memory, f.memory_bytes));
 
     let mut hugepages: Vec<_> = n.hugepages.iter().filter(|h| h.total > 0).collect();
     hugepages.sort_by_key(|h| h.size_kb);

@@ -32,7 +32,7 @@ fn all_free(topo: &Topology, reserved: &CpuSet) -> Vec<ZoneFree> {
                 .filter(|x| x.numa_node == Some(n.id))
                 .map(|x| x.name.clone())
                 .collect(),
-            hugepages_free: vec![],
+            ..Default::default()
         })
         .collect()
 }
@@ -378,4 +378,32 @@ fn names_and_policies_follow_kubernetes_rules() {
     assert_eq!(Policy::SingleNumaNode.to_string(), "single-numa-node");
     assert_eq!(Policy::BestEffort.to_string(), "best-effort");
     assert_eq!(Scope::Container.to_string(), "container");
+}
+
+#[test]
+fn offline_cpus_and_memory_leave_capacity_and_allocatable() {
+    // vm-2s4n: node 0 has CPUs 0-1, node 4 is memory only; CPU 0 reserved.
+    let topo = host("vm-2s4n");
+    let s = settings("0");
+    let mut free = all_free(&topo, &s.reserved_cpus);
+    let idle = build(&topo, &free, None, &s).expect("builds");
+    assert_eq!(amounts(&idle, "node-0", "cpu"), triple("2", "1", "1"));
+    // CPU 1 unplugged (it is no longer free either), node 4's memory offline.
+    free[0].offline_cpus = CpuSet::parse_list("1").expect("list");
+    free[0].cpus = 0;
+    free[4].memory_offline = true;
+    free[4].memory_bytes = 0;
+    let obj = build(&topo, &free, None, &s).expect("builds");
+    assert_eq!(amounts(&obj, "node-0", "cpu"), triple("1", "0", "0"));
+    assert_eq!(amounts(&obj, "node-4", "memory"), triple("0", "0", "0"));
+    // The reserved CPU offline instead: allocatable keeps the other one.
+    free[0].offline_cpus = CpuSet::parse_list("0").expect("list");
+    free[0].cpus = 1;
+    let obj = build(&topo, &free, None, &s).expect("builds");
+    assert_eq!(amounts(&obj, "node-0", "cpu"), triple("1", "1", "1"));
+    // Other zones are untouched.
+    assert_eq!(
+        amounts(&obj, "node-1", "cpu"),
+        amounts(&idle, "node-1", "cpu")
+    );
 }

@@ -27,7 +27,7 @@ impl Drop for Restore {
     }
 }
 
-fn changes(g: &Guest) -> usize {
+pub(crate) fn changes(g: &Guest) -> usize {
     g.plugin
         .output()
         .lines()
@@ -37,13 +37,13 @@ fn changes(g: &Guest) -> usize {
 
 /// The cgroup's configured `cpuset.cpus` (what was written to it, not the effective set the
 /// kernel derives).
-fn configured(cgroup: &Path) -> Ids {
+pub(crate) fn configured(cgroup: &Path) -> Ids {
     ids(std::fs::read_to_string(cgroup.join("cpuset.cpus"))
         .unwrap_or_default()
         .trim())
 }
 
-fn row<'a>(p: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+pub(crate) fn row<'a>(p: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
     p.as_array()
         .and_then(|a| a.iter().find(|r| r["id"] == id))
         .unwrap_or_else(|| panic!("{id} not in placements: {p}"))

@@ -15,6 +15,7 @@ mod devices;
 mod devlinks;
 mod guest;
 mod hotplug;
+mod hotplug_qmp;
 mod kubepods;
 mod unit;
 

@@ -12,6 +12,7 @@ use crate::enforce::testing::AllDevices;
 use crate::metrics::Metrics;
 use crate::placement::{Allocator, Policy};
 use crate::topology::testing::TopologyBuilder;
+use crate::topology::Topology;
 
 /// Two nodes of four CPUs (0-3, 4-7).
 fn engine(root: &Path, replace: bool) -> (Engine<Allocator>, Arc<Metrics>) {
@@ -250,5 +251,81 @@ fn a_cpu_held_while_offline_at_start_is_reported_at_the_first_read() {
     assert_eq!(
         metric(&m, "nri_align_held_cpus_offline").as_deref(),
         Some("1")
+    );
+}
+
+/// Hands each state the engine reports to the NodeResourceTopology builder, as the daemon's
+/// publisher does, and keeps the last object.
+struct Nrt(
+    Arc<Topology>,
+    Arc<std::sync::Mutex<Option<crate::nrt::NodeResourceTopology>>>,
+);
+
+impl super::super::StateObserver for Nrt {
+    fn state_changed(
+        &self,
+        free: &[crate::placement::NodeFree],
+        _: Option<&Arc<[crate::nrt::fingerprint::PodId]>>,
+    ) {
+        let free: Vec<crate::nrt::ZoneFree> = free.iter().map(Into::into).collect();
+        let settings = crate::nrt::builder::NrtSettings {
+            node_name: "n".into(),
+            ..Default::default()
+        };
+        let obj = crate::nrt::build(&self.0, &free, None, &settings).expect("object");
+        *self.1.lock().expect("lock") = Some(obj);
+    }
+    fn config_changed(&self, _: &Config) {}
+}
+
+/// `(capacity, allocatable, available)` of `resource` in zone `node-N` of the last object.
+fn published(
+    last: &std::sync::Mutex<Option<crate::nrt::NodeResourceTopology>>,
+    node: u32,
+    resource: &str,
+) -> (String, String, String) {
+    let obj = last.lock().expect("lock");
+    let r = obj
+        .as_ref()
+        .and_then(|o| o.zone(&format!("node-{node}")))
+        .and_then(|z| z.resource(resource))
+        .unwrap_or_else(|| panic!("no {resource} in node-{node}: {obj:?}"));
+    (
+        r.capacity.clone(),
+        r.allocatable.clone(),
+        r.available.clone(),
+    )
+}
+
+#[test]
+fn node_resource_topology_follows_cpus_and_memory_going_and_coming_back() {
+    let t = tempfile::tempdir().expect("tmp");
+    let (mut e, _) = engine(t.path(), false);
+    let topo = Arc::new(e.placer().topology().clone());
+    let last = Arc::new(std::sync::Mutex::new(None));
+    e.set_observer(Box::new(Nrt(topo.clone(), last.clone())));
+    let node1_mem = crate::nrt::quantity::bytes(topo.numa_nodes[1].memory_bytes);
+    let triple = |c: &str, a: &str, v: &str| (c.to_string(), a.to_string(), v.to_string());
+    assert_eq!(published(&last, 1, "cpu"), triple("4", "4", "4"));
+    assert_eq!(create(&mut e, "x", 2), "0-1");
+    assert_eq!(published(&last, 0, "cpu"), triple("4", "4", "2"));
+
+    // CPU 1 (held by x) and CPU 5 (free) unplugged, node 1's memory gone: each zone has three
+    // CPUs, node 1 no memory, and x's CPU 0 is still not available.
+    set_online(t.path(), "0,2-4,6-7", "0");
+    e.poll_hotplug();
+    assert_eq!(published(&last, 0, "cpu"), triple("3", "3", "2"));
+    assert_eq!(published(&last, 1, "cpu"), triple("3", "3", "3"));
+    assert_eq!(published(&last, 1, "memory"), triple("0", "0", "0"));
+    assert_ne!(published(&last, 0, "memory").0, "0");
+
+    // All back: the zones are whole again.
+    set_online(t.path(), "0-7", "0-1");
+    e.poll_hotplug();
+    assert_eq!(published(&last, 0, "cpu"), triple("4", "4", "2"));
+    assert_eq!(published(&last, 1, "cpu"), triple("4", "4", "4"));
+    assert_eq!(
+        published(&last, 1, "memory"),
+        triple(&node1_mem, &node1_mem, &node1_mem)
     );
 }

@@ -24,6 +24,13 @@ pub struct NodeFree {
     pub gpus: Vec<String>,
     /// NICs no container uses (names).
     pub nics: Vec<String>,
+    /// CPUs of the node (as read at start) that are offline now, hot-unplugged or offlined:
+    /// what the node has lost since (NodeResourceTopology's capacity follows).
+    #[serde(skip_serializing_if = "CpuSet::is_empty")]
+    pub offline_cpus: CpuSet,
+    /// The node's memory is offline now (it left `has_memory`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub memory_offline: bool,
 }
 
 /// The live allocations.
@@ -569,6 +576,8 @@ impl Ledger {
                     .filter(|x| self.nic_users(*x) == 0 && self.nic_node(*x) == Some(i))
                     .map(|x| self.topo.nics[x].name.clone())
                     .collect(),
+                offline_cpus: n.cpus.difference(&self.online),
+                memory_offline: self.mem_offline.contains(n.id),
             })
             .collect()
     }

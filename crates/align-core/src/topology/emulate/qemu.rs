@@ -10,8 +10,22 @@
 
 use crate::topology::desc::{FuncRole, HostDesc, Layout};
 
+/// The CPU model of the guest; a hot-plugged CPU is a device of its type
+/// (`qemu64-x86_64-cpu`, what `query-hotpluggable-cpus` reports).
+const CPU_MODEL: &str = "qemu64";
+
 /// The arguments (without the `qemu-system-x86_64` itself, the disk, kernel or console).
 pub fn qemu_args(desc: &HostDesc) -> Vec<String> {
+    qemu_args_with(desc, false)
+}
+
+/// [`qemu_args`], and with `hotplug_cpus` every CPU but the boot CPU is a device of its own
+/// (`-smp 1,maxcpus=N` plus one `-device {CPU_MODEL}-x86_64-cpu,id=cpuI,...` each) rather
+/// than part of `-smp`: QEMU can unplug only CPUs that were added as devices with an id
+/// (`device_del id=cpuI`), and `device_add` with the same arguments plugs one back. The guest
+/// sees the same CPUs, numbered the same way (its kernel numbers them in APIC id order, which
+/// is QEMU's socket, core, thread order), and `I` is that number.
+pub fn qemu_args_with(desc: &HostDesc, hotplug_cpus: bool) -> Vec<String> {
     let Ok(l) = Layout::new(desc) else {
         return Vec::new();
     };
@@ -25,13 +39,18 @@ pub fn qemu_args(desc: &HostDesc) -> Vec<String> {
     // TCG's default CPU reports an AMD vendor without topoext, so the guest kernel sees no SMT
     // siblings (every thread its own core); the same model with Intel's vendor makes it read
     // the threads from CPUID leaf 0xB.
-    push("-cpu", "qemu64,vendor=GenuineIntel".into());
+    push("-cpu", format!("{CPU_MODEL},vendor=GenuineIntel"));
     push("-m", format!("{total_mib}M"));
+    let total = desc.total_cpus();
+    let smp = if hotplug_cpus && total > 1 {
+        format!("1,maxcpus={total}")
+    } else {
+        total.to_string()
+    };
     push(
         "-smp",
         format!(
-            "{},sockets={},cores={},threads={}",
-            desc.total_cpus(),
+            "{smp},sockets={},cores={},threads={}",
             desc.sockets,
             desc.cores_per_numa * desc.numa_per_socket,
             desc.threads_per_core
@@ -50,6 +69,7 @@ pub fn qemu_args(desc: &HostDesc) -> Vec<String> {
     }
     let cores_per_pkg = desc.cores_per_numa * desc.numa_per_socket;
     let mut seen = std::collections::HashSet::new();
+    let mut cpu_devices = Vec::new();
     for c in &l.cpus {
         // Thread number within the core: QEMU places by (socket, core, thread), not by id.
         let thread = l
@@ -58,16 +78,29 @@ pub fn qemu_args(desc: &HostDesc) -> Vec<String> {
             .filter(|o| o.core_index == c.core_index && o.id < c.id)
             .count();
         if seen.insert((c.core_index, thread)) {
+            let core = c.core_index % cores_per_pkg.max(1);
             push(
                 "-numa",
                 format!(
-                    "cpu,node-id={},socket-id={},core-id={},thread-id={thread}",
-                    c.node,
-                    c.package,
-                    c.core_index % cores_per_pkg.max(1)
+                    "cpu,node-id={},socket-id={},core-id={core},thread-id={thread}",
+                    c.node, c.package
                 ),
             );
+            // The guest's number of this CPU: its rank in socket, core, thread order.
+            let index = (c.package * cores_per_pkg + core) as usize
+                * desc.threads_per_core as usize
+                + thread;
+            if hotplug_cpus && index != 0 {
+                cpu_devices.push(format!(
+                    "{CPU_MODEL}-x86_64-cpu,id=cpu{index},socket-id={},core-id={core},\
+                     thread-id={thread}",
+                    c.package
+                ));
+            }
         }
+    }
+    for d in cpu_devices {
+        push("-device", d);
     }
     for (i, n) in l.nodes.iter().enumerate() {
         for (j, d) in n.distances.iter().enumerate() {

@@ -76,6 +76,35 @@ fn qemu_args_shape_the_guest_like_the_description() {
 }
 
 #[test]
+fn hotplug_cpus_are_devices_in_the_same_slots() {
+    let desc = HostDesc::load("vm-2s4n").expect("vm-2s4n");
+    let plain = qemu::qemu_args(&desc);
+    let args = qemu::qemu_args_with(&desc, true);
+    let values = |a: &[String], flag: &str| -> Vec<String> {
+        a.windows(2)
+            .filter(|w| w[0] == flag)
+            .map(|w| w[1].clone())
+            .collect()
+    };
+    assert_eq!(
+        values(&args, "-smp"),
+        ["1,maxcpus=8,sockets=2,cores=2,threads=2"]
+    );
+    // The NUMA shape is the plain guest's: every possible CPU keeps its node.
+    assert_eq!(values(&args, "-numa"), values(&plain, "-numa"));
+    let cpus: Vec<String> = values(&args, "-device")
+        .into_iter()
+        .filter(|d| d.starts_with("qemu64-x86_64-cpu,"))
+        .collect();
+    assert_eq!(cpus.len(), 7, "{cpus:?}");
+    // CPU 5 of the sequential guest: socket 1, its first core, second thread.
+    assert!(
+        cpus.contains(&"qemu64-x86_64-cpu,id=cpu5,socket-id=1,core-id=0,thread-id=1".to_string())
+    );
+    assert!(!cpus.iter().any(|d| d.contains("id=cpu0,")));
+}
+
+#[test]
 fn relative_links_climb_to_the_common_parent() {
     assert_eq!(
         relative(
