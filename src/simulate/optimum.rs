@@ -145,19 +145,18 @@ pub fn solve(bins: &[Amounts], wl: &Workload) -> Result<Optimum, OptimumError> {
     }
     for set in &sets {
         for (n, bin) in bins.iter().enumerate() {
-            let cap = units(bin, true);
-            for k in 0..3 {
+            for (k, cap) in units(bin, true).into_iter().enumerate() {
                 let on: Vec<(f64, Variable)> = set
                     .iter()
                     .filter_map(|i| Some((units(&pods[*i].demand, false)[k], x[*i][n]?)))
                     .filter(|(c, _)| *c > 0.0)
                     .collect();
                 // A set that fits whole needs no constraint.
-                if on.iter().map(|(c, _)| c).sum::<f64>() <= cap[k] {
+                if on.iter().map(|(c, _)| c).sum::<f64>() <= cap {
                     continue;
                 }
                 let used: Expression = on.iter().map(|(c, v)| *c * *v).sum();
-                model = model.with(used.leq(cap[k]));
+                model = model.with(used.leq(cap));
             }
         }
     }
