@@ -5,8 +5,10 @@
 //!
 //! Three passes. Criterion times every decision on its own (`cargo bench --bench placement`
 //! prints its usual per-benchmark lines). A tail pass times single decisions of ours and
-//! prints their p50 / p99 / max (`-- FILTER` runs these two passes on the cases whose name
-//! holds FILTER, or one of its `|` alternatives). Then an interleaved
+//! prints their p50 / p99 / max; on the GPU hosts also the same decisions by the exhaustive
+//! GPU-set search (every set ranked: the reference the daemon's reduced search is tested
+//! against), and each case's p99 against its aim (`-- FILTER` runs these two passes on the
+//! cases whose name holds FILTER, or one of its `|` alternatives). Then an interleaved
 //! pass times both sides in alternating batches, round after round, so load from other jobs on
 //! a shared box hits both alike, and prints a markdown table: median time per decision of each
 //! side, the median of the per-round ratios, and their spread (min - max over the rounds).
@@ -21,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion};
-use nri_align::placement::{PlacementConfig, Request};
+use nri_align::placement::{Allocator, GpuSearch, PlacementConfig, Request};
 use nri_align::simulate::{Contender, Strategy};
 use nri_align::topology::desc::HostDesc;
 use nri_align::topology::testing::shipped;
@@ -106,6 +108,22 @@ struct Case {
     name: String,
     ours: Side,
     base: Side,
+    /// GPU cases: nri-align with the exhaustive GPU-set search, same load and request.
+    exhaustive: Option<Side>,
+    /// The p99 a decision of ours must stay under (idle 16-GPU hosts 100 µs, 8-GPU hosts
+    /// 50 µs), where there is one.
+    aim: Option<Duration>,
+}
+
+/// nri-align ranking every GPU set (no classes of interchangeable sets), loaded as `side`.
+fn exhaustive(topo: &Topology, busy: &[usize], r: Request) -> Side {
+    let mut a = Allocator::new(Arc::new(topo.clone()), PlacementConfig::default());
+    a.set_gpu_search(GpuSearch::Exhaustive);
+    Side {
+        label: "nri-align, exhaustive GPU search".into(),
+        contender: loaded(Contender::NriAlign(Box::new(a)), topo, busy),
+        request: r,
+    }
 }
 
 fn side(label: &str, topo: &Topology, kubelet: bool, busy: &[usize], r: Request) -> Side {
@@ -163,6 +181,8 @@ fn cases() -> Vec<Case> {
                 &[],
                 req("x", 24, 16, &[], &[]),
             ),
+            exhaustive: None,
+            aim: None,
         },
         Case {
             name: "numa16-1024: 200 cpus (spans nodes)".into(),
@@ -174,11 +194,15 @@ fn cases() -> Vec<Case> {
                 &[],
                 req("x", 40, 16, &[], &[]),
             ),
+            exhaustive: None,
+            aim: None,
         },
         Case {
             name: "epyc-nps4: 40 cpus (spans 2 nodes)".into(),
             ours: side("nri-align", &epyc, false, &[], req("x", 40, 16, &[], &[])),
             base: side("kubelet", &epyc, true, &[], req("x", 40, 16, &[], &[])),
+            exhaustive: None,
+            aim: None,
         },
         Case {
             // 34 nodes, 2 with CPUs: the kubelet refuses it unless max-allowable-numa-nodes
@@ -210,12 +234,16 @@ fn cases() -> Vec<Case> {
                     &first_nics(&gb200_cdmm, 1),
                 ),
             ),
+            exhaustive: None,
+            aim: None,
         },
     ];
     let mut gpu_cases: Vec<GpuCase> = vec![
         ("dgx1-v100: 2 gpus, 2 busy".into(), &dgx1, &[0, 1], 2, 1, 8),
         ("dgx1-v100: 4 gpus, idle".into(), &dgx1, &[], 4, 1, 16),
+        ("dgx1-v100: 2 gpus + nic, idle".into(), &dgx1, &[], 2, 1, 8),
         ("dgx-h100: 4 gpus + 2 nics".into(), &h100, &[], 4, 2, 32),
+        ("dgx-h100: 2 gpus + nic, idle".into(), &h100, &[], 2, 1, 16),
         (
             "dgx-h100: 2 gpus, half busy".into(),
             &h100,
@@ -226,6 +254,8 @@ fn cases() -> Vec<Case> {
         ),
     ];
     for (name, topo) in &sixteen {
+        gpu_cases.push((format!("{name}: 1 of 16 idle + nic"), topo, &[], 1, 1, 8));
+        gpu_cases.push((format!("{name}: 2 of 16 idle + nic"), topo, &[], 2, 1, 16));
         gpu_cases.push((format!("{name}: 4 of 16 idle"), topo, &[], 4, 1, 32));
         gpu_cases.push((format!("{name}: 8 of 16 idle"), topo, &[], 8, 2, 64));
         gpu_cases.push((format!("{name}: 2 of 8 free"), topo, &HALF_HELD, 2, 1, 16));
@@ -239,10 +269,18 @@ fn cases() -> Vec<Case> {
             &first_gpus(topo, busy, n),
             &first_nics(topo, nics),
         );
+        // Idle 16-GPU hosts 100 µs, every 8-GPU host case 50 µs.
+        let aim = match topo.gpus.len() {
+            16 if busy.is_empty() => Some(Duration::from_micros(100)),
+            8 => Some(Duration::from_micros(50)),
+            _ => None,
+        };
         out.push(Case {
             name,
             ours: side("nri-align", topo, false, busy, r.clone()),
-            base: side("kubelet", topo, true, busy, r),
+            base: side("kubelet", topo, true, busy, r.clone()),
+            exhaustive: Some(exhaustive(topo, busy, r)),
+            aim,
         });
     }
     out
@@ -326,16 +364,21 @@ fn interleaved(c: &Case) -> Row {
 /// Decisions timed one by one for the tail: enough for a p99 of a few hundred samples above.
 const TAIL_SAMPLES: usize = 2000;
 
-/// Median, p99 and worst time of one decision of ours, each timed alone on a fresh clone.
+/// Wall time one side's tail may take: the exhaustive search takes ms a decision on 16 GPUs,
+/// and a few hundred samples still give a p99.
+const TAIL_BUDGET: Duration = Duration::from_secs(3);
+
+/// Median, p99 and worst time of one decision of `s`, each timed alone on a fresh clone
+/// ([`TAIL_SAMPLES`], or at least 200 and as many as [`TAIL_BUDGET`] allows).
 fn tail(s: &Side) -> (f64, f64, f64) {
-    let mut times: Vec<f64> = (0..TAIL_SAMPLES)
-        .map(|_| {
-            let mut d = s.contender.clone();
-            let t = Instant::now();
-            let _ = black_box(d.place(black_box(&s.request)));
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
+    let start = Instant::now();
+    let mut times: Vec<f64> = Vec::with_capacity(TAIL_SAMPLES);
+    while times.len() < TAIL_SAMPLES && (times.len() < 200 || start.elapsed() < TAIL_BUDGET) {
+        let mut d = s.contender.clone();
+        let t = Instant::now();
+        let _ = black_box(d.place(black_box(&s.request)));
+        times.push(t.elapsed().as_secs_f64());
+    }
     times.sort_by(f64::total_cmp);
     let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize];
     (at(0.5), at(0.99), times[times.len() - 1])
@@ -343,9 +386,13 @@ fn tail(s: &Side) -> (f64, f64, f64) {
 
 /// The tail pass over the cases a filter selects (all without one).
 fn print_tails(cases: &[Case], filters: &[String]) {
-    println!("\nTail pass: {TAIL_SAMPLES} decisions of nri-align per case, each timed alone");
-    println!("\n| case | p50 | p99 | max |");
-    println!("|---|---|---|---|");
+    println!(
+        "\nTail pass: {TAIL_SAMPLES} decisions of nri-align per case, each timed alone; on GPU \
+         hosts the exhaustive GPU-set search on the same state (200 decisions or more, up to {} s)",
+        TAIL_BUDGET.as_secs()
+    );
+    println!("\n| case | p50 | p99 | max | exhaustive p50 / p99 | p99 vs exhaustive | aim (p99) |");
+    println!("|---|---|---|---|---|---|---|");
     for c in cases {
         // Criterion reads the filter as a regex; alternatives (`a|b`) are all this pass needs.
         let picked = filters
@@ -355,8 +402,23 @@ fn print_tails(cases: &[Case], filters: &[String]) {
             continue;
         }
         let (p50, p99, max) = tail(&c.ours);
+        let (full, ratio) = match &c.exhaustive {
+            Some(e) => {
+                let (e50, e99, _) = tail(e);
+                (
+                    format!("{} / {}", fmt_us(e50), fmt_us(e99)),
+                    format!("{:.2}", p99 / e99),
+                )
+            }
+            None => ("-".into(), "-".into()),
+        };
+        let aim = match c.aim {
+            Some(a) if p99 < a.as_secs_f64() => format!("< {} PASS", fmt_us(a.as_secs_f64())),
+            Some(a) => format!("< {} MISS", fmt_us(a.as_secs_f64())),
+            None => "-".into(),
+        };
         println!(
-            "| {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {full} | {ratio} | {aim} |",
             c.name,
             fmt_us(p50),
             fmt_us(p99),

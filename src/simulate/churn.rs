@@ -2,12 +2,12 @@
 //! with CPUs, memory and NICs) arriving and leaving, replayed under single-numa-node through
 //! nri-align and through the kubelet baseline (with the NVIDIA device plugin's preferred GPUs,
 //! and with lowest-index GPUs), summed into one table row per host and strategy, with the
-//! repacking reference ([`super::repack`]: any placement, running pods movable) on the same
-//! streams.
+//! offline optimum ([`super::optimum`]: the most pods any placement without moves admits,
+//! knowing the whole stream) on the same streams as the bound each row is a fraction of.
 
 use std::sync::Arc;
 
-use super::{repack, ReplayError, Strategy, Workload};
+use super::{optimum, repack, ReplayError, Strategy, Workload};
 use super::{
     replay_plugins, ContainerSpec, Event, GpuChoice, NicPlugin, PodSpec, Quantity, Report,
 };
@@ -24,14 +24,19 @@ pub struct ChurnSpec {
     pub seeds: u64,
     /// The kubelet's RDMA NIC device plugin.
     pub nic_plugin: NicPlugin,
+    /// Whether to solve the offline optimum of every stream (its row and the fractions of it).
+    pub optimum: bool,
 }
 
 impl Default for ChurnSpec {
+    /// 30 pods a seed: the size at which the offline optimum solves exactly in about a second
+    /// a seed (the 8-node EPYC host at 60 pods does not finish in a minute).
     fn default() -> Self {
         Self {
-            pods: 60,
+            pods: 30,
             seeds: 5,
             nic_plugin: NicPlugin::default(),
+            optimum: true,
         }
     }
 }
@@ -42,12 +47,14 @@ pub struct ChurnRow {
     /// Host name.
     pub host: String,
     /// `nri-align, best-fit` (and `most-allocated`, `least-allocated`: its `numa_choice`),
-    /// `kubelet + NVIDIA plugin`, `kubelet, lowest-index GPUs` or `repacking reference`.
+    /// `kubelet + NVIDIA plugin`, `kubelet, lowest-index GPUs` or [`OPTIMUM`].
     pub strategy: String,
     /// Pods offered.
     pub offered: usize,
     /// Pods admitted.
     pub admitted: usize,
+    /// The offline optimum's pods admitted on the same streams (0 when not solved).
+    pub optimum: usize,
     /// Admitted containers with every resource on the chosen node.
     pub aligned: usize,
     /// Admitted containers.
@@ -64,15 +71,17 @@ pub struct ChurnRow {
     /// Of those, NICs sharing a PCIe switch with one of the container's GPUs.
     pub nics_same_switch: usize,
     /// Pods refused that fit with the pods running then, moved ([`repack::refusals_that_fit`]):
-    /// refused for where the running pods sat, not for a full host (0 for the reference).
+    /// refused for where the running pods sat, not for a full host (0 for the optimum).
     pub refused_repackable: usize,
-    /// Admission checks of the repacking reference, or of `refused_repackable`, that reached the search bound (counted as
-    /// refused).
+    /// Checks of `refused_repackable` that reached the search bound (counted as refused).
     pub search_bound_hits: usize,
+    /// Streams whose optimum the solver did not prove within its time limit: each counts
+    /// every pod offered, still a bound (the optimum's row only).
+    pub unproven: usize,
 }
 
-/// The label of the repacking reference's rows.
-pub const REFERENCE: &str = "repacking reference";
+/// The label of the offline optimum's rows.
+pub const OPTIMUM: &str = "offline optimum";
 
 /// A small deterministic generator (splitmix64): the streams must be the same on every run
 /// and machine.
@@ -154,8 +163,8 @@ pub fn workload(topo: &Topology, seed: u64, pods: usize) -> Workload {
 }
 
 /// Every row for `topo` (named `host`): nri-align with each `numa_choice`, the kubelet with
-/// preferred GPUs, the kubelet with lowest-index GPUs, under single-numa-node, then the
-/// repacking reference.
+/// preferred GPUs, the kubelet with lowest-index GPUs, under single-numa-node, then the offline
+/// optimum when `spec.optimum` (each row's `optimum` then that row's figure).
 pub fn rows(
     host: &str,
     topo: Arc<Topology>,
@@ -194,7 +203,7 @@ pub fn rows(
             Strategy::Kubelet,
             GpuChoice::Preferred,
             NumaChoice::default(),
-            "kubelet + NVIDIA plugin",
+            KUBELET,
         ),
         (
             Strategy::Kubelet,
@@ -232,30 +241,38 @@ pub fn rows(
         }
         out.push(row);
     }
-    out.push(reference_row(host, &bins, &topo, spec));
+    if spec.optimum {
+        let best = optimum_row(host, &bins, &topo, spec);
+        for row in &mut out {
+            row.optimum = best.admitted;
+        }
+        out.push(best);
+    }
     Ok(out)
 }
 
-/// The repacking reference on the same streams: every pod on one node, all of them aligned by
-/// construction; no GPU set or NIC chosen, so no link or NIC figure.
-fn reference_row(
-    host: &str,
-    bins: &[repack::Amounts],
-    topo: &Topology,
-    spec: ChurnSpec,
-) -> ChurnRow {
+/// The offline optimum on the same streams: every pod on one node, all of them aligned by
+/// construction; the node is its whole decision (no GPU set or NIC chosen), so no link or
+/// NIC figure.
+fn optimum_row(host: &str, bins: &[repack::Amounts], topo: &Topology, spec: ChurnSpec) -> ChurnRow {
     let mut row = ChurnRow {
         host: host.to_string(),
-        strategy: REFERENCE.to_string(),
+        strategy: OPTIMUM.to_string(),
         ..ChurnRow::default()
     };
     for seed in 1..=spec.seeds {
         let wl = workload(topo, seed, spec.pods);
-        let t = repack::replay_on(bins.to_vec(), &wl, repack::NicRule::Shared);
-        row.offered += t.offered;
-        row.admitted += t.admitted;
-        row.search_bound_hits += t.bound_hits;
+        row.offered += spec.pods;
+        match optimum::solve(bins, &wl) {
+            Ok(o) => row.admitted += o.admitted,
+            // Not proven optimal: every pod offered is still an upper bound.
+            Err(_) => {
+                row.admitted += spec.pods;
+                row.unproven += 1;
+            }
+        }
     }
+    row.optimum = row.admitted;
     // One container a pod, each on its one node.
     row.aligned = row.admitted;
     row.containers = row.admitted;
@@ -344,26 +361,47 @@ fn pct(part: f64, whole: f64) -> String {
     }
 }
 
+/// The label of the kubelet row the link scores are compared with.
+pub const KUBELET: &str = "kubelet + NVIDIA plugin";
+
+impl ChurnRow {
+    /// Mean GPU link score / best possible over the decisions of 2+ GPUs (`None` without any).
+    pub fn mean_link(&self) -> Option<f64> {
+        (self.gpu_decisions > 0).then(|| self.link_ratio_sum / self.gpu_decisions as f64)
+    }
+}
+
 /// The rows as a Markdown table.
 pub fn table(rows: &[ChurnRow]) -> String {
     let mut out = String::from(
-        "| host | strategy | pods admitted | refused, fit if moved | fully aligned | mean GPU link score / best | decisions at best | NICs same switch as a GPU |\n\
-         |---|---|---|---|---|---|---|---|\n",
+        "| host | strategy | pods admitted | of the optimum | refused, fit if moved | fully aligned | mean GPU link score / best | link score vs the kubelet | decisions at best | NICs same switch as a GPU |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
+        let kubelet = rows
+            .iter()
+            .find(|k| k.host == r.host && k.strategy == KUBELET)
+            .and_then(ChurnRow::mean_link);
+        let vs = match (r.mean_link(), kubelet) {
+            (Some(mine), Some(theirs)) if theirs > 0.0 => format!("{:.3}", mine / theirs),
+            _ => "-".to_string(),
+        };
+        let optimum = r.strategy == OPTIMUM;
         out.push_str(&format!(
-            "| {} | {} | {} / {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.host,
             r.strategy,
             r.admitted,
             r.offered,
-            if r.strategy == REFERENCE {
+            pct(r.admitted as f64, r.optimum as f64),
+            if optimum {
                 "-".to_string()
             } else {
                 r.refused_repackable.to_string()
             },
             pct(r.aligned as f64, r.containers as f64),
             pct(r.link_ratio_sum, r.gpu_decisions as f64),
+            vs,
             pct(r.link_best as f64, r.gpu_decisions as f64),
             pct(r.nics_same_switch as f64, r.nics as f64),
         ));
@@ -372,6 +410,13 @@ pub fn table(rows: &[ChurnRow]) -> String {
     if hits > 0 {
         out.push_str(&format!(
             "\n{hits} packing checks reached the search bound and count as not fitting\n"
+        ));
+    }
+    let unproven: usize = rows.iter().map(|r| r.unproven).sum();
+    if unproven > 0 {
+        out.push_str(&format!(
+            "\n{unproven} streams' optimum not proven within {} s: each counts every pod offered\n",
+            optimum::TIME_LIMIT_S
         ));
     }
     out

@@ -9,6 +9,7 @@ pub mod baseline;
 pub mod churn;
 pub mod device_plugin;
 pub mod nic_plugin;
+pub mod optimum;
 pub mod repack;
 pub mod workload;
 

@@ -1,7 +1,8 @@
-//! The repacking reference of `simulate --churn`: on the same event stream, a pod is admitted
-//! iff every pod this reference is running, plus the new one, can be packed under
-//! single-numa-node with every running pod free to move (each pod whole on one NUMA node; per
-//! node, its exclusive-able CPUs, memory, GPUs and NICs). No link scores: feasibility only.
+//! The repacking check of `simulate --churn` (its "refused, fit if moved" column): whether the
+//! pods a strategy was running, plus one it refused, can be packed under single-numa-node with
+//! every running pod free to move (each pod whole on one NUMA node; per node, its
+//! exclusive-able CPUs, memory, GPUs and NICs). No link scores: feasibility only. The node
+//! capacities and pod demands here are also the offline optimum's ([`super::optimum`]).
 //!
 //! The rules are the looser of the two strategies' where they differ, so that a state either
 //! strategy can reach is one this reference accepts: CPUs as the kubelet counts them (every CPU
@@ -14,7 +15,7 @@
 //! The check is exact: a depth-first search over the pods, largest first, each into every node
 //! it fits, with identical pods kept in node order and nodes left in the same state tried once.
 //! A bound on the nodes of that search ([`SEARCH_BOUND`]) keeps it from blowing up; a check
-//! that reaches it counts as refused, and is counted ([`Tally::bound_hits`]).
+//! that reaches it counts as not fitting, and is counted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -207,102 +208,6 @@ impl Search<'_> {
         }
         Some(false)
     }
-}
-
-/// What the reference did on one stream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Tally {
-    /// Pods offered (`add` events).
-    pub offered: usize,
-    /// Pods admitted.
-    pub admitted: usize,
-    /// Admission checks that reached [`SEARCH_BOUND`] (counted as refused).
-    pub bound_hits: usize,
-}
-
-/// The reference's state along a stream: the pods it is running and their demands.
-#[derive(Debug, Clone)]
-pub struct Reference {
-    bins: Vec<Amounts>,
-    rule: NicRule,
-    running: BTreeMap<String, Amounts>,
-    budget: u64,
-    /// Totals so far.
-    pub tally: Tally,
-}
-
-impl Reference {
-    /// Nothing running on nodes `bins`.
-    pub fn new(bins: Vec<Amounts>, rule: NicRule) -> Self {
-        Self {
-            bins,
-            rule,
-            running: BTreeMap::new(),
-            budget: SEARCH_BOUND,
-            tally: Tally::default(),
-        }
-    }
-
-    /// The same reference with another search bound than [`SEARCH_BOUND`].
-    pub fn with_budget(mut self, budget: u64) -> Self {
-        self.budget = budget;
-        self
-    }
-
-    /// Admits pod `name` asking `demand` iff it and every running pod can be packed.
-    pub fn add(&mut self, name: &str, demand: Amounts) -> bool {
-        self.tally.offered += 1;
-        let mut items: Vec<Amounts> = self.running.values().copied().collect();
-        items.push(demand);
-        match pack(&self.bins, &items, self.rule, self.budget) {
-            Packing::Fits => {
-                self.running.insert(name.to_string(), demand);
-                self.tally.admitted += 1;
-                true
-            }
-            Packing::Full => false,
-            Packing::Bound => {
-                self.tally.bound_hits += 1;
-                false
-            }
-        }
-    }
-
-    /// Frees pod `name` if this reference admitted it.
-    pub fn remove(&mut self, name: &str) {
-        self.running.remove(name);
-    }
-
-    /// The pods running, by name.
-    pub fn running(&self) -> impl Iterator<Item = &str> {
-        self.running.keys().map(String::as_str)
-    }
-}
-
-/// Replays `workload` (its `add` and `remove` events) through the reference on `topo` under
-/// `config`.
-pub fn replay(
-    topo: Arc<Topology>,
-    config: &PlacementConfig,
-    wl: &Workload,
-    rule: NicRule,
-) -> Tally {
-    replay_on(bins(topo, config), wl, rule)
-}
-
-/// As [`replay`], on nodes `bins`.
-pub fn replay_on(bins: Vec<Amounts>, wl: &Workload, rule: NicRule) -> Tally {
-    let mut r = Reference::new(bins, rule);
-    for ev in &wl.events {
-        if let Some(name) = &ev.add {
-            if let Some(pod) = wl.pods.iter().find(|p| &p.name == name) {
-                r.add(name, demand(pod));
-            }
-        } else if let Some(name) = &ev.remove {
-            r.remove(name);
-        }
-    }
-    r.tally
 }
 
 /// Of the pods a strategy refused on `wl` (`admitted`: the 1-based steps of the `add` events

@@ -281,7 +281,7 @@ fn command_line_json_has_the_contract_fields() {
 }
 
 #[test]
-fn churn_prints_one_row_per_strategy_and_the_reference() {
+fn churn_prints_one_row_per_strategy_and_the_optimum() {
     let out = Command::new(env!("CARGO_BIN_EXE_nri-align"))
         .args([
             "simulate", "--churn", "--host", "dgx-h100", "--seeds", "1", "--pods", "20",
@@ -300,10 +300,17 @@ fn churn_prints_one_row_per_strategy_and_the_reference() {
         "| nri-align, least-allocated |",
         "| kubelet + NVIDIA plugin |",
         "| kubelet, lowest-index GPUs |",
-        "| repacking reference |",
+        "| offline optimum |",
     ] {
         assert!(s.contains(label), "{s}");
     }
+    // Each strategy as a fraction of the optimum; the optimum is 100 % of itself.
+    assert!(s.contains("| of the optimum |"), "{s}");
+    assert!(
+        s.contains("| offline optimum | ") && s.contains("/ 20 | 100.0 % | - |"),
+        "{s}"
+    );
+    assert!(!s.contains("not proven"), "{s}");
     assert!(s.contains("/ 20 |"), "{s}");
     assert!(s.contains("| refused, fit if moved |"), "{s}");
     assert!(!s.contains("search bound"), "{s}");
