@@ -15,7 +15,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -126,6 +127,10 @@ pub struct CdiRegistry {
     index: RwLock<Arc<CdiIndex>>,
     files_read: AtomicU64,
     skipped: RwLock<Vec<Skipped>>,
+    /// How many rescans swapped an index in, and the signal of each: a caller that changed a
+    /// spec can wait for the rescan that follows instead of guessing a delay.
+    rescans: Mutex<u64>,
+    rescanned: Condvar,
 }
 
 impl CdiRegistry {
@@ -137,6 +142,8 @@ impl CdiRegistry {
             index: RwLock::new(Arc::new(CdiIndex::default())),
             files_read: AtomicU64::new(0),
             skipped: RwLock::new(Vec::new()),
+            rescans: Mutex::new(0),
+            rescanned: Condvar::new(),
         });
         r.rescan();
         r
@@ -176,6 +183,25 @@ impl CdiRegistry {
             Ok(mut g) => *g = new,
             Err(p) => *p.into_inner() = new,
         }
+        let mut n = self.rescans.lock().unwrap_or_else(|p| p.into_inner());
+        *n += 1;
+        self.rescanned.notify_all();
+    }
+
+    /// How many times the specs were read since start (the first read counts).
+    pub fn rescans(&self) -> u64 {
+        *self.rescans.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until the specs were read more than `seen` times ([`CdiRegistry::rescans`]), at
+    /// most `timeout`; the count then. Woken by the rescan itself, never by polling.
+    pub fn wait_rescan(&self, seen: u64, timeout: Duration) -> u64 {
+        let g = self.rescans.lock().unwrap_or_else(|p| p.into_inner());
+        let (g, _) = self
+            .rescanned
+            .wait_timeout_while(g, timeout, |n| *n <= seen)
+            .unwrap_or_else(|p| p.into_inner());
+        *g
     }
 
     /// Watches the spec directories and rescans within a second of a change, until the
