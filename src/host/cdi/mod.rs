@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+mod injected;
 mod scan;
 pub mod sysfs;
 mod watch;
@@ -61,6 +62,19 @@ pub enum CdiTarget {
     Pci(PciFunction),
 }
 
+/// One device node a CDI device's edits add, as the container sees it: what a runtime that
+/// applied the spec puts in the container's `linux.devices` (the container path; the type and
+/// numbers where the spec gives them, else the runtime stats the host node).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpecNode {
+    /// Path in the container (`path`).
+    pub path: String,
+    /// `c`, `b`, ...; empty when the spec leaves it to the runtime.
+    pub kind: String,
+    /// Major and minor number, when the spec gives them (non-zero major).
+    pub numbers: Option<(i64, i64)>,
+}
+
 /// One device of a CDI spec, resolved on this host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CdiDevice {
@@ -78,12 +92,21 @@ pub struct CdiDevice {
     pub env: Vec<String>,
     /// Container paths of the mounts its edits add.
     pub mounts: Vec<String>,
+    /// The device nodes its edits add (device-level, then spec-level): what matching a
+    /// container's injected nodes back to the device compares.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<SpecNode>,
 }
 
-/// The devices of every usable spec, by qualified name.
+/// The devices of every usable spec, by qualified name, with the lookups that match what a
+/// runtime injected back to them (built once per scan, `injected.rs`).
 #[derive(Debug, Clone, Default)]
 pub struct CdiIndex {
     devices: HashMap<String, Arc<CdiDevice>>,
+    /// Devices with device nodes, by the container path of their first node.
+    by_node: HashMap<String, Vec<Arc<CdiDevice>>>,
+    /// Devices with no device node and some env, by their first env entry.
+    by_env: HashMap<String, Vec<Arc<CdiDevice>>>,
 }
 
 impl CdiIndex {
