@@ -85,7 +85,10 @@ fn dra_devices_must_be_functions_of_the_topology_and_not_gpus() {
     use crate::simulate::{replay, Strategy};
     let topo = std::sync::Arc::new(dgx1_with_accelerator());
     let gpu = topo.gpus[0].pci_bus_id.clone();
-    for (device, why) in [("0000:ee:00.0", "no PCI function"), (gpu.as_str(), "is a GPU")] {
+    for (device, why) in [
+        ("0000:ee:00.0", "no PCI function"),
+        (gpu.as_str(), "is a GPU"),
+    ] {
         let wl = Workload::parse(&format!(
             "pods: [{{name: p, containers: [{{name: t, cpu: \"1\", devices: [\"{device}\"]}}]}}]"
         ))

@@ -176,8 +176,10 @@ fn devices_matched_back_from_what_the_runtime_injected_are_aligned() {
     assert_eq!(matched_back(&c), got);
     // The claim's GPU is read as CDI (before the device node itself), and an accelerator
     // matched back the same way is a generic device.
-    c.cdi_resolved
-        .push(device("example.com/accel=fn0", vec![pci("0000:99:00.0", Some(1))]));
+    c.cdi_resolved.push(device(
+        "example.com/accel=fn0",
+        vec![pci("0000:99:00.0", Some(1))],
+    ));
     let b = build(&gpu_topology(), &PodView::default(), &c, false).expect("built");
     assert_eq!(b.request.allocated_gpus, ["0000:3b:00.0"]);
     assert_eq!(b.source, Some(super::super::GpuSource::Cdi));

@@ -262,7 +262,10 @@ fn a_spec_written_after_start_is_picked_up_within_a_second() {
     // The watcher's own first rescan (once its watches are in place), so that the counts
     // below are those of the changes.
     let mut seen = r.wait_rescan(1, Duration::from_secs(5));
-    assert_eq!(seen, 2, "the watcher reads the specs once its watches are in place");
+    assert_eq!(
+        seen, 2,
+        "the watcher reads the specs once its watches are in place"
+    );
     // Each change wakes the watcher through inotify: the rescan it triggers signals, and the
     // index has the change then. The wait is bounded by the one second the index may lag;
     // nothing here sleeps or polls.
@@ -291,9 +294,17 @@ fn a_spec_written_after_start_is_picked_up_within_a_second() {
         NVIDIA_CLAIM,
     );
     let start = Instant::now();
-    while r.snapshot().get("k8s.gpu.nvidia.com/claim=0c3a-gpu-1").is_none() {
+    while r
+        .snapshot()
+        .get("k8s.gpu.nvidia.com/claim=0c3a-gpu-1")
+        .is_none()
+    {
         let now = r.wait_rescan(seen, Duration::from_millis(1500));
-        assert!(now > seen, "new directory not read within {:?}", start.elapsed());
+        assert!(
+            now > seen,
+            "new directory not read within {:?}",
+            start.elapsed()
+        );
         seen = now;
     }
 }

@@ -78,7 +78,8 @@ impl CdiIndex {
 fn same(n: &SpecNode, c: &DeviceNode) -> bool {
     n.path == c.path
         && (n.kind.is_empty() || n.kind == c.kind)
-        && n.numbers.is_none_or(|(ma, mi)| ma == c.major && mi == c.minor)
+        && n.numbers
+            .is_none_or(|(ma, mi)| ma == c.major && mi == c.minor)
 }
 
 /// `found` without the devices whose nodes are a strict subset of another match's.

@@ -50,7 +50,10 @@ const ACCEL: &str = r#"{"cdiVersion": "0.6.0", "kind": "example.com/accel", "dev
 fn a_device_is_matched_when_all_its_nodes_were_injected() {
     let (_d, idx) = index(&[("nvidia.json", NVIDIA), ("accel.json", ACCEL)]);
     // GPU 0 with the control node: both names of GPU 0, not GPU 1, not the MIG device.
-    let c = [node("/dev/nvidia0", 195, 0), node("/dev/nvidiactl", 195, 255)];
+    let c = [
+        node("/dev/nvidia0", 195, 0),
+        node("/dev/nvidiactl", 195, 255),
+    ];
     let mut got = names(&idx.match_injected(&c, &[]));
     got.sort();
     assert_eq!(got, ["nvidia.com/gpu=0", "nvidia.com/gpu=GPU-aaaa"]);
