@@ -79,7 +79,7 @@ fn same(n: &SpecNode, c: &DeviceNode) -> bool {
     n.path == c.path
         && (n.kind.is_empty() || n.kind == c.kind)
         && n.numbers
-            .is_none_or(|(ma, mi)| ma == c.major && mi == c.minor)
+            .map_or(true, |(ma, mi)| ma == c.major && mi == c.minor)
 }
 
 /// `found` without the devices whose nodes are a strict subset of another match's.
