@@ -33,12 +33,14 @@ image_tag() {
     printf '%s\n' "$tag"
 }
 
-# flavor_suite FLAVOR -> Debian suite providing that containerd.
+# flavor_suite FLAVOR -> Debian suite providing that containerd; empty for v2.3, which no
+# registry has (its build is located instead: containerd_locate).
 flavor_suite() {
     case "$1" in
         trixie) echo trixie ;;
         sid) echo sid ;;
-        *) die "unknown flavor '$1' (want trixie or sid)" ;;
+        v2.3) echo "" ;;
+        *) die "unknown flavor '$1' (want trixie, sid or v2.3)" ;;
     esac
 }
 
@@ -46,9 +48,50 @@ flavor_suite() {
 flavor_config_version() {
     case "$1" in
         trixie) echo 2 ;;
-        sid) echo 3 ;;
+        sid | v2.3) echo 3 ;;
         *) die "unknown flavor '$1'" ;;
     esac
+}
+
+# Exit status of `containerd-up v2.3` (and `containerd-up --locate v2.3`) when no containerd
+# 2.3 build is found: the tests skip on exactly this status, as for CRI-O.
+# shellcheck disable=SC2034 # used by the scripts that source this file
+CONTAINERD_MISSING_RC=3
+
+# containerd_candidates prints, one a line, where a containerd 2.3 build is looked for, in
+# order: $CONTAINERD_23 (a directory holding bin/containerd or containerd), shared/containerd-2.3
+# beside this checkout, the same beside the main checkout of a git worktree, and
+# /work/shared/containerd-2.3.
+containerd_candidates() {
+    if [[ -n "${CONTAINERD_23:-}" ]]; then
+        echo "$CONTAINERD_23"
+        return
+    fi
+    echo "$ROOT_DIR/../shared/containerd-2.3"
+    local common
+    if common="$(git -C "$ROOT_DIR" rev-parse --path-format=absolute --git-common-dir 2>/dev/null)"; then
+        echo "$(dirname "$common")/../shared/containerd-2.3"
+    fi
+    echo /work/shared/containerd-2.3
+}
+
+# containerd_locate prints the directory of the containerd 2.3 build (containerd,
+# containerd-shim-runc-v2 and ctr side by side), or returns 1 after saying where it looked.
+containerd_locate() {
+    local c dir
+    local looked=()
+    while IFS= read -r c; do
+        looked+=("$c")
+        for dir in "$c/bin" "$c"; do
+            if [[ -x "$dir/containerd" && -x "$dir/containerd-shim-runc-v2" && -x "$dir/ctr" ]]; then
+                (cd "$dir" && pwd)
+                return 0
+            fi
+        done
+    done < <(containerd_candidates)
+    log "no containerd 2.3 build found (looked at: ${looked[*]}); no package registry has it:" \
+        "set CONTAINERD_23=/path/to/dir (with bin/containerd, bin/containerd-shim-runc-v2, bin/ctr)"
+    return 1
 }
 
 # apt_private TOOL SUITE ARGS... runs apt-get or apt-cache against a private sources list, lists and cache under
@@ -155,6 +198,10 @@ instance_vars() {
         SOCK_DIR="/tmp/nri-align-$(printf '%s' "$INST_DIR" | sha256sum | cut -c1-12)"
     fi
     CTRD_BIN_DIR="$CACHE_DIR/containerd-$FLAVOR/usr/bin"
+    # v2.3 is built from source, not unpacked from a .deb: its directory is located.
+    if [[ "$FLAVOR" == v2.3 ]]; then
+        CTRD_BIN_DIR="$(containerd_locate 2>/dev/null)" || CTRD_BIN_DIR=""
+    fi
     RUNC_BIN="$CACHE_DIR/runc-bookworm/usr/sbin/runc"
     CTRD_ROOT="$INST_DIR/root"
     CTRD_STATE="$INST_DIR/state"

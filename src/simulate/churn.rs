@@ -147,6 +147,7 @@ pub fn workload(topo: &Topology, seed: u64, pods: usize) -> Workload {
                 memory: Some(Quantity::Text(format!("{}Gi", size as u64 * gib_per_unit))),
                 gpus: if gpus > 0 { size as u32 } else { 0 },
                 nics: (size as u32).div_ceil(2).min(nics as u32),
+                devices: Vec::new(),
             }],
         });
         wl.events.push(Event::add(&name));

@@ -13,7 +13,7 @@ pub mod optimum;
 pub mod repack;
 pub mod workload;
 
-use workload::{bytes, cpu_milli};
+use workload::{bytes, cpu_milli, dra_devices};
 pub use workload::{ContainerSpec, Event, PodSpec, Quantity, Workload, WorkloadError};
 
 use std::collections::BTreeMap;
@@ -84,6 +84,9 @@ pub struct Decision {
     pub gpus: Vec<String>,
     /// NICs (names).
     pub nics: Vec<String>,
+    /// Generic devices aligned to (PCI bus ids of the workload's DRA `devices`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
     /// Whether every resource is on the chosen nodes.
     pub aligned: bool,
     /// Interconnect score of the GPU set.
@@ -239,6 +242,7 @@ fn requests(
     pod: &PodSpec,
     free: &[NodeFree],
     topo: &Topology,
+    dra_seen: bool,
 ) -> Result<Vec<Planned>, WorkloadError> {
     let mut free_gpus: Vec<String> = free.iter().flat_map(|n| n.gpus.iter().cloned()).collect();
     free_gpus.sort_by_key(|b| topo.gpus.iter().position(|g| &g.pci_bus_id == b));
@@ -329,7 +333,11 @@ fn requests(
             allocated_gpus: gpus,
             allocated_nics: nics,
             shared_gpus: Vec::new(),
-            generic_devices: Vec::new(),
+            generic_devices: if dra_seen {
+                dra_devices(pod, c, topo)?
+            } else {
+                Vec::new()
+            },
             scheduler,
         };
         out.push((request, short));
@@ -424,7 +432,9 @@ pub fn replay_plugins(
             let mut placed = Vec::new();
             let mut decisions = Vec::new();
             let mut failed = None;
-            let planned = requests(pod, &d.free(), &topo)?;
+            // The kubelet's managers never see DRA devices: only nri-align aligns to them.
+            let dra_seen = strategy == Strategy::NriAlign;
+            let planned = requests(pod, &d.free(), &topo, dra_seen)?;
             let reqs: Vec<Request> = planned.iter().map(|(r, _)| r.clone()).collect();
             let uid = reqs.first().map(|r| r.pod.uid.clone()).unwrap_or_default();
             // Pod scope sizes the first container's nodes for the whole pod.
@@ -451,6 +461,7 @@ pub fn replay_plugins(
                             mems: a.mems.to_string(),
                             gpus: a.gpus.clone(),
                             nics: a.nics.clone(),
+                            devices: a.generic_devices.clone(),
                             aligned: a.aligned,
                             gpu_link_score: links.set_score(&idx),
                             reason: a.reason.clone(),
@@ -468,6 +479,7 @@ pub fn replay_plugins(
                             mems: String::new(),
                             gpus: Vec::new(),
                             nics: Vec::new(),
+                            devices: Vec::new(),
                             aligned: false,
                             gpu_link_score: 0,
                             reason: e,

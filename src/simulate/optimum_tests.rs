@@ -17,6 +17,7 @@ fn pod(name: &str, gpus: u32) -> PodSpec {
             memory: Some(Quantity::Text("1Gi".into())),
             gpus,
             nics: 0,
+            devices: Vec::new(),
         }],
     }
 }

@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::placement::request::GenericDevice;
+use crate::topology::Topology;
+
 /// Why a workload file is not usable.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
@@ -118,6 +121,13 @@ pub struct ContainerSpec {
     /// RDMA NICs a device plugin allocated.
     #[serde(default)]
     pub nics: u32,
+    /// PCI functions a DRA driver allocated (bus ids of the topology's PCI devices,
+    /// `0000:c0:00.0`: an FPGA, another vendor's accelerator, a NIC without RDMA), reaching
+    /// the container as CDI devices. nri-align aligns the container's CPUs and memory to their
+    /// nodes as to a GPU's (generic devices, never held); the kubelet's managers never see
+    /// them. GPUs keep to `gpus`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
 }
 
 /// An event: exactly one of `add` and `remove`.
@@ -225,6 +235,53 @@ pub(super) fn bytes(q: &Quantity) -> Option<u64> {
             t.parse().ok()
         }
     }
+}
+
+/// The generic devices of container `c`: its DRA `devices`, each a PCI function of `topo` that
+/// is neither a GPU nor a NIC of it, with the topology's NUMA node and PCIe path.
+pub(super) fn dra_devices(
+    pod: &PodSpec,
+    c: &ContainerSpec,
+    topo: &Topology,
+) -> Result<Vec<GenericDevice>, WorkloadError> {
+    let mut out: Vec<GenericDevice> = Vec::new();
+    for bus in &c.devices {
+        let bus = bus.trim().to_ascii_lowercase();
+        let bad = |why: &str| WorkloadError::Pod {
+            pod: crate::untrusted::excerpt(&pod.name),
+            reason: format!(
+                "container {}: device {} {why}",
+                crate::untrusted::excerpt(&c.name),
+                crate::untrusted::quoted(&bus)
+            ),
+        };
+        if topo.gpus.iter().any(|g| g.pci_bus_id == bus) {
+            return Err(bad("is a GPU: ask for GPUs with `gpus`"));
+        }
+        if topo
+            .nics
+            .iter()
+            .any(|n| n.pci_bus_id.as_deref() == Some(bus.as_str()))
+        {
+            return Err(bad("is a NIC: ask for RDMA NICs with `nics`"));
+        }
+        let Some(d) = topo.pci(&bus) else {
+            return Err(bad("is no PCI function of the topology"));
+        };
+        if out.iter().any(|g| g.pci_bus_id == bus) {
+            continue;
+        }
+        let mut pcie_path = vec![d.root_complex.clone()];
+        pcie_path.extend(d.bridges.iter().rev().cloned());
+        pcie_path.push(bus.clone());
+        out.push(GenericDevice {
+            name: format!("dra/{bus}"),
+            pci_bus_id: bus,
+            numa_node: d.numa_node,
+            pcie_path,
+        });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 use test_support::e2e;
-use test_support::each_runtime;
+use test_support::each_cdi_runtime;
 
 use nix::sys::signal::Signal;
 use test_support::e2e::kubelet::{
@@ -311,11 +311,17 @@ fn gpus_arrive_through_each_cdi_strategy(rt: Runtime) {
     let online = e.online();
 
     // Where nri-align reads the GPU from. Every runtime here hands NRI the CRI annotations
-    // (containerd 1.7/2.1 `criContainer.GetAnnotations`: spec and CRI config annotations;
-    // CRI-O: the spec's, which carry the CRI ones), so `cdi.k8s.io/*` is read as CDI. None
-    // fills NRI's `Container.CDI_devices` (containerd 1.7/2.1 vendor NRI v0.6.1/v0.8.0 and do
-    // not set it; CRI-O 1.34 with NRI v0.10.0 neither), so `cdi-cri` is seen through what the
-    // runtime injected from the CDI spec before NRI's CreateContainer: the GPU's device node.
+    // (containerd `criContainer.GetAnnotations`: spec and CRI config annotations; CRI-O: the
+    // spec's, which carry the CRI ones), so `cdi.k8s.io/*` is read as CDI. Only containerd 2.3
+    // fills NRI's `Container.CDI_devices` from the CRI field, so `cdi-cri` is read as CDI
+    // there; containerd 1.7/2.1 (NRI v0.6.1/v0.8.0) and CRI-O 1.34 (NRI v0.10.0) do not set it,
+    // and nri-align, which has no spec of these GPUs here, sees `cdi-cri` through what the
+    // runtime injected before NRI's CreateContainer: the GPU's device node.
+    let cri_source = if rt.sends_cdi_devices() {
+        "cdi"
+    } else {
+        "device-nodes"
+    };
     for (strategy, tag, g, source) in [
         (
             ListStrategy::CdiAnnotations,
@@ -323,7 +329,7 @@ fn gpus_arrive_through_each_cdi_strategy(rt: Runtime) {
             &e.host.gpus[0],
             "cdi",
         ),
-        (ListStrategy::CdiCri, "cri", &e.host.gpus[1], "device-nodes"),
+        (ListStrategy::CdiCri, "cri", &e.host.gpus[1], cri_source),
     ] {
         let dev = NvidiaDevice::Gpu {
             uuid: g.uuid.clone(),
@@ -526,7 +532,7 @@ fn a_gpu_held_by_remap_is_refused_while_the_kubelet_cannot_be_asked(rt: Runtime)
     assert_eq!(e.live(&b).devices, vec![format!("/dev/nvidia{minor1}")]);
 }
 
-each_runtime!(
+each_cdi_runtime!(
     a_gpu_held_by_remap_is_refused_while_the_kubelet_cannot_be_asked,
     a_time_sliced_gpu_reaches_both_pods_and_verifies,
     gpus_arrive_through_each_cdi_strategy,

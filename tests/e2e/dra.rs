@@ -2,9 +2,16 @@
 //! NVIDIA DRA driver writes it (`k8s.gpu.nvidia.com-claim_<uid>.yaml`, device
 //! `k8s.gpu.nvidia.com/claim=<uid>-gpu-<minor>`) naming an emulated GPU, and a generic vendor's
 //! spec (`example.com/accel`) naming an emulated PCI function, both written after nri-align
-//! started (the watcher picks them up) and handed to the container through `cdi.k8s.io/`
-//! annotations, which every runtime here passes to NRI. Then the kubelet's semantics for a
-//! claim two containers of one pod reference: shared, and held until the last one goes.
+//! started (the watcher picks them up). How the names reach nri-align differs by runtime:
+//! - containerd 2.3 sends the CRI `CDI_devices` field to NRI (`Container.CDI_devices`): the
+//!   names go there and nowhere else (no annotation);
+//! - containerd 1.7/2.1 and CRI-O send no names: through `cdi.k8s.io/` annotations, which
+//!   every runtime passes to NRI, and, on containerd 2.1, through the CRI field alone, which
+//!   the runtime applies but does not send: nri-align matches the device nodes it injected
+//!   back to the specs.
+//!
+//! Then the kubelet's semantics for a claim two containers of one pod reference: shared, and
+//! held until the last one goes.
 //!
 //! The runtime and nri-align read the same devices from two copies of each spec: the
 //! runtime's, in its private CDI dir, with host paths of the emulated host's nodes, and
@@ -19,7 +26,7 @@ use test_support::e2e;
 use test_support::e2e::kubelet::{Allocation, KubeContainer, KubePod, Node, Resources};
 use test_support::e2e::suite::Enforced;
 use test_support::e2e::{Runtime, UpOptions};
-use test_support::each_runtime;
+use test_support::{each_cdi_runtime, each_runtime};
 
 const CLAIM: &str = "6f1a0c5e-1111-2222-3333-444455556666";
 const ACCEL_BUS: &str = "0000:c0:00.0";
@@ -67,12 +74,50 @@ fn specs(minor: u32, gpu_host: &str) -> [(String, String); 2] {
     ]
 }
 
+/// How the test hands the container its CDI names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// `cdi.k8s.io/` annotations.
+    Annotations,
+    /// The CRI `CDI_devices` field alone.
+    CriField,
+}
+
+/// The value of `key=` in a log line (quoted or not), empty when absent.
+fn field(line: &str, key: &str) -> String {
+    let Some((_, rest)) = line.split_once(&format!(" {key}=")) else {
+        return String::new();
+    };
+    let value = match rest.strip_prefix('"') {
+        Some(q) => q.split('"').next().unwrap_or_default(),
+        // An empty value is followed by the next field at once.
+        None => rest.split(char::is_whitespace).next().unwrap_or_default(),
+    };
+    value.to_string()
+}
+
 fn cdi_specs_of_any_vendor_align_cpus_and_memory(rt: Runtime) {
+    let route = if rt.sends_cdi_devices() {
+        Route::CriField
+    } else {
+        Route::Annotations
+    };
+    dra(rt, route, "e2e-dra");
+}
+
+/// containerd 2.1 applies the CRI `CDI_devices` field but does not send it to NRI: with no
+/// annotation and no kubelet, the devices are known only by what the runtime injected.
+#[test]
+fn injected_cdi_devices_are_matched_back_to_their_specs() {
+    dra(Runtime::CONTAINERD_2_1, Route::CriField, "e2e-dra-match");
+}
+
+fn dra(rt: Runtime, route: Route, instance: &str) {
     let options = UpOptions {
         cdi: true,
         ..UpOptions::default()
     };
-    let Some(e) = Enforced::with_options(rt, "dra", "e2e-dra", (2, 0), "", options) else {
+    let Some(e) = Enforced::with_options(rt, "dra", instance, (2, 0), "", options) else {
         return;
     };
     // The emulated GPUs are on the first node: the function goes there too, so that both
@@ -95,13 +140,18 @@ fn cdi_specs_of_any_vendor_align_cpus_and_memory(rt: Runtime) {
         "k8s.gpu.nvidia.com/claim={CLAIM}-gpu-{},example.com/accel=fn0",
         g.minor
     );
-    let claim = Allocation {
+    let mut claim = Allocation {
         resource: "example.com/accel".into(),
         ids: vec!["fn0".into()],
         numa: vec![None],
-        annotations: [("cdi.k8s.io/dra_claim".to_string(), names)].into(),
         ..Allocation::default()
     };
+    match route {
+        Route::Annotations => {
+            claim.annotations = [("cdi.k8s.io/dra_claim".to_string(), names.clone())].into();
+        }
+        Route::CriField => claim.cdi_devices = names.split(',').map(String::from).collect(),
+    }
     let pod = KubePod::new("ml", "dra").container(
         KubeContainer::new("app")
             .resources(
@@ -132,6 +182,34 @@ fn cdi_specs_of_any_vendor_align_cpus_and_memory(rt: Runtime) {
         e.plugin.output()
     );
     let out = e.plugin.output();
+    // Which route nri-align saw the names by.
+    let resolved = out
+        .lines()
+        .rev()
+        .find(|l| l.contains("CDI devices resolved") && l.contains("container=app"))
+        .unwrap_or_else(|| panic!("no \"CDI devices resolved\" line:\n{out}"));
+    // In any order: the runtime's device order decides the match's.
+    let sorted = |list: String| {
+        let mut v: Vec<String> = list
+            .split(',')
+            .filter(|n| !n.is_empty())
+            .map(String::from)
+            .collect();
+        v.sort();
+        v.join(",")
+    };
+    let (cri, matched) = (
+        sorted(field(resolved, "cri")),
+        sorted(field(resolved, "matched")),
+    );
+    let names = sorted(names);
+    match (route, rt.sends_cdi_devices()) {
+        // Sent by the runtime: named, nothing left to match.
+        (Route::CriField, true) => assert!(cri == names && matched.is_empty(), "{resolved}"),
+        // Applied, not sent: both matched back from the injected nodes.
+        (Route::CriField, false) => assert!(cri.is_empty() && matched == names, "{resolved}"),
+        (Route::Annotations, _) => assert!(cri.is_empty() && matched.is_empty(), "{resolved}"),
+    }
     let gpus = out
         .lines()
         .rev()
@@ -247,7 +325,5 @@ fn a_claim_two_containers_of_a_pod_name_is_shared(rt: Runtime) {
     );
 }
 
-each_runtime!(
-    cdi_specs_of_any_vendor_align_cpus_and_memory,
-    a_claim_two_containers_of_a_pod_name_is_shared
-);
+each_cdi_runtime!(cdi_specs_of_any_vendor_align_cpus_and_memory);
+each_runtime!(a_claim_two_containers_of_a_pod_name_is_shared);

@@ -37,13 +37,44 @@ fn raw_names(c: &ContainerView) -> impl Iterator<Item = &str> {
         )
 }
 
+/// Where a device matched back from what the runtime injected (no name named it) came from,
+/// in notes and log lines.
+pub const INJECTED: &str = "CDI device the runtime injected";
+
 /// The devices of `c` that `index` knows: what the plugin puts in
-/// `ContainerView::cdi_resolved` before deciding (a map lookup per name, no file read).
+/// `ContainerView::cdi_resolved` before deciding (a map lookup per name or injected node, no
+/// file read). First the named ones, then those matched back from the device nodes and env
+/// the runtime injected ([`CdiIndex::match_injected`]): a runtime that applies the CRI
+/// `CDI_devices` field but does not send it to NRI (containerd before 2.3, CRI-O) still tells
+/// which spec devices the container got.
 pub fn resolve_cdi(index: &CdiIndex, c: &ContainerView) -> Vec<CdiDevice> {
     if index.is_empty() {
         return Vec::new();
     }
-    index.resolve(raw_names(c).take(k8s_devices::MAX_ENTRIES))
+    let max = k8s_devices::MAX_ENTRIES;
+    let mut out = index.resolve(raw_names(c).take(max));
+    let devices = &c.devices[..c.devices.len().min(max)];
+    let env = &c.env[..c.env.len().min(max)];
+    for d in index.match_injected(devices, env) {
+        if !out.iter().any(|o| o.name == d.name) {
+            out.push(CdiDevice::clone(&d));
+        }
+    }
+    out
+}
+
+/// The names of the devices in `c.cdi_resolved` that no source named: those matched back
+/// from what the runtime injected.
+pub fn matched_back(c: &ContainerView) -> Vec<&str> {
+    let named: Vec<&str> = raw_names(c)
+        .take(k8s_devices::MAX_ENTRIES)
+        .map(str::trim)
+        .collect();
+    c.cdi_resolved
+        .iter()
+        .map(|d| d.name.as_str())
+        .filter(|n| !named.contains(n))
+        .collect()
 }
 
 /// The CDI names of `c` with where each came from: the CRI field's, the annotations', then
@@ -96,7 +127,8 @@ pub(super) fn cdi_devices(
     f: &mut Found,
 ) -> Result<Found, RequestError> {
     let mut gpus = Found::default();
-    for (origin, q) in &cdi_names(c, f) {
+    let names = cdi_names(c, f);
+    for (origin, q) in &names {
         let name = q.to_string();
         if let Some(d) = c.cdi_resolved.iter().find(|d| d.name == name) {
             if resolved(topo, c, origin, d, f, &mut gpus)? {
@@ -104,6 +136,12 @@ pub(super) fn cdi_devices(
             }
         }
         by_name(topo, c, origin, q, f, &mut gpus)?;
+    }
+    // The devices no name named: matched back from what the runtime injected.
+    for d in &c.cdi_resolved {
+        if !names.iter().any(|(_, q)| q.to_string() == d.name) {
+            resolved(topo, c, INJECTED, d, f, &mut gpus)?;
+        }
     }
     Ok(gpus)
 }

@@ -20,6 +20,7 @@ fn device(name: &str, targets: Vec<CdiTarget>) -> CdiDevice {
         net_devices: Vec::new(),
         env: Vec::new(),
         mounts: Vec::new(),
+        nodes: Vec::new(),
     }
 }
 
@@ -151,4 +152,41 @@ fn resolve_cdi_looks_up_every_source_once() {
         .map(|d| d.name)
         .collect();
     assert_eq!(names, ["v.com/c=a", "v.com/c=b"]);
+}
+
+#[test]
+fn devices_matched_back_from_what_the_runtime_injected_are_aligned() {
+    // As containerd 2.1 passes a container whose CRI `CDI_devices` it applied: no name, the
+    // spec's nodes in `linux.devices`.
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::create_dir_all(dir.path().join("var/run/cdi")).expect("mkdir");
+    std::fs::write(
+        dir.path().join("var/run/cdi/k8s.gpu.nvidia.com-claim_u1.yaml"),
+        "cdiVersion: 0.5.0\nkind: k8s.gpu.nvidia.com/claim\ndevices:\n- name: u1-gpu-1\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia1\n",
+    )
+    .expect("write");
+    let s = crate::host::cdi::scan(dir.path(), &["/var/run/cdi".into()]);
+    let mut c = ContainerView {
+        devices: vec![crate::enforce::inputs::tests::node("/dev/nvidia1", 195, 1)],
+        ..Default::default()
+    };
+    c.cdi_resolved = resolve_cdi(&s.index, &c);
+    let got: Vec<&str> = c.cdi_resolved.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(got, ["k8s.gpu.nvidia.com/claim=u1-gpu-1"]);
+    assert_eq!(matched_back(&c), got);
+    // The claim's GPU is read as CDI (before the device node itself), and an accelerator
+    // matched back the same way is a generic device.
+    c.cdi_resolved.push(device(
+        "example.com/accel=fn0",
+        vec![pci("0000:99:00.0", Some(1))],
+    ));
+    let b = build(&gpu_topology(), &PodView::default(), &c, false).expect("built");
+    assert_eq!(b.request.allocated_gpus, ["0000:3b:00.0"]);
+    assert_eq!(b.source, Some(super::super::GpuSource::Cdi));
+    let g = &b.request.generic_devices;
+    assert_eq!(g.len(), 1, "{g:?}");
+    assert_eq!(g[0].pci_bus_id, "0000:99:00.0");
+    // A device a source named is no match-back.
+    c.cdi_devices = vec!["example.com/accel=fn0".into()];
+    assert_eq!(matched_back(&c), ["k8s.gpu.nvidia.com/claim=u1-gpu-1"]);
 }

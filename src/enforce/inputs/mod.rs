@@ -9,7 +9,7 @@ use crate::enforce::container::{ContainerView, PodView, ResourcesView};
 
 mod cdi;
 mod devices;
-pub use cdi::resolve_cdi;
+pub use cdi::{matched_back, resolve_cdi};
 pub use devices::{GpuSource, Unread};
 
 /// A container whose resources or devices cannot be understood. Only authoritative sources

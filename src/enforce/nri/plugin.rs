@@ -401,6 +401,17 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         if let Some(cdi) = &self.cdi {
             container.cdi_resolved =
                 crate::enforce::inputs::resolve_cdi(&cdi.snapshot(), &container);
+            if !container.cdi_resolved.is_empty() {
+                // Which route each device came by: the runtime's NRI `CDI_devices` (containerd
+                // 2.3 and later) or a match of what it injected (earlier runtimes, CRI-O).
+                tracing::info!(
+                    pod = %format!("{}/{}", pod.namespace, pod.name),
+                    container = %container.name,
+                    cri = %container.cdi_devices.join(","),
+                    matched = %crate::enforce::inputs::matched_back(&container).join(","),
+                    "CDI devices resolved"
+                );
+            }
         }
         let mut engine = self.engine();
         let outcome = engine

@@ -259,26 +259,52 @@ fn a_spec_written_after_start_is_picked_up_within_a_second() {
     std::fs::remove_dir(h.root().join("var/run/cdi")).expect("rmdir");
     let r = CdiRegistry::new(h.root(), &Host::dirs());
     let _watch = r.watch().expect("watch");
-    let wait = |want: bool, name: &str| {
+    // The watcher's own first rescan (once its watches are in place), so that the counts
+    // below are those of the changes.
+    let mut seen = r.wait_rescan(1, Duration::from_secs(5));
+    assert_eq!(
+        seen, 2,
+        "the watcher reads the specs once its watches are in place"
+    );
+    // Each change wakes the watcher through inotify: the rescan it triggers signals, and the
+    // index has the change then. The wait is bounded by the one second the index may lag;
+    // nothing here sleeps or polls.
+    // (A burst split by a preempted writer may take two rescans: each is waited for.)
+    let mut after_change = |what: &str, done: &dyn Fn(&CdiIndex) -> bool| {
         let start = Instant::now();
-        while r.snapshot().get(name).is_some() != want {
-            assert!(
-                start.elapsed() < Duration::from_millis(1500),
-                "{name} present={want} not seen in time"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        while !done(&r.snapshot()) {
+            let left = Duration::from_secs(1).saturating_sub(start.elapsed());
+            let now = r.wait_rescan(seen, left);
+            assert!(now > seen, "{what}: not in the index within a second");
+            seen = now;
         }
         start.elapsed()
     };
     // A watched directory: a write, then a removal.
     h.write("etc/cdi/example.json", ACCEL_JSON);
-    assert!(wait(true, "example.com/accel=fn0") < Duration::from_secs(1));
+    let took = after_change("write", &|i| i.get("example.com/accel=fn0").is_some());
+    // Woken by the event, not by the once-a-second directory check.
+    assert!(took < Duration::from_millis(900), "{took:?}");
     std::fs::remove_file(h.root().join("etc/cdi/example.json")).expect("rm");
-    wait(false, "example.com/accel=fn0");
-    // A directory made after start (the first DRA driver creates /var/run/cdi).
+    after_change("removal", &|i| i.get("example.com/accel=fn0").is_none());
+    // A directory made after start (the first DRA driver creates /var/run/cdi): its watch is
+    // added by the directory check, at most a second later, which reads what it holds.
     h.write(
         "var/run/cdi/k8s.gpu.nvidia.com-claim_0c3a.yaml",
         NVIDIA_CLAIM,
     );
-    wait(true, "k8s.gpu.nvidia.com/claim=0c3a-gpu-1");
+    let start = Instant::now();
+    while r
+        .snapshot()
+        .get("k8s.gpu.nvidia.com/claim=0c3a-gpu-1")
+        .is_none()
+    {
+        let now = r.wait_rescan(seen, Duration::from_millis(1500));
+        assert!(
+            now > seen,
+            "new directory not read within {:?}",
+            start.elapsed()
+        );
+        seen = now;
+    }
 }

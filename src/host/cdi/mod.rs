@@ -15,10 +15,12 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+mod injected;
 mod scan;
 pub mod sysfs;
 mod watch;
@@ -60,6 +62,19 @@ pub enum CdiTarget {
     Pci(PciFunction),
 }
 
+/// One device node a CDI device's edits add, as the container sees it: what a runtime that
+/// applied the spec puts in the container's `linux.devices` (the container path; the type and
+/// numbers where the spec gives them, else the runtime stats the host node).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpecNode {
+    /// Path in the container (`path`).
+    pub path: String,
+    /// `c`, `b`, ...; empty when the spec leaves it to the runtime.
+    pub kind: String,
+    /// Major and minor number, when the spec gives them (non-zero major).
+    pub numbers: Option<(i64, i64)>,
+}
+
 /// One device of a CDI spec, resolved on this host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CdiDevice {
@@ -77,12 +92,21 @@ pub struct CdiDevice {
     pub env: Vec<String>,
     /// Container paths of the mounts its edits add.
     pub mounts: Vec<String>,
+    /// The device nodes its edits add (device-level, then spec-level): what matching a
+    /// container's injected nodes back to the device compares.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<SpecNode>,
 }
 
-/// The devices of every usable spec, by qualified name.
+/// The devices of every usable spec, by qualified name, with the lookups that match what a
+/// runtime injected back to them (built once per scan, `injected.rs`).
 #[derive(Debug, Clone, Default)]
 pub struct CdiIndex {
     devices: HashMap<String, Arc<CdiDevice>>,
+    /// Devices with device nodes, by the container path of their first node.
+    by_node: HashMap<String, Vec<Arc<CdiDevice>>>,
+    /// Devices with no device node and some env, by their first env entry.
+    by_env: HashMap<String, Vec<Arc<CdiDevice>>>,
 }
 
 impl CdiIndex {
@@ -126,6 +150,10 @@ pub struct CdiRegistry {
     index: RwLock<Arc<CdiIndex>>,
     files_read: AtomicU64,
     skipped: RwLock<Vec<Skipped>>,
+    /// How many rescans swapped an index in, and the signal of each: a caller that changed a
+    /// spec can wait for the rescan that follows instead of guessing a delay.
+    rescans: Mutex<u64>,
+    rescanned: Condvar,
 }
 
 impl CdiRegistry {
@@ -137,6 +165,8 @@ impl CdiRegistry {
             index: RwLock::new(Arc::new(CdiIndex::default())),
             files_read: AtomicU64::new(0),
             skipped: RwLock::new(Vec::new()),
+            rescans: Mutex::new(0),
+            rescanned: Condvar::new(),
         });
         r.rescan();
         r
@@ -176,6 +206,25 @@ impl CdiRegistry {
             Ok(mut g) => *g = new,
             Err(p) => *p.into_inner() = new,
         }
+        let mut n = self.rescans.lock().unwrap_or_else(|p| p.into_inner());
+        *n += 1;
+        self.rescanned.notify_all();
+    }
+
+    /// How many times the specs were read since start (the first read counts).
+    pub fn rescans(&self) -> u64 {
+        *self.rescans.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until the specs were read more than `seen` times ([`CdiRegistry::rescans`]), at
+    /// most `timeout`; the count then. Woken by the rescan itself, never by polling.
+    pub fn wait_rescan(&self, seen: u64, timeout: Duration) -> u64 {
+        let g = self.rescans.lock().unwrap_or_else(|p| p.into_inner());
+        let (g, _) = self
+            .rescanned
+            .wait_timeout_while(g, timeout, |n| *n <= seen)
+            .unwrap_or_else(|p| p.into_inner());
+        *g
     }
 
     /// Watches the spec directories and rescans within a second of a change, until the

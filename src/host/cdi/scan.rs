@@ -9,7 +9,7 @@ use std::sync::Arc;
 use k8s_devices::cdi_spec::{self, ContainerEdits, Format, Spec, MAX_SPEC_BYTES};
 
 use super::sysfs::{self, NodeMap};
-use super::{CdiDevice, CdiIndex, CdiTarget};
+use super::{CdiDevice, CdiIndex, CdiTarget, SpecNode};
 
 /// Most spec files read in all (a node with a claim per container has a few hundred).
 pub const MAX_SPEC_FILES: usize = 16_384;
@@ -73,6 +73,7 @@ pub fn scan(root: &Path, dirs: &[PathBuf]) -> Scan {
         // A later directory's device replaces an earlier one's of the same name.
         out.index.devices.extend(here);
     }
+    out.index.build_lookups();
     out
 }
 
@@ -163,6 +164,7 @@ fn devices(root: &Path, file: &Path, spec: &Spec) -> Vec<CdiDevice> {
                 net_devices: own.net_devices,
                 env: d.container_edits.env.clone(),
                 mounts: own.mounts,
+                nodes: own.nodes,
             };
             for t in &common.targets {
                 if !dev.targets.contains(t) {
@@ -173,6 +175,11 @@ fn devices(root: &Path, file: &Path, spec: &Spec) -> Vec<CdiDevice> {
             dev.net_devices.extend(common.net_devices.iter().cloned());
             dev.env.extend(spec.container_edits.env.iter().cloned());
             dev.mounts.extend(common.mounts.iter().cloned());
+            for n in &common.nodes {
+                if !dev.nodes.contains(n) {
+                    dev.nodes.push(n.clone());
+                }
+            }
             dev
         })
         .collect()
@@ -184,11 +191,20 @@ struct Mapped {
     unmapped: Vec<String>,
     net_devices: Vec<String>,
     mounts: Vec<String>,
+    nodes: Vec<SpecNode>,
 }
 
 fn map_edits(root: &Path, edits: &ContainerEdits) -> Mapped {
     let mut m = Mapped::default();
     for n in &edits.device_nodes {
+        let node = SpecNode {
+            path: n.path.clone(),
+            kind: n.kind.clone(),
+            numbers: (n.major != 0).then_some((n.major, n.minor)),
+        };
+        if !m.nodes.contains(&node) {
+            m.nodes.push(node);
+        }
         match sysfs::map_node(root, n) {
             NodeMap::Control => {}
             NodeMap::Targets(ts) => {

@@ -90,17 +90,22 @@ pub enum Flavor {
     Trixie,
     /// containerd 2.1.x from Debian sid: NRI v0.8, config version 3.
     Sid,
+    /// containerd 2.3.x built from source (no registry has it; located like CRI-O: hack/lib.sh
+    /// `containerd_locate`): NRI v0.12, config version 3, the first to send a container's CRI
+    /// `CDI_devices` names to plugins.
+    V2_3,
 }
 
 impl Flavor {
-    /// Both flavors, oldest first.
-    pub const ALL: [Flavor; 2] = [Flavor::Trixie, Flavor::Sid];
+    /// Every flavor, oldest first.
+    pub const ALL: [Flavor; 3] = [Flavor::Trixie, Flavor::Sid, Flavor::V2_3];
 
     /// Name the hack scripts take.
     pub fn name(self) -> &'static str {
         match self {
             Flavor::Trixie => "trixie",
             Flavor::Sid => "sid",
+            Flavor::V2_3 => "v2.3",
         }
     }
 }

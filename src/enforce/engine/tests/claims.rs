@@ -22,6 +22,7 @@ fn claimer(pod: &PodView, id: &str, name: &str) -> ContainerView {
         net_devices: Vec::new(),
         env: Vec::new(),
         mounts: Vec::new(),
+        nodes: Vec::new(),
     }];
     c
 }

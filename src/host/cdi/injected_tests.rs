@@ -1,0 +1,106 @@
+use super::*;
+
+/// An index of the specs `files` (name, text) written to `etc/cdi` of a fresh root.
+fn index(files: &[(&str, &str)]) -> (tempfile::TempDir, CdiIndex) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cdi = dir.path().join("etc/cdi");
+    std::fs::create_dir_all(&cdi).expect("mkdir");
+    for (name, text) in files {
+        std::fs::write(cdi.join(name), text).expect("write");
+    }
+    let s = super::super::scan(dir.path(), &["/etc/cdi".into()]);
+    assert!(s.skipped.is_empty(), "{:?}", s.skipped);
+    (dir, s.index)
+}
+
+fn node(path: &str, major: i64, minor: i64) -> DeviceNode {
+    DeviceNode {
+        path: path.into(),
+        kind: "c".into(),
+        major,
+        minor,
+        file_mode: None,
+        uid: None,
+        gid: None,
+    }
+}
+
+fn names(found: &[Arc<CdiDevice>]) -> Vec<String> {
+    found.iter().map(|d| d.name.clone()).collect()
+}
+
+/// As `nvidia-ctk cdi generate` writes a GPU node's spec: each GPU by index and by UUID, a MIG
+/// device (the parent's node and its capability nodes), the control nodes spec-wide.
+const NVIDIA: &str = r#"{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
+  "containerEdits": {"deviceNodes": [{"path": "/dev/nvidiactl"}]},
+  "devices": [
+    {"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}},
+    {"name": "GPU-aaaa", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}},
+    {"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1"}]}},
+    {"name": "0:1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"},
+      {"path": "/dev/nvidia-caps/nvidia-cap21"}]}}]}"#;
+
+/// A generic vendor's accelerator with its numbers, and a device that only sets env.
+const ACCEL: &str = r#"{"cdiVersion": "0.6.0", "kind": "example.com/accel", "devices": [
+    {"name": "fn0", "containerEdits": {"env": ["ACCEL=fn0"], "deviceNodes": [
+      {"path": "/dev/accel0", "hostPath": "/dev/null", "type": "c", "major": 1, "minor": 3}]}},
+    {"name": "queue", "containerEdits": {"env": ["QUEUE=7", "QUEUE_MODE=shared"]}}]}"#;
+
+#[test]
+fn a_device_is_matched_when_all_its_nodes_were_injected() {
+    let (_d, idx) = index(&[("nvidia.json", NVIDIA), ("accel.json", ACCEL)]);
+    // GPU 0 with the control node: both names of GPU 0, not GPU 1, not the MIG device.
+    let c = [
+        node("/dev/nvidia0", 195, 0),
+        node("/dev/nvidiactl", 195, 255),
+    ];
+    let mut got = names(&idx.match_injected(&c, &[]));
+    got.sort();
+    assert_eq!(got, ["nvidia.com/gpu=0", "nvidia.com/gpu=GPU-aaaa"]);
+    // Without the spec-wide control node the spec was not what the runtime applied.
+    assert!(idx
+        .match_injected(&[node("/dev/nvidia0", 195, 0)], &[])
+        .is_empty());
+    // The accelerator at its numbers; at other numbers it is another device of that path.
+    let c = [node("/dev/accel0", 1, 3)];
+    assert_eq!(
+        names(&idx.match_injected(&c, &[])),
+        ["example.com/accel=fn0"]
+    );
+    assert!(idx
+        .match_injected(&[node("/dev/accel0", 261, 0)], &[])
+        .is_empty());
+}
+
+#[test]
+fn a_mig_device_is_matched_without_its_parent_gpu() {
+    let (_d, idx) = index(&[("nvidia.json", NVIDIA)]);
+    let c = [
+        node("/dev/nvidia0", 195, 0),
+        node("/dev/nvidiactl", 195, 255),
+        node("/dev/nvidia-caps/nvidia-cap21", 511, 21),
+    ];
+    // GPU 0's own devices are part of the MIG device's nodes: only the MIG device is kept, so
+    // the parent is used shared, not held whole.
+    assert_eq!(names(&idx.match_injected(&c, &[])), ["nvidia.com/gpu=0:1"]);
+}
+
+#[test]
+fn a_device_without_nodes_is_matched_by_all_of_its_env() {
+    let (_d, idx) = index(&[("accel.json", ACCEL)]);
+    let env = |e: &[&str]| e.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let got = idx.match_injected(&[], &env(&["PATH=/bin", "QUEUE_MODE=shared", "QUEUE=7"]));
+    assert_eq!(names(&got), ["example.com/accel=queue"]);
+    // Part of its env, or the env of a device that has nodes, is not enough.
+    assert!(idx.match_injected(&[], &env(&["QUEUE=7"])).is_empty());
+    assert!(idx.match_injected(&[], &env(&["ACCEL=fn0"])).is_empty());
+}
+
+#[test]
+fn a_container_with_nothing_injected_matches_nothing() {
+    let (_d, idx) = index(&[("nvidia.json", NVIDIA), ("accel.json", ACCEL)]);
+    let other = [node("/dev/fuse", 10, 229)];
+    assert!(idx
+        .match_injected(&other, &["HOME=/root".to_string()])
+        .is_empty());
+}
