@@ -2,23 +2,34 @@
 //!
 //! A DRA driver writes a claim's spec when the claim is prepared, just before the kubelet
 //! creates the pod's containers, and removes it when the claim is unprepared: the index must
-//! follow within a second. Each existing directory has an inotify watch (nix, non-blocking,
-//! read every 100 ms on this thread); a directory that appears later (`/var/run/cdi` is made
+//! follow within a second. Each existing directory has an inotify watch (nix); this thread
+//! sleeps in `poll` on it and wakes when an event comes, then waits [`SETTLE`] and reads
+//! every event queued, so a burst (a driver writing several files, an editor's
+//! write-and-rename) costs one rescan. A directory that appears later (`/var/run/cdi` is made
 //! by the first driver that writes there) or that is removed and made again is noticed by a
-//! check every second. A burst of events (a driver writing several files, an editor's
-//! write-and-rename) costs one rescan.
+//! check every second while one is missing. With every directory watched and nothing
+//! changing, the thread wakes once per [`IDLE_CHECK`] only (to end once the registry is
+//! dropped): reading the queue every 100 ms, as it once did, woke an idle daemon ten times a
+//! second for nothing.
 
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
 use super::CdiRegistry;
 
-const TICK: Duration = Duration::from_millis(100);
+/// How long after the first event of a burst the queue is read (the rest of it comes meanwhile).
+const SETTLE: Duration = Duration::from_millis(100);
+/// How often a missing directory is looked for.
 const DIR_CHECK: Duration = Duration::from_secs(1);
+/// How often the thread wakes with every directory watched and no event: only to notice that
+/// the registry was dropped (never, in the daemon).
+const IDLE_CHECK: Duration = Duration::from_secs(60);
 
 fn flags() -> AddWatchFlags {
     AddWatchFlags::IN_CREATE
@@ -49,7 +60,15 @@ fn run(inotify: &Inotify, dirs: &[PathBuf], registry: &Weak<CdiRegistry>) {
     let mut fresh = add_missing(inotify, dirs, &mut watched);
     let mut last_check = Instant::now();
     loop {
-        std::thread::sleep(TICK);
+        let missing = watched.iter().any(Option::is_none);
+        let wait = if missing {
+            DIR_CHECK.saturating_sub(last_check.elapsed())
+        } else {
+            IDLE_CHECK
+        };
+        if wait_readable(inotify, wait) {
+            std::thread::sleep(SETTLE);
+        }
         let Some(r) = registry.upgrade() else {
             return;
         };
@@ -90,6 +109,14 @@ fn run(inotify: &Inotify, dirs: &[PathBuf], registry: &Weak<CdiRegistry>) {
             r.rescan();
         }
     }
+}
+
+/// Sleeps until `inotify` has events or `timeout` passed; whether it has events. A failed
+/// `poll` (a signal) counts as a timeout: the caller reads the queue without blocking anyway.
+fn wait_readable(inotify: &Inotify, timeout: Duration) -> bool {
+    let timeout = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+    let mut fds = [PollFd::new(inotify.as_fd(), PollFlags::POLLIN)];
+    matches!(poll(&mut fds, timeout), Ok(n) if n > 0)
 }
 
 /// Adds a watch to each directory that exists and has none; whether any was added (its files
