@@ -101,8 +101,8 @@ impl ProcIndex {
                     prefix.push('/');
                 }
                 prefix.push_str(c);
-                // Most prefixes are already there (every process shares `kubepods`): a key is
-                // copied only for a new one.
+                // Most prefixes and names are already there (every process shares `kubepods`):
+                // a key is copied only for a new one.
                 match index.under.get_mut(prefix.as_str()) {
                     Some(pids) => push_once(pids, pid),
                     None => {
@@ -110,7 +110,12 @@ impl ProcIndex {
                     }
                 }
                 for id in container_names(c) {
-                    push_once(index.named.entry(id.to_string()).or_default(), pid);
+                    match index.named.get_mut(id) {
+                        Some(pids) => push_once(pids, pid),
+                        None => {
+                            index.named.insert(id.to_string(), vec![pid]);
+                        }
+                    }
                 }
             }
             index.paths.insert(pid, path.to_string());
