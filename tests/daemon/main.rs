@@ -10,6 +10,7 @@ mod diskfull;
 mod faults;
 mod fleet;
 mod hotplug;
+mod idle;
 mod nrt_apiserver;
 mod nrt_crd_missing;
 mod state_upgrade;
