@@ -61,7 +61,11 @@ fn run(inotify: &Inotify, dirs: &[PathBuf], registry: &Weak<CdiRegistry>) {
     let mut last_check = Instant::now();
     loop {
         let missing = watched.iter().any(Option::is_none);
-        let wait = if missing {
+        // The first rescan (for files written before the watches were in place) is not
+        // held back behind a timeout.
+        let wait = if fresh {
+            Duration::ZERO
+        } else if missing {
             DIR_CHECK.saturating_sub(last_check.elapsed())
         } else {
             IDLE_CHECK
