@@ -26,13 +26,17 @@
 //!
 //! `cargo bench --bench daemon_scale`
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
-use nri_protocol::api::{self, Message, MessageField};
-use test_support::bench::{self, container, ctx, load, pod, quantiles, BoxError, Connection};
+use nri_protocol::api;
+use test_support::bench::{self, load, quantiles, BoxError, Connection};
+
+#[path = "support/daemon.rs"]
+#[allow(dead_code)] // shared with daemon_cost, which uses what this bench does not
+mod daemon;
+use daemon::{setup, Daemon, Node, Rss, Sample, Setup};
 
 /// Creates measured at each size (`NRI_ALIGN_BENCH_WINDOW` overrides it).
 const WINDOW: usize = 300;
@@ -46,97 +50,6 @@ fn window() -> usize {
 }
 /// Containers per Synchronize chunk at restart.
 const SYNC_CHUNK: usize = 500;
-
-struct Daemon {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn start(setup: &Setup, state: &Path, log_name: &str) -> Result<Daemon, BoxError> {
-        let log = setup.dir.join(log_name);
-        let err = std::fs::File::create(&log)?;
-        let mut cmd = Command::new(&setup.binary);
-        cmd.arg("run")
-            .arg("--socket")
-            .arg(setup.dir.join("nri.sock"))
-            .arg("--host-root")
-            .arg(&setup.host)
-            .arg("--state-dir")
-            .arg(state)
-            .arg("--config")
-            .arg(&setup.config)
-            .stdout(Stdio::null())
-            .stderr(err);
-        // The daemon dies with the bench, even one killed by a signal (its Drop never runs
-        // then, and a daemon left behind would hold its socket and skew the next run).
-        // SAFETY: the closure runs in the child between fork and exec and only calls prctl.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                    .map_err(std::io::Error::from)
-            });
-        }
-        if let Some(lib) = &setup.nvml_lib {
-            cmd.arg("--nvml-lib")
-                .arg(lib)
-                .env("FAKE_NVML_FIXTURE", setup.host.join("nvml.json"));
-        }
-        Ok(Daemon {
-            child: cmd.spawn()?,
-            log,
-        })
-    }
-
-    /// Resident memory in KiB: all of it (`VmRSS`), and the anonymous part (`RssAnon`: heap,
-    /// stacks). The rest is mostly the binary's own pages, shared with the page cache: how
-    /// much of them are resident depends on what the kernel read ahead or evicted before.
-    fn rss(&self) -> Rss {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-                .unwrap_or(0)
-        };
-        Rss {
-            total: field("VmRSS:"),
-            anon: field("RssAnon:"),
-        }
-    }
-
-    fn stop(mut self) -> PathBuf {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let _ = self.child.wait();
-        std::mem::take(&mut self.log)
-    }
-}
-
-impl Drop for Daemon {
-    /// A bench that fails half-way (an error returned with `?`) must not leave its daemon
-    /// running on a socket in a temporary directory that is gone: one once outlived its bench
-    /// by 20 minutes. After `stop` the child is reaped and this does nothing.
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-struct Setup {
-    dir: PathBuf,
-    binary: PathBuf,
-    host: PathBuf,
-    config: PathBuf,
-    nvml_lib: Option<PathBuf>,
-}
 
 /// What the daemon logged for one decision.
 #[derive(Default, Clone, Copy)]
@@ -173,172 +86,10 @@ fn decisions(log: &Path) -> HashMap<String, Logged> {
     out
 }
 
-/// One timed create.
-struct Sample {
-    name: String,
-    exclusive: bool,
-    rtt_us: f64,
-    updates: usize,
-    bytes: usize,
-}
-
-/// The simulated node: what runs and on which CPUs the runtime has each container.
-#[derive(Default)]
-struct Node {
-    next: u64,
-    shared: VecDeque<u64>,
-    exclusive: VecDeque<u64>,
-    cpus: HashMap<String, String>,
-}
-
-impl Node {
-    fn len(&self) -> usize {
-        self.shared.len() + self.exclusive.len()
-    }
-
-    fn apply(&mut self, updates: &[api::ContainerUpdate]) {
-        for u in updates {
-            if let Some(cpus) = u
-                .linux
-                .as_ref()
-                .and_then(|l| l.resources.as_ref())
-                .and_then(|r| r.cpu.as_ref())
-            {
-                self.cpus.insert(u.container_id.clone(), cpus.cpus.clone());
-            }
-        }
-    }
-
-    async fn create(&mut self, conn: &Connection) -> Result<Sample, BoxError> {
-        let n = self.next;
-        self.next += 1;
-        let exclusive = n % 10 == 9;
-        let req = api::CreateContainerRequest {
-            pod: MessageField::some(pod(n)),
-            container: MessageField::some(container(n, i64::from(exclusive))),
-            ..Default::default()
-        };
-        let t = Instant::now();
-        let reply = conn.plugin.create_container(ctx(), &req).await?;
-        let rtt_us = t.elapsed().as_secs_f64() * 1e6;
-        let cpus = reply
-            .adjust
-            .as_ref()
-            .and_then(|a| a.linux.as_ref())
-            .and_then(|l| l.resources.as_ref())
-            .and_then(|r| r.cpu.as_ref())
-            .map(|c| c.cpus.clone())
-            .unwrap_or_default();
-        self.cpus.insert(container(n, 0).id, cpus);
-        self.apply(&reply.update);
-        if exclusive {
-            self.exclusive.push_back(n);
-        } else {
-            self.shared.push_back(n);
-        }
-        Ok(Sample {
-            name: format!("c{n}"),
-            exclusive,
-            rtt_us,
-            updates: reply.update.len(),
-            bytes: reply.compute_size() as usize,
-        })
-    }
-
-    async fn remove_oldest(&mut self, conn: &Connection, exclusive: bool) -> Result<(), BoxError> {
-        let q = if exclusive {
-            &mut self.exclusive
-        } else {
-            &mut self.shared
-        };
-        let Some(n) = q.pop_front() else {
-            return Ok(());
-        };
-        let c = container(n, i64::from(exclusive));
-        self.cpus.remove(&c.id);
-        let stop = api::StopContainerRequest {
-            pod: MessageField::some(pod(n)),
-            container: MessageField::some(c.clone()),
-            ..Default::default()
-        };
-        let reply = conn.plugin.stop_container(ctx(), &stop).await?;
-        self.apply(&reply.update);
-        let remove = api::RemoveContainerRequest {
-            pod: MessageField::some(pod(n)),
-            container: MessageField::some(c),
-            ..Default::default()
-        };
-        conn.plugin.remove_container(ctx(), &remove).await?;
-        Ok(())
-    }
-
-    /// Every live pod and container as a runtime lists them at Synchronize, with the cpuset
-    /// each runs on.
-    fn listing(&self) -> (Vec<api::PodSandbox>, Vec<api::Container>) {
-        let mut pods = Vec::new();
-        let mut ctrs = Vec::new();
-        for (n, excl) in self
-            .shared
-            .iter()
-            .map(|n| (*n, false))
-            .chain(self.exclusive.iter().map(|n| (*n, true)))
-        {
-            pods.push(pod(n));
-            let mut c = container(n, i64::from(excl));
-            if let Some(cpus) = self.cpus.get(&c.id) {
-                if let Some(cpu) = c
-                    .linux
-                    .as_mut()
-                    .and_then(|l| l.resources.as_mut())
-                    .and_then(|r| r.cpu.as_mut())
-                {
-                    cpu.cpus = cpus.clone();
-                }
-            }
-            ctrs.push(c);
-        }
-        (pods, ctrs)
-    }
-}
-
-/// Resident memory of the daemon, KiB.
-#[derive(Clone, Copy)]
-struct Rss {
-    total: u64,
-    anon: u64,
-}
-
 struct SizeResult {
     live: usize,
     samples: Vec<Sample>,
     rss: Rss,
-}
-
-fn setup(dir: &Path) -> Result<Setup, BoxError> {
-    let binary = std::env::var_os("NRI_ALIGN_BENCH_BINARY")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_nri-align")));
-    let host = dir.join("host");
-    let out = Command::new(&binary)
-        .args(["emulate", "--host", "numa16-1024", "--out"])
-        .arg(&host)
-        .output()?;
-    if !out.status.success() {
-        return Err(format!("emulate: {}", String::from_utf8_lossy(&out.stderr)).into());
-    }
-    let config = dir.join("config.yaml");
-    std::fs::write(&config, "log_format: json\nlog_level: info\n")?;
-    let nvml_lib = std::env::current_exe()?
-        .parent()
-        .map(|d| d.join("libfake_nvml.so"))
-        .filter(|p| p.is_file());
-    Ok(Setup {
-        dir: dir.to_path_buf(),
-        binary,
-        host,
-        config,
-        nvml_lib,
-    })
 }
 
 fn sizes() -> Vec<usize> {
@@ -417,10 +168,10 @@ fn us(v: f64) -> String {
 
 fn report(results: &[SizeResult], logged: &HashMap<String, Logged>) {
     println!(
-        "\n| live containers | shared create, daemon p50 / p99 | p50 ratio to {} | exclusive create without pool updates, p50 / p99 | pool updates per exclusive create | building them, p50 | exclusive response, p50 | runtime round trip p50 shared / exclusive | daemon RSS (of it anonymous) |",
+        "\n| live containers | shared create, daemon p50 / p99 | p50 ratio to {} | exclusive create without pool updates, p50 / p99 | exclusive create with them, p50 / p99 | pool updates per exclusive create | building them, p50 | exclusive response, p50 | runtime round trip p50 shared / exclusive | daemon RSS (of it anonymous), peak |",
         results.first().map_or(0, |r| r.live)
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut base_p50 = None;
     for r in results {
         let pick = |excl: bool| r.samples.iter().filter(move |s| s.exclusive == excl);
@@ -430,6 +181,7 @@ fn report(results: &[SizeResult], logged: &HashMap<String, Logged>) {
             .filter_map(lat)
             .map(|l| l.latency_us - l.pool_us.unwrap_or(0.0))
             .collect();
+        let mut excl_all: Vec<f64> = pick(true).filter_map(lat).map(|l| l.latency_us).collect();
         let mut pool: Vec<f64> = pick(true)
             .filter_map(lat)
             .filter_map(|l| l.pool_us)
@@ -440,15 +192,18 @@ fn report(results: &[SizeResult], logged: &HashMap<String, Logged>) {
         let mut rtt_x: Vec<f64> = pick(true).map(|s| s.rtt_us).collect();
         let (s50, s99) = quantiles(&mut shared, 0.99);
         let (x50, x99) = quantiles(&mut excl_wo, 0.99);
+        let (a50, a99) = quantiles(&mut excl_all, 0.99);
         let base = *base_p50.get_or_insert(s50);
         println!(
-            "| {} | {} / {} | {:.2} | {} / {} | {:.0} | {} | {:.1} KiB | {} / {} | {:.1} MiB ({:.1} MiB) |",
+            "| {} | {} / {} | {:.2} | {} / {} | {} / {} | {:.0} | {} | {:.1} KiB | {} / {} | {:.1} MiB ({:.1} MiB), {:.1} MiB |",
             r.live,
             us(s50),
             us(s99),
             s50 / base,
             us(x50),
             us(x99),
+            us(a50),
+            us(a99),
             quantiles(&mut updates, 0.5).0,
             if pool.is_empty() {
                 "-".to_string()
@@ -459,7 +214,8 @@ fn report(results: &[SizeResult], logged: &HashMap<String, Logged>) {
             us(quantiles(&mut rtt_s, 0.5).0),
             us(quantiles(&mut rtt_x, 0.5).0),
             r.rss.total as f64 / 1024.0,
-            r.rss.anon as f64 / 1024.0
+            r.rss.anon as f64 / 1024.0,
+            r.rss.peak as f64 / 1024.0
         );
     }
 }

@@ -101,9 +101,21 @@ impl ProcIndex {
                     prefix.push('/');
                 }
                 prefix.push_str(c);
-                push_once(index.under.entry(prefix.clone()).or_default(), pid);
+                // Most prefixes and names are already there (every process shares `kubepods`):
+                // a key is copied only for a new one.
+                match index.under.get_mut(prefix.as_str()) {
+                    Some(pids) => push_once(pids, pid),
+                    None => {
+                        index.under.insert(prefix.clone(), vec![pid]);
+                    }
+                }
                 for id in container_names(c) {
-                    push_once(index.named.entry(id.to_string()).or_default(), pid);
+                    match index.named.get_mut(id) {
+                        Some(pids) => push_once(pids, pid),
+                        None => {
+                            index.named.insert(id.to_string(), vec![pid]);
+                        }
+                    }
                 }
             }
             index.paths.insert(pid, path.to_string());

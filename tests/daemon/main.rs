@@ -11,6 +11,7 @@ mod evict_apiserver;
 mod faults;
 mod fleet;
 mod hotplug;
+mod idle;
 mod nrt_apiserver;
 mod nrt_crd_missing;
 mod state_upgrade;

@@ -2,13 +2,15 @@
 //!
 //! A DRA driver writes a claim's spec when the claim is prepared, just before the kubelet
 //! creates the pod's containers, and removes it when the claim is unprepared: the index must
-//! follow within a second. Each existing directory has an inotify watch, and this thread
-//! blocks in `poll` on the inotify descriptor: an event wakes it at once, no period is waited.
-//! A directory that appears later (`/var/run/cdi` is made by the first driver that writes
-//! there) or that is removed and made again is noticed by a check every second, the longest
-//! `poll` waits. A burst of events (a driver writing several files, an editor's
-//! write-and-rename) costs one rescan: events are drained until none arrives for a few
-//! milliseconds.
+//! follow within a second. Each existing directory has an inotify watch (nix); this thread
+//! sleeps in `poll` on it and wakes when an event comes, then waits [`SETTLE`] and reads
+//! every event queued, so a burst (a driver writing several files, an editor's
+//! write-and-rename) costs one rescan. A directory that appears later (`/var/run/cdi` is made
+//! by the first driver that writes there) or that is removed and made again is noticed by a
+//! check every second while one is missing. With every directory watched and nothing
+//! changing, the thread wakes once per [`IDLE_CHECK`] only (to end once the registry is
+//! dropped): reading the queue every 100 ms, as it once did, woke an idle daemon ten times a
+//! second for nothing.
 
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -21,12 +23,13 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
 use super::CdiRegistry;
 
-/// How long a burst of events may pause before the rescan: a driver's writes of one claim
-/// come together, and one rescan reads them all.
-const SETTLE: Duration = Duration::from_millis(10);
-/// The longest a burst may delay its rescan.
-const SETTLE_MAX: Duration = Duration::from_millis(200);
+/// How long after the first event of a burst the queue is read (the rest of it comes meanwhile).
+const SETTLE: Duration = Duration::from_millis(100);
+/// How often a missing directory is looked for.
 const DIR_CHECK: Duration = Duration::from_secs(1);
+/// How often the thread wakes with every directory watched and no event: only to notice that
+/// the registry was dropped (never, in the daemon).
+const IDLE_CHECK: Duration = Duration::from_secs(60);
 
 fn flags() -> AddWatchFlags {
     AddWatchFlags::IN_CREATE
@@ -54,79 +57,70 @@ fn run(inotify: &Inotify, dirs: &[PathBuf], registry: &Weak<CdiRegistry>) {
     let mut watched: Vec<Option<WatchDescriptor>> = vec![None; dirs.len()];
     // A file written between the registry's first read and these watches would be missed:
     // one rescan once they are in place.
-    let mut changed = add_missing(inotify, dirs, &mut watched);
+    let mut fresh = add_missing(inotify, dirs, &mut watched);
     let mut last_check = Instant::now();
     loop {
-        if !changed {
-            let left = DIR_CHECK.saturating_sub(last_check.elapsed());
-            if wait(inotify, left) {
-                changed = drain(inotify, &mut watched);
-                // The rest of a burst, within bounds.
-                let burst = Instant::now();
-                while burst.elapsed() < SETTLE_MAX && wait(inotify, SETTLE) {
-                    drain(inotify, &mut watched);
-                }
-            }
+        let missing = watched.iter().any(Option::is_none);
+        // The first rescan (for files written before the watches were in place) is not
+        // held back behind a timeout.
+        let wait = if fresh {
+            Duration::ZERO
+        } else if missing {
+            DIR_CHECK.saturating_sub(last_check.elapsed())
+        } else {
+            IDLE_CHECK
+        };
+        if wait_readable(inotify, wait) {
+            std::thread::sleep(SETTLE);
         }
         let Some(r) = registry.upgrade() else {
             return;
         };
+        let mut changed = fresh;
+        fresh = false;
+        loop {
+            match inotify.read_events() {
+                Ok(events) if !events.is_empty() => {
+                    changed = true;
+                    for e in events {
+                        if e.mask.intersects(
+                            AddWatchFlags::IN_DELETE_SELF
+                                | AddWatchFlags::IN_MOVE_SELF
+                                | AddWatchFlags::IN_IGNORED,
+                        ) {
+                            for w in watched.iter_mut() {
+                                if w.as_ref() == Some(&e.wd) {
+                                    *w = None;
+                                }
+                            }
+                        }
+                    }
+                }
+                Ok(_) | Err(Errno::EAGAIN) => break,
+                Err(e) => {
+                    tracing::warn!(
+                        "CDI spec watch failed ({e}); directories are checked every second"
+                    );
+                    break;
+                }
+            }
+        }
         if last_check.elapsed() >= DIR_CHECK {
             last_check = Instant::now();
             changed |= add_missing(inotify, dirs, &mut watched);
         }
         if changed {
             r.rescan();
-            changed = false;
         }
     }
 }
 
-/// Blocks until the inotify descriptor has events (`true`) or `timeout` passes (`false`).
-fn wait(inotify: &Inotify, timeout: Duration) -> bool {
-    let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+/// Sleeps until `inotify` has events or `timeout` passed; whether it has events. A failed
+/// `poll` (a signal) counts as a timeout: the caller reads the queue without blocking anyway.
+fn wait_readable(inotify: &Inotify, timeout: Duration) -> bool {
+    let timeout = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
     let mut fds = [PollFd::new(inotify.as_fd(), PollFlags::POLLIN)];
-    match poll(&mut fds, PollTimeout::from(ms)) {
-        Ok(n) => n > 0,
-        // A signal: the caller looks again.
-        Err(Errno::EINTR) => false,
-        Err(e) => {
-            tracing::warn!("CDI spec watch failed ({e}); directories are checked every second");
-            std::thread::sleep(timeout);
-            false
-        }
-    }
-}
-
-/// Reads every pending event; whether there was any. A watched directory removed or moved
-/// loses its watch, so that the periodic check adds it again once it is back.
-fn drain(inotify: &Inotify, watched: &mut [Option<WatchDescriptor>]) -> bool {
-    let mut any = false;
-    loop {
-        match inotify.read_events() {
-            Ok(events) if !events.is_empty() => {
-                any = true;
-                for e in events {
-                    if e.mask.intersects(
-                        AddWatchFlags::IN_DELETE_SELF
-                            | AddWatchFlags::IN_MOVE_SELF
-                            | AddWatchFlags::IN_IGNORED,
-                    ) {
-                        for w in watched.iter_mut() {
-                            if w.as_ref() == Some(&e.wd) {
-                                *w = None;
-                            }
-                        }
-                    }
-                }
-            }
-            Ok(_) | Err(Errno::EAGAIN) => return any,
-            Err(e) => {
-                tracing::warn!("CDI spec watch failed ({e}); directories are checked every second");
-                return any;
-            }
-        }
-    }
+    matches!(poll(&mut fds, timeout), Ok(n) if n > 0)
 }
 
 /// Adds a watch to each directory that exists and has none; whether any was added (its files
