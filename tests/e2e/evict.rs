@@ -43,18 +43,7 @@ fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
 
 impl Stand {
     fn new(server: &ApiServer) -> Stand {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("tokio");
-        let client = rt.block_on(async {
-            let kc = kube::config::Kubeconfig::read_from(server.path("KUBECONFIG_ADMIN"))
-                .expect("admin kubeconfig");
-            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .expect("config");
-            kube::Client::try_from(cfg).expect("client")
-        });
+        let (rt, client) = crate::admin_client(server);
         let _guard = rt.enter();
         let pods =
             Api::namespaced_with(client.clone(), NS, &resource("core.k8s.io", "Pod", "pods"));

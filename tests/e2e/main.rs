@@ -19,3 +19,23 @@ mod plugin;
 mod required_plugins;
 mod scheduler;
 mod soak;
+
+/// An admin client of the test API server, on a tokio runtime of its own (the tests are
+/// synchronous): what the tests that read the server's objects start from.
+fn admin_client(
+    server: &test_support::apiserver::ApiServer,
+) -> (tokio::runtime::Runtime, kube::Client) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let client = rt.block_on(async {
+        let kc = kube::config::Kubeconfig::read_from(server.path("KUBECONFIG_ADMIN"))
+            .expect("admin kubeconfig");
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .expect("config");
+        kube::Client::try_from(cfg).expect("client")
+    });
+    (rt, client)
+}

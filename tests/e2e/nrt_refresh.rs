@@ -68,18 +68,7 @@ struct Cluster {
 
 impl Cluster {
     fn new(server: &ApiServer) -> Cluster {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("tokio");
-        let client = rt.block_on(async {
-            let kc = kube::config::Kubeconfig::read_from(server.path("KUBECONFIG_ADMIN"))
-                .expect("admin kubeconfig");
-            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .expect("config");
-            kube::Client::try_from(cfg).expect("client")
-        });
+        let (rt, client) = crate::admin_client(server);
         let api = {
             let _guard = rt.enter();
             Api::all(client)
