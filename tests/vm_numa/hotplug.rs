@@ -86,49 +86,7 @@ fn t7_a_cpu_offlined_and_onlined_under_running_containers_is_followed() {
         list(&configured(&s0.cgroup)),
         g.plugin_tail(20)
     );
-    let log = g.plugin.output();
-    assert!(
-        log.lines()
-            .any(|l| l.contains("exclusive CPUs went offline") && l.contains(&excl)),
-        "the holder is not reported:\n{}",
-        g.plugin_tail(20)
-    );
-    let p = g.placements();
-    assert_eq!(row(&p, &excl)["offline_cpus"], held.to_string(), "{p}");
-    let (ok, out) = g.verify();
-    assert!(ok, "verify with an offline CPU held:\n{out}");
-    assert!(out.contains(&format!("offline: CPUs {held}")), "{out}");
-    // New containers never get either CPU.
-    let pod = g.pod("hot-new", Qos::Guaranteed, &[("policy", "best-effort")]);
-    let new_excl = g.seen(
-        &g.run(
-            &pod,
-            &ContainerSpec::new("busy")
-                .cpu_millis(1000, Some(1000))
-                .memory(32 << 20),
-        ),
-    );
-    let pod = g.pod(
-        "hot-new-shared",
-        Qos::Burstable,
-        &[("policy", "best-effort")],
-    );
-    let new_shared = g.seen(
-        &g.run(
-            &pod,
-            &ContainerSpec::new("app")
-                .cpu_millis(250, None)
-                .memory(32 << 20),
-        ),
-    );
-    eprintln!("offline {held},{pooled}: new exclusive {new_excl}\n  new shared {new_shared}");
-    for (what, s) in [("new exclusive", &new_excl), ("new shared", &new_shared)] {
-        let decided = ids(s.decision.get("cpus").map_or("", String::as_str));
-        assert!(
-            !decided.contains(&held) && !decided.contains(&pooled),
-            "{what} was given an offline CPU: {s}"
-        );
-    }
+    gone_cpus_are_reported_and_never_given(g, &excl, held, pooled, "hot", "offline");
 
     // Back online: the pool and the holder get them again.
     let seen_before = changes(g);
@@ -160,4 +118,63 @@ fn t7_a_cpu_offlined_and_onlined_under_running_containers_is_followed() {
         g.seen(&excl),
         g.seen(&shared)
     );
+}
+
+/// With CPU `held` of the exclusive container `excl` and CPU `pooled` of the shared pool gone
+/// (`how`: offline or unplugged): the holder is reported (log, `placements`, `verify`), and a new
+/// exclusive and a new shared container (pods `PREFIX-new`, `PREFIX-new-shared`) get neither.
+pub(crate) fn gone_cpus_are_reported_and_never_given(
+    g: &Guest,
+    excl: &str,
+    held: u32,
+    pooled: u32,
+    prefix: &str,
+    how: &str,
+) {
+    let log = g.plugin.output();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("exclusive CPUs went offline") && l.contains(excl)),
+        "the holder is not reported:\n{}",
+        g.plugin_tail(20)
+    );
+    let p = g.placements();
+    assert_eq!(row(&p, excl)["offline_cpus"], held.to_string(), "{p}");
+    let (ok, out) = g.verify();
+    assert!(ok, "verify with an {how} CPU held:\n{out}");
+    assert!(out.contains(&format!("offline: CPUs {held}")), "{out}");
+    let pod = g.pod(
+        &format!("{prefix}-new"),
+        Qos::Guaranteed,
+        &[("policy", "best-effort")],
+    );
+    let new_excl = g.seen(
+        &g.run(
+            &pod,
+            &ContainerSpec::new("busy")
+                .cpu_millis(1000, Some(1000))
+                .memory(32 << 20),
+        ),
+    );
+    let pod = g.pod(
+        &format!("{prefix}-new-shared"),
+        Qos::Burstable,
+        &[("policy", "best-effort")],
+    );
+    let new_shared = g.seen(
+        &g.run(
+            &pod,
+            &ContainerSpec::new("app")
+                .cpu_millis(250, None)
+                .memory(32 << 20),
+        ),
+    );
+    eprintln!("{how} {held},{pooled}: new exclusive {new_excl}\n  new shared {new_shared}");
+    for (what, s) in [("new exclusive", &new_excl), ("new shared", &new_shared)] {
+        let decided = ids(s.decision.get("cpus").map_or("", String::as_str));
+        assert!(
+            !decided.contains(&held) && !decided.contains(&pooled) && !s.cpus.contains(&pooled),
+            "{what} was given an {how} CPU: {s}"
+        );
+    }
 }

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::guest::{guest, ids, list, Guest, Ids};
-use crate::hotplug::{changes, configured, row};
+use crate::hotplug::{changes, configured, gone_cpus_are_reported_and_never_given, row};
 use crate::kubepods::Qos;
 use test_support::e2e::ContainerSpec;
 
@@ -181,49 +181,7 @@ fn t8_a_vcpu_unplugged_and_plugged_through_qemus_monitor_is_followed() {
         "{}",
         g.seen(&shared)
     );
-    let log = g.plugin.output();
-    assert!(
-        log.lines()
-            .any(|l| l.contains("exclusive CPUs went offline") && l.contains(&excl)),
-        "the holder is not reported:\n{}",
-        g.plugin_tail(20)
-    );
-    let p = g.placements();
-    assert_eq!(row(&p, &excl)["offline_cpus"], held.to_string(), "{p}");
-    let (ok, out) = g.verify();
-    assert!(ok, "verify with an unplugged CPU held:\n{out}");
-    assert!(out.contains(&format!("offline: CPUs {held}")), "{out}");
-    // New containers never get either CPU.
-    let pod = g.pod("qmp-new", Qos::Guaranteed, &[("policy", "best-effort")]);
-    let new_excl = g.seen(
-        &g.run(
-            &pod,
-            &ContainerSpec::new("busy")
-                .cpu_millis(1000, Some(1000))
-                .memory(32 << 20),
-        ),
-    );
-    let pod = g.pod(
-        "qmp-new-shared",
-        Qos::Burstable,
-        &[("policy", "best-effort")],
-    );
-    let new_shared = g.seen(
-        &g.run(
-            &pod,
-            &ContainerSpec::new("app")
-                .cpu_millis(250, None)
-                .memory(32 << 20),
-        ),
-    );
-    eprintln!("unplugged: new exclusive {new_excl}\n  new shared {new_shared}");
-    for (what, s) in [("new exclusive", &new_excl), ("new shared", &new_shared)] {
-        let decided = ids(s.decision.get("cpus").map_or("", String::as_str));
-        assert!(
-            !decided.contains(&held) && !decided.contains(&pooled) && !s.cpus.contains(&pooled),
-            "{what} was given an unplugged CPU: {s}"
-        );
-    }
+    gone_cpus_are_reported_and_never_given(g, &excl, held, pooled, "qmp", "unplugged");
 
     // Plugged again (and onlined): the pool and the holder get them back.
     let seen_before = changes(g);
