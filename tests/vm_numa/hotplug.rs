@@ -92,31 +92,12 @@ fn t7_a_cpu_offlined_and_onlined_under_running_containers_is_followed() {
     let seen_before = changes(g);
     set_online(held, true);
     set_online(pooled, true);
-    assert!(
-        Guest::wait(60, || changes(g) > seen_before),
-        "no change seen:\n{}",
-        g.plugin_tail(20)
-    );
-    assert!(
-        Guest::wait(30, || g.seen(&shared).cpus.contains(&pooled)),
-        "the shared container did not get CPU {pooled} back: {}\n{}",
-        g.seen(&shared),
-        g.plugin_tail(20)
-    );
-    assert!(
-        Guest::wait(30, || g.seen(&excl).cpus == e0.cpus),
-        "the exclusive container did not get CPU {held} back: {}\n{}",
-        g.seen(&excl),
-        g.plugin_tail(20)
-    );
-    let p = g.placements();
-    assert!(row(&p, &excl).get("offline_cpus").is_none(), "{p}");
-    let (ok, out) = g.verify();
-    assert!(ok, "verify after onlining:\n{out}");
-    eprintln!(
-        "online again: exclusive {}\n  shared {}",
-        g.seen(&excl),
-        g.seen(&shared)
+    gone_cpus_come_back(
+        g,
+        seen_before,
+        (&excl, &e0.cpus, held),
+        (&shared, pooled),
+        "online again",
     );
 }
 
@@ -177,4 +158,42 @@ pub(crate) fn gone_cpus_are_reported_and_never_given(
             "{what} was given an {how} CPU: {s}"
         );
     }
+}
+
+/// After CPUs `held` (of the exclusive container `excl`, which ran on `cpus`) and `pooled` (of
+/// the shared pool, where `shared` runs) came back (`how`): a change is seen, both containers
+/// get them again, `placements` reports nothing offline and `verify` is clean.
+pub(crate) fn gone_cpus_come_back(
+    g: &Guest,
+    seen_before: usize,
+    (excl, cpus, held): (&str, &Ids, u32),
+    (shared, pooled): (&str, u32),
+    how: &str,
+) {
+    assert!(
+        Guest::wait(60, || changes(g) > seen_before),
+        "no change seen:\n{}",
+        g.plugin_tail(20)
+    );
+    assert!(
+        Guest::wait(30, || g.seen(shared).cpus.contains(&pooled)),
+        "the shared container did not get CPU {pooled} back: {}\n{}",
+        g.seen(shared),
+        g.plugin_tail(20)
+    );
+    assert!(
+        Guest::wait(30, || g.seen(excl).cpus == *cpus),
+        "the exclusive container did not get CPU {held} back: {}\n{}",
+        g.seen(excl),
+        g.plugin_tail(20)
+    );
+    let p = g.placements();
+    assert!(row(&p, excl).get("offline_cpus").is_none(), "{p}");
+    let (ok, out) = g.verify();
+    assert!(ok, "verify, {how}:\n{out}");
+    eprintln!(
+        "{how}: exclusive {}\n  shared {}",
+        g.seen(excl),
+        g.seen(shared)
+    );
 }

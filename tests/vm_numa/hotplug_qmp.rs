@@ -12,7 +12,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::guest::{guest, ids, list, Guest, Ids};
-use crate::hotplug::{changes, configured, gone_cpus_are_reported_and_never_given, row};
+use crate::hotplug::{
+    changes, configured, gone_cpus_are_reported_and_never_given, gone_cpus_come_back,
+};
 use crate::kubepods::Qos;
 use test_support::e2e::ContainerSpec;
 
@@ -190,30 +192,11 @@ fn t8_a_vcpu_unplugged_and_plugged_through_qemus_monitor_is_followed() {
             panic!("plugging CPU {cpu} back: {e}");
         }
     }
-    assert!(
-        Guest::wait(60, || changes(g) > seen_before),
-        "no change seen:\n{}",
-        g.plugin_tail(20)
-    );
-    assert!(
-        Guest::wait(30, || g.seen(&shared).cpus.contains(&pooled)),
-        "the shared container did not get CPU {pooled} back: {}\n{}",
-        g.seen(&shared),
-        g.plugin_tail(20)
-    );
-    assert!(
-        Guest::wait(30, || g.seen(&excl).cpus == e0.cpus),
-        "the exclusive container did not get CPU {held} back: {}\n{}",
-        g.seen(&excl),
-        g.plugin_tail(20)
-    );
-    let p = g.placements();
-    assert!(row(&p, &excl).get("offline_cpus").is_none(), "{p}");
-    let (ok, out) = g.verify();
-    assert!(ok, "verify after plugging back:\n{out}");
-    eprintln!(
-        "plugged again: exclusive {}\n  shared {}",
-        g.seen(&excl),
-        g.seen(&shared)
+    gone_cpus_come_back(
+        g,
+        seen_before,
+        (&excl, &e0.cpus, held),
+        (&shared, pooled),
+        "plugged again",
     );
 }
