@@ -342,3 +342,27 @@ fn restarted_holders_and_sharers_of_a_claims_nic_keep_their_part() {
 fn restarted_holders_and_sharers_of_a_claims_generic_device_keep_their_part() {
     restarts(Kind::Generic);
 }
+
+#[test]
+fn the_record_keeps_the_kubelets_claim_devices_across_a_restart() {
+    let mut e = real(Config::default(), "");
+    let p = kpod("ml", "one", &[]);
+    let mut a = claimer(&p, "a-1", "trainer");
+    let device = crate::enforce::container::KubeletClaimDevice {
+        claim: "ml/gpu-claim".into(),
+        driver: "gpu.nvidia.com".into(),
+        pool: "node-a".into(),
+        device: "gpu-1".into(),
+        cdi_names: vec![CLAIM_GPU.into()],
+    };
+    a.kubelet_claims = vec![device.clone()];
+    create(&mut e, &p, &a);
+    assert_eq!(e.records().containers["a-1"].dra_claims, [device.clone()]);
+    e.container_stopped("a-1");
+    let again = ContainerView {
+        id: "a-2".into(),
+        ..a.clone()
+    };
+    create(&mut e, &p, &again);
+    assert_eq!(e.records().containers["a-2"].dra_claims, [device]);
+}
