@@ -357,7 +357,10 @@ fn the_record_keeps_the_kubelets_claim_devices_across_a_restart() {
     };
     a.kubelet_claims = vec![device.clone()];
     create(&mut e, &p, &a);
-    assert_eq!(e.records().containers["a-1"].dra_claims, [device.clone()]);
+    assert_eq!(
+        e.records().containers["a-1"].dra_claims,
+        std::slice::from_ref(&device)
+    );
     e.container_stopped("a-1");
     let again = ContainerView {
         id: "a-2".into(),
