@@ -68,6 +68,10 @@ pub struct Placement {
     pub offline_cpus: String,
     /// When the container's cgroup was created (UTC, RFC 3339); `None` when it is not found.
     pub since: Option<String>,
+    /// The DRA claim devices the kubelet listed for it: claim, driver, pool, device and the
+    /// CDI names they were prepared as; absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<crate::enforce::container::KubeletClaimDevice>,
 }
 
 /// Lists the recorded containers.
@@ -112,6 +116,18 @@ pub fn run(args: PlacementsArgs) -> anyhow::Result<()> {
             dash(&r.nics.join(",")),
             r.since.as_deref().unwrap_or("-")
         );
+        // One line per DRA claim device under its container: which claim, and which device
+        // of which driver's pool.
+        for k in &r.claims {
+            println!(
+                "  claim {}: {}/{}/{} ({})",
+                k.claim,
+                k.driver,
+                k.pool,
+                k.device,
+                k.cdi_names.join(",")
+            );
+        }
     }
     Ok(())
 }
@@ -218,6 +234,7 @@ fn placement(id: &str, rec: &Record, mounts: &CgroupMounts, online: Option<&IdSe
         stopped: rec.stopped,
         offline_cpus: offline_held(rec, online).to_string(),
         since: cgroup_created(mounts, &rec.cgroups_path).map(rfc3339),
+        claims: rec.dra_claims.clone(),
     }
 }
 

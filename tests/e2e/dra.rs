@@ -23,7 +23,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use test_support::e2e;
-use test_support::e2e::kubelet::{Allocation, KubeContainer, KubePod, Node, Resources};
+use test_support::e2e::kubelet::{
+    Allocation, ClaimDevice, DraClaim, KubeContainer, KubePod, Node, Resources,
+};
 use test_support::e2e::suite::Enforced;
 use test_support::e2e::{Runtime, UpOptions};
 use test_support::{each_cdi_runtime, each_runtime};
@@ -74,6 +76,29 @@ fn specs(minor: u32, gpu_host: &str) -> [(String, String); 2] {
     ]
 }
 
+/// Writes both specs for the emulated GPU 1 and a function on the first node, in the
+/// runtime's CDI dir and then in nri-align's (after it started: the watcher must pick them
+/// up), and waits for the watcher. Returns the node and the GPU's minor number.
+fn install_specs(e: &Enforced) -> (u32, u32) {
+    // The emulated GPUs are on the first node: the function goes there too, so that both
+    // devices can be aligned to on any machine shape.
+    let node = *e.host.machine.nodes.keys().next().expect("a node");
+    let g = &e.host.gpus[1];
+    emulate_accel(&e.host.root, node);
+    let gpu_dev = format!("/dev/nvidia{}", g.minor);
+    // The runtime's copy: host paths of the emulated host.
+    for (file, text) in specs(g.minor, &e.host.dev(&gpu_dev).to_string_lossy()) {
+        write(&e.rt.dir().join("cdi").join(file), &text);
+    }
+    // nri-align's copy.
+    for (file, text) in specs(g.minor, &gpu_dev) {
+        write(&e.host.root.join("var/run/cdi").join(file), &text);
+    }
+    // Within a second of the write (the watcher's bound), with room for a loaded machine.
+    std::thread::sleep(Duration::from_millis(1500));
+    (node, g.minor)
+}
+
 /// How the test hands the container its CDI names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -120,26 +145,8 @@ fn dra(rt: Runtime, route: Route, instance: &str) {
     let Some(e) = Enforced::with_options(rt, "dra", instance, (2, 0), "", options) else {
         return;
     };
-    // The emulated GPUs are on the first node: the function goes there too, so that both
-    // devices can be aligned to on any machine shape.
-    let node = *e.host.machine.nodes.keys().next().expect("a node");
-    let g = &e.host.gpus[1];
-    emulate_accel(&e.host.root, node);
-    let gpu_dev = format!("/dev/nvidia{}", g.minor);
-    // The runtime's copy: host paths of the emulated host.
-    for (file, text) in specs(g.minor, &e.host.dev(&gpu_dev).to_string_lossy()) {
-        write(&e.rt.dir().join("cdi").join(file), &text);
-    }
-    // nri-align's copy, after it started: the watcher must pick it up.
-    for (file, text) in specs(g.minor, &gpu_dev) {
-        write(&e.host.root.join("var/run/cdi").join(file), &text);
-    }
-    // Within a second of the write (the watcher's bound), with room for a loaded machine.
-    std::thread::sleep(Duration::from_millis(1500));
-    let names = format!(
-        "k8s.gpu.nvidia.com/claim={CLAIM}-gpu-{},example.com/accel=fn0",
-        g.minor
-    );
+    let (node, minor) = install_specs(&e);
+    let names = format!("k8s.gpu.nvidia.com/claim={CLAIM}-gpu-{minor},example.com/accel=fn0");
     let mut claim = Allocation {
         resource: "example.com/accel".into(),
         ids: vec!["fn0".into()],
@@ -257,22 +264,12 @@ fn a_claim_two_containers_of_a_pod_name_is_shared(rt: Runtime) {
     else {
         return;
     };
-    let node = *e.host.machine.nodes.keys().next().expect("a node");
-    let g = &e.host.gpus[1];
-    emulate_accel(&e.host.root, node);
-    let gpu_dev = format!("/dev/nvidia{}", g.minor);
-    for (file, text) in specs(g.minor, &e.host.dev(&gpu_dev).to_string_lossy()) {
-        write(&e.rt.dir().join("cdi").join(file), &text);
-    }
-    for (file, text) in specs(g.minor, &gpu_dev) {
-        write(&e.host.root.join("var/run/cdi").join(file), &text);
-    }
-    std::thread::sleep(Duration::from_millis(1500));
+    let (_, minor) = install_specs(&e);
     let claim = Allocation {
         resource: "k8s.gpu.nvidia.com".into(),
         annotations: [(
             "cdi.k8s.io/dra_claim".to_string(),
-            format!("k8s.gpu.nvidia.com/claim={CLAIM}-gpu-{}", g.minor),
+            format!("k8s.gpu.nvidia.com/claim={CLAIM}-gpu-{minor}"),
         )]
         .into(),
         ..Allocation::default()
@@ -325,5 +322,144 @@ fn a_claim_two_containers_of_a_pod_name_is_shared(rt: Runtime) {
     );
 }
 
+/// The claim of `driver`'s device `device` in pool `pool`, prepared as CDI device `cdi`.
+fn claim(name: &str, driver: &str, pool: &str, device: &str, cdi: &str) -> DraClaim {
+    DraClaim {
+        namespace: "ml".into(),
+        name: name.into(),
+        devices: vec![ClaimDevice {
+            driver: driver.into(),
+            pool: pool.into(),
+            device: device.into(),
+            cdi_names: vec![cdi.into()],
+        }],
+    }
+}
+
+/// Runtimes before containerd 2.3 send NRI no CDI names; the kubelet's PodResources API lists
+/// every container's claims with the CDI names their drivers prepared (`dynamic_resources`).
+/// Here that answer is the only place the names are: the container has no `cdi.k8s.io/`
+/// annotation and no CRI `CDI_devices` field, so the runtime injects nothing nri-align could
+/// match back. nri-align must still resolve both claims (the NVIDIA driver's GPU, a generic
+/// vendor's function) through its spec registry, put the CPUs and memory on their node, and
+/// keep each claim's driver, pool and device in the record and in `placements`.
+fn claims_the_kubelet_lists_align_cpus_and_memory(rt: Runtime) {
+    let options = UpOptions {
+        cdi: true,
+        ..UpOptions::default()
+    };
+    let Some(e) = Enforced::with_kubelet(rt, "dra-kubelet", "e2e-dra-kubelet", (2, 0), "", options)
+    else {
+        return;
+    };
+    let (node, minor) = install_specs(&e);
+    let gpu_name = format!("k8s.gpu.nvidia.com/claim={CLAIM}-gpu-{minor}");
+    // As the NVIDIA DRA driver reports its devices (driver gpu.nvidia.com, the node's name as
+    // the pool, gpu-<index> as the device) and a generic vendor its function.
+    let gpu_claim = claim(
+        "gpu-claim",
+        "gpu.nvidia.com",
+        "node-a",
+        &format!("gpu-{minor}"),
+        &gpu_name,
+    );
+    let accel_claim = claim(
+        "accel-claim",
+        "accel.example.com",
+        "node-a",
+        "fn0",
+        "example.com/accel=fn0",
+    );
+    let pod = KubePod::new("ml", "dra-kubelet").container(
+        KubeContainer::new("app")
+            .resources(Resources::none().both("cpu", "1").both("memory", "64Mi"))
+            .claim(gpu_claim.clone())
+            .claim(accel_claim.clone()),
+    );
+    // The kubelet prepares a pod's claims when it admits the pod, before its sandbox and
+    // containers are created: its answer lists them from the first CreateContainer on.
+    let k = e.kubelet.as_ref().expect("test kubelet");
+    k.report(pod.pod_resources());
+    let node_cfg = Node::for_instance(&e.rt).expect("node");
+    let sandbox = e.rt.run_kube_pod(&pod, &node_cfg).expect("sandbox");
+    let id =
+        e.rt.create_kube_container(&sandbox, &pod, &node_cfg, "app", 0)
+            .unwrap_or_else(|err| panic!("dra via the kubelet on {}: {err}", rt.name()));
+    e.rt.cri().ok(&["start", &id]).expect("start");
+    let want = format!("example.com/accel=fn0@{ACCEL_BUS}/node{node}");
+    assert!(
+        e.plugin.wait_for_output(&want, Duration::from_secs(5)),
+        "no generic device line {want}:\n{}",
+        e.plugin.output()
+    );
+    let out = e.plugin.output();
+    // Named by the kubelet alone: nothing from the runtime, nothing matched back.
+    let resolved = out
+        .lines()
+        .rev()
+        .find(|l| l.contains("CDI devices resolved") && l.contains("container=app"))
+        .unwrap_or_else(|| panic!("no \"CDI devices resolved\" line:\n{out}"));
+    assert!(
+        field(resolved, "cri").is_empty() && field(resolved, "matched").is_empty(),
+        "{resolved}"
+    );
+    let gpus = out
+        .lines()
+        .rev()
+        .find(|l| l.contains("gpus read") && l.contains("container=app"))
+        .unwrap_or_default();
+    assert!(
+        gpus.contains("source=cdi") || gpus.contains("source=\"cdi\""),
+        "{gpus}\n{out}"
+    );
+    let cpus = e.host.machine.nodes[&node].clone();
+    let live = e.live(&id);
+    assert!(
+        live.cpus.iter().all(|c| cpus.contains(c)),
+        "{live:?} not on node {node}"
+    );
+    assert!(
+        e2e::wait_until(Duration::from_secs(5), || e.live(&id).mems
+            == node.to_string()),
+        "{:?}",
+        e.live(&id)
+    );
+    // The record: the GPU held, the function aligned to, and each claim's device.
+    let state = e.run.state().expect("state");
+    let rec = &state[&id];
+    assert_eq!(strings(&rec["assignment"]["gpus"]).len(), 1, "{rec}");
+    assert_eq!(
+        strings(&rec["assignment"]["generic_devices"]),
+        [ACCEL_BUS],
+        "{rec}"
+    );
+    let want_claims = |claims: &serde_json::Value| {
+        for (c, cdi) in [
+            (&gpu_claim, gpu_name.as_str()),
+            (&accel_claim, "example.com/accel=fn0"),
+        ] {
+            let d = &c.devices[0];
+            let found = claims.as_array().into_iter().flatten().any(|k| {
+                k["claim"] == format!("ml/{}", c.name).as_str()
+                    && k["driver"] == d.driver.as_str()
+                    && k["pool"] == d.pool.as_str()
+                    && k["device"] == d.device.as_str()
+                    && strings(&k["cdi_names"]) == [cdi]
+            });
+            assert!(found, "claim {} not kept: {claims}", c.name);
+        }
+    };
+    want_claims(&rec["dra_claims"]);
+    let rows = e.run.placements().expect("placements");
+    let row = rows
+        .iter()
+        .find(|r| r["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{id} not in placements: {rows:?}"));
+    want_claims(&row["claims"]);
+}
+
 each_cdi_runtime!(cdi_specs_of_any_vendor_align_cpus_and_memory);
-each_runtime!(a_claim_two_containers_of_a_pod_name_is_shared);
+each_runtime!(
+    a_claim_two_containers_of_a_pod_name_is_shared,
+    claims_the_kubelet_lists_align_cpus_and_memory
+);

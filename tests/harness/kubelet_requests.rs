@@ -15,8 +15,8 @@ use test_support::e2e::kubelet::resources::{
     self, milli_cpu_to_quota, milli_cpu_to_shares, Machine,
 };
 use test_support::e2e::kubelet::{
-    expand_slice, rdma_shared_allocate, CgroupDriver, Hca, KubeContainer, KubePod, ListStrategy,
-    Node, NvidiaDevice, NvidiaPlugin, Qos, Resources,
+    expand_slice, rdma_shared_allocate, CgroupDriver, ClaimDevice, DraClaim, Hca, KubeContainer,
+    KubePod, ListStrategy, Node, NvidiaDevice, NvidiaPlugin, Qos, Resources,
 };
 
 fn machine(v2: bool) -> Machine {
@@ -630,4 +630,43 @@ fn pod_resources_lists_sidecars_and_apps_not_plain_inits() {
     assert_eq!(names, ["proxy", "cuda"]);
     assert_eq!(pr.containers[1].devices[0].resource_name, "nvidia.com/gpu");
     assert_eq!((pr.namespace.as_str(), pr.name.as_str()), ("ml", "pr"));
+}
+
+/// A container's DRA claims as the kubelet's PodResources API lists them (`dynamic_resources`),
+/// in the proto3 JSON mapping of the message (lowerCamelCase of the upstream field names of
+/// `DynamicResource`, `ClaimResource` and `CDIDevice`, proto/podresources/api.proto): the
+/// values the test kubelet serves are where the upstream message carries them.
+#[test]
+fn pod_resources_lists_each_claim_with_its_driver_pool_and_device() {
+    let claim = DraClaim {
+        namespace: "ml".into(),
+        name: "gpu-claim".into(),
+        devices: vec![ClaimDevice {
+            driver: "gpu.nvidia.com".into(),
+            pool: "node-a".into(),
+            device: "gpu-1".into(),
+            cdi_names: vec!["k8s.gpu.nvidia.com/claim=u1-gpu-1".into()],
+        }],
+    };
+    let pod = KubePod::new("ml", "dra")
+        .container(KubeContainer::new("app").claim(claim))
+        .container(KubeContainer::new("plain"));
+    let pr = pod.pod_resources();
+    let text = protobuf_json_mapping::print_to_string(&pr.containers[0]).expect("json");
+    let got: Value = serde_json::from_str(&text).expect("parse");
+    assert_eq!(
+        got["dynamicResources"],
+        json!([{
+            "claimName": "gpu-claim",
+            "claimNamespace": "ml",
+            "claimResources": [{
+                "cdiDevices": [{"name": "k8s.gpu.nvidia.com/claim=u1-gpu-1"}],
+                "driverName": "gpu.nvidia.com",
+                "poolName": "node-a",
+                "deviceName": "gpu-1"
+            }]
+        }])
+    );
+    // A container that references no claim lists none.
+    assert!(pr.containers[1].dynamic_resources.is_empty());
 }

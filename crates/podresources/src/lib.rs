@@ -246,6 +246,43 @@ pub mod build {
         c
     }
 
+    /// One allocated device of a DRA claim as the kubelet reports it (`ClaimResource`): the
+    /// driver, its pool and the device within it, with the CDI names the driver prepared.
+    pub fn claim_resource(
+        driver: &str,
+        pool: &str,
+        device: &str,
+        cdi_names: &[&str],
+    ) -> proto::ClaimResource {
+        let mut r = proto::ClaimResource::new();
+        r.driver_name = driver.into();
+        r.pool_name = pool.into();
+        r.device_name = device.into();
+        r.cdi_devices = cdi_names
+            .iter()
+            .map(|n| {
+                let mut d = proto::CDIDevice::new();
+                d.name = (*n).to_string();
+                d
+            })
+            .collect();
+        r
+    }
+
+    /// A claim of the container (`DynamicResource`): its ResourceClaim's namespace and name
+    /// and each allocated device.
+    pub fn dynamic(
+        namespace: &str,
+        claim: &str,
+        resources: Vec<proto::ClaimResource>,
+    ) -> proto::DynamicResource {
+        let mut d = proto::DynamicResource::new();
+        d.claim_namespace = namespace.into();
+        d.claim_name = claim.into();
+        d.claim_resources = resources;
+        d
+    }
+
     /// The entries the kubelet writes for `ids` of `resource`: one per device and NUMA node
     /// (`numa: None` = the plugin reported no topology).
     pub fn devices(resource: &str, ids: &[(&str, Option<i64>)]) -> Vec<proto::ContainerDevices> {

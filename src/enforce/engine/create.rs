@@ -208,6 +208,7 @@ pub(super) fn new_record(
         devices: adjustment.visible_devices.clone(),
         resources: ResourceSummary::of(req),
         cdi_names: super::claims::cdi_names(c),
+        dra_claims: super::claims::dra_claims(c),
         ..Record::default()
     }
 }

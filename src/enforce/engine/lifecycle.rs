@@ -235,6 +235,10 @@ impl<P: Placer> Engine<P> {
                 // at load (`Record::upgrade`) never flags a decision.
                 found_running: old.found_running,
                 cdi_names: super::claims::cdi_names(c),
+                dra_claims: super::claims::dra_claims(c),
+                // The decision taken over is the predecessor's, and so is what of it is a
+                // sibling's hold.
+                shared_devices: old.shared_devices.clone(),
                 ..Record::default()
             },
         );

@@ -243,6 +243,7 @@ impl<P: Placer> Engine<P> {
         let started = Instant::now();
         let mut built = self.read_request(pod, c, started)?;
         self.share_pod_claims(pod, c, &mut built);
+        let shared_devices = built.shared_claim_devices.clone();
         if self.cpus_left() {
             return self.create_left_cpus(pod, c, built, started).map(Some);
         }
@@ -253,7 +254,8 @@ impl<P: Placer> Engine<P> {
         let (plan, req) = self.plan_create(pod, c, built, started)?;
         let planned = P::planned(&plan);
         let adjustment = self.adjustment_for(planned, c, started)?;
-        let rec = create::new_record(planned, pod, c, &adjustment, &req);
+        let mut rec = create::new_record(planned, pod, c, &adjustment, &req);
+        rec.shared_devices = shared_devices;
         let updates = self.commit_create(pod, c, plan, rec, started)?;
         Ok(Some(CreateOutcome {
             adjustment,
@@ -290,6 +292,7 @@ impl<P: Placer> Engine<P> {
         let mut req = req;
         req.allocated_gpus = old.assignment.gpus.clone();
         req.allocated_nics = old.assignment.nics.clone();
+        self.keep_shared_nics(&old, &mut req);
         // The new decision is made with the container's own resources free. Should anything
         // below panic while they are released, the plugin's poisoned-lock recovery
         // (`resync_placer`) restores the record into the placer.

@@ -196,6 +196,7 @@ impl<P: Placer> Engine<P> {
             self.drop_record(&old);
         }
         self.reuse_finished(pod, c);
+        let shared_devices = built.shared_claim_devices;
         let req = built.request;
         let topo = self.placer.topology();
         let cpus = others_cpus(topo, c);
@@ -219,7 +220,8 @@ impl<P: Placer> Engine<P> {
                 .inspect_err(|r| self.count_rejection(&r.reason, started))
                 .map_err(EngineError::Rejected)?;
         }
-        let rec = super::create::new_record(&a, pod, c, &adjustment, &req);
+        let mut rec = super::create::new_record(&a, pod, c, &adjustment, &req);
+        rec.shared_devices = shared_devices;
         self.doc.containers.insert(c.id.clone(), rec);
         let (updates, timing) = self.persist_and_follow_pool(&c.id, started);
         if let Some(m) = &self.metrics {

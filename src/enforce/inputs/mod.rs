@@ -87,6 +87,10 @@ pub struct Built {
     /// The GPUs (indices in the topology) the kubelet lists as allocatable, when it was asked
     /// and answered: the only ones a remap may choose.
     pub allocatable_gpus: Option<std::collections::BTreeSet<usize>>,
+    /// Claim devices other than GPUs (NIC names, generic devices' PCI bus ids) the container
+    /// uses through a CDI name a running sibling of its pod holds them by: set by the engine
+    /// before placement, kept in the record (`Record::shared_devices`).
+    pub shared_claim_devices: Vec<String>,
 }
 
 /// Builds the placement request for container `c` of pod `pod` (the environment untrusted).
@@ -145,6 +149,7 @@ pub fn build(
             .kubelet_allocatable
             .as_deref()
             .map(|a| devices::allocatable_gpus(topo, a)),
+        shared_claim_devices: Vec::new(),
     })
 }
 

@@ -146,6 +146,16 @@ pub struct Record {
     /// name the same device share it (`enforce/engine/claims.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cdi_names: Vec<String>,
+    /// The DRA claim devices the kubelet's PodResources answer listed for the container
+    /// (claim, driver, pool, device and CDI names): which ResourceClaim and which device of
+    /// which driver's pool the CDI names above stand for, for `placements` and support.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dra_claims: Vec<crate::enforce::container::KubeletClaimDevice>,
+    /// Claim devices other than GPUs (NIC names, generic devices' PCI bus ids) that the
+    /// container uses through a CDI name a running sibling of its pod holds them by: aligned
+    /// to, not held (`enforce/engine/claims.rs`). Shared GPUs are in the assignment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_devices: Vec<String>,
 }
 
 /// How the reason of a record made from a running container begins. Versions before the

@@ -146,6 +146,24 @@ impl AlignRun {
         read_state(&self.state_dir)
     }
 
+    /// `nri-align placements --json --state-dir S`: one object per recorded container.
+    pub fn placements(&self) -> HResult<Vec<Value>> {
+        let out = run_cmd(
+            Command::new(nri_align_bin())
+                .args(["placements", "--json", "--state-dir"])
+                .arg(&self.state_dir),
+            "nri-align placements",
+        )?;
+        if !out.status.success() {
+            return Err(HarnessError(format!(
+                "nri-align placements: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        serde_json::from_slice(&out.stdout)
+            .map_err(|e| HarnessError(format!("nri-align placements: {e}")))
+    }
+
     /// `nri-align verify --state-dir S [ARGS]` on the real host.
     pub fn verify(&self, extra: &[&str]) -> HResult<Output> {
         run_cmd(

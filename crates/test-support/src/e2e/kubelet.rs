@@ -31,7 +31,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Map, Value};
 
 pub use devices::{
-    merge, rdma_shared_allocate, Allocation, Hca, ListStrategy, NvidiaDevice, NvidiaPlugin,
+    merge, rdma_shared_allocate, Allocation, ClaimDevice, DraClaim, Hca, ListStrategy,
+    NvidiaDevice, NvidiaPlugin,
 };
 pub use resources::{Machine, Qos, Resources};
 
@@ -191,6 +192,9 @@ pub struct KubeContainer {
     pub sidecar: bool,
     /// Device plugin answers for this container.
     pub allocations: Vec<Allocation>,
+    /// DRA claims it references (reported by PodResources only: the CDI names reach the
+    /// runtime as the test says, through an [`Allocation`] or not at all).
+    pub claims: Vec<DraClaim>,
 }
 
 impl KubeContainer {
@@ -209,6 +213,11 @@ impl KubeContainer {
     /// With a device plugin allocation.
     pub fn allocation(mut self, a: Allocation) -> Self {
         self.allocations.push(a);
+        self
+    }
+    /// Referencing a DRA claim.
+    pub fn claim(mut self, c: DraClaim) -> Self {
+        self.claims.push(c);
         self
     }
     /// With an env entry from the pod spec.
@@ -520,7 +529,9 @@ impl KubePod {
 impl KubePod {
     /// What the kubelet's PodResources `List`/`Get` reports for this pod: its sidecar init
     /// containers, then its app containers (plain init containers never), each device once per
-    /// NUMA node its plugin reported (`server_v1.go`, `containerDevicesFromResourceDeviceInstances`).
+    /// NUMA node its plugin reported (`server_v1.go`, `containerDevicesFromResourceDeviceInstances`),
+    /// and each DRA claim it references with its prepared devices (`dynamic_resources`, feature
+    /// gate `KubeletPodResourcesDynamicResources`, on by default from 1.34).
     pub fn pod_resources(&self) -> podresources::proto::PodResources {
         let listed = self
             .init_containers
@@ -542,7 +553,9 @@ impl KubePod {
                         podresources::build::devices(&a.resource, &ids)
                     })
                     .collect();
-                podresources::build::container(&c.name, devs)
+                let mut r = podresources::build::container(&c.name, devs);
+                r.dynamic_resources = c.claims.iter().map(DraClaim::dynamic_resource).collect();
+                r
             })
             .collect();
         podresources::build::pod(&self.namespace, &self.name, containers)

@@ -383,3 +383,45 @@ pub fn merge(allocs: &[Allocation]) -> Merged {
     }
     m
 }
+
+/// One device a DRA driver prepared for a claim, as the kubelet's PodResources API reports it
+/// (`ClaimResource`, proto/podresources/api.proto).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimDevice {
+    /// `driver_name` (`gpu.nvidia.com`).
+    pub driver: String,
+    /// `pool_name` (the NVIDIA driver's pool is the node's name).
+    pub pool: String,
+    /// `device_name` within the pool (`gpu-1`).
+    pub device: String,
+    /// `cdi_devices[].name`: the qualified CDI names the driver prepared for it.
+    pub cdi_names: Vec<String>,
+}
+
+/// A ResourceClaim a container references (`spec.containers[].resources.claims`), with the
+/// devices the scheduler allocated and the driver prepared: what the kubelet lists under the
+/// container's `dynamic_resources` once the pod was admitted and its claims prepared.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DraClaim {
+    /// The claim's namespace (the pod's).
+    pub namespace: String,
+    /// The claim's name.
+    pub name: String,
+    /// Its allocated devices.
+    pub devices: Vec<ClaimDevice>,
+}
+
+impl DraClaim {
+    /// The container's `DynamicResource` entry for this claim.
+    pub fn dynamic_resource(&self) -> podresources::proto::DynamicResource {
+        let resources = self
+            .devices
+            .iter()
+            .map(|d| {
+                let names: Vec<&str> = d.cdi_names.iter().map(String::as_str).collect();
+                podresources::build::claim_resource(&d.driver, &d.pool, &d.device, &names)
+            })
+            .collect();
+        podresources::build::dynamic(&self.namespace, &self.name, resources)
+    }
+}
