@@ -24,8 +24,10 @@ pub const GUEST_ENV: &str = "NRI_ALIGN_VM_GUEST";
 
 /// Node configuration of nri-align in the guest: NIC counts come from pod annotations. GPUs stay
 /// the ones the "device plugin" (the test) allocated: nri-align keeps GPUs that arrive as device
-/// nodes, since runtimes drop the removal of a spec's device (containerd/nri#216).
-pub const PLUGIN_CONFIG: &str = "allow_device_annotations: true\n";
+/// nodes, since runtimes drop the removal of a spec's device (containerd/nri#216). CDI specs
+/// come from `crate::cdi::CDI_DIR`.
+pub const PLUGIN_CONFIG: &str =
+    "allow_device_annotations: true\ncdi_spec_dirs: [/run/nri-align/cdi]\n";
 
 /// A set of CPU or node ids.
 pub type Ids = BTreeSet<u32>;
@@ -216,7 +218,8 @@ fn start() -> Result<Guest, String> {
     if std::env::var("NRI_ALIGN_VM_PLUGIN").as_deref() == Ok("unit") {
         return start_unit(runtime, facts, &fixture, &lib);
     }
-    let ctrd = Instance::fresh(runtime, "vm").map_err(|e| e.to_string())?;
+    let ctrd = Instance::fresh_with(runtime, "vm", crate::cdi::runtime_options())
+        .map_err(|e| e.to_string())?;
     let state_dir = ctrd.dir().join("nri-align-state");
     let config = ctrd.dir().join("nri-align.yaml");
     std::fs::write(&config, PLUGIN_CONFIG).map_err(|e| format!("write config: {e}"))?;
@@ -258,7 +261,8 @@ fn start_unit(runtime: Runtime, facts: Facts, fixture: &str, lib: &str) -> Resul
     )?;
     let before = unit::start_before_runtime()?;
     eprintln!("unit started, no runtime yet: {before}");
-    let ctrd = Instance::fresh(runtime, "vm").map_err(|e| e.to_string())?;
+    let ctrd = Instance::fresh_with(runtime, "vm", crate::cdi::runtime_options())
+        .map_err(|e| e.to_string())?;
     // TimeoutStartSec=120s: a runtime slower than that to come up (TCG) costs the unit one
     // restart, after which it registers; the note says how many.
     let after = unit::wait_active(300)?;

@@ -11,6 +11,7 @@
 //! On any other machine each test prints SKIP and passes: `cargo test` builds this binary, and
 //! hack/vm-e2e runs it in the guest with NRI_ALIGN_VM_GUEST=1.
 
+mod cdi;
 mod devices;
 mod devlinks;
 mod guest;

@@ -4,9 +4,11 @@
 //! result: the device nodes in `linux.devices` and the env.
 //!
 //! A spec device is taken as injected when every device node its edits add (its own and the
-//! spec-level ones) is among the container's device nodes, at the same container path and,
-//! where the spec gives them, with the same type and numbers; a device that adds no node is
-//! taken when every env entry its edits add is in the container's env. A device whose nodes
+//! spec-level ones) is among the container's device nodes, at the same container path and
+//! with the same type and numbers: the spec's, else those of the node on the host, which the
+//! runtime takes too (so two devices one vendor puts at the same container path tell apart);
+//! a device that adds no node is taken when every env entry its edits add is in the
+//! container's env. A device whose nodes
 //! are all part of a larger match is dropped: a MIG device's spec names its parent's node plus
 //! `nvidia-caps` nodes, so the parent GPU's own device also matches a MIG container and would
 //! make it the exclusive holder of a GPU it shares.

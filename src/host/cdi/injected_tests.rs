@@ -104,3 +104,36 @@ fn a_container_with_nothing_injected_matches_nothing() {
         .match_injected(&other, &["HOME=/root".to_string()])
         .is_empty());
 }
+
+/// One vendor's two devices at the same container path and no numbers in the spec (each
+/// container sees its own function as `/dev/accel0`): the runtime takes the numbers from the
+/// host nodes, and so does the match-back, so each container matches its own device only.
+#[test]
+fn devices_at_one_container_path_are_told_apart_by_their_host_nodes() {
+    const SHARED_PATH: &str = r#"{"cdiVersion": "0.6.0", "kind": "example.com/accel", "devices": [
+        {"name": "a", "containerEdits": {"deviceNodes": [{"path": "/dev/accel0", "hostPath": "/dev/a"}]}},
+        {"name": "b", "containerEdits": {"deviceNodes": [{"path": "/dev/accel0", "hostPath": "/dev/b"}]}}]}"#;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The host nodes: /dev/null (char 1:3) and /dev/zero (char 1:5) of this machine.
+    std::fs::create_dir_all(dir.path().join("dev")).expect("mkdir");
+    std::os::unix::fs::symlink("/dev/null", dir.path().join("dev/a")).expect("link");
+    std::os::unix::fs::symlink("/dev/zero", dir.path().join("dev/b")).expect("link");
+    let cdi = dir.path().join("etc/cdi");
+    std::fs::create_dir_all(&cdi).expect("mkdir");
+    std::fs::write(cdi.join("accel.json"), SHARED_PATH).expect("write");
+    let s = super::super::scan(dir.path(), &["/etc/cdi".into()]);
+    assert!(s.skipped.is_empty(), "{:?}", s.skipped);
+    let idx = s.index;
+    assert_eq!(
+        names(&idx.match_injected(&[node("/dev/accel0", 1, 3)], &[])),
+        ["example.com/accel=a"]
+    );
+    assert_eq!(
+        names(&idx.match_injected(&[node("/dev/accel0", 1, 5)], &[])),
+        ["example.com/accel=b"]
+    );
+    // A node of neither host device at that path is neither.
+    assert!(idx
+        .match_injected(&[node("/dev/accel0", 1, 7)], &[])
+        .is_empty());
+}

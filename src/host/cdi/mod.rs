@@ -64,14 +64,15 @@ pub enum CdiTarget {
 
 /// One device node a CDI device's edits add, as the container sees it: what a runtime that
 /// applied the spec puts in the container's `linux.devices` (the container path; the type and
-/// numbers where the spec gives them, else the runtime stats the host node).
+/// numbers where the spec gives them, else those of the host node, which the runtime stats).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpecNode {
     /// Path in the container (`path`).
     pub path: String,
-    /// `c`, `b`, ...; empty when the spec leaves it to the runtime.
+    /// `c`, `b`, ...: the spec's, else the host node's; empty when neither says.
     pub kind: String,
-    /// Major and minor number, when the spec gives them (non-zero major).
+    /// Major and minor number: the spec's (non-zero major), else the host node's; `None` when
+    /// neither gives them (no such node on the host).
     pub numbers: Option<(i64, i64)>,
 }
 

@@ -197,10 +197,25 @@ struct Mapped {
 fn map_edits(root: &Path, edits: &ContainerEdits) -> Mapped {
     let mut m = Mapped::default();
     for n in &edits.device_nodes {
+        // Where the spec leaves the type and numbers to the runtime, the runtime takes them
+        // from the host node: so does the match-back, or two devices a vendor puts at one
+        // container path (each container's `/dev/accel0`) would both match either container.
+        let (kind, numbers) = if n.major != 0 {
+            (n.kind.clone(), Some((n.major, n.minor)))
+        } else if let Some((block, major, minor)) = sysfs::host_numbers(root, n) {
+            let kind = match (n.kind.as_str(), block) {
+                ("", true) => "b".to_string(),
+                ("", false) => "c".to_string(),
+                (k, _) => k.to_string(),
+            };
+            (kind, Some((major, minor)))
+        } else {
+            (n.kind.clone(), None)
+        };
         let node = SpecNode {
             path: n.path.clone(),
-            kind: n.kind.clone(),
-            numbers: (n.major != 0).then_some((n.major, n.minor)),
+            kind,
+            numbers,
         };
         if !m.nodes.contains(&node) {
             m.nodes.push(node);

@@ -132,19 +132,7 @@ fn by_numbers(root: &Path, node: &DeviceNode) -> NodeMap {
         let block = node.kind == "b";
         Some((block, node.major, node.minor))
     } else {
-        let full = root.join(node.host().trim_start_matches('/'));
-        std::fs::metadata(&full).ok().and_then(|md| {
-            let ft = md.file_type();
-            let (major, minor) = (
-                i64::from(nix::sys::stat::major(md.rdev()) as u32),
-                i64::from(nix::sys::stat::minor(md.rdev()) as u32),
-            );
-            (ft.is_char_device() || ft.is_block_device()).then_some((
-                ft.is_block_device(),
-                major,
-                minor,
-            ))
-        })
+        host_numbers(root, node)
     };
     let Some((block, major, minor)) = numbers else {
         return NodeMap::Unmapped("no such device node on the host".into());
@@ -155,6 +143,20 @@ fn by_numbers(root: &Path, node: &DeviceNode) -> NodeMap {
         Some(f) => NodeMap::Targets(vec![CdiTarget::Pci(f)]),
         None => NodeMap::Unmapped(format!("{dir} {major}:{minor} links to no PCI function")),
     }
+}
+
+/// Whether the host node of `node` (its host path under `root`) is a block device, and its
+/// major and minor number: what a runtime fills in where the spec leaves them out (the
+/// reference library stats the host path the same way). `None` when it is no device node.
+pub fn host_numbers(root: &Path, node: &DeviceNode) -> Option<(bool, i64, i64)> {
+    let full = root.join(node.host().trim_start_matches('/'));
+    let md = std::fs::metadata(full).ok()?;
+    let ft = md.file_type();
+    let (major, minor) = (
+        i64::from(nix::sys::stat::major(md.rdev()) as u32),
+        i64::from(nix::sys::stat::minor(md.rdev()) as u32),
+    );
+    (ft.is_char_device() || ft.is_block_device()).then_some((ft.is_block_device(), major, minor))
 }
 
 /// The PCI function a sysfs `device` link resolves to: the last PCI address in its path (a
