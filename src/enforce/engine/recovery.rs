@@ -188,8 +188,14 @@ impl<P: Placer> Engine<P> {
             self.check_systemd_device_links(c, &[]);
             if self.cpus_left() {
                 // The other plugin may have moved it meanwhile (its own updates are no event
-                // nri-align receives): the record follows what runs.
-                self.follow_others_update(c, &c.resources);
+                // nri-align receives): the record follows what runs, and the memory nodes
+                // follow it with this response.
+                let pod = pods
+                    .iter()
+                    .find(|p| p.id == c.pod_sandbox_id)
+                    .cloned()
+                    .unwrap_or_default();
+                self.follow_others_update(&pod, c, &c.resources);
             }
         }
         let drifted = self.resend_drifted(&managed, &moving);
@@ -256,9 +262,10 @@ impl<P: Placer> Engine<P> {
     pub fn adopt_started(&mut self, pod: &PodView, c: &ContainerView) -> Vec<CpusetUpdate> {
         if self.doc.containers.contains_key(&c.id) {
             // Where another plugin owns the cpuset and comes after nri-align, the started
-            // container shows what it set: the record follows.
+            // container shows what it set: the record follows, and so do its memory nodes
+            // (`Engine::moved_mems`).
             if self.cpus_left() {
-                self.follow_others_update(c, &c.resources);
+                self.follow_others_update(pod, c, &c.resources);
             }
             return Vec::new();
         }

@@ -5,6 +5,7 @@
 use super::kubernetes::{kctr, kpod, real};
 use super::*;
 use crate::config::{LeftField, LeftToOthers};
+use crate::enforce::adjust::MemsUpdate;
 use crate::placement::Allocator;
 
 fn cpus_left() -> Config {
@@ -79,9 +80,16 @@ fn an_update_follows_the_other_plugins_cpuset_and_sends_nothing() {
     r.cpuset_cpus = "2-3".into();
     let updates = e.update_container(&p, &c, &r).expect("update");
     assert!(updates.is_empty(), "{updates:?}");
+    let rec = &e.records().containers["c-1"];
+    assert_eq!(rec.assignment.cpus.to_string(), "2-3");
+    // Memory nodes follow, with the response: cpuset.mems only.
+    assert_eq!(rec.assignment.mems.to_string(), "0");
     assert_eq!(
-        e.records().containers["c-1"].assignment.cpus.to_string(),
-        "2-3"
+        e.take_mems_updates(),
+        vec![MemsUpdate {
+            container_id: "c-1".into(),
+            mems: "0".parse().expect("nodes"),
+        }]
     );
 }
 
@@ -169,10 +177,83 @@ fn synchronize_follows_what_the_other_plugin_moved_and_sends_nothing() {
     let mut running = c.clone();
     running.state = crate::enforce::container::ContainerState::Running;
     running.resources.cpuset_cpus = "0-5".into();
-    let updates = e.synchronize(std::slice::from_ref(&p), &[running]);
+    let updates = e.synchronize(std::slice::from_ref(&p), &[running.clone()]);
     assert!(updates.is_empty(), "{updates:?}");
     assert_eq!(
         e.records().containers["c-1"].assignment.cpus.to_string(),
         "0-5"
     );
+    // Still on both nodes: the memory nodes stay, nothing to send.
+    assert!(e.take_mems_updates().is_empty());
+    // Moved onto node 1 alone: its memory follows with the Synchronize response.
+    running.resources.cpuset_cpus = "4-5".into();
+    e.synchronize(std::slice::from_ref(&p), &[running]);
+    assert_eq!(
+        e.take_mems_updates(),
+        vec![MemsUpdate {
+            container_id: "c-1".into(),
+            mems: "1".parse().expect("nodes"),
+        }]
+    );
+}
+
+#[test]
+fn cpus_seen_only_at_post_start_move_the_memory_nodes_once() {
+    let mut e = real(cpus_left(), "");
+    let p = kpod("dra", "late", &[]);
+    // The other plugin comes after nri-align: CreateContainer shows no cpuset.
+    let c = kctr(&p, "c-1", "app", 500, None);
+    let out = create(&mut e, &p, &c);
+    assert_eq!(out.adjustment.cpuset_mems, "", "no devices, CPUs unknown");
+    assert!(e.moved_mems("c-1").is_none());
+    // PostStartContainer shows what it set.
+    let mut started = c.clone();
+    started.state = crate::enforce::container::ContainerState::Running;
+    started.resources.cpuset_cpus = "5-6".into();
+    assert!(
+        e.adopt_started(&p, &started).is_empty(),
+        "no cpuset is sent"
+    );
+    let rec = &e.records().containers["c-1"];
+    assert_eq!(rec.assignment.cpus.to_string(), "5-6");
+    assert_eq!(rec.assignment.mems.to_string(), "1");
+    assert_eq!(
+        e.moved_mems("c-1").map(|m| m.to_string()).as_deref(),
+        Some("1")
+    );
+    let sent = e.take_mems_updates();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].mems.to_string(), "1");
+    assert!(e.take_mems_updates().is_empty(), "sent once");
+    assert!(e.moved_mems("c-1").is_none());
+    // The same cpuset seen again (a later Synchronize) moves nothing.
+    e.adopt_started(&p, &started);
+    assert!(e.take_mems_updates().is_empty());
+    // A removed container's move is never sent.
+    started.resources.cpuset_cpus = "1".into();
+    e.adopt_started(&p, &started);
+    e.release_container("c-1");
+    assert!(e.take_mems_updates().is_empty());
+}
+
+#[test]
+fn with_mems_left_too_late_cpus_send_no_memory_nodes() {
+    let config = Config {
+        leave_to_others: LeftToOthers::of(&[LeftField::Cpus, LeftField::Mems]),
+        ..Config::default()
+    };
+    let mut e = real(config, "");
+    let p = kpod("dra", "late", &[]);
+    let c = kctr(&p, "c-1", "app", 500, None);
+    create(&mut e, &p, &c);
+    let mut started = c.clone();
+    started.state = crate::enforce::container::ContainerState::Running;
+    started.resources.cpuset_cpus = "5-6".into();
+    e.adopt_started(&p, &started);
+    assert_eq!(
+        e.records().containers["c-1"].assignment.cpus.to_string(),
+        "5-6"
+    );
+    assert!(e.moved_mems("c-1").is_none());
+    assert!(e.take_mems_updates().is_empty());
 }
