@@ -246,6 +246,7 @@ impl<P: Placer> Engine<P> {
         }
         let started = Instant::now();
         let mut built = self.read_request(pod, c, started)?;
+        self.place_on_left_mems(pod, c, &mut built);
         self.share_pod_claims(pod, c, &mut built);
         if self.cpus_left() {
             return self.create_left_cpus(pod, c, built, started).map(Some);

@@ -257,3 +257,61 @@ fn with_mems_left_too_late_cpus_send_no_memory_nodes() {
     assert!(e.moved_mems("c-1").is_none());
     assert!(e.take_mems_updates().is_empty());
 }
+
+fn mems_left() -> Config {
+    Config {
+        leave_to_others: LeftToOthers::of(&[LeftField::Mems]),
+        ..Config::default()
+    }
+}
+
+#[test]
+fn memory_nodes_another_plugin_set_place_the_cpus_there() {
+    let mut e = real(mems_left(), "");
+    // Exclusive: its CPUs are taken on node 1, where the memory driver put its memory.
+    let p = kpod("dra", "mem", &[]);
+    let mut c = kctr(&p, "c-1", "app", 2000, Some(2000));
+    c.resources.cpuset_mems = "1".into();
+    let out = create(&mut e, &p, &c);
+    assert_eq!(
+        out.adjustment.cpuset_mems, "",
+        "mems are the other plugin's"
+    );
+    let rec = &e.records().containers["c-1"];
+    assert_eq!(out.adjustment.cpuset_cpus, rec.assignment.cpus.to_string());
+    assert_eq!(rec.assignment.cpus.len(), 2);
+    assert!(
+        rec.assignment.cpus.is_subset(&"4-7".parse().expect("list")),
+        "{}",
+        rec.assignment.cpus
+    );
+    assert_eq!(rec.assignment.numa_nodes.to_string(), "1");
+    assert!(rec.assignment.exclusive);
+
+    // Shared: the shared CPUs of node 0, where its memory is.
+    let q = kpod("dra", "web", &[]);
+    let mut d = kctr(&q, "d-1", "web", 500, None);
+    d.resources.cpuset_mems = "0".into();
+    let out = create(&mut e, &q, &d);
+    assert_eq!(out.adjustment.cpuset_mems, "");
+    let cpus: CpuSet = out.adjustment.cpuset_cpus.parse().expect("list");
+    assert!(!cpus.is_empty());
+    assert!(cpus.is_subset(&"0-3".parse().expect("list")), "{cpus}");
+}
+
+#[test]
+fn without_memory_nodes_set_or_with_a_bad_list_the_container_is_placed_as_usual() {
+    let mut e = real(mems_left(), "");
+    let p = kpod("dra", "plain", &[]);
+    let c = kctr(&p, "c-1", "app", 1000, Some(1000));
+    let out = create(&mut e, &p, &c);
+    assert!(!out.adjustment.cpuset_cpus.is_empty());
+    assert_eq!(out.adjustment.cpuset_mems, "");
+    let mut d = kctr(&p, "d-1", "other", 1000, Some(1000));
+    d.resources.cpuset_mems = "zero".into();
+    let out = create(&mut e, &p, &d);
+    assert!(
+        !out.adjustment.cpuset_cpus.is_empty(),
+        "placed, not refused"
+    );
+}
