@@ -214,8 +214,11 @@ fn a_memory_plugin_owning_mems_places_the_cpus(rt: Runtime) {
         )
     };
 
-    // Both set cpuset.mems: the runtime refuses the container.
-    let both = pod("mems-both");
+    // Both set cpuset.mems: the runtime refuses the container. A shared one: CRI-O tells
+    // nri-align nothing of a creation it failed after the plugins answered, so an exclusive
+    // one would keep its CPU recorded until a Synchronize, and this host has two.
+    let both = KubePod::new("dra", "mems-both")
+        .container(KubeContainer::new("app").resources(Resources::none().request("cpu", "100m")));
     let sandbox = e.rt.run_kube_pod(&both, &k).expect("sandbox");
     let refused =
         e.rt.create_kube_container(&sandbox, &both, &k, "app", 0)
