@@ -562,6 +562,7 @@ mod hotplug;
 mod lifecycle;
 mod observe;
 mod others;
+mod others_mems;
 mod persist;
 pub mod placer;
 mod pool;

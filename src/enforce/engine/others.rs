@@ -38,7 +38,6 @@ use crate::enforce::inputs::Built;
 use crate::enforce::state::Record;
 use crate::placement::annotations::{effective, MemNodes};
 use crate::placement::numa::attached_memory_nodes;
-use crate::placement::scheduler::{Scheduler, SchedulerChoice};
 use crate::placement::{Assignment, PlacementConfig, Request};
 use crate::topology::{CpuSet, NodeSet, Topology};
 
@@ -304,47 +303,6 @@ impl<P: Placer> Engine<P> {
             adjustment,
             updates,
         })
-    }
-
-    /// With `mems` left to another plugin (a DRA memory driver's), the memory nodes it set
-    /// before nri-align was asked (the container as CreateContainer shows it) decide where the
-    /// container goes: they become the NUMA nodes of its request, as a scheduler's choice of
-    /// nodes does, so its CPUs (and the devices nri-align chooses) are placed there and
-    /// `scheduler_choice` says whether a container that does not fit there is refused. A
-    /// scheduler's own choice is left as it is; an unreadable list is ignored with a line.
-    pub(super) fn place_on_left_mems(&self, pod: &PodView, c: &ContainerView, built: &mut Built) {
-        let text = c.resources.cpuset_mems.trim();
-        if !self.config.leave_to_others.mems || self.cpus_left() || text.is_empty() {
-            return;
-        }
-        let topo = self.placer.topology();
-        let nodes = match NodeSet::parse_list(text) {
-            Ok(n) if !n.is_empty() => n,
-            _ => {
-                tracing::warn!(pod = %pod_name(pod), container = %c.name, mems = %crate::untrusted::quoted(text), "the memory nodes another plugin set are not a node list; placed as if none were set");
-                return;
-            }
-        };
-        if let Some(choice) = &built.request.scheduler {
-            tracing::info!(pod = %pod_name(pod), container = %c.name, mems = %nodes, "{}'s choice places the container, not the memory nodes another plugin set", choice.scheduler.label());
-            return;
-        }
-        // Only nodes with CPUs can take CPUs: a memory-only node (CXL, HBM) the other plugin
-        // named is served by the CPU nodes nearest to it.
-        let cpu_nodes: NodeSet = nodes
-            .iter()
-            .filter_map(|n| {
-                topo.numa_nodes
-                    .iter()
-                    .filter(|m| !m.cpus.is_empty())
-                    .min_by_key(|m| (topo.distance(n, m.id), m.id))
-                    .map(|m| m.id)
-            })
-            .collect();
-        tracing::info!(pod = %pod_name(pod), container = %c.name, mems = %nodes, nodes = %cpu_nodes, "memory nodes set by another plugin place the container");
-        let mut choice = SchedulerChoice::new(Scheduler::MemoryPlugin);
-        choice.nodes = cpu_nodes;
-        built.request.scheduler = Some(choice);
     }
 
     /// A cpuset reported for container `c` of `pod` on a node whose cpusets are another

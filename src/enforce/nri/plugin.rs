@@ -485,7 +485,13 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
             let ups = engine.adopt_started(&pod_view(&pod), &container_view(&container));
             write_moved_mems(&engine, &self.host_root, &container.id);
             drop(engine);
-            self.queue(ups);
+            if ups.iter().any(|u| u.container_id == container.id) {
+                // Moved onto the memory another plugin set: no response may come soon, so
+                // the cgroups are written now too, as for a grown pool.
+                self.regrow(ups);
+            } else {
+                self.queue(ups);
+            }
             return Ok(());
         };
         // The runtime may have lost this update while it created the task (its spec has the

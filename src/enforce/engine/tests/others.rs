@@ -315,3 +315,37 @@ fn without_memory_nodes_set_or_with_a_bad_list_the_container_is_placed_as_usual(
         "placed, not refused"
     );
 }
+
+#[test]
+fn memory_nodes_seen_only_at_post_start_move_the_cpus_there() {
+    let mut e = real(mems_left(), "");
+    let p = kpod("dra", "late-mem", &[]);
+    // The memory plugin comes after nri-align: CreateContainer shows no memory nodes.
+    let c = kctr(&p, "c-1", "app", 2000, Some(2000));
+    create(&mut e, &p, &c);
+    let before = e.records().containers["c-1"].assignment.clone();
+    assert_eq!(
+        before.numa_nodes.to_string(),
+        "0",
+        "placed by nri-align alone"
+    );
+    // PostStartContainer shows the memory plugin's node 1: the CPUs move there.
+    let mut started = c.clone();
+    started.state = crate::enforce::container::ContainerState::Running;
+    started.resources.cpuset_mems = "1".into();
+    let ups = e.adopt_started(&p, &started);
+    let rec = &e.records().containers["c-1"];
+    assert_eq!(rec.assignment.numa_nodes.to_string(), "1");
+    assert_eq!(rec.assignment.cpus.len(), 2);
+    assert!(rec.assignment.cpus.is_subset(&"4-7".parse().expect("list")));
+    assert!(rec.assignment.exclusive);
+    assert!(
+        ups.iter()
+            .any(|u| u.container_id == "c-1" && u.cpus == rec.assignment.cpus),
+        "{ups:?}"
+    );
+    // Its old CPUs are free again: nri-align's pool has them.
+    assert!(before.cpus.is_subset(&e.placer().shared_pool()));
+    // Seen again: already there, nothing moves.
+    assert!(e.adopt_started(&p, &started).is_empty());
+}
