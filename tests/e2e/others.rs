@@ -12,7 +12,8 @@
 //!    with the next response, a `cpuset.mems`-only update).
 //!
 //! And beside a memory driver's plugin that sets `cpuset.mems` (index 10): refused while both
-//! set it; with `leave_to_others: [mems]` created, its CPUs on the node of those memory nodes.
+//! set it; with `leave_to_others: [mems]` created, its CPUs on the node of those memory nodes
+//! (recorded as placed by them); beside such a plugin at index 90, created too.
 //!
 //! This host has one NUMA node and runc must be given its real nodes, so the emulated host
 //! has one too: the node checked is the only one. The moves between nodes are proven by the
@@ -266,6 +267,39 @@ fn a_memory_plugin_owning_mems_places_the_cpus(rt: Runtime) {
         "{rec}"
     );
     assert_eq!(rec["scheduler_choice"]["honoured"], true, "{rec}");
+
+    // The memory plugin after nri-align (index 90): CreateContainer shows no memory nodes, the
+    // container is created beside it all the same and runs on the nodes it set.
+    drop(_memory);
+    let _late = CpusetPlugin::start_setting(
+        &e.rt.nri_socket(),
+        "dra-memory-late",
+        "90",
+        "",
+        &node.to_string(),
+    )
+    .unwrap_or_else(|err| panic!("{}: late memory plugin: {err}", rt.name()));
+    // Shared: the exclusive container above holds one of this host's two CPUs.
+    let late = KubePod::new("dra", "mems-late")
+        .container(KubeContainer::new("app").resources(Resources::none().request("cpu", "100m")));
+    let sandbox = e.rt.run_kube_pod(&late, &k).expect("sandbox");
+    let id =
+        e.rt.create_kube_container(&sandbox, &late, &k, "app", 0)
+            .unwrap_or_else(|err| panic!("{}: beside a later memory plugin: {err}", rt.name()));
+    e.rt.cri().ok(&["start", &id]).expect("start");
+    let live = e.live(&id);
+    assert_eq!(live.mems, node.to_string(), "the late memory plugin's node");
+    assert!(
+        live.cpus.iter().all(|c| cpus.contains(c)),
+        "CPUs {:?} on node {node}",
+        live.cpus
+    );
+    let state = e.run.state().expect("state");
+    assert_eq!(
+        state[&id]["assignment"]["exclusive"], false,
+        "{}",
+        state[&id]
+    );
 }
 
 each_runtime!(
