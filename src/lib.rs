@@ -88,8 +88,10 @@
 //!    uses through the same CDI name (one DRA claim) is used shared, not held twice
 //!    (`enforce/engine/claims.rs`). On a node whose cpusets another NRI plugin owns
 //!    (`leave_to_others`), this step and the next are replaced: the container's CPUs are read
-//!    from that plugin's choice and recorded, and its memory nodes follow them
-//!    (`enforce/engine/others.rs`); the fields left are taken out of every answer. For pod scope the placer learns the
+//!    from that plugin's choice and recorded, and its memory nodes follow them, also when
+//!    the CPUs show only later (`enforce/engine/others.rs`); where the memory nodes are
+//!    another plugin's, those it set become the request's node choice, as a scheduler's
+//!    is; the fields left are taken out of every answer. For pod scope the placer learns the
 //!    pod's totals ([`Placer::expect_pod`]), and the GPU mode of this decision is chosen
 //!    (`remap` only for GPUs that reach the container through the env alone).
 //! 9. Placement: [`Placer::plan`], for the allocator [`Allocator::plan_in`], resolves the

@@ -60,6 +60,16 @@ pub struct CpusetUpdate {
     pub cpus: CpuSet,
 }
 
+/// A `cpuset.mems`-only update of a container whose CPUs another plugin set: its memory
+/// nodes follow the CPUs it got, and nothing it does not own is touched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemsUpdate {
+    /// Container id.
+    pub container_id: String,
+    /// New cpuset.mems.
+    pub mems: crate::topology::NodeSet,
+}
+
 /// A decision that cannot be turned into devices.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdjustError {

@@ -43,7 +43,7 @@ pub struct ReasonLabels {
 /// Labels of a scheduler-choice outcome.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SchedulerChoiceLabels {
-    /// `koordinator` or `crane`.
+    /// `koordinator`, `crane` or `memory-plugin`.
     pub scheduler: String,
     /// `honoured`, `overridden` (`scheduler_choice: preferred`), `refused` or `malformed`.
     pub outcome: String,

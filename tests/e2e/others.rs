@@ -6,7 +6,20 @@
 //!    ("plugins ... both tried to set", containerd/nri `pkg/adaptation/result.go`);
 //! 2. after a reload with `leave_to_others: [cpus]` the same container is created, runs on
 //!    the other plugin's CPUs, and its memory nodes are nri-align's alignment to them; its
-//!    claim's CPUs (the driver's `DRA_CPUSET_<claimUID>` env) are recorded as held.
+//!    claim's CPUs (the driver's `DRA_CPUSET_<claimUID>` env) are recorded as held;
+//! 3. with the other plugin after nri-align (index 90), the CPUs show at PostStartContainer:
+//!    the record follows them, the memory nodes too (the cgroup at once, the runtime's spec
+//!    with the next response, a `cpuset.mems`-only update).
+//!
+//! And beside a memory driver's plugin that sets `cpuset.mems` (index 10): refused while both
+//! set it; with `leave_to_others: [mems]` created, its CPUs on the node of those memory nodes
+//! (recorded as placed by them); beside such a plugin at index 90, created too.
+//!
+//! This host has one NUMA node and runc must be given its real nodes, so the emulated host
+//! has one too: the node checked is the only one. The moves between nodes are proven by the
+//! engine's tests on a two-node topology (`src/enforce/engine/tests/others.rs`) and the
+//! plugin's, cgroup write included (`src/enforce/nri/plugin_tests.rs`); here, that the
+//! runtimes take the updates and show the fields at the events said in docs/dra.md.
 
 use std::time::Duration;
 
@@ -133,6 +146,163 @@ fn a_second_plugin_owning_cpus_is_left_them(rt: Runtime) {
         rt.name(),
         e.run.state().map(|s| s.get(&id).cloned())
     );
+    // Its memory nodes follow those CPUs: in the record, in the cgroup (written at
+    // PostStart), and in the runtime's spec once the next response carried the update.
+    let node_text = node.to_string();
+    let state = e.run.state().expect("state");
+    assert_eq!(
+        state[&id]["assignment"]["mems"],
+        node_text,
+        "{}: {}",
+        rt.name(),
+        state[&id]
+    );
+    assert_eq!(e.rt.cgroup_mems(&id).expect("cgroup"), vec![*node]);
+    let spec_mems = || {
+        e.rt.cri().inspect(&id).ok().map(|i| {
+            i["info"]["runtimeSpec"]["linux"]["resources"]["cpu"]["mems"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+    };
+    assert_eq!(
+        spec_mems().as_deref(),
+        Some(""),
+        "{}: creation set no memory nodes (no devices, CPUs not known yet)",
+        rt.name()
+    );
+    let next = KubePod::new("dra", "next")
+        .container(KubeContainer::new("app").resources(Resources::none().request("cpu", "100m")));
+    let sandbox = e.rt.run_kube_pod(&next, &k).expect("sandbox");
+    e.rt.create_kube_container(&sandbox, &next, &k, "app", 0)
+        .unwrap_or_else(|err| panic!("{}: next container: {err}", rt.name()));
+    assert!(
+        wait_until(Duration::from_secs(5), || spec_mems().as_deref()
+            == Some(node_text.as_str())),
+        "{}: runtime spec's mems {:?}",
+        rt.name(),
+        spec_mems()
+    );
+    assert_eq!(e.live(&id).cpus, vec![cpu], "the cpuset is untouched");
 }
 
-each_runtime!(a_second_plugin_owning_cpus_is_left_them);
+fn a_memory_plugin_owning_mems_places_the_cpus(rt: Runtime) {
+    let Some(e) = Enforced::with_options(
+        rt,
+        "others-mems",
+        "e2e-others-mems",
+        (0, 0),
+        "",
+        UpOptions::default(),
+    ) else {
+        return;
+    };
+    let (node, cpus) = e.host.machine.nodes.iter().last().expect("a node");
+    let _memory = CpusetPlugin::start_setting(
+        &e.rt.nri_socket(),
+        "dra-memory",
+        "10",
+        "",
+        &node.to_string(),
+    )
+    .unwrap_or_else(|err| panic!("{}: memory plugin: {err}", rt.name()));
+    let k = Node::for_instance(&e.rt).expect("node");
+    let pod = |name: &str| {
+        KubePod::new("dra", name).container(
+            KubeContainer::new("app")
+                .resources(Resources::none().both("cpu", "1").both("memory", "64Mi")),
+        )
+    };
+
+    // Both set cpuset.mems: the runtime refuses the container. A shared one: CRI-O tells
+    // nri-align nothing of a creation it failed after the plugins answered, so an exclusive
+    // one would keep its CPU recorded until a Synchronize, and this host has two.
+    let both = KubePod::new("dra", "mems-both")
+        .container(KubeContainer::new("app").resources(Resources::none().request("cpu", "100m")));
+    let sandbox = e.rt.run_kube_pod(&both, &k).expect("sandbox");
+    let refused =
+        e.rt.create_kube_container(&sandbox, &both, &k, "app", 0)
+            .expect_err("two plugins setting cpuset.mems");
+    assert!(
+        refused.to_string().contains("both tried to set"),
+        "{}: {refused}",
+        rt.name()
+    );
+
+    let reloads = e.plugin.output().matches("configuration reloaded").count();
+    std::fs::write(&e.config, "leave_to_others: [mems]\n").expect("config");
+    e.plugin.signal(Signal::SIGHUP);
+    assert!(
+        wait_until(Duration::from_secs(10), || e
+            .plugin
+            .output()
+            .matches("configuration reloaded")
+            .count()
+            > reloads),
+        "{}",
+        e.plugin.output()
+    );
+    let left = pod("mems-left");
+    let sandbox = e.rt.run_kube_pod(&left, &k).expect("sandbox");
+    let id =
+        e.rt.create_kube_container(&sandbox, &left, &k, "app", 0)
+            .unwrap_or_else(|err| panic!("{}: mems left to the other plugin: {err}", rt.name()));
+    e.rt.cri().ok(&["start", &id]).expect("start");
+    let live = e.live(&id);
+    assert_eq!(live.mems, node.to_string(), "the memory plugin's node");
+    assert_eq!(live.cpus.len(), 1, "{:?}", live.cpus);
+    assert!(
+        cpus.contains(&live.cpus[0]),
+        "CPU {:?} on node {node}",
+        live.cpus
+    );
+    let state = e.run.state().expect("state");
+    let rec = &state[&id]["assignment"];
+    assert_eq!(rec["numa_nodes"], node.to_string(), "{rec}");
+    assert_eq!(rec["exclusive"], true, "{rec}");
+    // Placed by the memory nodes the other plugin set, as CreateContainer showed them.
+    assert_eq!(
+        rec["scheduler_choice"]["scheduler"], "memory-plugin",
+        "{rec}"
+    );
+    assert_eq!(rec["scheduler_choice"]["honoured"], true, "{rec}");
+
+    // The memory plugin after nri-align (index 90): CreateContainer shows no memory nodes, the
+    // container is created beside it all the same and runs on the nodes it set.
+    drop(_memory);
+    let _late = CpusetPlugin::start_setting(
+        &e.rt.nri_socket(),
+        "dra-memory-late",
+        "90",
+        "",
+        &node.to_string(),
+    )
+    .unwrap_or_else(|err| panic!("{}: late memory plugin: {err}", rt.name()));
+    // Shared: the exclusive container above holds one of this host's two CPUs.
+    let late = KubePod::new("dra", "mems-late")
+        .container(KubeContainer::new("app").resources(Resources::none().request("cpu", "100m")));
+    let sandbox = e.rt.run_kube_pod(&late, &k).expect("sandbox");
+    let id =
+        e.rt.create_kube_container(&sandbox, &late, &k, "app", 0)
+            .unwrap_or_else(|err| panic!("{}: beside a later memory plugin: {err}", rt.name()));
+    e.rt.cri().ok(&["start", &id]).expect("start");
+    let live = e.live(&id);
+    assert_eq!(live.mems, node.to_string(), "the late memory plugin's node");
+    assert!(
+        live.cpus.iter().all(|c| cpus.contains(c)),
+        "CPUs {:?} on node {node}",
+        live.cpus
+    );
+    let state = e.run.state().expect("state");
+    assert_eq!(
+        state[&id]["assignment"]["exclusive"], false,
+        "{}",
+        state[&id]
+    );
+}
+
+each_runtime!(
+    a_second_plugin_owning_cpus_is_left_them,
+    a_memory_plugin_owning_mems_places_the_cpus
+);

@@ -88,6 +88,9 @@ pub struct Engine<P: Placer> {
     /// The online CPUs and memory nodes followed at run time (`hotplug.rs`); `None`: not
     /// followed.
     hotplug: Option<hotplug::Watch>,
+    /// Containers whose memory nodes moved after creation to follow CPUs another plugin set
+    /// (`others.rs`); their new `cpuset.mems` goes with the next response that can carry it.
+    mems_moved: std::collections::BTreeSet<String>,
 }
 
 impl<P: Placer> Engine<P> {
@@ -118,6 +121,7 @@ impl<P: Placer> Engine<P> {
             health: None,
             on_outage: None,
             hotplug: None,
+            mems_moved: Default::default(),
         }
     }
 
@@ -242,6 +246,7 @@ impl<P: Placer> Engine<P> {
         }
         let started = Instant::now();
         let mut built = self.read_request(pod, c, started)?;
+        self.place_on_left_mems(pod, c, &mut built);
         self.share_pod_claims(pod, c, &mut built);
         let shared_devices = built.shared_claim_devices.clone();
         if self.cpus_left() {
@@ -273,7 +278,7 @@ impl<P: Placer> Engine<P> {
         new: &ResourcesView,
     ) -> Result<Vec<CpusetUpdate>, EngineError> {
         if self.cpus_left() {
-            self.follow_others_update(c, new);
+            self.follow_others_update(pod, c, new);
             return Ok(Vec::new());
         }
         let Some(old) = self.doc.containers.get(&c.id).cloned() else {
@@ -419,6 +424,7 @@ impl<P: Placer> Engine<P> {
     /// Forgets container `id` in the records and the placer together, and persists that.
     fn drop_record(&mut self, id: &str) {
         self.doc.containers.remove(id);
+        self.mems_moved.remove(id);
         self.placer.release(id);
         self.persist();
         self.refresh_free();
@@ -559,6 +565,7 @@ mod hotplug;
 mod lifecycle;
 mod observe;
 mod others;
+mod others_mems;
 mod persist;
 pub mod placer;
 mod pool;

@@ -20,16 +20,25 @@
 //!    plugin with a lower index than nri-align's has set it by then;
 //! 3. neither: nri-align runs before the other plugin. The container is recorded on every
 //!    online CPU, shared, and its memory nodes follow its devices alone.
+//!
+//! CPUs seen only later (PostStartContainer shows what a plugin after nri-align set;
+//! UpdateContainer and Synchronize what changed since) move the record ([`follow_cpus`]) and,
+//! unless `mems` is left too, the container's memory nodes: a `cpuset.mems`-only update
+//! ([`MemsUpdate`]) rides on the next response that can carry updates, as the shared pool's
+//! do (nri-align never calls UpdateContainers, see `AlignPlugin`), and at PostStartContainer
+//! the cgroup is also written at once, since no response may come soon.
 
 use std::time::Instant;
 
 use super::{log_decision, pod_name, CreateOutcome, Engine, EngineError, Placer};
 use crate::config::LeftToOthers;
-use crate::enforce::adjust::{Adjustment, CpusetUpdate};
+use crate::enforce::adjust::{Adjustment, CpusetUpdate, MemsUpdate};
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
 use crate::enforce::inputs::Built;
 use crate::enforce::state::Record;
-use crate::placement::{Assignment, Request};
+use crate::placement::annotations::{effective, MemNodes};
+use crate::placement::numa::attached_memory_nodes;
+use crate::placement::{Assignment, PlacementConfig, Request};
 use crate::topology::{CpuSet, NodeSet, Topology};
 
 /// The prefix of the DRA CPU driver's per-claim env entries.
@@ -122,6 +131,67 @@ fn cpu_nodes(topo: &Topology, cpus: &CpuSet) -> NodeSet {
         .collect()
 }
 
+/// The NUMA nodes of the devices an assignment names that the topology places (GPUs used
+/// alone or shared, RDMA NICs).
+fn assigned_device_nodes(topo: &Topology, a: &Assignment) -> NodeSet {
+    let gpus = a
+        .gpus
+        .iter()
+        .chain(&a.shared_gpus)
+        .filter_map(|bus| topo.gpus.iter().find(|g| g.pci_bus_id == *bus))
+        .filter_map(|g| g.numa_node);
+    let nics = a
+        .nics
+        .iter()
+        .filter_map(|n| topo.nics.iter().find(|x| x.name == *n))
+        .filter_map(|n| n.numa_node);
+    gpus.chain(nics).collect()
+}
+
+/// The memory nodes of NUMA nodes `nodes` under the container's `mems` setting, as the
+/// allocator chooses them: each node's own memory (a node without memory is bound to its
+/// nearest one), plus the attached memory-only nodes with `with-memory-only`.
+pub fn mems_for(topo: &Topology, nodes: &NodeSet, mode: MemNodes) -> NodeSet {
+    let mut mems = topo.memory_nodes_for(nodes);
+    if mode == MemNodes::WithMemoryOnly {
+        mems.extend_from(&attached_memory_nodes(topo, nodes));
+    }
+    mems
+}
+
+/// The `mems` setting of container `name` of a pod with `annotations`; the default where the
+/// annotations do not parse (the creation already said why).
+pub fn mem_mode(
+    annotations: &std::collections::BTreeMap<String, String>,
+    name: &str,
+    config: &PlacementConfig,
+) -> MemNodes {
+    effective(annotations, name, config).map_or(MemNodes::CpuNodes, |e| e.mems)
+}
+
+/// The record of a container whose CPUs another plugin set, once CPUs `cpus` show after its
+/// creation: those CPUs, its NUMA nodes theirs, its memory nodes theirs under `mode` (kept
+/// when `mems_left`: another plugin owns them), aligned when its devices are on those nodes.
+/// Held or shared as before; the caller falls back to shared when the CPUs cannot be held.
+pub fn follow_cpus(
+    topo: &Topology,
+    old: &Assignment,
+    cpus: CpuSet,
+    mode: MemNodes,
+    mems_left: bool,
+) -> Assignment {
+    let nodes = cpu_nodes(topo, &cpus);
+    let mut a = old.clone();
+    a.aligned = assigned_device_nodes(topo, old).is_subset(&nodes);
+    if !mems_left {
+        a.mems = mems_for(topo, &nodes, mode);
+    }
+    a.numa_nodes = nodes;
+    a.cpus = cpus;
+    a.reason = "cpus left to another plugin (seen after creation); memory nodes follow them".into();
+    a
+}
+
 /// The decision for a container whose CPUs are another plugin's: those CPUs (held when a
 /// claim gave them), memory nodes where they are (or where its devices are, when the CPUs are
 /// not known yet), its devices as the request names them.
@@ -130,6 +200,7 @@ pub fn decision(
     policy: crate::placement::Policy,
     req: &Request,
     cpus: &OthersCpus,
+    mode: MemNodes,
 ) -> Assignment {
     let devices = device_nodes(topo, req);
     let (set, exclusive, nodes, source) = match cpus {
@@ -150,7 +221,7 @@ pub fn decision(
         pod_name: format!("{}/{}", req.pod.namespace, req.pod.name),
         cpus: set,
         exclusive,
-        mems: topo.memory_nodes_for(&nodes),
+        mems: mems_for(topo, &nodes, mode),
         numa_nodes: nodes,
         gpus: req.allocated_gpus.clone(),
         nics: req.allocated_nics.clone(),
@@ -200,7 +271,8 @@ impl<P: Placer> Engine<P> {
         let req = built.request;
         let topo = self.placer.topology();
         let cpus = others_cpus(topo, c);
-        let mut a = decision(topo, self.config.placement.policy, &req, &cpus);
+        let mode = mem_mode(&pod.annotations, &c.name, &self.config.placement);
+        let mut a = decision(topo, self.config.placement.policy, &req, &cpus, mode);
         if !a.aligned {
             tracing::warn!(pod = %pod_name(pod), container = %c.name, cpus = %a.cpus, "the CPUs another plugin gave are not on the nodes of the container's devices");
         }
@@ -235,20 +307,34 @@ impl<P: Placer> Engine<P> {
         })
     }
 
-    /// A CRI update on a node whose cpusets are another plugin's: nothing is sent; the
-    /// record follows the cpuset the runtime reports now (the other plugin's word), held as
-    /// before when it still can be.
-    pub(super) fn follow_others_update(&mut self, c: &ContainerView, new: &ResourcesView) {
+    /// A cpuset reported for container `c` of `pod` on a node whose cpusets are another
+    /// plugin's (UpdateContainer's new resources, the container at PostStartContainer or
+    /// Synchronize): nothing of the cpuset is sent; the record follows it (the other plugin's
+    /// word), held as before when it still can be, and the memory nodes follow the CPUs
+    /// ([`follow_cpus`]). When they move, and nri-align owns them, the container is marked
+    /// for a `cpuset.mems` update ([`Engine::take_mems_updates`]).
+    pub(super) fn follow_others_update(
+        &mut self,
+        pod: &PodView,
+        c: &ContainerView,
+        new: &ResourcesView,
+    ) {
         let Some(rec) = self.doc.containers.get(&c.id).cloned() else {
             return;
         };
-        let reported =
-            super::reconcile::runtime_cpus(self.placer.topology(), &new.cpuset_cpus, &c.id);
-        let Some(cpus) = reported.filter(|s| !s.is_empty() && *s != rec.assignment.cpus) else {
+        let topo = self.placer.topology();
+        let reported = super::reconcile::runtime_cpus(topo, &new.cpuset_cpus, &c.id);
+        // The same CPUs can still be news: a container recorded before its CPUs were known
+        // has its devices' nodes, not the CPUs', as its nodes.
+        let Some(cpus) = reported.filter(|s| {
+            !s.is_empty()
+                && (*s != rec.assignment.cpus || cpu_nodes(topo, s) != rec.assignment.numa_nodes)
+        }) else {
             return;
         };
-        let mut a = rec.assignment.clone();
-        a.cpus = cpus;
+        let mode = mem_mode(&pod.annotations, &c.name, &self.config.placement);
+        let mems_left = self.config.leave_to_others.mems;
+        let mut a = follow_cpus(topo, &rec.assignment, cpus, mode, mems_left);
         self.placer.release(&c.id);
         if self.placer.restore(a.clone()).is_err() {
             a.exclusive = false;
@@ -261,7 +347,11 @@ impl<P: Placer> Engine<P> {
                 return;
             }
         }
-        tracing::info!(container = %c.id, cpus = %a.cpus, "cpuset set by another plugin recorded");
+        let mems_moved = !mems_left && !a.mems.is_empty() && a.mems != rec.assignment.mems;
+        tracing::info!(container = %c.id, cpus = %a.cpus, mems = %a.mems, mems_moved, "cpuset set by another plugin recorded");
+        if mems_moved {
+            self.mems_moved.insert(c.id.clone());
+        }
         let updated = Record {
             applied_cpus: a.cpus.clone(),
             assignment: a,
@@ -270,6 +360,38 @@ impl<P: Placer> Engine<P> {
         self.doc.containers.insert(c.id.clone(), updated);
         self.persist();
         self.refresh_free();
+    }
+
+    /// The memory nodes container `id` moved to after its creation and has not been sent yet
+    /// (to write them to its cgroup at once where no response may come soon).
+    pub fn moved_mems(&self, id: &str) -> Option<NodeSet> {
+        if !self.mems_moved.contains(id) {
+            return None;
+        }
+        self.doc
+            .containers
+            .get(id)
+            .map(|r| r.assignment.mems.clone())
+    }
+
+    /// The `cpuset.mems` updates waiting for a response, each once: the records' memory nodes
+    /// now (a container that moved twice gets where it is). None when `mems` is left to
+    /// another plugin, which may have been configured since they were marked.
+    pub fn take_mems_updates(&mut self) -> Vec<MemsUpdate> {
+        let moved = std::mem::take(&mut self.mems_moved);
+        if self.config.leave_to_others.mems {
+            return Vec::new();
+        }
+        moved
+            .into_iter()
+            .filter_map(|id| {
+                let mems = self.doc.containers.get(&id)?.assignment.mems.clone();
+                (!mems.is_empty()).then_some(MemsUpdate {
+                    container_id: id,
+                    mems,
+                })
+            })
+            .collect()
     }
 }
 

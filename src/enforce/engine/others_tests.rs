@@ -161,6 +161,7 @@ fn memory_follows_the_cpus_another_plugin_gave() {
         Policy::BestEffort,
         &request(&[]),
         &OthersCpus::Claimed(set("5-6")),
+        MemNodes::CpuNodes,
     );
     assert_eq!(claimed.cpus, set("5-6"));
     assert!(claimed.exclusive, "a claim's CPUs are held");
@@ -173,6 +174,7 @@ fn memory_follows_the_cpus_another_plugin_gave() {
         Policy::BestEffort,
         &request(&["0000:1b:00.0"]),
         &OthersCpus::Reported(set("3-4")),
+        MemNodes::CpuNodes,
     );
     assert!(
         !spread.exclusive,
@@ -187,6 +189,7 @@ fn memory_follows_the_cpus_another_plugin_gave() {
         Policy::BestEffort,
         &request(&["0000:1b:00.0"]),
         &OthersCpus::Claimed(set("4")),
+        MemNodes::CpuNodes,
     );
     assert!(!apart.aligned);
     assert_eq!(apart.gpus, vec!["0000:1b:00.0".to_string()]);
@@ -197,8 +200,80 @@ fn memory_follows_the_cpus_another_plugin_gave() {
         Policy::BestEffort,
         &request(&["0000:1b:00.0"]),
         &OthersCpus::Unknown,
+        MemNodes::CpuNodes,
     );
     assert_eq!(unknown.mems.to_string(), "0");
     assert_eq!(unknown.cpus, set("0-7"));
     assert!(!unknown.exclusive);
+}
+
+#[test]
+fn cpus_seen_after_creation_move_the_record_and_its_memory_nodes() {
+    let t = host();
+    // Created before the other plugin's cpuset showed: every CPU, memory on the GPU's node.
+    let created = decision(
+        &t,
+        Policy::BestEffort,
+        &request(&["0000:1b:00.0"]),
+        &OthersCpus::Unknown,
+        MemNodes::CpuNodes,
+    );
+    assert_eq!(created.mems.to_string(), "0");
+
+    // PostStartContainer shows CPUs of node 1: memory there, not aligned with the GPU.
+    let late = follow_cpus(&t, &created, set("5-6"), MemNodes::CpuNodes, false);
+    assert_eq!(late.cpus, set("5-6"));
+    assert_eq!(late.numa_nodes.to_string(), "1");
+    assert_eq!(late.mems.to_string(), "1");
+    assert!(!late.aligned, "the GPU is on node 0");
+    assert_eq!(
+        late.exclusive, created.exclusive,
+        "held or shared as before"
+    );
+    assert_eq!(late.gpus, created.gpus, "devices never move");
+
+    // Back on the GPU's node (the other plugin moved it): aligned again.
+    let back = follow_cpus(&t, &late, set("1-2"), MemNodes::CpuNodes, false);
+    assert_eq!(back.mems.to_string(), "0");
+    assert!(back.aligned);
+
+    // Spread over both nodes: memory on both.
+    let spread = follow_cpus(&t, &late, set("3-4"), MemNodes::CpuNodes, false);
+    assert_eq!(spread.mems.to_string(), "0-1");
+    assert_eq!(spread.numa_nodes.to_string(), "0-1");
+}
+
+#[test]
+fn memory_nodes_another_plugin_owns_are_kept_when_cpus_move() {
+    let t = host();
+    let created = decision(
+        &t,
+        Policy::BestEffort,
+        &request(&[]),
+        &OthersCpus::Reported(set("0-1")),
+        MemNodes::CpuNodes,
+    );
+    let late = follow_cpus(&t, &created, set("6"), MemNodes::CpuNodes, true);
+    assert_eq!(late.cpus, set("6"));
+    assert_eq!(late.numa_nodes.to_string(), "1");
+    assert_eq!(late.mems, created.mems, "mems are the other plugin's");
+}
+
+#[test]
+fn the_mems_annotation_is_read_for_the_container() {
+    let cfg = crate::placement::PlacementConfig::default();
+    let mut ann = std::collections::BTreeMap::new();
+    assert_eq!(mem_mode(&ann, "app", &cfg), MemNodes::CpuNodes);
+    ann.insert(
+        "mems.nri-align.io/container.app".to_string(),
+        "with-memory-only".to_string(),
+    );
+    assert_eq!(mem_mode(&ann, "app", &cfg), MemNodes::WithMemoryOnly);
+    assert_eq!(mem_mode(&ann, "other", &cfg), MemNodes::CpuNodes);
+    ann.insert("mems.nri-align.io/pod".to_string(), "bogus".to_string());
+    assert_eq!(
+        mem_mode(&ann, "other", &cfg),
+        MemNodes::CpuNodes,
+        "unparsable: the default"
+    );
 }

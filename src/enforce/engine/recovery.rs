@@ -188,8 +188,14 @@ impl<P: Placer> Engine<P> {
             self.check_systemd_device_links(c, &[]);
             if self.cpus_left() {
                 // The other plugin may have moved it meanwhile (its own updates are no event
-                // nri-align receives): the record follows what runs.
-                self.follow_others_update(c, &c.resources);
+                // nri-align receives): the record follows what runs, and the memory nodes
+                // follow it with this response.
+                let pod = pods
+                    .iter()
+                    .find(|p| p.id == c.pod_sandbox_id)
+                    .cloned()
+                    .unwrap_or_default();
+                self.follow_others_update(&pod, c, &c.resources);
             }
         }
         let drifted = self.resend_drifted(&managed, &moving);
@@ -251,16 +257,22 @@ impl<P: Placer> Engine<P> {
     /// only once created; seen in the plugin kill -9 burst). It is recorded as it runs, as
     /// Synchronize would have done, so nothing it holds is handed out again and, as a shared
     /// container, it follows the pool from now on. Returns the updates to send with the next
-    /// response (it runs on every CPU until then); none for known containers. An exempt one is
-    /// recorded as exempt: it holds nothing and follows the pool too.
+    /// response (it runs on every CPU until then). A known container is followed where
+    /// another plugin owns its cpuset or memory nodes (`others.rs`, `others_mems.rs`); the
+    /// updates are then its own move and the pool's. An exempt one is recorded as exempt: it
+    /// holds nothing and follows the pool too.
     pub fn adopt_started(&mut self, pod: &PodView, c: &ContainerView) -> Vec<CpusetUpdate> {
         if self.doc.containers.contains_key(&c.id) {
             // Where another plugin owns the cpuset and comes after nri-align, the started
-            // container shows what it set: the record follows.
+            // container shows what it set: the record follows, and so do its memory nodes
+            // (`Engine::moved_mems`).
             if self.cpus_left() {
-                self.follow_others_update(c, &c.resources);
+                self.follow_others_update(pod, c, &c.resources);
+                return Vec::new();
             }
-            return Vec::new();
+            // Where the memory nodes are another plugin's and it comes after nri-align, they
+            // show now: the CPUs go where the memory is.
+            return self.follow_left_mems(pod, c);
         }
         self.pods.insert_new(pod);
         if self.config.is_exempt(&pod.namespace) {

@@ -235,3 +235,19 @@ pub fn container_update_to(id: &str, cpus: String) -> api::ContainerUpdate {
         ..Default::default()
     }
 }
+
+/// A memory-node update of container `id` as a `ContainerUpdate` touching `cpu.mems` only: an
+/// empty `cpus` is no change for the runtime (containerd's `WithResources` and runc's update
+/// skip empty cpuset fields) and claims nothing in NRI's adaptation, so it never contends with
+/// the plugin that owns the cpuset.
+pub fn container_update_mems(id: &str, mems: String) -> api::ContainerUpdate {
+    api::ContainerUpdate {
+        container_id: id.to_string(),
+        linux: MessageField::some(api::LinuxContainerUpdate {
+            resources: MessageField::some(cpuset_resources(String::new(), Some(mems))),
+            ..Default::default()
+        }),
+        ignore_failure: true,
+        ..Default::default()
+    }
+}

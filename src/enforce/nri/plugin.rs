@@ -13,7 +13,8 @@ use nri_protocol::stub::{HandlerError, HandlerResult, Plugin};
 use nri_protocol::version::RuntimeInfo;
 
 use super::convert::{
-    container_adjustment, container_update_to, container_view, pod_view, resources_view,
+    container_adjustment, container_update_mems, container_update_to, container_view, pod_view,
+    resources_view,
 };
 use crate::config::Config;
 use crate::enforce::adjust::CpusetUpdate;
@@ -203,8 +204,13 @@ impl<P: Placer> AlignPlugin<P> {
     }
 
     /// `ups` plus the queued containers' current cpusets (the engine's record, so a queued
-    /// container that moved again meanwhile gets where it is now), as NRI updates.
-    fn with_pending(&self, engine: &Engine<P>, mut ups: Vec<CpusetUpdate>) -> Vec<ContainerUpdate> {
+    /// container that moved again meanwhile gets where it is now), and the memory nodes that
+    /// moved to follow CPUs another plugin set, as NRI updates.
+    fn with_pending(
+        &self,
+        engine: &mut Engine<P>,
+        mut ups: Vec<CpusetUpdate>,
+    ) -> Vec<ContainerUpdate> {
         let queued = std::mem::take(&mut *self.pending_lock());
         if !queued.is_empty() {
             let sent: std::collections::HashSet<String> =
@@ -213,7 +219,19 @@ impl<P: Placer> AlignPlugin<P> {
                 ups.extend(engine.current_cpuset(&id));
             }
         }
-        updates(&ups)
+        let mut out = updates(&ups);
+        for m in engine.take_mems_updates() {
+            let mems = m.mems.to_string();
+            // One update per container: a cpuset update of the same container carries the
+            // memory nodes too.
+            let same = out.iter_mut().find(|u| u.container_id == m.container_id);
+            let cpu = same.and_then(|u| u.linux.as_mut()?.resources.as_mut()?.cpu.as_mut());
+            match cpu {
+                Some(cpu) => cpu.mems = mems,
+                None => out.push(container_update_mems(&m.container_id, mems)),
+            }
+        }
+        out
     }
 
     /// Applies a new configuration (SIGHUP): the engine changes at once, running containers
@@ -308,6 +326,29 @@ fn write_cpusets<P: Placer>(
     written
 }
 
+/// Writes the memory nodes container `id` moved to (its CPUs, another plugin's, showed only
+/// at PostStartContainer) to its cgroup now: the `cpuset.mems` update rides on the next
+/// response, and none may come soon. Runs inside the runtime's NRI call, as the cpuset repair
+/// does, with the engine lock held so the record stays still.
+fn write_moved_mems<P: Placer>(engine: &Engine<P>, root: &std::path::Path, id: &str) {
+    let Some(mems) = engine.moved_mems(id) else {
+        return;
+    };
+    let path = engine.cgroups_path(id).unwrap_or_default();
+    if path.is_empty() || mems.is_empty() {
+        return;
+    }
+    match crate::host::cgroup::repair_mems_under(root, path, &mems) {
+        Ok(Some(had)) => {
+            tracing::info!(container = %id, had = %had, mems = %mems, "memory nodes follow the CPUs another plugin set; cgroup written")
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(container = %id, "memory nodes not written to the cgroup, they follow with the next container event: {e}")
+        }
+    }
+}
+
 fn updates(u: &[CpusetUpdate]) -> Vec<ContainerUpdate> {
     // The updates of one pool move share a cpuset: its text is made once, not per container.
     let mut text: Option<(&crate::topology::CpuSet, String)> = None;
@@ -350,7 +391,7 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         let ctrs: Vec<_> = containers.iter().map(container_view).collect();
         let mut engine = self.engine();
         let ups = engine.synchronize(&pods, &ctrs);
-        Ok(self.with_pending(&engine, ups))
+        Ok(self.with_pending(&mut engine, ups))
     }
 
     async fn run_pod_sandbox(&self, pod: PodSandbox) -> HandlerResult<()> {
@@ -419,13 +460,13 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
             .map_err(|e| HandlerError::failed(e.to_string()))?;
         let Some(outcome) = outcome else {
             return Ok(CreateContainerResponse {
-                update: self.with_pending(&engine, Vec::new()),
+                update: self.with_pending(&mut engine, Vec::new()),
                 ..Default::default()
             });
         };
         Ok(CreateContainerResponse {
             adjust: MessageField::some(container_adjustment(&outcome.adjustment)),
-            update: self.with_pending(&engine, outcome.updates),
+            update: self.with_pending(&mut engine, outcome.updates),
             ..Default::default()
         })
     }
@@ -439,10 +480,18 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         let mut engine = self.engine();
         let Some(u) = engine.container_started(&container.id) else {
             // Unknown: created while no plugin was connected. Its pool update rides on the
-            // next response.
+            // next response. Known, with its CPUs another plugin's: the record follows the
+            // cpuset the container started with.
             let ups = engine.adopt_started(&pod_view(&pod), &container_view(&container));
+            write_moved_mems(&engine, &self.host_root, &container.id);
             drop(engine);
-            self.queue(ups);
+            if ups.iter().any(|u| u.container_id == container.id) {
+                // Moved onto the memory another plugin set: no response may come soon, so
+                // the cgroups are written now too, as for a grown pool.
+                self.regrow(ups);
+            } else {
+                self.queue(ups);
+            }
             return Ok(());
         };
         // The runtime may have lost this update while it created the task (its spec has the
@@ -494,7 +543,7 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
                 .map_err(|e| HandlerError::failed(e.to_string()))?,
         };
         Ok(UpdateContainerResponse {
-            update: self.with_pending(&engine, ups),
+            update: self.with_pending(&mut engine, ups),
             ..Default::default()
         })
     }
@@ -509,7 +558,7 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
         // Kept until RemoveContainer, as the kubelet keeps a container's CPUs.
         engine.container_stopped(&container.id);
         Ok(StopContainerResponse {
-            update: self.with_pending(&engine, Vec::new()),
+            update: self.with_pending(&mut engine, Vec::new()),
             ..Default::default()
         })
     }

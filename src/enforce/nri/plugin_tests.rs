@@ -459,3 +459,61 @@ async fn a_creation_waits_for_a_missing_listing_at_most_learn_wait() {
         .expect("created at once");
     assert!(started.elapsed() < LEARN_WAIT, "no wait once it stopped");
 }
+
+fn cgroup_mems(root: &std::path::Path, id: &str) -> String {
+    std::fs::read_to_string(root.join(format!("sys/fs/cgroup/cpuset/k8s.io/{id}/cpuset.mems")))
+        .expect("read")
+        .trim()
+        .to_string()
+}
+
+#[tokio::test]
+async fn cpus_another_plugin_set_after_creation_move_the_memory_nodes_only() {
+    let t = tempfile::tempdir().expect("tmp");
+    let config = Config {
+        leave_to_others: crate::config::LeftToOthers::of(&[crate::config::LeftField::Cpus]),
+        ..Config::default()
+    };
+    let engine = Engine::new(FakePlacer::new(), config, None, None, Box::new(AllDevices));
+    let p = AlignPlugin::new(Arc::new(Mutex::new(engine)), false).with_host_root(t.path());
+    let created = p
+        .create_container(pod(), container("c1", 0, None))
+        .await
+        .expect("c1");
+    assert_eq!(created.adjust.linux.resources.cpu.cpus, "");
+    cgroup_host(t.path(), &["c1"], "0-7");
+    // The other plugin, after nri-align, put it on CPUs of node 1: PostStart shows them.
+    let mut started = container("c1", 0, None);
+    started.state = api::ContainerState::CONTAINER_RUNNING.into();
+    if let Some(linux) = started.linux.as_mut() {
+        linux
+            .resources
+            .mut_or_insert_default()
+            .cpu
+            .mut_or_insert_default()
+            .cpus = "5-6".into();
+    }
+    p.post_start_container(pod(), started).await.expect("start");
+    assert_eq!(cgroup_mems(t.path(), "c1"), "1", "cgroup written at once");
+    assert_eq!(cgroup_cpus(t.path(), "c1"), "0-7", "the cpuset is not ours");
+    // The runtime hears of it with the next response: cpuset.mems only, once.
+    let next = p
+        .create_container(pod(), container("c2", 0, None))
+        .await
+        .expect("c2");
+    let mems: Vec<_> = next
+        .update
+        .iter()
+        .filter(|u| u.container_id == "c1")
+        .map(|u| {
+            let cpu = &u.linux.resources.cpu;
+            (cpu.cpus.clone(), cpu.mems.clone())
+        })
+        .collect();
+    assert_eq!(mems, vec![(String::new(), "1".to_string())]);
+    let again = p
+        .create_container(pod(), container("c3", 0, None))
+        .await
+        .expect("c3");
+    assert!(again.update.is_empty(), "{:?}", again.update);
+}

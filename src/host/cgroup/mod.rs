@@ -1,7 +1,7 @@
 //! cgroups: a container's cgroup from its runtime-given path (`path.rs`, both drivers), where
 //! the cpuset hierarchy is mounted (`mounts.rs`: v1, v2, hybrid), reading a container's
-//! `cpuset.cpus` / `cpuset.mems`, and the one write nri-align makes (repairing a cpuset the
-//! runtime lost). The reads and the write go through cgroups-rs's cpuset controller; every
+//! `cpuset.cpus` / `cpuset.mems`, and the writes nri-align makes (repairing a cpuset the
+//! runtime lost; memory nodes that follow CPUs another plugin set after creation). The reads and the write go through cgroups-rs's cpuset controller; every
 //! path is confined to the hierarchy's mount before cgroups-rs sees it.
 
 mod mounts;
@@ -43,7 +43,7 @@ pub enum CgroupError {
         why: String,
     },
     /// Nothing would be written: an empty cpuset would let the container run anywhere.
-    #[error("refusing to write an empty cpuset.cpus to {}", path.display())]
+    #[error("refusing to write an empty cpuset to {}", path.display())]
     EmptyCpuset {
         /// The cgroup directory.
         path: PathBuf,
@@ -118,10 +118,33 @@ impl CgroupMounts {
         cg: &ContainerCgroup,
         want: &IdSet,
     ) -> Result<Option<IdSet>, CgroupError> {
+        self.repair(cg, want, CpusetFile::Cpus)
+    }
+
+    /// [`CgroupMounts::repair_cpus`] for `cpuset.mems`: the memory nodes of a container whose
+    /// CPUs another plugin set, moved after its creation to follow them.
+    pub fn repair_mems(
+        &self,
+        cg: &ContainerCgroup,
+        want: &IdSet,
+    ) -> Result<Option<IdSet>, CgroupError> {
+        self.repair(cg, want, CpusetFile::Mems)
+    }
+
+    fn repair(
+        &self,
+        cg: &ContainerCgroup,
+        want: &IdSet,
+        which: CpusetFile,
+    ) -> Result<Option<IdSet>, CgroupError> {
         let Some(state) = self.read_cpuset(cg)? else {
             return Ok(None);
         };
-        let has = state.cpus.unwrap_or_default();
+        let has = match which {
+            CpusetFile::Cpus => state.cpus,
+            CpusetFile::Mems => state.mems,
+        }
+        .unwrap_or_default();
         if has == *want {
             return Ok(None);
         }
@@ -130,7 +153,7 @@ impl CgroupMounts {
         }
         // Only ever an existing regular file of a real cgroup: cgroups-rs opens it with
         // O_CREAT, which must never make a file where no cgroup is.
-        let file = state.dir.join("cpuset.cpus");
+        let file = state.dir.join(which.file());
         match std::fs::symlink_metadata(&file) {
             Ok(md) if md.file_type().is_file() => {}
             Ok(_) => {
@@ -152,11 +175,14 @@ impl CgroupMounts {
                     path: state.dir.clone(),
                     why: "no cpuset controller".into(),
                 })?;
-        ctl.set_cpus(&want.to_string())
-            .map_err(|e| CgroupError::Cgroups {
-                path: state.dir.clone(),
-                why: e.to_string(),
-            })?;
+        match which {
+            CpusetFile::Cpus => ctl.set_cpus(&want.to_string()),
+            CpusetFile::Mems => ctl.set_mems(&want.to_string()),
+        }
+        .map_err(|e| CgroupError::Cgroups {
+            path: state.dir.clone(),
+            why: e.to_string(),
+        })?;
         Ok(Some(has))
     }
 }
@@ -182,6 +208,32 @@ pub fn repair_cpuset_under(
 ) -> Result<Option<IdSet>, CgroupError> {
     let cg = ContainerCgroup::parse(cgroups_path)?;
     CgroupMounts::read(root).repair_cpus(&cg, want)
+}
+
+/// [`repair_cpuset_under`] for `cpuset.mems` (see [`CgroupMounts::repair_mems`]).
+pub fn repair_mems_under(
+    root: &Path,
+    cgroups_path: &str,
+    want: &IdSet,
+) -> Result<Option<IdSet>, CgroupError> {
+    let cg = ContainerCgroup::parse(cgroups_path)?;
+    CgroupMounts::read(root).repair_mems(&cg, want)
+}
+
+/// The cpuset file a repair writes.
+#[derive(Debug, Clone, Copy)]
+enum CpusetFile {
+    Cpus,
+    Mems,
+}
+
+impl CpusetFile {
+    fn file(self) -> &'static str {
+        match self {
+            CpusetFile::Cpus => "cpuset.cpus",
+            CpusetFile::Mems => "cpuset.mems",
+        }
+    }
 }
 
 /// `dir` below `base` (both from the same confined join).

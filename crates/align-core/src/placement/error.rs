@@ -40,7 +40,7 @@ pub struct NodeOffer {
      Reschedule the pod, or set scheduler_choice: preferred to place it elsewhere on this node"
 )]
 pub struct ChoiceRefusal {
-    /// `koordinator` or `crane`.
+    /// `koordinator`, `crane` or `memory-plugin`.
     pub scheduler: String,
     /// `namespace/pod/container`.
     pub container: String,

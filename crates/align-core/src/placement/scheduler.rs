@@ -49,14 +49,19 @@ pub enum Scheduler {
     Koordinator,
     /// Crane's topology-aware scheduler (`topology.crane.io/` annotations).
     Crane,
+    /// Another NRI plugin that owns `cpuset.mems` on the node (a DRA memory driver's, with
+    /// `leave_to_others: [mems]`): the memory nodes it set before nri-align was asked are
+    /// where the container's CPUs go.
+    MemoryPlugin,
 }
 
 impl Scheduler {
-    /// The label (`koordinator`, `crane`).
+    /// The label (`koordinator`, `crane`, `memory-plugin`).
     pub fn label(self) -> &'static str {
         match self {
             Scheduler::Koordinator => "koordinator",
             Scheduler::Crane => "crane",
+            Scheduler::MemoryPlugin => "memory-plugin",
         }
     }
 }

@@ -449,6 +449,21 @@ impl Instance {
         }
         Ok(super::host::parse_list(&text))
     }
+
+    /// The memory nodes in the cpuset cgroup of running container `id` (`cpuset.mems`, or
+    /// the effective list where cgroup v2 leaves it unset).
+    pub fn cgroup_mems(&self, id: &str) -> HResult<Vec<u32>> {
+        let live = self
+            .live(id)?
+            .ok_or_else(|| HarnessError(format!("{id} is not running")))?;
+        let dir = cpuset_dir(live.pid)?;
+        let read = |f: &str| fs::read_to_string(dir.join(f)).unwrap_or_default();
+        let mut text = read("cpuset.mems");
+        if text.trim().is_empty() {
+            text = read("cpuset.mems.effective");
+        }
+        Ok(super::host::parse_list(&text))
+    }
 }
 
 /// The records in a state dir, as the daemon left them: its log (`state.log`: a header line,

@@ -1,7 +1,8 @@
 //! A second NRI plugin beside nri-align, for the end-to-end tests of `leave_to_others`: it
 //! sets `cpuset.cpus` of every container it sees created to one list, as the NRI plugin of
 //! kubernetes-sigs/dra-driver-cpu does (`pkg/driver/nri_hooks.go`: a claim's CPUs, or its
-//! shared pool). Built on this repository's own NRI stub (`nri-protocol`), served from a
+//! shared pool), or `cpuset.mems`, as a DRA memory driver's plugin (ffromani/dra-driver-memory)
+//! does, or both. Built on this repository's own NRI stub (`nri-protocol`), served from a
 //! thread of the test process, registered with its own index.
 
 use std::path::Path;
@@ -20,7 +21,10 @@ use nri_protocol::version::RuntimeInfo;
 use super::{err, wait_until, HResult, HarnessError};
 
 struct SetsCpus {
+    /// `cpuset.cpus` to set; empty: not set (NRI claims a field only when it is non-empty).
     cpus: String,
+    /// `cpuset.mems` to set; empty: not set.
+    mems: String,
     configured: Arc<AtomicUsize>,
 }
 
@@ -42,6 +46,7 @@ impl Plugin for SetsCpus {
     ) -> HandlerResult<CreateContainerResponse> {
         let cpu = LinuxCPU {
             cpus: self.cpus.clone(),
+            mems: self.mems.clone(),
             ..Default::default()
         };
         let adjust = ContainerAdjustment {
@@ -72,9 +77,22 @@ impl CpusetPlugin {
     /// sets `cpus` on every container created from then on; returns once the runtime
     /// configured it.
     pub fn start(socket: &Path, name: &str, index: &str, cpus: &str) -> HResult<Self> {
+        Self::start_setting(socket, name, index, cpus, "")
+    }
+
+    /// [`CpusetPlugin::start`] setting `cpuset.cpus` to `cpus` and `cpuset.mems` to `mems`,
+    /// each only when non-empty (a memory driver's plugin: `cpus` empty).
+    pub fn start_setting(
+        socket: &Path,
+        name: &str,
+        index: &str,
+        cpus: &str,
+        mems: &str,
+    ) -> HResult<Self> {
         let configured = Arc::new(AtomicUsize::new(0));
         let plugin = Arc::new(SetsCpus {
             cpus: cpus.to_string(),
+            mems: mems.to_string(),
             configured: configured.clone(),
         });
         let opts = StubOptions::new(name, index).socket(socket);

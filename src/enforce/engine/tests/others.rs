@@ -5,6 +5,7 @@
 use super::kubernetes::{kctr, kpod, real};
 use super::*;
 use crate::config::{LeftField, LeftToOthers};
+use crate::enforce::adjust::MemsUpdate;
 use crate::placement::Allocator;
 
 fn cpus_left() -> Config {
@@ -79,9 +80,16 @@ fn an_update_follows_the_other_plugins_cpuset_and_sends_nothing() {
     r.cpuset_cpus = "2-3".into();
     let updates = e.update_container(&p, &c, &r).expect("update");
     assert!(updates.is_empty(), "{updates:?}");
+    let rec = &e.records().containers["c-1"];
+    assert_eq!(rec.assignment.cpus.to_string(), "2-3");
+    // Memory nodes follow, with the response: cpuset.mems only.
+    assert_eq!(rec.assignment.mems.to_string(), "0");
     assert_eq!(
-        e.records().containers["c-1"].assignment.cpus.to_string(),
-        "2-3"
+        e.take_mems_updates(),
+        vec![MemsUpdate {
+            container_id: "c-1".into(),
+            mems: "0".parse().expect("nodes"),
+        }]
     );
 }
 
@@ -169,10 +177,175 @@ fn synchronize_follows_what_the_other_plugin_moved_and_sends_nothing() {
     let mut running = c.clone();
     running.state = crate::enforce::container::ContainerState::Running;
     running.resources.cpuset_cpus = "0-5".into();
-    let updates = e.synchronize(std::slice::from_ref(&p), &[running]);
+    let updates = e.synchronize(std::slice::from_ref(&p), &[running.clone()]);
     assert!(updates.is_empty(), "{updates:?}");
     assert_eq!(
         e.records().containers["c-1"].assignment.cpus.to_string(),
         "0-5"
     );
+    // Still on both nodes: the memory nodes stay, nothing to send.
+    assert!(e.take_mems_updates().is_empty());
+    // Moved onto node 1 alone: its memory follows with the Synchronize response.
+    running.resources.cpuset_cpus = "4-5".into();
+    e.synchronize(std::slice::from_ref(&p), &[running]);
+    assert_eq!(
+        e.take_mems_updates(),
+        vec![MemsUpdate {
+            container_id: "c-1".into(),
+            mems: "1".parse().expect("nodes"),
+        }]
+    );
+}
+
+#[test]
+fn cpus_seen_only_at_post_start_move_the_memory_nodes_once() {
+    let mut e = real(cpus_left(), "");
+    let p = kpod("dra", "late", &[]);
+    // The other plugin comes after nri-align: CreateContainer shows no cpuset.
+    let c = kctr(&p, "c-1", "app", 500, None);
+    let out = create(&mut e, &p, &c);
+    assert_eq!(out.adjustment.cpuset_mems, "", "no devices, CPUs unknown");
+    assert!(e.moved_mems("c-1").is_none());
+    // PostStartContainer shows what it set.
+    let mut started = c.clone();
+    started.state = crate::enforce::container::ContainerState::Running;
+    started.resources.cpuset_cpus = "5-6".into();
+    assert!(
+        e.adopt_started(&p, &started).is_empty(),
+        "no cpuset is sent"
+    );
+    let rec = &e.records().containers["c-1"];
+    assert_eq!(rec.assignment.cpus.to_string(), "5-6");
+    assert_eq!(rec.assignment.mems.to_string(), "1");
+    assert_eq!(
+        e.moved_mems("c-1").map(|m| m.to_string()).as_deref(),
+        Some("1")
+    );
+    let sent = e.take_mems_updates();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].mems.to_string(), "1");
+    assert!(e.take_mems_updates().is_empty(), "sent once");
+    assert!(e.moved_mems("c-1").is_none());
+    // The same cpuset seen again (a later Synchronize) moves nothing.
+    e.adopt_started(&p, &started);
+    assert!(e.take_mems_updates().is_empty());
+    // A removed container's move is never sent.
+    started.resources.cpuset_cpus = "1".into();
+    e.adopt_started(&p, &started);
+    e.release_container("c-1");
+    assert!(e.take_mems_updates().is_empty());
+}
+
+#[test]
+fn with_mems_left_too_late_cpus_send_no_memory_nodes() {
+    let config = Config {
+        leave_to_others: LeftToOthers::of(&[LeftField::Cpus, LeftField::Mems]),
+        ..Config::default()
+    };
+    let mut e = real(config, "");
+    let p = kpod("dra", "late", &[]);
+    let c = kctr(&p, "c-1", "app", 500, None);
+    create(&mut e, &p, &c);
+    let mut started = c.clone();
+    started.state = crate::enforce::container::ContainerState::Running;
+    started.resources.cpuset_cpus = "5-6".into();
+    e.adopt_started(&p, &started);
+    assert_eq!(
+        e.records().containers["c-1"].assignment.cpus.to_string(),
+        "5-6"
+    );
+    assert!(e.moved_mems("c-1").is_none());
+    assert!(e.take_mems_updates().is_empty());
+}
+
+fn mems_left() -> Config {
+    Config {
+        leave_to_others: LeftToOthers::of(&[LeftField::Mems]),
+        ..Config::default()
+    }
+}
+
+#[test]
+fn memory_nodes_another_plugin_set_place_the_cpus_there() {
+    let mut e = real(mems_left(), "");
+    // Exclusive: its CPUs are taken on node 1, where the memory driver put its memory.
+    let p = kpod("dra", "mem", &[]);
+    let mut c = kctr(&p, "c-1", "app", 2000, Some(2000));
+    c.resources.cpuset_mems = "1".into();
+    let out = create(&mut e, &p, &c);
+    assert_eq!(
+        out.adjustment.cpuset_mems, "",
+        "mems are the other plugin's"
+    );
+    let rec = &e.records().containers["c-1"];
+    assert_eq!(out.adjustment.cpuset_cpus, rec.assignment.cpus.to_string());
+    assert_eq!(rec.assignment.cpus.len(), 2);
+    assert!(
+        rec.assignment.cpus.is_subset(&"4-7".parse().expect("list")),
+        "{}",
+        rec.assignment.cpus
+    );
+    assert_eq!(rec.assignment.numa_nodes.to_string(), "1");
+    assert!(rec.assignment.exclusive);
+
+    // Shared: the shared CPUs of node 0, where its memory is.
+    let q = kpod("dra", "web", &[]);
+    let mut d = kctr(&q, "d-1", "web", 500, None);
+    d.resources.cpuset_mems = "0".into();
+    let out = create(&mut e, &q, &d);
+    assert_eq!(out.adjustment.cpuset_mems, "");
+    let cpus: CpuSet = out.adjustment.cpuset_cpus.parse().expect("list");
+    assert!(!cpus.is_empty());
+    assert!(cpus.is_subset(&"0-3".parse().expect("list")), "{cpus}");
+}
+
+#[test]
+fn without_memory_nodes_set_or_with_a_bad_list_the_container_is_placed_as_usual() {
+    let mut e = real(mems_left(), "");
+    let p = kpod("dra", "plain", &[]);
+    let c = kctr(&p, "c-1", "app", 1000, Some(1000));
+    let out = create(&mut e, &p, &c);
+    assert!(!out.adjustment.cpuset_cpus.is_empty());
+    assert_eq!(out.adjustment.cpuset_mems, "");
+    let mut d = kctr(&p, "d-1", "other", 1000, Some(1000));
+    d.resources.cpuset_mems = "zero".into();
+    let out = create(&mut e, &p, &d);
+    assert!(
+        !out.adjustment.cpuset_cpus.is_empty(),
+        "placed, not refused"
+    );
+}
+
+#[test]
+fn memory_nodes_seen_only_at_post_start_move_the_cpus_there() {
+    let mut e = real(mems_left(), "");
+    let p = kpod("dra", "late-mem", &[]);
+    // The memory plugin comes after nri-align: CreateContainer shows no memory nodes.
+    let c = kctr(&p, "c-1", "app", 2000, Some(2000));
+    create(&mut e, &p, &c);
+    let before = e.records().containers["c-1"].assignment.clone();
+    assert_eq!(
+        before.numa_nodes.to_string(),
+        "0",
+        "placed by nri-align alone"
+    );
+    // PostStartContainer shows the memory plugin's node 1: the CPUs move there.
+    let mut started = c.clone();
+    started.state = crate::enforce::container::ContainerState::Running;
+    started.resources.cpuset_mems = "1".into();
+    let ups = e.adopt_started(&p, &started);
+    let rec = &e.records().containers["c-1"];
+    assert_eq!(rec.assignment.numa_nodes.to_string(), "1");
+    assert_eq!(rec.assignment.cpus.len(), 2);
+    assert!(rec.assignment.cpus.is_subset(&"4-7".parse().expect("list")));
+    assert!(rec.assignment.exclusive);
+    assert!(
+        ups.iter()
+            .any(|u| u.container_id == "c-1" && u.cpus == rec.assignment.cpus),
+        "{ups:?}"
+    );
+    // Its old CPUs are free again: nri-align's pool has them.
+    assert!(before.cpus.is_subset(&e.placer().shared_pool()));
+    // Seen again: already there, nothing moves.
+    assert!(e.adopt_started(&p, &started).is_empty());
 }
