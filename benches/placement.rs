@@ -388,8 +388,11 @@ fn tail(s: &Side) -> (f64, f64, f64) {
 fn print_tails(cases: &[Case], filters: &[String]) {
     println!(
         "\nTail pass: {TAIL_SAMPLES} decisions of nri-align per case, each timed alone; on GPU \
-         hosts the exhaustive GPU-set search on the same state (200 decisions or more, up to {} s)",
-        TAIL_BUDGET.as_secs()
+         hosts the exhaustive GPU-set search on the same state (200 decisions or more, up to {} \
+         s); {} CPUs, load {} at the start",
+        TAIL_BUDGET.as_secs(),
+        cpus(),
+        load()
     );
     println!("\n| case | p50 | p99 | max | exhaustive p50 / p99 | p99 vs exhaustive | aim (p99) |");
     println!("|---|---|---|---|---|---|---|");
@@ -425,6 +428,19 @@ fn print_tails(cases: &[Case], filters: &[String]) {
             fmt_us(max)
         );
     }
+}
+
+/// The 1, 5 and 15 minute load averages: the tails move with what else the machine runs.
+fn load() -> String {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    load.split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(0, |n| n.get())
 }
 
 fn main() {
@@ -472,15 +488,11 @@ fn main() {
         return;
     }
     let rows: Vec<Row> = cases.iter().map(interleaved).collect();
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
-        "\nInterleaved pass: {ROUNDS} rounds of ~{} ms batches per side; {cpus} CPUs, load {}",
+        "\nInterleaved pass: {ROUNDS} rounds of ~{} ms batches per side; {} CPUs, load {}",
         BATCH.as_millis(),
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
+        cpus(),
+        load()
     );
     println!(
         "\n| case | nri-align | baseline | baseline time | ratio (median) | spread (min-max) |"

@@ -53,6 +53,9 @@ pub struct ChurnRow {
     pub offered: usize,
     /// Pods admitted.
     pub admitted: usize,
+    /// GPUs of the pods admitted: the work a strategy took on, where pods admitted counts a
+    /// 1-GPU pod as much as a 4-GPU one (0 for the optimum, which maximises pods).
+    pub gpus: usize,
     /// The offline optimum's pods admitted on the same streams (0 when not solved).
     pub optimum: usize,
     /// Admitted containers with every resource on the chosen node.
@@ -163,6 +166,16 @@ pub fn workload(topo: &Topology, seed: u64, pods: usize) -> Workload {
     wl
 }
 
+/// The node configuration of every churn replay: single-numa-node, with the 2 CPUs a kubelet
+/// reserves.
+pub fn config(topo: &Topology) -> PlacementConfig {
+    PlacementConfig {
+        policy: Policy::SingleNumaNode,
+        reserved_cpus: super::baseline::kubelet_reserved(topo, 2),
+        ..PlacementConfig::default()
+    }
+}
+
 /// Every row for `topo` (named `host`): nri-align with each `numa_choice`, the kubelet with
 /// preferred GPUs, the kubelet with lowest-index GPUs, under single-numa-node, then the offline
 /// optimum when `spec.optimum` (each row's `optimum` then that row's figure).
@@ -171,11 +184,7 @@ pub fn rows(
     topo: Arc<Topology>,
     spec: ChurnSpec,
 ) -> Result<Vec<ChurnRow>, ReplayError> {
-    let config = PlacementConfig {
-        policy: Policy::SingleNumaNode,
-        reserved_cpus: super::baseline::kubelet_reserved(&topo, 2),
-        ..PlacementConfig::default()
-    };
+    let config = config(&topo);
     let links = LinkTable::new(&topo);
     let mut bins = repack::bins(Arc::clone(&topo), &config);
     repack::loosen_nics(&mut bins, spec.nic_plugin);
@@ -288,6 +297,7 @@ fn tally(row: &mut ChurnRow, report: &Report, topo: &Topology, links: &LinkTable
     let index = |bus: &str| topo.gpus.iter().position(|g| g.pci_bus_id == bus);
     for d in report.decisions.iter().filter(|d| d.admitted) {
         let mine: Vec<usize> = d.gpus.iter().filter_map(|b| index(b)).collect();
+        row.gpus += mine.len();
         if mine.len() >= 2 {
             // What was free just before: the previous step's free GPUs (one container a pod).
             let free: Vec<usize> = match d.step.checked_sub(2).and_then(|i| report.steps.get(i)) {
@@ -375,8 +385,8 @@ impl ChurnRow {
 /// The rows as a Markdown table.
 pub fn table(rows: &[ChurnRow]) -> String {
     let mut out = String::from(
-        "| host | strategy | pods admitted | of the optimum | refused, fit if moved | fully aligned | mean GPU link score / best | link score vs the kubelet | decisions at best | NICs same switch as a GPU |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
+        "| host | strategy | pods admitted | of the optimum | GPUs admitted | refused, fit if moved | fully aligned | mean GPU link score / best | link score vs the kubelet | decisions at best | NICs same switch as a GPU |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let kubelet = rows
@@ -389,12 +399,17 @@ pub fn table(rows: &[ChurnRow]) -> String {
         };
         let optimum = r.strategy == OPTIMUM;
         out.push_str(&format!(
-            "| {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.host,
             r.strategy,
             r.admitted,
             r.offered,
             pct(r.admitted as f64, r.optimum as f64),
+            if optimum {
+                "-".to_string()
+            } else {
+                r.gpus.to_string()
+            },
             if optimum {
                 "-".to_string()
             } else {

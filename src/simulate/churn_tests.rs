@@ -143,12 +143,14 @@ fn each_numa_choice_has_its_row_on_every_churn_host_and_they_pack_differently() 
     assert!(differ.iter().any(|d| *d), "{differ:?}");
 }
 
-/// How far below the kubelet's admissions nri-align may fall on the default streams. The aim
-/// is 1 %, which nri-align misses on 30-pod streams: over 40 seeds it admits 1.4 % fewer than
-/// the kubelet on both GPU hosts (556 against 564), over the 6 seeds here 1.1 % (DGX-1V, 90
-/// against 91) and 2.2 % (DGX H100, 89 against 91). The check holds it to the 3 % it meets; the
-/// gap is placement (which node each pod lands on), not the bound. On 60-pod streams it is
-/// 0.7 % (724 against 729 on DGX-1V, 40 seeds).
+/// How far below the kubelet's admissions nri-align may fall on the 6 seeds of the test below.
+/// The aim is 1 %, which a 6-seed (or 40-seed) sum cannot resolve: the two strategies differ
+/// on about one stream in twelve, by 1 to 4 pods, either way (the spread of a 40-seed
+/// difference is about 3.5 pods, 0.6 %). Over these 6 seeds nri-align admits 90 and 89 pods
+/// against the kubelet's 91 on DGX-1V and DGX H100 (seed 2: nri-align keeps a 2-GPU pair
+/// whole, a later 2-GPU pod takes it, and the kubelet, which split the pair, refuses that pod
+/// and admits 1-GPU pods in its place). The aim itself is checked where it can be resolved:
+/// [`nri_align_admits_as_many_pods_and_gpus_as_the_kubelet_over_many_streams`].
 const ADMIT_SLACK: f64 = 0.03;
 
 /// The aims of the churn comparison on every churn host, on fewer seeds than the published
@@ -198,4 +200,49 @@ fn nri_align_meets_the_churn_aims_under_the_optimum() {
 
 fn topo_gpus(host: &str) -> usize {
     testing::shipped(host).gpus.len()
+}
+
+/// Streams of the check of the admission aim: enough that one stream's luck (about 0.55 pods
+/// of spread a stream) cannot move the sum by 1 % (about 28 pods at 200 seeds, some 3.6 times
+/// the spread of the sum).
+const MANY_SEEDS: u64 = 200;
+
+/// The admission aim where a sum can resolve it: over [`MANY_SEEDS`] 30-pod streams on each
+/// GPU churn host, nri-align admits at least the kubelet's pods (with the link-aware device
+/// plugin) less 1 %, at least its GPUs less 1 % (the work taken on: pods admitted counts a
+/// 1-GPU pod as much as a 4-GPU one), with a mean link score at least the kubelet's and every
+/// NIC on a PCIe switch with one of the pod's GPUs.
+#[test]
+fn nri_align_admits_as_many_pods_and_gpus_as_the_kubelet_over_many_streams() {
+    for host in ["dgx1-v100", "dgx-h100"] {
+        let topo = Arc::new(testing::shipped(host));
+        let links = LinkTable::new(&topo);
+        let mut sums = [ChurnRow::default(), ChurnRow::default()];
+        for seed in 1..=MANY_SEEDS {
+            let wl = workload(&topo, seed, 30);
+            for (row, strategy) in sums.iter_mut().zip([Strategy::NriAlign, Strategy::Kubelet]) {
+                let report = replay_plugins(
+                    Arc::clone(&topo),
+                    config(&topo),
+                    &wl,
+                    strategy,
+                    GpuChoice::Preferred,
+                    NicPlugin::default(),
+                )
+                .expect("replay");
+                row.offered += 30;
+                tally(row, &report, &topo, &links);
+            }
+        }
+        let [ours, kubelet] = &sums;
+        let within = |a: usize, b: usize| a as f64 >= b as f64 * 0.99;
+        assert!(within(ours.admitted, kubelet.admitted), "{host}: {sums:?}");
+        assert!(within(ours.gpus, kubelet.gpus), "{host}: {sums:?}");
+        let (a, b) = (ours.mean_link(), kubelet.mean_link());
+        assert!(a.zip(b).is_some_and(|(a, b)| a >= b), "{host}: {sums:?}");
+        assert!(
+            ours.nics > 0 && ours.nics_same_switch == ours.nics,
+            "{host}: {sums:?}"
+        );
+    }
 }
