@@ -13,6 +13,13 @@
 //! - the round trip the runtime sees, and the size of the responses;
 //! - the daemon's resident memory.
 //!
+//! A second table gives the create as the runtime sees it, from the request sent to the reply
+//! received and decoded with every update it carries (an exclusive create shrinks the shared
+//! pool, so its reply moves every shared container), p50 and p99 of each kind with ratios to
+//! the smallest size, and the daemon's `VmRSS`/`VmHWM` once the node is filled and after the
+//! creates. The node is filled with its exclusive containers first (`Node::fill`), so the fill
+//! moves nobody and takes seconds, not minutes, at 5,000.
+//!
 //! Then it restarts the daemon on the state of the largest size and times start-up plus a
 //! Synchronize of every live container, against a start with no state and nothing to
 //! synchronize in the same run. Both starts see the emulated host's `/proc` with two processes
@@ -89,7 +96,12 @@ fn decisions(log: &Path) -> HashMap<String, Logged> {
 struct SizeResult {
     live: usize,
     samples: Vec<Sample>,
+    /// After the window's creates.
     rss: Rss,
+    /// Once the node reached `live`, before the window.
+    rss_filled: Rss,
+    /// Seconds the fill from the previous size took.
+    fill_s: f64,
 }
 
 fn sizes() -> Vec<usize> {
@@ -108,9 +120,10 @@ async fn scale(setup: &Setup, node: &mut Node) -> Result<(Vec<SizeResult>, PathB
     conn.synchronize(&[], &[], SYNC_CHUNK).await?;
     let mut results = Vec::new();
     for live in sizes() {
-        while node.len() < live {
-            node.create(&conn).await?;
-        }
+        let t = Instant::now();
+        node.fill(&conn, live).await?;
+        let fill_s = t.elapsed().as_secs_f64();
+        let rss_filled = daemon.rss();
         let mut samples = Vec::with_capacity(window());
         for _ in 0..window() {
             let s = node.create(&conn).await?;
@@ -122,8 +135,13 @@ async fn scale(setup: &Setup, node: &mut Node) -> Result<(Vec<SizeResult>, PathB
             live,
             samples,
             rss: daemon.rss(),
+            rss_filled,
+            fill_s,
         });
-        eprintln!("  {live} live containers measured (load {})", load());
+        eprintln!(
+            "  {live} live containers measured (filled in {fill_s:.1} s; load {})",
+            load()
+        );
     }
     conn.close().await;
     drop(listener);
@@ -220,6 +238,65 @@ fn report(results: &[SizeResult], logged: &HashMap<String, Logged>) {
     }
 }
 
+/// The creates as the runtime sees them: from the request sent to the reply received and
+/// decoded, every update it carries included (an exclusive create shrinks the shared pool, so
+/// its reply moves every shared container), against the smallest size of the same run; and
+/// the daemon's memory once the node is filled and after the creates.
+fn report_runtime(results: &[SizeResult]) {
+    let Some(first) = results.first() else {
+        return;
+    };
+    let rtt = |r: &SizeResult, excl: bool| -> (f64, f64) {
+        let mut v: Vec<f64> = r
+            .samples
+            .iter()
+            .filter(|s| s.exclusive == excl)
+            .map(|s| s.rtt_us)
+            .collect();
+        quantiles(&mut v, 0.99)
+    };
+    let (bx50, bx99) = rtt(first, true);
+    let (bs50, bs99) = rtt(first, false);
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    println!(
+        "\n| live containers | exclusive create, runtime round trip with its updates, p50 / p99 | ratio to {0} (p50 / p99) | updates per exclusive create | shared create, runtime round trip p50 / p99 | ratio to {0} (p50 / p99) | shared creates carrying queued updates | daemon VmRSS / VmHWM once filled | after the creates | fill time |",
+        first.live
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for r in results {
+        let (x50, x99) = rtt(r, true);
+        let (s50, s99) = rtt(r, false);
+        let mut ups: Vec<f64> = r
+            .samples
+            .iter()
+            .filter(|s| s.exclusive)
+            .map(|s| s.updates as f64)
+            .collect();
+        let shared = r.samples.iter().filter(|s| !s.exclusive);
+        let carrying = shared.clone().filter(|s| s.updates > 0).count();
+        println!(
+            "| {} | {} / {} | {:.2} / {:.2} | {:.0} | {} / {} | {:.2} / {:.2} | {} of {} | {:.1} / {:.1} MiB | {:.1} / {:.1} MiB | {:.1} s |",
+            r.live,
+            us(x50),
+            us(x99),
+            x50 / bx50,
+            x99 / bx99,
+            quantiles(&mut ups, 0.5).0,
+            us(s50),
+            us(s99),
+            s50 / bs50,
+            s99 / bs99,
+            carrying,
+            shared.count(),
+            mib(r.rss_filled.total),
+            mib(r.rss_filled.peak),
+            mib(r.rss.total),
+            mib(r.rss.peak),
+            r.fill_s,
+        );
+    }
+}
+
 /// Processes under the emulated host's `/proc`, as a node with `ctrs` running lists them: a
 /// pause-like and a workload process in each container's cgroup (the v1 cpuset line and the
 /// unified one of a hybrid host), and system processes outside `kubepods`. Returns how many.
@@ -268,6 +345,8 @@ fn main() -> Result<(), BoxError> {
     let (results, log) = rt.block_on(scale(&setup, &mut node))?;
     let logged = decisions(&log);
     report(&results, &logged);
+    report_runtime(&results);
+    println!("load after the creates {}", load());
 
     let (pods, ctrs) = node.listing();
     let procs = write_processes(&setup.host, &ctrs)?;

@@ -143,10 +143,37 @@ impl Node {
         }
     }
 
+    /// Creates the next container: every tenth exclusive with one CPU, the others shared.
     pub async fn create(&mut self, conn: &Connection) -> Result<Sample, BoxError> {
+        let exclusive = self.next % 10 == 9;
+        self.create_as(conn, exclusive).await
+    }
+
+    /// Brings the node to `live` containers, a tenth of them exclusive, the exclusive ones
+    /// first. Created in the steady state's order (every tenth exclusive), each exclusive one
+    /// would move every shared container made before it: filling 5,000 would send the daemon
+    /// about a million pool updates (quadratic in the node's size), which is what made the
+    /// 5,000 size take minutes. Made while the shared pool is still empty of containers, they
+    /// move nobody, and the node reached is the same: the same containers of each kind, each
+    /// kind removed oldest first.
+    pub async fn fill(&mut self, conn: &Connection, live: usize) -> Result<(), BoxError> {
+        while self.exclusive.len() < live / 10 && self.len() < live {
+            self.create_as(conn, true).await?;
+        }
+        while self.len() < live {
+            self.create_as(conn, false).await?;
+        }
+        Ok(())
+    }
+
+    /// Creates the next container, exclusive (one CPU) or shared as asked.
+    pub async fn create_as(
+        &mut self,
+        conn: &Connection,
+        exclusive: bool,
+    ) -> Result<Sample, BoxError> {
         let n = self.next;
         self.next += 1;
-        let exclusive = n % 10 == 9;
         let req = api::CreateContainerRequest {
             pod: MessageField::some(pod(n)),
             container: MessageField::some(container(n, i64::from(exclusive))),

@@ -298,6 +298,9 @@ fn write_cpusets<P: Placer>(
     let Ok(engine) = engine.lock() else {
         return 0;
     };
+    // Read once for the whole move: per container, reading and parsing the mount table was
+    // most of the time the engine lock was held here, and creations wait for that lock.
+    let mounts = crate::host::cgroup::CgroupMounts::read(root);
     let mut written = 0;
     for id in ids {
         let (Some(u), Some(path)) = (engine.current_cpuset(id), engine.cgroups_path(id)) else {
@@ -306,7 +309,7 @@ fn write_cpusets<P: Placer>(
         if path.is_empty() || u.cpus.is_empty() {
             continue;
         }
-        match crate::host::cgroup::repair_cpuset_under(root, path, &u.cpus) {
+        match mounts.repair_cpuset(path, &u.cpus) {
             Ok(Some(had)) => {
                 written += 1;
                 tracing::debug!(container = %id, had = %had, cpus = %u.cpus, "shared pool written to the cgroup");

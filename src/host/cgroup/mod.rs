@@ -206,8 +206,20 @@ pub fn repair_cpuset_under(
     cgroups_path: &str,
     want: &IdSet,
 ) -> Result<Option<IdSet>, CgroupError> {
-    let cg = ContainerCgroup::parse(cgroups_path)?;
-    CgroupMounts::read(root).repair_cpus(&cg, want)
+    CgroupMounts::read(root).repair_cpuset(cgroups_path, want)
+}
+
+impl CgroupMounts {
+    /// [`repair_cpuset`] on these mounts: for many containers at once (a grown shared pool
+    /// moves thousands), the mount table is read once, not once per container.
+    pub fn repair_cpuset(
+        &self,
+        cgroups_path: &str,
+        want: &IdSet,
+    ) -> Result<Option<IdSet>, CgroupError> {
+        let cg = ContainerCgroup::parse(cgroups_path)?;
+        self.repair_cpus(&cg, want)
+    }
 }
 
 /// [`repair_cpuset_under`] for `cpuset.mems` (see [`CgroupMounts::repair_mems`]).
