@@ -69,11 +69,11 @@ impl Arm {
         ["PUT", "POST", "PATCH"]
             .iter()
             .filter_map(|v| self.requests.get(*v))
-            .sum()
+            .fold(0.0, |a, b| a + b)
     }
 
     fn calls(&self) -> f64 {
-        self.requests.values().sum()
+        self.requests.values().fold(0.0, |a, b| a + b)
     }
 }
 
