@@ -133,7 +133,12 @@ struct Plan<'a> {
 }
 
 /// One daemon: filled, settled, then the measured churn and its debounce tail.
-async fn arm(setup: &mut Setup, plan: &Plan<'_>, publish: bool, tag: &str) -> Result<Arm, BoxError> {
+async fn arm(
+    setup: &mut Setup,
+    plan: &Plan<'_>,
+    publish: bool,
+    tag: &str,
+) -> Result<Arm, BoxError> {
     let port = free_port()?;
     let config = setup.dir.join(format!("config-{tag}.yaml"));
     std::fs::write(
@@ -260,7 +265,11 @@ fn main() -> Result<(), BoxError> {
                 a.churn_s,
                 a.window_s,
                 a.attempts,
-                if verbs.is_empty() { "0".into() } else { verbs.join(", ") },
+                if verbs.is_empty() {
+                    "0".into()
+                } else {
+                    verbs.join(", ")
+                },
                 a.writes(),
                 allowed
             );
