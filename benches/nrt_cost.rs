@@ -196,9 +196,14 @@ async fn arm(
     })
 }
 
+/// The median; of an even count, the mean of the middle two (two rounds: their mean).
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 fn main() -> Result<(), BoxError> {
