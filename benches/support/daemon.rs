@@ -17,6 +17,16 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(setup: &Setup, state: &Path, log_name: &str) -> Result<Daemon, BoxError> {
+        Self::start_with(setup, state, log_name, &[])
+    }
+
+    /// [`Daemon::start`] with `extra` arguments to `nri-align run` (`--kubeconfig`, ...).
+    pub fn start_with(
+        setup: &Setup,
+        state: &Path,
+        log_name: &str,
+        extra: &[&std::ffi::OsStr],
+    ) -> Result<Daemon, BoxError> {
         let log = setup.dir.join(log_name);
         let err = std::fs::File::create(&log)?;
         let mut cmd = Command::new(&setup.binary);
@@ -29,6 +39,7 @@ impl Daemon {
             .arg(state)
             .arg("--config")
             .arg(&setup.config)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(err);
         // The daemon dies with the bench, even one killed by a signal (its Drop never runs
