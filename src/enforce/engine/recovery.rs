@@ -167,7 +167,8 @@ impl<P: Placer> Engine<P> {
                 r.stopped = true;
             }
         }
-        for rec in plan.rebuild {
+        for mut rec in plan.rebuild {
+            self.share_running_claims(&mut rec);
             self.track_running(rec);
         }
         for c in unrecorded_exempt.iter().filter(|c| c.state.is_live()) {
