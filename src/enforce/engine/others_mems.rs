@@ -108,6 +108,11 @@ impl<P: Placer> Engine<P> {
         pod: &PodView,
         c: &ContainerView,
     ) -> Vec<CpusetUpdate> {
+        // Every CRI update with an unchanged request comes here: nothing to do, and no record
+        // copied, unless the memory nodes are another plugin's.
+        if !self.config.leave_to_others.mems || self.cpus_left() {
+            return Vec::new();
+        }
         let Some(old) = self.doc.containers.get(&c.id).cloned() else {
             return Vec::new();
         };
