@@ -183,6 +183,56 @@ impl<P: Placer> Engine<P> {
         built.shared_claim_devices = others;
     }
 
+    /// For a container recorded as it runs (Synchronize after the state was lost, or one
+    /// created while nri-align was away): a device it has that a recorded container of its
+    /// pod already uses through the same CDI name is that sibling's claim. It becomes shared
+    /// (a GPU in `shared_gpus`, a NIC with its alignment entry in `shared_devices`), never a
+    /// second hold, so that a claim's NIC is counted once in the ledger after a restart.
+    pub(super) fn share_running_claims(&self, rec: &mut Record) {
+        if rec.cdi_names.is_empty() || rec.assignment.pod_uid.is_empty() {
+            return;
+        }
+        let id = rec.assignment.container_id.clone();
+        let siblings: Vec<&Record> = self
+            .doc
+            .containers
+            .of_pod_uid(&rec.assignment.pod_uid)
+            .filter(|(i, r)| **i != id && names_any(r, &rec.cdi_names))
+            .map(|(_, r)| r)
+            .collect();
+        if siblings.is_empty() {
+            return;
+        }
+        let used = |d: &ClaimDevice| siblings.iter().any(|r| d.used_by(r));
+        let a = &mut rec.assignment;
+        let (gpus, own): (Vec<String>, Vec<String>) = a
+            .gpus
+            .drain(..)
+            .partition(|b| used(&ClaimDevice::Gpu(b.clone())));
+        a.gpus = own;
+        for b in gpus {
+            if !a.shared_gpus.contains(&b) {
+                a.shared_gpus.push(b);
+            }
+        }
+        let (nics, own): (Vec<String>, Vec<String>) = a
+            .nics
+            .drain(..)
+            .partition(|n| used(&ClaimDevice::Nic(n.clone())));
+        a.nics = own;
+        let topo = self.placer.topology();
+        for n in nics {
+            if let Some(key) = nic_key(topo, &n) {
+                if !a.generic_devices.contains(&key) {
+                    a.generic_devices.push(key.clone());
+                }
+                rec.shared_devices.push(key);
+            }
+            tracing::info!(container = %id, nic = %n, "running container's claim NIC is a sibling's: recorded shared");
+            rec.shared_devices.push(n);
+        }
+    }
+
     /// For a re-made decision of `rec`'s container (a CRI update keeps its devices): the
     /// claim NICs it uses as a sibling's sharer stay aligned to, uncounted.
     pub(super) fn keep_shared_nics(&self, rec: &Record, req: &mut crate::placement::Request) {

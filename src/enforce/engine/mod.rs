@@ -291,13 +291,16 @@ impl<P: Placer> Engine<P> {
         updated.resources = new.clone();
         let req = build_request(self.placer.topology(), pod, &updated)?;
         if ResourceSummary::of(&req) == old.resources {
-            return Ok(Vec::new());
+            // The same request: only memory nodes another plugin owns may have moved, and
+            // the CPUs go where they are (nothing where `mems` is nri-align's).
+            return Ok(self.follow_left_mems(pod, &updated));
         }
         let started = Instant::now();
         let mut req = req;
         req.allocated_gpus = old.assignment.gpus.clone();
         req.allocated_nics = old.assignment.nics.clone();
         self.keep_shared_nics(&old, &mut req);
+        self.keep_left_mems(pod, &updated, &old, &mut req);
         // The new decision is made with the container's own resources free. Should anything
         // below panic while they are released, the plugin's poisoned-lock recovery
         // (`resync_placer`) restores the record into the placer.

@@ -7,7 +7,9 @@
 //!
 //! CreateContainer shows the memory nodes where the other plugin's index is lower than
 //! nri-align's. Where it is higher, PostStartContainer shows them, and a container whose CPUs
-//! are elsewhere is placed again on those nodes, its devices kept.
+//! are elsewhere is placed again on those nodes, its devices kept. The same holds for memory
+//! nodes that change after the start (UpdateContainer's new resources, the container as
+//! Synchronize lists it): the CPUs follow, their update riding on that event's response.
 
 use std::time::Instant;
 
@@ -17,7 +19,7 @@ use crate::enforce::container::{ContainerView, PodView};
 use crate::enforce::inputs::{build_request, Built};
 use crate::enforce::state::Record;
 use crate::placement::scheduler::{Scheduler, SchedulerChoice};
-use crate::placement::GpuMode;
+use crate::placement::{GpuMode, Request};
 use crate::topology::NodeSet;
 
 impl<P: Placer> Engine<P> {
@@ -66,8 +68,38 @@ impl<P: Placer> Engine<P> {
         built.request.scheduler = Some(choice);
     }
 
-    /// After creation (PostStartContainer shows what a plugin after nri-align set): a
-    /// recorded container whose NUMA nodes are not within those of the memory nodes another
+    /// For a decision re-made after a CRI update of recorded container `old`: its CPUs stay
+    /// where the memory another plugin chose is. The nodes the update shows, else (an update
+    /// that leaves `cpuset.mems` as it was sends none) those a memory plugin's nodes placed it
+    /// on before; a scheduler's own choice is left as it is.
+    pub(super) fn keep_left_mems(
+        &self,
+        pod: &PodView,
+        c: &ContainerView,
+        old: &Record,
+        req: &mut Request,
+    ) {
+        if req.scheduler.is_some() || !self.config.leave_to_others.mems || self.cpus_left() {
+            return;
+        }
+        let placed_there = old
+            .assignment
+            .scheduler_choice
+            .is_some_and(|o| o.scheduler == Scheduler::MemoryPlugin && o.honoured);
+        let nodes = match self.left_mems_nodes(pod, c) {
+            Some(n) => n,
+            None if placed_there && !old.assignment.numa_nodes.is_empty() => {
+                old.assignment.numa_nodes.clone()
+            }
+            None => return,
+        };
+        let mut choice = SchedulerChoice::new(Scheduler::MemoryPlugin);
+        choice.nodes = nodes;
+        req.scheduler = Some(choice);
+    }
+
+    /// After creation (PostStartContainer shows what a plugin after nri-align set;
+    /// UpdateContainer and Synchronize what it changed since): a recorded container whose NUMA nodes are not within those of the memory nodes another
     /// plugin set is placed again there, its devices kept. Returns its new cpuset and the
     /// pool's moves; nothing when it is where its memory is, was placed by a scheduler, or
     /// does not fit there (it keeps running where it is, and the log says so).
@@ -76,6 +108,11 @@ impl<P: Placer> Engine<P> {
         pod: &PodView,
         c: &ContainerView,
     ) -> Vec<CpusetUpdate> {
+        // Every CRI update with an unchanged request comes here: nothing to do, and no record
+        // copied, unless the memory nodes are another plugin's.
+        if !self.config.leave_to_others.mems || self.cpus_left() {
+            return Vec::new();
+        }
         let Some(old) = self.doc.containers.get(&c.id).cloned() else {
             return Vec::new();
         };
@@ -99,6 +136,7 @@ impl<P: Placer> Engine<P> {
         };
         req.allocated_gpus = old.assignment.gpus.clone();
         req.allocated_nics = old.assignment.nics.clone();
+        self.keep_shared_nics(&old, &mut req);
         let mut choice = SchedulerChoice::new(Scheduler::MemoryPlugin);
         choice.nodes = nodes.clone();
         req.scheduler = Some(choice);

@@ -98,7 +98,31 @@ fn lost_its_devices(topo: &Topology, pod: &PodView, c: &ContainerView, rec: &Rec
         b.sort();
         a == b
     };
-    !same(&r.allocated_gpus, &rec.assignment.gpus) || !same(&r.allocated_nics, &rec.assignment.nics)
+    // A claim's sharer has the device node too, and records the device as shared.
+    let gpus: Vec<String> = rec
+        .assignment
+        .gpus
+        .iter()
+        .chain(
+            rec.assignment
+                .shared_gpus
+                .iter()
+                .filter(|g| r.allocated_gpus.contains(g)),
+        )
+        .cloned()
+        .collect();
+    let nics: Vec<String> = rec
+        .assignment
+        .nics
+        .iter()
+        .chain(
+            rec.shared_devices
+                .iter()
+                .filter(|n| topo.nics.iter().any(|x| x.name == **n)),
+        )
+        .cloned()
+        .collect();
+    !same(&r.allocated_gpus, &gpus) || !same(&r.allocated_nics, &nics)
 }
 
 /// Records a running container with what it has now: its cpuset (all online CPUs when it has
@@ -179,6 +203,9 @@ pub fn record_as_running(
             .collect(),
         resources,
         found_running: true,
+        // Which claim devices it names, so that a sibling of its pod naming the same one
+        // shares it rather than holds it a second time (`Engine::share_running_claims`).
+        cdi_names: super::claims::cdi_names(c),
         ..Record::default()
     }
 }

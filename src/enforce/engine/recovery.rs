@@ -167,7 +167,8 @@ impl<P: Placer> Engine<P> {
                 r.stopped = true;
             }
         }
-        for rec in plan.rebuild {
+        for mut rec in plan.rebuild {
+            self.share_running_claims(&mut rec);
             self.track_running(rec);
         }
         for c in unrecorded_exempt.iter().filter(|c| c.state.is_live()) {
@@ -179,29 +180,47 @@ impl<P: Placer> Engine<P> {
             self.track_exempt(&pod, c);
         }
         let mut updates = self.follow_pool(None);
+        updates.extend(self.follow_others_listed(pods, &managed));
+        let updates = last_per_container(updates);
         let moving: HashSet<String> = updates.iter().map(|u| u.container_id.clone()).collect();
         // A recorded container that does not run with the recorded cpuset lost its adjustment
         // or an update: nri-align died after deciding and before the runtime applied the
         // answer (the runtime then creates the container without the plugin). The record is
         // what the ledger accounts for, so it is re-asserted.
-        for c in managed.iter().filter(|c| c.state.is_live()) {
-            self.check_systemd_device_links(c, &[]);
-            if self.cpus_left() {
-                // The other plugin may have moved it meanwhile (its own updates are no event
-                // nri-align receives): the record follows what runs, and the memory nodes
-                // follow it with this response.
-                let pod = pods
-                    .iter()
-                    .find(|p| p.id == c.pod_sandbox_id)
-                    .cloned()
-                    .unwrap_or_default();
-                self.follow_others_update(&pod, c, &c.resources);
-            }
-        }
+        let mut updates = updates;
         let drifted = self.resend_drifted(&managed, &moving);
         updates.extend(self.own_updates(drifted));
         self.persist();
         self.refresh_free();
+        updates
+    }
+
+    /// What another plugin changed in the live `managed` containers while no event told
+    /// nri-align (its own updates are none): where it owns the cpuset, the record follows what
+    /// runs and the memory nodes follow it with this response; where it owns the memory
+    /// nodes, the CPUs move onto them. Returns those moves and the pool's.
+    fn follow_others_listed(
+        &mut self,
+        pods: &[PodView],
+        managed: &[ContainerView],
+    ) -> Vec<CpusetUpdate> {
+        let mut updates = Vec::new();
+        for c in managed.iter().filter(|c| c.state.is_live()) {
+            self.check_systemd_device_links(c, &[]);
+            if !self.cpus_left() && !self.config.leave_to_others.mems {
+                continue;
+            }
+            let pod = pods
+                .iter()
+                .find(|p| p.id == c.pod_sandbox_id)
+                .cloned()
+                .unwrap_or_default();
+            if self.cpus_left() {
+                self.follow_others_update(&pod, c, &c.resources);
+            } else {
+                updates.extend(self.follow_left_mems(&pod, c));
+            }
+        }
         updates
     }
 
@@ -382,4 +401,21 @@ impl<P: Placer> Engine<P> {
         self.doc.containers.insert(id, rec);
         true
     }
+}
+
+/// `updates` with each container once, at the cpuset its last update names (a later pool
+/// move supersedes an earlier one), in the order each was first named.
+fn last_per_container(updates: Vec<CpusetUpdate>) -> Vec<CpusetUpdate> {
+    let mut out: Vec<CpusetUpdate> = Vec::with_capacity(updates.len());
+    let mut at: HashMap<String, usize> = HashMap::new();
+    for u in updates {
+        match at.get(&u.container_id) {
+            Some(&i) => out[i] = u,
+            None => {
+                at.insert(u.container_id.clone(), out.len());
+                out.push(u);
+            }
+        }
+    }
+    out
 }

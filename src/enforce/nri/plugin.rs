@@ -391,7 +391,15 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
     ) -> HandlerResult<Vec<ContainerUpdate>> {
         self.follow_hotplug();
         let pods: Vec<_> = pods.iter().map(pod_view).collect();
-        let ctrs: Vec<_> = containers.iter().map(container_view).collect();
+        let mut ctrs: Vec<_> = containers.iter().map(container_view).collect();
+        if let Some(cdi) = &self.cdi {
+            // Before the engine lock, as at creation: a container recorded as it runs keeps
+            // its claim's CDI names, so a sibling naming the same device is its sharer.
+            let snapshot = cdi.snapshot();
+            for c in &mut ctrs {
+                c.cdi_resolved = crate::enforce::inputs::resolve_cdi(&snapshot, c);
+            }
+        }
         let mut engine = self.engine();
         let ups = engine.synchronize(&pods, &ctrs);
         Ok(self.with_pending(&mut engine, ups))

@@ -135,6 +135,11 @@ impl crate::host::devices::DeviceLookup for WithUverbs {
 
 /// [`real`]'s host with an RDMA NIC on node 1.
 fn with_nic() -> Engine<Allocator> {
+    with_nic_stored(None)
+}
+
+/// [`with_nic`], its decisions persisted in `store` when given.
+fn with_nic_stored(store: Option<StateStore>) -> Engine<Allocator> {
     let mut t = host("");
     t.nics = vec![Nic {
         name: NIC.into(),
@@ -145,7 +150,7 @@ fn with_nic() -> Engine<Allocator> {
     }];
     let config = Config::default();
     let a = Allocator::new(Arc::new(t), config.placement.clone());
-    Engine::new(a, config, None, None, Box::new(WithUverbs))
+    Engine::new(a, config, store, None, Box::new(WithUverbs))
 }
 
 /// The two kinds besides GPUs: the claim's CDI name and what its spec's node maps to.
@@ -368,4 +373,92 @@ fn the_record_keeps_the_kubelets_claim_devices_across_a_restart() {
     };
     create(&mut e, &p, &again);
     assert_eq!(e.records().containers["a-2"].dra_claims, [device]);
+}
+
+/// How many users the ledger counts on the claim's NIC (the host's only one).
+fn nic_users(e: &Engine<Allocator>) -> u32 {
+    e.placer().ledger().nic_users(0)
+}
+
+/// `c` as the runtime lists it at Synchronize: running, with the CPUs nri-align recorded (or
+/// every CPU), its claim's CDI devices resolved as the plugin resolves them before the
+/// engine is asked, and without nri-align's decision env (so the devices it runs with are
+/// compared with the record).
+fn listed(e: &Engine<Allocator>, c: &ContainerView) -> ContainerView {
+    let mut l = c.clone();
+    l.state = crate::enforce::container::ContainerState::Running;
+    l.resources.cpuset_cpus = e
+        .records()
+        .containers
+        .get(&c.id)
+        .map_or_else(|| "0-7".to_string(), |r| r.applied_cpus.to_string());
+    l
+}
+
+#[test]
+fn after_a_restart_from_the_state_file_a_claims_nic_is_counted_once_and_passes_on() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = || Some(StateStore::open(dir.path()).expect("store"));
+    let p = kpod("ml", "pair", &[]);
+    let a = kind_claimer(&p, "a-1", "trainer", "c1", Kind::Nic);
+    let b = kind_claimer(&p, "b-1", "sidecar", "c1", Kind::Nic);
+    let (la, lb) = {
+        let mut first = with_nic_stored(store());
+        create(&mut first, &p, &a);
+        create(&mut first, &p, &b);
+        assert_eq!(nic_users(&first), 1);
+        (listed(&first, &a), listed(&first, &b))
+    };
+    // nri-align restarts: the state file brings both records back, then Synchronize.
+    let mut e = with_nic_stored(store());
+    e.start();
+    assert!(
+        shares(&e, "b-1", Kind::Nic),
+        "the sharer's part is in the state file"
+    );
+    e.synchronize(std::slice::from_ref(&p), &[la, lb]);
+    assert_eq!(sole_holder(&e, Kind::Nic).as_deref(), Some("a-1"));
+    assert!(shares(&e, "b-1", Kind::Nic));
+    assert_eq!(nic_users(&e), 1, "the claim's NIC counted once");
+    // The holder goes: the sharer holds it, still counted once.
+    e.release_container("a-1");
+    assert_eq!(sole_holder(&e, Kind::Nic).as_deref(), Some("b-1"));
+    assert!(!shares(&e, "b-1", Kind::Nic));
+    assert_eq!(nic_users(&e), 1);
+    e.release_container("b-1");
+    assert_eq!(nic_users(&e), 0);
+}
+
+#[test]
+fn after_a_restart_without_state_the_second_container_naming_a_claims_nic_shares_it() {
+    let p = kpod("ml", "pair", &[]);
+    let a = kind_claimer(&p, "a-1", "trainer", "c1", Kind::Nic);
+    let b = kind_claimer(&p, "b-1", "sidecar", "c1", Kind::Nic);
+    // Another pod's container naming its own claim of the same NIC is not a sibling.
+    let q = kpod("ml", "other", &[]);
+    let x = kind_claimer(&q, "x-1", "trainer", "c2", Kind::Nic);
+    let mut e = with_nic();
+    let listing = [listed(&e, &a), listed(&e, &b)];
+    e.synchronize(std::slice::from_ref(&p), &listing);
+    assert_eq!(sole_holder(&e, Kind::Nic).as_deref(), Some("a-1"));
+    assert!(shares(&e, "b-1", Kind::Nic) && !shares(&e, "a-1", Kind::Nic));
+    assert_eq!(nic_users(&e), 1, "not counted twice");
+    let rb = &e.records().containers["b-1"];
+    assert!(rb.assignment.nics.is_empty(), "{rb:?}");
+    assert_eq!(rb.cdi_names, ["example.com/claim=c1-dev"]);
+    // A later Synchronize keeps the parts as they are.
+    e.synchronize(std::slice::from_ref(&p), &listing);
+    assert_eq!(nic_users(&e), 1);
+    assert!(shares(&e, "b-1", Kind::Nic));
+    // The holder goes: the sharer becomes the holder.
+    e.release_container("a-1");
+    assert_eq!(sole_holder(&e, Kind::Nic).as_deref(), Some("b-1"));
+    assert_eq!(nic_users(&e), 1);
+    assert_eq!(e.records().containers["b-1"].assignment.nics, [NIC]);
+    // A container of another pod is rebuilt as its own user, not as a sharer.
+    let mut f = with_nic();
+    let lx = listed(&f, &x);
+    f.synchronize(&[p.clone(), q], &[listed(&f, &a), lx]);
+    assert!(!shares(&f, "x-1", Kind::Nic));
+    assert_eq!(nic_users(&f), 2);
 }

@@ -349,3 +349,71 @@ fn memory_nodes_seen_only_at_post_start_move_the_cpus_there() {
     // Seen again: already there, nothing moves.
     assert!(e.adopt_started(&p, &started).is_empty());
 }
+
+#[test]
+fn memory_nodes_an_update_shows_move_the_cpus_and_a_resize_keeps_them_there() {
+    let mut e = real(mems_left(), "");
+    let p = kpod("dra", "update-mem", &[]);
+    let c = kctr(&p, "c-1", "app", 2000, Some(2000));
+    create(&mut e, &p, &c);
+    let before = e.records().containers["c-1"].assignment.clone();
+    assert_eq!(before.numa_nodes.to_string(), "0");
+    // UpdateContainer with the request unchanged and the memory plugin's node 1: the CPUs
+    // move there, their update returned for the response, no memory nodes sent.
+    let mut moved = c.resources.clone();
+    moved.cpuset_mems = "1".into();
+    let ups = e.update_container(&p, &c, &moved).expect("update");
+    let rec = e.records().containers["c-1"].clone();
+    assert_eq!(rec.assignment.numa_nodes.to_string(), "1");
+    assert!(rec.assignment.exclusive);
+    assert!(rec.assignment.cpus.is_subset(&"4-7".parse().expect("list")));
+    assert_eq!(
+        ups.iter()
+            .filter(|u| u.container_id == "c-1")
+            .map(|u| u.cpus.clone())
+            .collect::<Vec<_>>(),
+        vec![rec.assignment.cpus.clone()],
+        "{ups:?}"
+    );
+    assert!(e.take_mems_updates().is_empty(), "mems are never set");
+    assert!(before.cpus.is_subset(&e.placer().shared_pool()));
+    // The same update again: already there, nothing moves.
+    assert!(e
+        .update_container(&p, &c, &moved)
+        .expect("update")
+        .is_empty());
+    // A resize that sends no memory nodes (cpuset.mems left as it was): re-placed on the
+    // memory plugin's node, not back where nri-align alone would put it.
+    let mut bigger = c.resources.clone();
+    bigger.cpu_shares = Some(3 * 1024);
+    bigger.cpu_quota = Some(300_000);
+    e.update_container(&p, &c, &bigger).expect("resize");
+    let rec = &e.records().containers["c-1"];
+    assert_eq!(rec.assignment.cpus.len(), 3, "{:?}", rec.assignment);
+    assert_eq!(rec.assignment.numa_nodes.to_string(), "1");
+}
+
+#[test]
+fn memory_nodes_synchronize_lists_move_the_cpus_once_with_its_response() {
+    let mut e = real(mems_left(), "");
+    let p = kpod("dra", "sync-mem", &[]);
+    let c = kctr(&p, "c-1", "app", 2000, Some(2000));
+    let out = create(&mut e, &p, &c);
+    // Running where nri-align put it, with the memory plugin's node 1 since its start.
+    let mut listed = c.clone();
+    listed.state = crate::enforce::container::ContainerState::Running;
+    listed.resources.cpuset_cpus = out.adjustment.cpuset_cpus.clone();
+    listed.resources.cpuset_mems = "1".into();
+    let ups = e.synchronize(std::slice::from_ref(&p), std::slice::from_ref(&listed));
+    let rec = e.records().containers["c-1"].clone();
+    assert_eq!(rec.assignment.numa_nodes.to_string(), "1");
+    assert!(rec.assignment.cpus.is_subset(&"4-7".parse().expect("list")));
+    let own: Vec<_> = ups.iter().filter(|u| u.container_id == "c-1").collect();
+    assert_eq!(own.len(), 1, "sent once, at its new CPUs: {ups:?}");
+    assert_eq!(own[0].cpus, rec.assignment.cpus);
+    assert!(e.take_mems_updates().is_empty());
+    // Listed again where it now runs: nothing to send.
+    listed.resources.cpuset_cpus = rec.assignment.cpus.to_string();
+    let again = e.synchronize(std::slice::from_ref(&p), &[listed]);
+    assert!(!again.iter().any(|u| u.container_id == "c-1"), "{again:?}");
+}
