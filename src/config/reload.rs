@@ -223,14 +223,34 @@ impl Versions {
         }
     }
 
-    async fn check<A>(&mut self, trigger: Trigger, apply: &mut A) -> Outcome
+    async fn check<A>(&mut self, trigger: Trigger, settle: Duration, apply: &mut A) -> Outcome
     where
         A: FnMut(Loaded) -> Result<(), String>,
     {
         if trigger != Trigger::Poll {
             self.relabel().await;
         }
-        let (key, parsed) = self.read().await;
+        let (mut key, mut parsed) = self.read().await;
+        // A watch reloads once a burst of events has settled; a poll has no events and can
+        // catch a file in the middle of a write (an editor, or `>`, truncates it first: an
+        // empty file is all defaults, which would be applied). So a new version found by a
+        // poll is taken only once it reads the same `settle` later; one still changing after
+        // ten reads is left to the next poll.
+        if trigger == Trigger::Poll && key != self.applied && self.rejected != Some(key) {
+            let mut settled = false;
+            for _ in 0..10 {
+                tokio::time::sleep(settle).await;
+                let (again, reparsed) = self.read().await;
+                if again == key {
+                    settled = true;
+                    break;
+                }
+                (key, parsed) = (again, reparsed);
+            }
+            if !settled {
+                return Outcome::Unchanged;
+            }
+        }
         if trigger != Trigger::Signal {
             if key == self.applied {
                 return match self.rejected.take() {
@@ -405,7 +425,7 @@ where
                     Trigger::Poll
                 },
             };
-            let outcome = versions.check(trigger, &mut apply).await;
+            let outcome = versions.check(trigger, opts.debounce, &mut apply).await;
             log(versions.target.path(), &outcome);
             report(&outcome);
         }

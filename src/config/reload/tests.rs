@@ -2,7 +2,10 @@
 //! out a ConfigMap volume, swapped the way it swaps it; editors' saves; SIGHUP; a FIFO.
 //!
 //! Unit tests run in parallel in one process, so a SIGHUP raised by one test reaches every
-//! reloader: the watch tests only look at outcomes of their own triggers.
+//! reloader: the watch tests only look at outcomes of their own triggers, and a test that
+//! raises one waits until no [`Running`] reloader is up ([`NO_SIGHUP`]), since a SIGHUP that
+//! reloads another test's file just after it changed leaves that change's own trigger nothing
+//! to report.
 
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::sync::{Arc, Mutex};
@@ -13,6 +16,9 @@ use super::*;
 use crate::placement::Policy;
 
 const WITHIN: Duration = Duration::from_secs(10);
+
+/// Held shared by every [`Running`] reloader, and exclusively by a test raising SIGHUP.
+static NO_SIGHUP: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// A ConfigMap volume: `..2026_..._N/config.yaml`, `..data -> ..2026_..._N`,
 /// `config.yaml -> ..data/config.yaml`.
@@ -65,12 +71,24 @@ struct Running {
     policy: Arc<Mutex<Option<Policy>>>,
     outcomes: mpsc::UnboundedReceiver<Outcome>,
     task: tokio::task::JoinHandle<()>,
+    _no_sighup: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
 }
 
 impl Running {
     /// Starts a reloader on `path` holding `initial` and waits for its first check (the poll
     /// at start), so that what a test changes afterwards is seen by the trigger it tests.
     async fn start(path: PathBuf, initial: &[u8], opts: ReloadOptions) -> Self {
+        let guard = NO_SIGHUP.read().await;
+        Self::start_guarded(path, initial, opts, Some(guard)).await
+    }
+
+    /// [`Running::start`] for a test that holds [`NO_SIGHUP`] itself (`guard` `None`).
+    async fn start_guarded(
+        path: PathBuf,
+        initial: &[u8],
+        opts: ReloadOptions,
+        guard: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
+    ) -> Self {
         let policy = Arc::new(Mutex::new(None));
         let (tx, outcomes) = mpsc::unbounded_channel();
         let p = policy.clone();
@@ -95,6 +113,7 @@ impl Running {
             policy,
             outcomes,
             task,
+            _no_sighup: guard,
         };
         loop {
             let o = tokio::time::timeout(WITHIN, r.outcomes.recv())
@@ -255,6 +274,34 @@ async fn without_a_watch_the_poll_notices_a_change() {
 }
 
 #[tokio::test]
+async fn a_poll_never_applies_a_file_caught_in_the_middle_of_a_write() {
+    let t = tempfile::tempdir().expect("tmp");
+    let path = t.path().join("c.yaml");
+    std::fs::write(&path, "policy: none\n").expect("write");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    // Polls far more often than the write below takes, so one lands on the truncated file.
+    let opts = ReloadOptions {
+        watch: false,
+        poll_every: Duration::from_millis(5),
+        debounce: Duration::from_millis(200),
+        ..fast()
+    };
+    let mut r = Running::start(path.clone(), b"policy: none\n", opts).await;
+    r.quiet_for(Duration::from_millis(100)).await;
+    // What `>` or an editor does: truncate (an empty file is every default), then write.
+    std::fs::write(&path, "").expect("truncate");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    std::fs::write(&path, "policy: restricted\n").expect("write");
+    assert_eq!(r.next().await, Outcome::Applied(Trigger::Poll));
+    assert_eq!(
+        r.policy(),
+        Some(Policy::Restricted),
+        "the empty file was applied"
+    );
+    r.task.abort();
+}
+
+#[tokio::test]
 async fn a_fifo_in_place_of_the_file_is_refused_without_blocking() {
     let t = tempfile::tempdir().expect("tmp");
     let path = t.path().join("c.yaml");
@@ -295,8 +342,9 @@ async fn sighup_reloads_even_an_unchanged_file_and_reports_a_bad_one_every_time(
         watch: false,
         ..fast()
     };
+    let _only_reloader = NO_SIGHUP.write().await;
     let (policy, mut outcomes, task) = {
-        let r = Running::start(path.clone(), b"policy: restricted\n", opts).await;
+        let r = Running::start_guarded(path.clone(), b"policy: restricted\n", opts, None).await;
         (r.policy, r.outcomes, r.task)
     };
     nix::sys::signal::raise(nix::sys::signal::Signal::SIGHUP).expect("raise");
