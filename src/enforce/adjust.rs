@@ -60,6 +60,17 @@ pub struct CpusetUpdate {
     pub cpus: CpuSet,
 }
 
+impl CpusetUpdate {
+    /// The update moving container `id` from `before` to `now`, none when they are the same
+    /// (a re-placement that lands where the container already is sends nothing).
+    pub fn if_moved(id: &str, now: &CpuSet, before: &CpuSet) -> Option<Self> {
+        (now != before).then(|| Self {
+            container_id: id.to_owned(),
+            cpus: now.clone(),
+        })
+    }
+}
+
 /// A `cpuset.mems`-only update of a container whose CPUs another plugin set: its memory
 /// nodes follow the CPUs it got, and nothing it does not own is touched.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -167,6 +167,16 @@ impl Running {
     }
 }
 
+/// A configuration file `name` holding `text`, mode 0644 (the reader refuses files others may
+/// change), in a directory of its own that lives as long as the returned guard.
+fn config_file(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).expect("write");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    (dir, path)
+}
+
 fn fast() -> ReloadOptions {
     ReloadOptions {
         debounce: Duration::from_millis(50),
@@ -220,10 +230,7 @@ async fn a_swapped_configmap_is_reloaded_and_a_bad_one_keeps_the_old_config() {
 
 #[tokio::test]
 async fn editors_saves_in_place_and_by_rename_are_reloaded() {
-    let t = tempfile::tempdir().expect("tmp");
-    let path = t.path().join("nri-align.yaml");
-    std::fs::write(&path, "policy: none\n").expect("write");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let (dir, path) = config_file("nri-align.yaml", "policy: none\n");
     let mut r = Running::start(path.clone(), b"policy: none\n", fast()).await;
 
     // In place (truncate and write: IN_CLOSE_WRITE).
@@ -232,7 +239,7 @@ async fn editors_saves_in_place_and_by_rename_are_reloaded() {
     assert_eq!(r.policy(), Some(Policy::Restricted));
 
     // Write a temporary file, rename it over (vim, sed -i).
-    let tmp = t.path().join(".nri-align.yaml.swp");
+    let tmp = dir.path().join(".nri-align.yaml.swp");
     std::fs::write(&tmp, "policy: best-effort\n").expect("write");
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)).expect("chmod");
     std::fs::rename(&tmp, &path).expect("rename");
@@ -256,10 +263,7 @@ async fn editors_saves_in_place_and_by_rename_are_reloaded() {
 
 #[tokio::test]
 async fn without_a_watch_the_poll_notices_a_change() {
-    let t = tempfile::tempdir().expect("tmp");
-    let path = t.path().join("c.yaml");
-    std::fs::write(&path, "policy: none\n").expect("write");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let (_dir, path) = config_file("c.yaml", "policy: none\n");
     let opts = ReloadOptions {
         watch: false,
         poll_every: Duration::from_millis(100),
@@ -275,10 +279,7 @@ async fn without_a_watch_the_poll_notices_a_change() {
 
 #[tokio::test]
 async fn a_poll_never_applies_a_file_caught_in_the_middle_of_a_write() {
-    let t = tempfile::tempdir().expect("tmp");
-    let path = t.path().join("c.yaml");
-    std::fs::write(&path, "policy: none\n").expect("write");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let (_dir, path) = config_file("c.yaml", "policy: none\n");
     // Polls far more often than the write below takes, so one lands on the truncated file.
     let opts = ReloadOptions {
         watch: false,
@@ -334,10 +335,7 @@ async fn a_fifo_in_place_of_the_file_is_refused_without_blocking() {
 
 #[tokio::test]
 async fn sighup_reloads_even_an_unchanged_file_and_reports_a_bad_one_every_time() {
-    let t = tempfile::tempdir().expect("tmp");
-    let path = t.path().join("c.yaml");
-    std::fs::write(&path, "policy: restricted\n").expect("write");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let (_dir, path) = config_file("c.yaml", "policy: restricted\n");
     let opts = ReloadOptions {
         watch: false,
         ..fast()

@@ -318,13 +318,9 @@ impl<P: Placer> Engine<P> {
                 return Err(EngineError::Rejected(r));
             }
         };
-        let mut updates = Vec::new();
-        if a.cpus != old.applied_cpus {
-            updates.push(CpusetUpdate {
-                container_id: c.id.clone(),
-                cpus: a.cpus.clone(),
-            });
-        }
+        let mut updates: Vec<_> = CpusetUpdate::if_moved(&c.id, &a.cpus, &old.applied_cpus)
+            .into_iter()
+            .collect();
         let rec = Record {
             applied_cpus: a.cpus.clone(),
             assignment: a.clone(),
