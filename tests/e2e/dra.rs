@@ -109,6 +109,35 @@ enum Route {
 }
 
 /// The value of `key=` in a log line (quoted or not), empty when absent.
+/// The daemon's log says container `app`'s GPUs were read from its CDI devices.
+fn assert_gpus_read_from_cdi(out: &str) {
+    let gpus = out
+        .lines()
+        .rev()
+        .find(|l| l.contains("gpus read") && l.contains("container=app"))
+        .unwrap_or_default();
+    assert!(
+        gpus.contains("source=cdi") || gpus.contains("source=\"cdi\""),
+        "{gpus}\n{out}"
+    );
+}
+
+/// Container `id`'s CPUs are all on NUMA node `node`, and its memory comes to be there.
+fn assert_on_node(e: &Enforced, id: &str, node: u32) {
+    let cpus = e.host.machine.nodes[&node].clone();
+    let live = e.live(id);
+    assert!(
+        live.cpus.iter().all(|c| cpus.contains(c)),
+        "{live:?} not on node {node}"
+    );
+    assert!(
+        e2e::wait_until(Duration::from_secs(5), || e.live(id).mems
+            == node.to_string()),
+        "{:?}",
+        e.live(id)
+    );
+}
+
 fn field(line: &str, key: &str) -> String {
     let Some((_, rest)) = line.split_once(&format!(" {key}=")) else {
         return String::new();
@@ -217,28 +246,9 @@ fn dra(rt: Runtime, route: Route, instance: &str) {
         (Route::CriField, false) => assert!(cri.is_empty() && matched == names, "{resolved}"),
         (Route::Annotations, _) => assert!(cri.is_empty() && matched.is_empty(), "{resolved}"),
     }
-    let gpus = out
-        .lines()
-        .rev()
-        .find(|l| l.contains("gpus read") && l.contains("container=app"))
-        .unwrap_or_default();
-    assert!(
-        gpus.contains("source=cdi") || gpus.contains("source=\"cdi\""),
-        "{gpus}\n{out}"
-    );
+    assert_gpus_read_from_cdi(&out);
     // An exclusive CPU and the memory on the function's node.
-    let cpus = e.host.machine.nodes[&node].clone();
-    let live = e.live(&id);
-    assert!(
-        live.cpus.iter().all(|c| cpus.contains(c)),
-        "{live:?} not on node {node}"
-    );
-    assert!(
-        e2e::wait_until(Duration::from_secs(5), || e.live(&id).mems
-            == node.to_string()),
-        "{:?}",
-        e.live(&id)
-    );
+    assert_on_node(&e, &id, node);
 }
 
 /// The list of strings at `v` (a JSON array), empty when absent.
@@ -403,27 +413,8 @@ fn claims_the_kubelet_lists_align_cpus_and_memory(rt: Runtime) {
         field(resolved, "cri").is_empty() && field(resolved, "matched").is_empty(),
         "{resolved}"
     );
-    let gpus = out
-        .lines()
-        .rev()
-        .find(|l| l.contains("gpus read") && l.contains("container=app"))
-        .unwrap_or_default();
-    assert!(
-        gpus.contains("source=cdi") || gpus.contains("source=\"cdi\""),
-        "{gpus}\n{out}"
-    );
-    let cpus = e.host.machine.nodes[&node].clone();
-    let live = e.live(&id);
-    assert!(
-        live.cpus.iter().all(|c| cpus.contains(c)),
-        "{live:?} not on node {node}"
-    );
-    assert!(
-        e2e::wait_until(Duration::from_secs(5), || e.live(&id).mems
-            == node.to_string()),
-        "{:?}",
-        e.live(&id)
-    );
+    assert_gpus_read_from_cdi(&out);
+    assert_on_node(&e, &id, node);
     // The record: the GPU held, the function aligned to, and each claim's device.
     let state = e.run.state().expect("state");
     let rec = &state[&id];
