@@ -27,10 +27,40 @@ use nix::sys::signal::Signal;
 use test_support::e2e::cpuset_plugin::CpusetPlugin;
 use test_support::e2e::kubelet::{KubeContainer, KubePod, Node, Resources};
 use test_support::e2e::suite::Enforced;
-use test_support::e2e::{wait_until, Runtime, UpOptions};
+use test_support::e2e::{wait_until, Pod, Runtime, UpOptions};
 use test_support::each_runtime;
 
 const CLAIM: &str = "9d2c7a10-aaaa-bbbb-cccc-0123456789ab";
+
+/// Writes `config` and has the running nri-align reload it (SIGHUP), waiting until it says so.
+fn reload_with(e: &Enforced, config: &str) {
+    let reloads = e.plugin.output().matches("configuration reloaded").count();
+    std::fs::write(&e.config, config).expect("config");
+    e.plugin.signal(Signal::SIGHUP);
+    assert!(
+        wait_until(Duration::from_secs(10), || e
+            .plugin
+            .output()
+            .matches("configuration reloaded")
+            .count()
+            > reloads),
+        "{}",
+        e.plugin.output()
+    );
+}
+
+/// Creating `pod`'s container `app` fails with the runtime's "both tried to set" (`what`: the
+/// two plugins' conflict, for the message).
+fn assert_refused_as_both_set(e: &Enforced, sandbox: &Pod, pod: &KubePod, k: &Node, what: &str) {
+    let refused =
+        e.rt.create_kube_container(sandbox, pod, k, "app", 0)
+            .expect_err(what);
+    assert!(
+        refused.to_string().contains("both tried to set"),
+        "{}: {refused}",
+        e.rt.name
+    );
+}
 
 fn pod(name: &str, cpu: u32) -> KubePod {
     KubePod::new("dra", name).container(
@@ -57,29 +87,10 @@ fn a_second_plugin_owning_cpus_is_left_them(rt: Runtime) {
     // 1. Both set cpuset.cpus: the runtime refuses the container.
     let both = pod("both", cpu);
     let sandbox = e.rt.run_kube_pod(&both, &k).expect("sandbox");
-    let refused =
-        e.rt.create_kube_container(&sandbox, &both, &k, "app", 0)
-            .expect_err("two plugins setting cpuset.cpus");
-    assert!(
-        refused.to_string().contains("both tried to set"),
-        "{}: {refused}",
-        rt.name()
-    );
+    assert_refused_as_both_set(&e, &sandbox, &both, &k, "two plugins setting cpuset.cpus");
 
     // 2. Left to the other plugin (a reload is enough: it holds for later creations).
-    let reloads = e.plugin.output().matches("configuration reloaded").count();
-    std::fs::write(&e.config, "leave_to_others: [cpus]\n").expect("config");
-    e.plugin.signal(Signal::SIGHUP);
-    assert!(
-        wait_until(Duration::from_secs(10), || e
-            .plugin
-            .output()
-            .matches("configuration reloaded")
-            .count()
-            > reloads),
-        "{}",
-        e.plugin.output()
-    );
+    reload_with(&e, "leave_to_others: [cpus]\n");
     let left = pod("left", cpu);
     let sandbox = e.rt.run_kube_pod(&left, &k).expect("sandbox");
     let id =
@@ -221,28 +232,9 @@ fn a_memory_plugin_owning_mems_places_the_cpus(rt: Runtime) {
     let both = KubePod::new("dra", "mems-both")
         .container(KubeContainer::new("app").resources(Resources::none().request("cpu", "100m")));
     let sandbox = e.rt.run_kube_pod(&both, &k).expect("sandbox");
-    let refused =
-        e.rt.create_kube_container(&sandbox, &both, &k, "app", 0)
-            .expect_err("two plugins setting cpuset.mems");
-    assert!(
-        refused.to_string().contains("both tried to set"),
-        "{}: {refused}",
-        rt.name()
-    );
+    assert_refused_as_both_set(&e, &sandbox, &both, &k, "two plugins setting cpuset.mems");
 
-    let reloads = e.plugin.output().matches("configuration reloaded").count();
-    std::fs::write(&e.config, "leave_to_others: [mems]\n").expect("config");
-    e.plugin.signal(Signal::SIGHUP);
-    assert!(
-        wait_until(Duration::from_secs(10), || e
-            .plugin
-            .output()
-            .matches("configuration reloaded")
-            .count()
-            > reloads),
-        "{}",
-        e.plugin.output()
-    );
+    reload_with(&e, "leave_to_others: [mems]\n");
     let left = pod("mems-left");
     let sandbox = e.rt.run_kube_pod(&left, &k).expect("sandbox");
     let id =
