@@ -129,19 +129,7 @@ fn decisions(log: &Path) -> HashMap<String, f64> {
 
 /// Stops and removes container `n`, as the runtime does.
 async fn remove(conn: &Connection, n: u64, exclusive: bool) -> Result<(), BoxError> {
-    let c = container(n, i64::from(exclusive));
-    let stop = api::StopContainerRequest {
-        pod: MessageField::some(pod(n)),
-        container: MessageField::some(c.clone()),
-        ..Default::default()
-    };
-    conn.plugin.stop_container(ctx(), &stop).await?;
-    let remove = api::RemoveContainerRequest {
-        pod: MessageField::some(pod(n)),
-        container: MessageField::some(c),
-        ..Default::default()
-    };
-    conn.plugin.remove_container(ctx(), &remove).await?;
+    bench::stop_and_remove(conn, n, exclusive).await?;
     Ok(())
 }
 

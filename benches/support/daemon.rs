@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use nri_protocol::api::{self, Message, MessageField};
-use test_support::bench::{container, ctx, pod, BoxError, Connection};
+use test_support::bench::{self, container, ctx, pod, BoxError, Connection};
 
 pub struct Daemon {
     pub child: Child,
@@ -230,21 +230,9 @@ impl Node {
         let Some(n) = q.pop_front() else {
             return Ok(());
         };
-        let c = container(n, i64::from(exclusive));
-        self.cpus.remove(&c.id);
-        let stop = api::StopContainerRequest {
-            pod: MessageField::some(pod(n)),
-            container: MessageField::some(c.clone()),
-            ..Default::default()
-        };
-        let reply = conn.plugin.stop_container(ctx(), &stop).await?;
-        self.apply(&reply.update);
-        let remove = api::RemoveContainerRequest {
-            pod: MessageField::some(pod(n)),
-            container: MessageField::some(c),
-            ..Default::default()
-        };
-        conn.plugin.remove_container(ctx(), &remove).await?;
+        self.cpus.remove(&container(n, i64::from(exclusive)).id);
+        let updates = bench::stop_and_remove(conn, n, exclusive).await?;
+        self.apply(&updates);
         Ok(())
     }
 

@@ -255,3 +255,27 @@ pub fn load() -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// Stops and removes container `n` (`exclusive`: made with one CPU of its own), as the runtime
+/// does; returns the updates the stop's reply carries (a removal that grows the shared pool
+/// sends the shared containers' new cpusets there).
+pub async fn stop_and_remove(
+    conn: &Connection,
+    n: u64,
+    exclusive: bool,
+) -> Result<Vec<api::ContainerUpdate>, BoxError> {
+    let c = container(n, i64::from(exclusive));
+    let stop = api::StopContainerRequest {
+        pod: MessageField::some(pod(n)),
+        container: MessageField::some(c.clone()),
+        ..Default::default()
+    };
+    let reply = conn.plugin.stop_container(ctx(), &stop).await?;
+    let remove = api::RemoveContainerRequest {
+        pod: MessageField::some(pod(n)),
+        container: MessageField::some(c),
+        ..Default::default()
+    };
+    conn.plugin.remove_container(ctx(), &remove).await?;
+    Ok(reply.update)
+}
