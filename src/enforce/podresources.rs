@@ -6,6 +6,8 @@
 //! (they then cost nothing), and every failure falls back to what the container's spec shows
 //! (fail open). Answers are cached per pod UID until the pod's removal: the kubelet allocates
 //! every container's devices when it admits the pod, before the first container is created.
+//! "Pod unknown" is kept only for [`UNKNOWN_POD_TTL`]: a kubelet that had not yet listed the
+//! pod (or its claims) at its first container must not leave the later ones without devices.
 //!
 //! `GetAllocatableResources` says which devices the kubelet may hand out (device plugins list
 //! only healthy ones): `gpu_mode: remap` chooses only among those. It is asked under the same
@@ -30,20 +32,28 @@ pub const BACKOFF: Duration = Duration::from_secs(30);
 /// change only when a device plugin registers or a device's health changes, and a GPU that
 /// turned unhealthy within this window is still one the device plugin would not hand out.
 pub const ALLOCATABLE_TTL: Duration = Duration::from_secs(10);
+/// How long a "pod unknown" answer is taken as the kubelet's word. Pods the kubelet never
+/// runs (made through CRI by another client) are asked again after it, one local call per
+/// container at most every this long; a kubelet that lagged is asked again for the next
+/// container.
+pub const UNKNOWN_POD_TTL: Duration = Duration::from_secs(2);
 /// Most pods whose answers are cached (a node runs at most a few hundred pods).
 const MAX_CACHED_PODS: usize = 4096;
 
 /// The kubelet's PodResources API as a device source.
 pub struct KubeletSource {
     config: PodResourcesConfig,
+    /// [`UNKNOWN_POD_TTL`]; shorter in tests.
+    unknown_pod_ttl: Duration,
     inner: Mutex<Inner>,
 }
 
 #[derive(Default)]
 struct Inner {
     client: Option<PodResourcesClient>,
-    /// Answers by pod UID: `None` when the kubelet did not know the pod.
-    cache: HashMap<String, Option<proto::PodResources>>,
+    /// Answers by pod UID: `None` when the kubelet did not know the pod (with when it said
+    /// so: that answer expires after [`UNKNOWN_POD_TTL`]).
+    cache: HashMap<String, (Option<proto::PodResources>, Instant)>,
     /// Lookups are off until then.
     off_until: Option<Instant>,
     /// The kubelet refuses `Get`: use `List`.
@@ -67,8 +77,16 @@ impl KubeletSource {
     pub fn new(config: PodResourcesConfig) -> Self {
         Self {
             config,
+            unknown_pod_ttl: UNKNOWN_POD_TTL,
             inner: Mutex::new(Inner::default()),
         }
+    }
+
+    /// The same source with "pod unknown" kept for `ttl` instead of [`UNKNOWN_POD_TTL`].
+    #[cfg(test)]
+    fn with_unknown_pod_ttl(mut self, ttl: Duration) -> Self {
+        self.unknown_pod_ttl = ttl;
+        self
     }
 
     /// The devices of container `container` of `pod` that the kubelet reports, for the
@@ -129,7 +147,10 @@ impl KubeletSource {
         container: &str,
         count: &(dyn Fn(&str) + Sync),
     ) -> Option<Vec<KubeletDevices>> {
-        if !inner.cache.contains_key(&pod.uid) {
+        let fresh = |(answer, at): &(Option<proto::PodResources>, Instant)| {
+            answer.is_some() || at.elapsed() < self.unknown_pod_ttl
+        };
+        if !inner.cache.get(&pod.uid).is_some_and(fresh) {
             if inner.off_until.is_some_and(|t| Instant::now() < t) {
                 count("podresources-skipped");
                 return None;
@@ -141,7 +162,9 @@ impl KubeletSource {
                     if inner.cache.len() >= MAX_CACHED_PODS {
                         inner.cache.clear();
                     }
-                    inner.cache.insert(pod.uid.clone(), answer);
+                    inner
+                        .cache
+                        .insert(pod.uid.clone(), (answer, Instant::now()));
                 }
                 Ok(Err(e)) => {
                     let what = format!("pod {}/{}", pod.namespace, pod.name);
@@ -155,7 +178,7 @@ impl KubeletSource {
                 }
             }
         }
-        let pr = inner.cache.get(&pod.uid)?.as_ref()?;
+        let pr = inner.cache.get(&pod.uid)?.0.as_ref()?;
         let c = pr.containers.iter().find(|c| c.name == container)?;
         Some(select(&self.config.resources, &c.devices))
     }
@@ -238,7 +261,7 @@ impl KubeletSource {
     /// (by [`KubeletSource::devices_for`]): never asks the kubelet itself.
     pub async fn claims_for(&self, pod: &PodView, container: &str) -> Vec<KubeletClaimDevice> {
         let inner = self.inner.lock().await;
-        let Some(Some(pr)) = inner.cache.get(&pod.uid) else {
+        let Some((Some(pr), _)) = inner.cache.get(&pod.uid) else {
             return Vec::new();
         };
         pr.containers

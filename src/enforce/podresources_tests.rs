@@ -70,6 +70,33 @@ async fn the_kubelets_answer_for_the_container_filtered_to_the_configured_resour
     k.stop().await;
 }
 
+/// A kubelet that did not know the pod at its first container (it had not listed it, or its
+/// claims, yet) is asked again once "pod unknown" is older than its time to live: the later
+/// containers get their devices. Within it, the answer stands (one call per pod, not per
+/// container, for pods the kubelet never runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_unknown_is_asked_again_after_its_time_to_live() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let k = TestKubelet::start(&dir.path().join("kubelet.sock"), Vec::new()).expect("serve");
+    let kept = source(dir.path(), 1000).with_unknown_pod_ttl(Duration::from_secs(3600));
+    let brief = source(dir.path(), 1000).with_unknown_pod_ttl(Duration::from_millis(20));
+    assert_eq!(kept.devices_for(&pod(), "cuda", None).await, None);
+    assert_eq!(brief.devices_for(&pod(), "cuda", None).await, None);
+    k.set_pods(answer());
+    assert_eq!(kept.devices_for(&pod(), "cuda", None).await, None);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let d = brief
+        .devices_for(&pod(), "cuda", None)
+        .await
+        .expect("asked again");
+    assert_eq!(d[0].ids, ["GPU-1aaa"]);
+    // A known pod's answer stays until the pod goes, whatever its age.
+    k.set_pods(Vec::new());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(brief.devices_for(&pod(), "cuda", None).await.is_some());
+    k.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_or_absent_kubelet_fails_open_within_the_deadline_then_is_skipped() {
     let dir = tempfile::tempdir().expect("tmp");
