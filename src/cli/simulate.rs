@@ -67,6 +67,10 @@ pub struct SimulateArgs {
     /// second a seed; at 60 it may not within its time limit, and then counts every pod).
     #[arg(long, default_value_t = 30, requires = "churn")]
     pub pods: usize,
+    /// With --churn: skip the offline optimum (about a second a stream to solve), for runs
+    /// over thousands of streams that compare the strategies with each other.
+    #[arg(long, requires = "churn")]
+    pub no_optimum: bool,
     /// Node configuration file, as `nri-align run --config` reads it (policy, scope, reserved
     /// CPUs, `nrt:` resource names...).
     #[arg(long)]
@@ -162,7 +166,7 @@ fn churn(args: &SimulateArgs, nic_plugin: NicPlugin) -> anyhow::Result<()> {
         pods: args.pods.min(MAX_CHURN_PODS),
         seeds: args.seeds.min(MAX_CHURN_SEEDS),
         nic_plugin,
-        optimum: true,
+        optimum: !args.no_optimum,
     };
     let hosts: Vec<(String, Topology)> =
         if args.host.is_some() || args.hwloc_xml.is_some() || args.host_root.is_some() {
@@ -194,15 +198,17 @@ fn churn(args: &SimulateArgs, nic_plugin: NicPlugin) -> anyhow::Result<()> {
             spec.nic_plugin.describe()
         );
         print!("{}", simulate::churn::table(&rows));
+        print!("{}", simulate::churn::against_the_kubelet(&rows));
     }
     Ok(())
 }
 
 /// The shipped hosts `--churn` compares on by default.
 const CHURN_HOSTS: [&str; 3] = ["dgx1-v100", "dgx-h100", "epyc-nps4"];
-/// Bounds on `--pods` and `--seeds`: every replay keeps its report in memory.
+/// Bounds on `--pods` and `--seeds`: one replay's report is in memory at a time (its pods'
+/// decisions), a row keeps two counts a stream.
 const MAX_CHURN_PODS: usize = 10_000;
-const MAX_CHURN_SEEDS: u64 = 100;
+const MAX_CHURN_SEEDS: u64 = 5_000;
 
 /// Reads a configuration file in `nri-align run --config` format (a file with only the
 /// placement keys, the format this command read before, is one).

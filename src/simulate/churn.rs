@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use super::paired::Paired;
 use super::{optimum, repack, ReplayError, Strategy, Workload};
 use super::{
     replay_plugins, ContainerSpec, Event, GpuChoice, NicPlugin, PodSpec, Quantity, Report,
@@ -81,6 +82,11 @@ pub struct ChurnRow {
     /// Streams whose optimum the solver did not prove within its time limit: each counts
     /// every pod offered, still a bound (the optimum's row only).
     pub unproven: usize,
+    /// Pods admitted on each stream, seed 1 first (empty for the optimum's row): what
+    /// [`Paired`] compares stream by stream.
+    pub stream_pods: Vec<usize>,
+    /// GPUs admitted on each stream, seed 1 first (empty for the optimum's row).
+    pub stream_gpus: Vec<usize>,
 }
 
 /// The label of the offline optimum's rows.
@@ -195,7 +201,7 @@ pub fn rows(
             Strategy::NriAlign,
             GpuChoice::Preferred,
             NumaChoice::BestFit,
-            "nri-align, best-fit",
+            NRI_ALIGN,
         ),
         (
             Strategy::NriAlign,
@@ -244,7 +250,10 @@ pub fn rows(
                 spec.nic_plugin,
             )?;
             row.offered += spec.pods;
+            let gpus_before = row.gpus;
             tally(&mut row, &report, &topo, &links);
+            row.stream_pods.push(report.summary.pods_admitted);
+            row.stream_gpus.push(row.gpus - gpus_before);
             let (fit, bound) = repack::refusals_that_fit(&bins, &wl, &report.admitted_steps());
             row.refused_repackable += fit;
             row.search_bound_hits += bound;
@@ -433,6 +442,52 @@ pub fn table(rows: &[ChurnRow]) -> String {
         out.push_str(&format!(
             "\n{unproven} streams' optimum not proven within {} s: each counts every pod offered\n",
             optimum::TIME_LIMIT_S
+        ));
+    }
+    out
+}
+
+/// The label of nri-align's default row, the one compared stream by stream.
+pub const NRI_ALIGN: &str = "nri-align, best-fit";
+
+/// Per host, nri-align's default row against [`KUBELET`] stream by stream ([`Paired`]): the
+/// mean difference in pods and GPUs admitted, the streams ahead and behind, and whether the
+/// seeds drawn explain the gap (sign-flip test). Empty when no host has both rows.
+pub fn against_the_kubelet(rows: &[ChurnRow]) -> String {
+    let mut out = String::new();
+    for ours in rows.iter().filter(|r| r.strategy == NRI_ALIGN) {
+        let Some(theirs) = rows
+            .iter()
+            .find(|k| k.host == ours.host && k.strategy == KUBELET)
+        else {
+            continue;
+        };
+        let pods = Paired::new(&ours.stream_pods, &theirs.stream_pods);
+        let gpus = Paired::new(&ours.stream_gpus, &theirs.stream_gpus);
+        let Some((pods, gpus)) = pods.zip(gpus) else {
+            continue;
+        };
+        if out.is_empty() {
+            out.push_str(&format!(
+                "\n{NRI_ALIGN} against {KUBELET}, stream by stream:\n"
+            ));
+        }
+        let verdict = |p: &Paired| {
+            if p.within_luck() {
+                "within the streams' luck"
+            } else if p.mean > 0.0 {
+                "more"
+            } else {
+                "fewer"
+            }
+        };
+        out.push_str(&format!(
+            "- {}: pods {}, {}; GPUs {}, {}\n",
+            ours.host,
+            pods.describe(),
+            verdict(&pods),
+            gpus.describe(),
+            verdict(&gpus),
         ));
     }
     out

@@ -246,3 +246,35 @@ fn nri_align_admits_as_many_pods_and_gpus_as_the_kubelet_over_many_streams() {
         );
     }
 }
+
+/// Each row keeps its streams' totals, and nri-align is compared with the kubelet stream by
+/// stream: the same mean difference and interval [`Paired`] computes from them.
+#[test]
+fn the_table_compares_nri_align_with_the_kubelet_stream_by_stream() {
+    let host = "dgx-h100";
+    let spec = ChurnSpec {
+        seeds: 4,
+        optimum: false,
+        ..ChurnSpec::default()
+    };
+    let rows = rows(host, Arc::new(testing::shipped(host)), spec).expect("rows");
+    for r in &rows {
+        assert_eq!(r.stream_pods.len(), 4, "{r:?}");
+        assert_eq!(r.stream_pods.iter().sum::<usize>(), r.admitted, "{r:?}");
+        assert_eq!(r.stream_gpus.iter().sum::<usize>(), r.gpus, "{r:?}");
+    }
+    let ours = rows.iter().find(|r| r.strategy == NRI_ALIGN).expect("ours");
+    let kubelet = rows
+        .iter()
+        .find(|r| r.strategy == KUBELET)
+        .expect("kubelet");
+    let pods = Paired::new(&ours.stream_pods, &kubelet.stream_pods).expect("paired");
+    let t = against_the_kubelet(&rows);
+    assert!(
+        t.starts_with(&format!(
+            "\n{NRI_ALIGN} against {KUBELET}, stream by stream:\n- {host}: pods {}",
+            pods.describe()
+        )),
+        "{t}"
+    );
+}

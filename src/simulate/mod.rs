@@ -10,6 +10,7 @@ pub mod churn;
 pub mod device_plugin;
 pub mod nic_plugin;
 pub mod optimum;
+pub mod paired;
 pub mod repack;
 pub mod workload;
 
