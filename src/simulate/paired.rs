@@ -59,11 +59,17 @@ impl Paired {
         self.p_value >= SIGNIFICANT
     }
 
-    /// `-0.20 a stream (ahead on 1, behind on 5 of 40 streams; p = 0.22)`.
+    /// `-0.20 a stream (ahead on 1, behind on 5 of 40 streams; p = 0.22)`; `p < 0.01` below
+    /// what two decimals show.
     pub fn describe(&self) -> String {
+        let p = if self.p_value < 0.01 {
+            "p < 0.01".to_string()
+        } else {
+            format!("p = {:.2}", self.p_value)
+        };
         format!(
-            "{:+.2} a stream (ahead on {}, behind on {} of {} streams; p = {:.2})",
-            self.mean, self.ahead, self.behind, self.streams, self.p_value
+            "{:+.2} a stream (ahead on {}, behind on {} of {} streams; {p})",
+            self.mean, self.ahead, self.behind, self.streams
         )
     }
 }
