@@ -42,6 +42,10 @@ pub trait Placer: Send {
     fn restore(&mut self, a: Assignment) -> Result<(), Rejection>;
     /// CPUs of the shared pool now.
     fn shared_pool(&self) -> CpuSet;
+    /// Takes `pool` (what the shared containers were last moved onto, read back from the
+    /// records) as the shared pool where it is still valid, so that a restart moves nobody.
+    /// Placers that keep no pool apart from the free CPUs ignore it.
+    fn adopt_pool(&mut self, _pool: &CpuSet) {}
     /// Replaces the placement settings.
     fn set_config(&mut self, c: PlacementConfig);
     /// The host.
@@ -93,6 +97,9 @@ impl Placer for Allocator {
     }
     fn shared_pool(&self) -> CpuSet {
         Allocator::shared_pool(self)
+    }
+    fn adopt_pool(&mut self, pool: &CpuSet) {
+        Allocator::adopt_pool(self, pool);
     }
     fn set_config(&mut self, c: PlacementConfig) {
         Allocator::set_config(self, c)

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::error::PlacementError;
+use super::pool::SharedPool;
 use super::request::Assignment;
 use crate::topology::{CpuSet, NodeSet, PcieLevel, Topology};
 
@@ -68,6 +69,9 @@ pub struct Ledger {
     /// What each node with CPUs holds in total, per resource, largest first (see
     /// [`NodeTotals`]): the same at every decision until the reserved CPUs change.
     totals: Arc<NodeTotals>,
+    /// The shared pool, kept apart from the free CPUs by the exclusive headroom (see
+    /// [`SharedPool`]); every free shareable CPU when there is no headroom.
+    pool: SharedPool,
 }
 
 /// The total capacity of the nodes with CPUs, one column per resource (CPUs less the reserved
@@ -116,8 +120,10 @@ impl Ledger {
             nic_users: vec![0; nic_count],
             unallocatable_gpus: Default::default(),
             assignments: BTreeMap::new(),
+            pool: SharedPool::default(),
         };
         ledger.totals = Arc::new(ledger.count_totals());
+        ledger.settle_pool(true);
         ledger
     }
 
@@ -171,8 +177,12 @@ impl Ledger {
 
     /// Changes the reserved CPUs (config reload); allocations stay.
     pub fn set_reserved(&mut self, reserved: CpuSet) {
+        // A reload recomputes the pool once rather than leaving CPUs freed from the reserved
+        // set in the headroom.
+        let changed = self.reserved != reserved;
         self.reserved = reserved;
         self.totals = Arc::new(self.count_totals());
+        self.settle_pool(changed);
     }
 
     /// Reserved CPUs.
@@ -201,6 +211,7 @@ impl Ledger {
             .filter(|id| self.topo.node_index(*id).is_some())
             .collect();
         self.totals = Arc::new(self.count_totals());
+        self.settle_pool(false);
         unknown
     }
 
@@ -219,33 +230,6 @@ impl Ledger {
                 (!gone.is_empty()).then_some((a.container_id.as_str(), gone))
             })
             .collect()
-    }
-
-    /// CPUs that can still be given exclusively (isolated CPUs included: they are only ever
-    /// used exclusively).
-    pub fn free_cpus(&self) -> CpuSet {
-        let mut s = (*self.online).clone();
-        s.subtract(&self.reserved);
-        s.subtract(&self.exclusive);
-        s
-    }
-
-    /// Free CPUs for one kind of exclusive request: the isolated ones only when `isolated`,
-    /// else every free CPU but the isolated ones (which go only to containers that ask).
-    pub fn free_cpus_for(&self, isolated: bool) -> CpuSet {
-        let free = self.free_cpus();
-        if isolated {
-            free.intersection(&self.topo.isolated_cpus)
-        } else {
-            free.difference(&self.topo.isolated_cpus)
-        }
-    }
-
-    /// The shared pool: online minus reserved, exclusive and isolated CPUs.
-    pub fn shared_pool(&self) -> CpuSet {
-        let mut s = self.free_cpus();
-        s.subtract(&self.topo.isolated_cpus);
-        s
     }
 
     /// Free memory of the node at index `i` (none while its memory is offline).
@@ -433,6 +417,7 @@ impl Ledger {
         if a.exclusive {
             self.exclusive.extend_from(&a.cpus);
         }
+        let exclusive = a.exclusive;
         for g in gpus {
             self.gpu_owner.insert(g, a.container_id.clone());
         }
@@ -449,6 +434,9 @@ impl Ledger {
         }
         self.mem_split.insert(a.container_id.clone(), split);
         self.assignments.insert(a.container_id.clone(), a);
+        if exclusive {
+            self.settle_pool(false);
+        }
         Ok(())
     }
 
@@ -505,6 +493,7 @@ impl Ledger {
         let a = self.assignments.remove(id)?;
         if a.exclusive {
             self.exclusive.subtract(&a.cpus);
+            self.settle_pool(false);
         }
         self.gpu_owner.retain(|_, holder| holder != id);
         for bus in &a.shared_gpus {
@@ -607,3 +596,7 @@ fn nic_gpu_level(topo: &Topology, nic: usize, gpu: usize) -> PcieLevel {
 #[cfg(test)]
 #[path = "ledger_tests.rs"]
 mod tests;
+
+// The free CPUs and the shared pool with its headroom, apart to keep this file short.
+#[path = "ledger_cpus.rs"]
+mod free_cpus;

@@ -1,0 +1,63 @@
+//! The ledger's free CPUs and the shared pool kept from them (with the exclusive headroom,
+//! [`SharedPool`](crate::placement::pool::SharedPool)).
+
+use super::Ledger;
+use crate::topology::CpuSet;
+
+impl Ledger {
+    /// CPUs that can still be given exclusively (isolated CPUs included: they are only ever
+    /// used exclusively).
+    pub fn free_cpus(&self) -> CpuSet {
+        let mut s = (*self.online).clone();
+        s.subtract(&self.reserved);
+        s.subtract(&self.exclusive);
+        s
+    }
+
+    /// Free CPUs for one kind of exclusive request: the isolated ones only when `isolated`,
+    /// else every free CPU but the isolated ones (which go only to containers that ask).
+    pub fn free_cpus_for(&self, isolated: bool) -> CpuSet {
+        let free = self.free_cpus();
+        if isolated {
+            free.intersection(&self.topo.isolated_cpus)
+        } else {
+            free.difference(&self.topo.isolated_cpus)
+        }
+    }
+
+    /// The shared pool: online minus reserved, exclusive and isolated CPUs, minus the
+    /// exclusive headroom when one is set.
+    pub fn shared_pool(&self) -> CpuSet {
+        self.pool.cpus().clone()
+    }
+
+    /// Sets the exclusive headroom (CPUs per node kept out of the shared pool); a change
+    /// recomputes the pool once.
+    pub fn set_headroom(&mut self, per_node: u32) {
+        let changed = self.pool.set_headroom(per_node);
+        self.settle_pool(changed);
+    }
+
+    /// The exclusive headroom per node.
+    pub fn headroom(&self) -> u32 {
+        self.pool.headroom()
+    }
+
+    /// Takes `pool` as the shared pool where it is still valid (what shared containers were
+    /// last moved onto, read back after a restart), so that a restart moves nobody.
+    pub fn adopt_pool(&mut self, pool: &CpuSet) {
+        self.pool.adopt(pool);
+        self.settle_pool(false);
+    }
+
+    /// Free shareable CPUs kept out of the shared pool now (the headroom's CPUs).
+    pub fn headroom_cpus(&self) -> CpuSet {
+        self.free_cpus_for(false).difference(self.pool.cpus())
+    }
+
+    /// Brings the pool in line with the free CPUs after they changed.
+    pub(super) fn settle_pool(&mut self, force: bool) {
+        let free = self.free_cpus_for(false);
+        self.pool.settle(&self.topo, &free, force);
+    }
+}
