@@ -343,7 +343,7 @@ impl Allocator {
             if !h.nodes.is_empty() {
                 a.mems = topo.memory_nodes_for(&h.nodes.union(&a.numa_nodes));
                 if !a.exclusive {
-                    a.cpus = cpus::shared_on(topo, &self.ledger.shared_pool(), &h.nodes);
+                    a.cpus = self.ledger.shared_on(&h.nodes);
                 }
             }
             a.reason = format!("{}'s choice: {}", h.scheduler.label(), a.reason);
@@ -508,7 +508,7 @@ impl Allocator {
         a.cpus = if r.exclusive {
             self.pick_cpus(config, caps, &c.nodes, r)?
         } else {
-            cpus::shared_on(topo, &self.ledger.shared_pool(), &a.numa_nodes)
+            self.ledger.shared_on(&a.numa_nodes)
         };
         let split = self
             .ledger

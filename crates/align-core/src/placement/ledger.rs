@@ -418,6 +418,7 @@ impl Ledger {
             self.exclusive.extend_from(&a.cpus);
         }
         let exclusive = a.exclusive;
+        let opens = (!exclusive && self.headroom() > 0).then(|| a.cpus.clone());
         for g in gpus {
             self.gpu_owner.insert(g, a.container_id.clone());
         }
@@ -436,6 +437,8 @@ impl Ledger {
         self.assignments.insert(a.container_id.clone(), a);
         if exclusive {
             self.settle_pool(false);
+        } else if let Some(cpus) = opens.as_ref() {
+            self.open_pool(cpus);
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! [`SharedPool`](crate::placement::pool::SharedPool)).
 
 use super::Ledger;
-use crate::topology::CpuSet;
+use crate::topology::{CpuSet, NodeSet};
 
 impl Ledger {
     /// CPUs that can still be given exclusively (isolated CPUs included: they are only ever
@@ -29,6 +29,26 @@ impl Ledger {
     /// exclusive headroom when one is set.
     pub fn shared_pool(&self) -> CpuSet {
         self.pool.cpus().clone()
+    }
+
+    /// The shared CPUs of a shared container bound to NUMA `nodes`: the pool on those nodes
+    /// (or the whole pool), a node whose free CPUs are all headroom counting with the pool
+    /// part it gets when the container is recorded ([`SharedPool::shared_on`](crate::placement::pool::SharedPool::shared_on)).
+    pub fn shared_on(&self, nodes: &NodeSet) -> CpuSet {
+        if self.pool.headroom() == 0 {
+            return crate::placement::cpus::shared_on(&self.topo, self.pool.cpus(), nodes);
+        }
+        self.pool
+            .shared_on(&self.topo, &self.free_cpus_for(false), nodes)
+    }
+
+    /// Opens the nodes of a shared container's `cpus` that had no pool CPU
+    /// ([`SharedPool::open`](crate::placement::pool::SharedPool::open)).
+    pub(super) fn open_pool(&mut self, cpus: &CpuSet) {
+        if self.pool.headroom() > 0 {
+            let free = self.free_cpus_for(false);
+            self.pool.open(&self.topo, &free, cpus);
+        }
     }
 
     /// Sets the exclusive headroom (CPUs per node kept out of the shared pool); a change

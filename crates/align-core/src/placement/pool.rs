@@ -8,15 +8,21 @@
 //!
 //! - every CPU of the pool is still free (an exclusive container that took pool CPUs, a CPU
 //!   offlined or reserved, forces the move);
-//! - a node with free CPUs keeps at least one of them in the pool (shared containers bound to
-//!   that node stay on it, and the pool is never empty while a shareable CPU is free: the
-//!   headroom shrinks first);
 //! - the free CPUs outside the pool (the headroom) are at most `2h` on the node (hysteresis:
-//!   releases refill the headroom, and only past `2h` does the pool grow back).
+//!   releases refill the headroom, and only past `2h` does the pool grow back);
+//! - the node has a pool CPU, unless it has none left and at most `h` free CPUs: a node that
+//!   exclusive containers filled gets its first CPUs back as headroom, where an exclusive
+//!   container is likely to take them again (the best-fit node choice packs the fullest
+//!   node), instead of moving every shared container for one CPU each way. A shared container
+//!   placed on such a node opens it: it gets the node's pool part as a recompute would leave
+//!   it ([`SharedPool::shared_on`]), and those CPUs join the pool when it is recorded
+//!   ([`SharedPool::open`]), so a shared container never runs on the headroom.
 //!
-//! A recomputed node gets the headroom back to `h` CPUs: the ones the exclusive picker takes
+//! A recomputed node gets the headroom back to `h` CPUs, the ones the exclusive picker takes
 //! first there (whole cores before split ones, one L3 group), so the next exclusive container
-//! finds them whole. With `h = 0` the pool is every free shareable CPU, as without headroom.
+//! finds them whole, and keeps at least one CPU in the pool. The pool is never empty while a
+//! shareable CPU is free: should every node be left without one, every node is recomputed.
+//! With `h = 0` the pool is every free shareable CPU, as without headroom.
 
 use super::cpus;
 use crate::topology::{CpuSet, Topology};
@@ -74,7 +80,7 @@ impl SharedPool {
             }
             let cur = self.cpus.intersection(&n.cpus);
             let keep = !force
-                && !cur.is_empty()
+                && (!cur.is_empty() || free_n.len() <= h as usize)
                 && cur.is_subset(&free_n)
                 && free_n.len() - cur.len() <= 2 * h as usize;
             let spare = if keep {
@@ -84,11 +90,52 @@ impl SharedPool {
             };
             pool.subtract(&spare);
         }
+        if pool.is_empty() && !free.is_empty() && !force {
+            return self.settle(topo, free, true);
+        }
         if pool == self.cpus {
             return false;
         }
         self.cpus = pool;
         true
+    }
+}
+
+impl SharedPool {
+    /// The shared CPUs of a shared container bound to NUMA `nodes`
+    /// ([`cpus::shared_on`]), where a node of `nodes` without pool CPUs but with free ones
+    /// counts with the pool part a recompute would give it (`free` as for `settle`).
+    pub fn shared_on(
+        &self,
+        topo: &Topology,
+        free: &CpuSet,
+        nodes: &crate::topology::NodeSet,
+    ) -> CpuSet {
+        if self.headroom == 0 {
+            return cpus::shared_on(topo, &self.cpus, nodes);
+        }
+        let mut pool = self.cpus.clone();
+        for n in nodes.iter().filter_map(|id| topo.node(id)) {
+            let free_n = free.intersection(&n.cpus);
+            if !free_n.is_empty() && self.cpus.is_disjoint(&n.cpus) {
+                pool.extend_from(&free_n.difference(&headroom_on(topo, &free_n, self.headroom)));
+            }
+        }
+        cpus::shared_on(topo, &pool, nodes)
+    }
+
+    /// A shared container on `cpus` was recorded: those of its CPUs that are free on a node
+    /// without pool CPUs join the pool (the node is opened, [`SharedPool::shared_on`]).
+    pub fn open(&mut self, topo: &Topology, free: &CpuSet, cpus: &CpuSet) {
+        if self.headroom == 0 {
+            return;
+        }
+        for n in topo.numa_nodes.iter() {
+            if self.cpus.is_disjoint(&n.cpus) {
+                let add = cpus.intersection(&n.cpus).intersection(free);
+                self.cpus.extend_from(&add);
+            }
+        }
     }
 }
 

@@ -157,6 +157,62 @@ fn a_node_keeps_a_pool_cpu_while_it_has_a_free_one() {
 }
 
 #[test]
+fn a_full_node_takes_its_first_cpus_back_as_headroom() {
+    // 4 CPUs per node, headroom 2: node 0 filled by two exclusive containers.
+    let topo = Arc::new(TopologyBuilder::new().sockets(2).cores(4).build());
+    let config = PlacementConfig {
+        exclusive_headroom: 2,
+        ..PlacementConfig::default()
+    };
+    let mut a = Allocator::new(topo, config);
+    let x = a.place(&request(1, 2)).expect("placed");
+    let y = a.place(&request(2, 2)).expect("placed");
+    assert_eq!(x.cpus.union(&y.cpus), set("0-3"), "best fit packs node 0");
+    let pool = a.shared_pool();
+    // Released, its CPUs stay out of the pool (2 <= h), and the next exclusive container
+    // takes them back without a move.
+    a.release("c1");
+    assert_eq!(a.shared_pool(), pool);
+    let z = a.place(&request(3, 2)).expect("placed");
+    assert_eq!(z.cpus, x.cpus);
+    assert_eq!(a.shared_pool(), pool);
+    // Past h free CPUs the node gets a pool CPU again.
+    a.release("c2");
+    a.release("c3");
+    assert_eq!(on_node(&a, 0, &a.shared_pool()).len(), 2);
+}
+
+#[test]
+fn a_shared_container_bound_to_a_node_without_pool_cpus_opens_it() {
+    let topo = Arc::new(TopologyBuilder::new().sockets(2).cores(4).build());
+    let config = PlacementConfig {
+        exclusive_headroom: 2,
+        ..PlacementConfig::default()
+    };
+    let mut a = Allocator::new(topo, config);
+    a.place(&request(1, 2)).expect("placed");
+    a.place(&request(2, 2)).expect("placed");
+    a.release("c1");
+    let node0: NodeSet = "0".parse().expect("set");
+    assert!(on_node(&a, 0, &a.shared_pool()).is_empty());
+    // What it would get: the node's part as a recompute leaves it (one CPU of two free).
+    let cpus = a.ledger().shared_on(&node0);
+    assert_eq!(cpus.len(), 1);
+    assert!(cpus.is_subset(&a.ledger().free_cpus_for(false)));
+    let shared = crate::placement::Assignment {
+        container_id: "s1".into(),
+        cpus: cpus.clone(),
+        numa_nodes: node0.clone(),
+        ..Default::default()
+    };
+    a.restore(shared).expect("recorded");
+    // Recorded, those CPUs are pool CPUs: never the headroom an exclusive container takes.
+    assert_eq!(on_node(&a, 0, &a.shared_pool()), cpus);
+    let x = a.place(&request(3, 1)).expect("placed");
+    assert!(x.cpus.is_disjoint(&cpus));
+}
+
+#[test]
 fn changing_the_headroom_recomputes_the_pool_once() {
     let mut a = allocator(0);
     a.place(&request(1, 2)).expect("placed");
@@ -245,10 +301,14 @@ proptest! {
             let free = a.ledger().free_cpus_for(false);
             prop_assert!(pool.is_disjoint(&held), "pool {pool} holds exclusive CPUs");
             prop_assert!(pool.is_subset(&free), "pool {pool} is not free ({free})");
+            prop_assert!(free.is_empty() || !pool.is_empty(), "pool empty, {free} free");
             for (i, node) in a.topology().numa_nodes.iter().enumerate() {
                 let free_n = free.intersection(&node.cpus);
                 let pool_n = pool.intersection(&node.cpus);
-                prop_assert!(free_n.is_empty() || !pool_n.is_empty(), "node {i} pool empty");
+                prop_assert!(
+                    free_n.len() <= h as usize || !pool_n.is_empty(),
+                    "node {i}: {free_n} free, none in the pool"
+                );
                 prop_assert!(free_n.len() - pool_n.len() <= 2 * h as usize);
             }
             if h == 0 {
