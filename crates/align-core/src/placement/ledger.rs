@@ -32,6 +32,10 @@ pub struct NodeFree {
     /// The node's memory is offline now (it left `has_memory`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub memory_offline: bool,
+    /// Free CPUs of `cpus` kept out of the shared pool for exclusive containers (the
+    /// exclusive headroom; none when it is off).
+    #[serde(skip_serializing_if = "CpuSet::is_empty")]
+    pub headroom_cpus: CpuSet,
 }
 
 /// The live allocations.
@@ -552,6 +556,7 @@ impl Ledger {
     /// Free capacity per NUMA node.
     pub fn free_by_node(&self) -> Vec<NodeFree> {
         let free = self.free_cpus();
+        let headroom = self.headroom_cpus();
         self.topo
             .numa_nodes
             .iter()
@@ -570,6 +575,7 @@ impl Ledger {
                     .collect(),
                 offline_cpus: n.cpus.difference(&self.online),
                 memory_offline: self.mem_offline.contains(n.id),
+                headroom_cpus: headroom.intersection(&n.cpus),
             })
             .collect()
     }

@@ -77,6 +77,21 @@ fn an_exclusive_container_from_the_headroom_moves_nobody() {
 }
 
 #[test]
+fn the_headroom_is_in_the_metrics() {
+    let mut e = engine(2, None);
+    create(&mut e, "x1", 2000, true);
+    let text = e.metrics.as_ref().expect("metrics").encode();
+    for line in [
+        // Node 0 gave its headroom to x1; node 1 keeps 2 of its 8 free CPUs.
+        "nri_align_exclusive_headroom_cpus{numa_node=\"0\"} 0",
+        "nri_align_exclusive_headroom_cpus{numa_node=\"1\"} 2",
+        "nri_align_free_cpus{numa_node=\"1\"} 8",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+    }
+}
+
+#[test]
 fn one_that_needs_pool_cpus_moves_each_shared_container_once_and_refills() {
     let mut e = engine(2, None);
     create(&mut e, "s1", 100, false);
