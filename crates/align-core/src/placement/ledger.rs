@@ -553,33 +553,6 @@ impl Ledger {
         (left == 0).then_some(split)
     }
 
-    /// Free capacity per NUMA node.
-    pub fn free_by_node(&self) -> Vec<NodeFree> {
-        let free = self.free_cpus();
-        let headroom = self.headroom_cpus();
-        self.topo
-            .numa_nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| NodeFree {
-                node: n.id,
-                cpus: free.intersection(&n.cpus),
-                memory_bytes: self.free_mem(i),
-                gpus: (0..self.topo.gpus.len())
-                    .filter(|g| self.gpu_free(*g) && self.gpu_node(*g) == Some(i))
-                    .map(|g| self.topo.gpus[g].pci_bus_id.clone())
-                    .collect(),
-                nics: (0..self.topo.nics.len())
-                    .filter(|x| self.nic_users(*x) == 0 && self.nic_node(*x) == Some(i))
-                    .map(|x| self.topo.nics[x].name.clone())
-                    .collect(),
-                offline_cpus: n.cpus.difference(&self.online),
-                memory_offline: self.mem_offline.contains(n.id),
-                headroom_cpus: headroom.intersection(&n.cpus),
-            })
-            .collect()
-    }
-
     /// Node ids of node indices.
     pub fn ids(&self, idx: &[usize]) -> NodeSet {
         idx.iter()
