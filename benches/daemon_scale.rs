@@ -26,10 +26,19 @@
 //! in each live container's cgroup and a few hundred elsewhere, as on a real node: start-up
 //! checks each record for a live process before Synchronize comes.
 //!
+//! All of it runs once per exclusive headroom compared (`exclusive_headroom`, free CPUs per
+//! NUMA node kept out of the shared pool; 0 and 8 unless `NRI_ALIGN_BENCH_HEADROOMS=0,8`
+//! says otherwise), each on a fresh daemon and node, and a last table puts them side by
+//! side: exclusive and shared creates as the runtime sees them and in the daemon's own time,
+//! the updates each create and removal carried (mean and max), how many exclusive creates
+//! moved the pool, and the daemon's memory. The restart part runs on the first headroom's
+//! state.
+//!
 //! Ratios in the tables compare sizes measured in the same run (flat cost = ratio ~1).
 //! `NRI_ALIGN_BENCH_SIZES=10,100` picks the sizes, `NRI_ALIGN_BENCH_WINDOW=100` the creates
 //! measured at each; `NRI_ALIGN_BENCH_BINARY=PATH` drives another
-//! build of the daemon (an older one, for before/after figures).
+//! build of the daemon (an older one, for before/after figures; with
+//! `NRI_ALIGN_BENCH_HEADROOMS=0`, since an older daemon refuses the key).
 //!
 //! `cargo bench --bench daemon_scale`
 
@@ -43,6 +52,8 @@ use test_support::bench::{self, load, quantiles, BoxError, Connection};
 #[path = "support/daemon.rs"]
 #[allow(dead_code)] // shared with daemon_cost, which uses what this bench does not
 mod daemon;
+#[path = "support/headroom.rs"]
+mod headroom;
 use daemon::{setup, Daemon, Node, Rss, Sample, Setup};
 
 /// Creates measured at each size (`NRI_ALIGN_BENCH_WINDOW` overrides it).
@@ -96,6 +107,8 @@ fn decisions(log: &Path) -> HashMap<String, Logged> {
 struct SizeResult {
     live: usize,
     samples: Vec<Sample>,
+    /// Updates each removal's reply carried.
+    removal_updates: Vec<usize>,
     /// After the window's creates.
     rss: Rss,
     /// Once the node reached `live`, before the window.
@@ -112,9 +125,45 @@ fn sizes() -> Vec<usize> {
         .unwrap_or_else(|| vec![10, 100, 1000, 5000])
 }
 
-async fn scale(setup: &Setup, node: &mut Node) -> Result<(Vec<SizeResult>, PathBuf), BoxError> {
+/// The exclusive headrooms compared.
+fn headrooms() -> Vec<u32> {
+    std::env::var("NRI_ALIGN_BENCH_HEADROOMS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .filter(|v: &Vec<u32>| !v.is_empty())
+        .unwrap_or_else(|| vec![0, 8])
+}
+
+/// `setup` with `exclusive_headroom: h` in its configuration (none written for 0, so that
+/// an older daemon takes it).
+fn with_headroom(setup: &Setup, h: u32) -> Result<Setup, BoxError> {
+    if h == 0 {
+        return Ok(setup.clone());
+    }
+    let config = setup.dir.join(format!("config-h{h}.yaml"));
+    let base = std::fs::read_to_string(&setup.config)?;
+    std::fs::write(&config, format!("{base}exclusive_headroom: {h}\n"))?;
+    Ok(Setup {
+        config,
+        ..setup.clone()
+    })
+}
+
+/// One headroom's measurements.
+struct Run {
+    headroom: u32,
+    results: Vec<SizeResult>,
+    logged: HashMap<String, Logged>,
+}
+
+async fn scale(
+    setup: &Setup,
+    node: &mut Node,
+    tag: &str,
+) -> Result<(Vec<SizeResult>, PathBuf), BoxError> {
     let listener = bench::listen(&setup.dir.join("nri.sock"))?;
-    let daemon = Daemon::start(setup, &setup.dir.join("state"), "scale.log")?;
+    let state = setup.dir.join(format!("state-{tag}"));
+    let daemon = Daemon::start(setup, &state, &format!("scale-{tag}.log"))?;
     let mut conn = Connection::accept(&listener).await?;
     conn.register_and_configure().await?;
     conn.synchronize(&[], &[], SYNC_CHUNK).await?;
@@ -125,15 +174,17 @@ async fn scale(setup: &Setup, node: &mut Node) -> Result<(Vec<SizeResult>, PathB
         let fill_s = t.elapsed().as_secs_f64();
         let rss_filled = daemon.rss();
         let mut samples = Vec::with_capacity(window());
+        let mut removal_updates = Vec::with_capacity(window());
         for _ in 0..window() {
             let s = node.create(&conn).await?;
             let excl = s.exclusive;
             samples.push(s);
-            node.remove_oldest(&conn, excl).await?;
+            removal_updates.push(node.remove_oldest(&conn, excl).await?);
         }
         results.push(SizeResult {
             live,
             samples,
+            removal_updates,
             rss: daemon.rss(),
             rss_filled,
             fill_s,
@@ -341,12 +392,28 @@ fn main() -> Result<(), BoxError> {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         load()
     );
-    let mut node = Node::default();
-    let (results, log) = rt.block_on(scale(&setup, &mut node))?;
-    let logged = decisions(&log);
-    report(&results, &logged);
-    report_runtime(&results);
-    println!("load after the creates {}", load());
+    let mut runs = Vec::new();
+    let mut first: Option<Node> = None;
+    for h in headrooms() {
+        let tagged = with_headroom(&setup, h)?;
+        let mut node = Node::default();
+        let (results, log) = rt.block_on(scale(&tagged, &mut node, &format!("h{h}")))?;
+        let logged = decisions(&log);
+        println!("\n### exclusive_headroom: {h}");
+        report(&results, &logged);
+        report_runtime(&results);
+        println!("load after the creates {}", load());
+        first.get_or_insert(node);
+        runs.push(Run {
+            headroom: h,
+            results,
+            logged,
+        });
+    }
+    headroom::report(&runs);
+    let Some(node) = first else {
+        return Ok(());
+    };
 
     let (pods, ctrs) = node.listing();
     // Every container here has a pod of its own: past 4,096 containers one Synchronize of the
@@ -364,10 +431,12 @@ fn main() -> Result<(), BoxError> {
         return Ok(());
     }
     let procs = write_processes(&setup.host, &ctrs)?;
+    // The restart runs on the first headroom's state, with its configuration.
+    let setup = with_headroom(&setup, runs[0].headroom)?;
     let empty = tmp.path().join("empty-state");
     let (base_reg, base_total, _) =
         rt.block_on(restart(&setup, &empty, &[], &[], "restart-empty.log"))?;
-    let state = tmp.path().join("state");
+    let state = tmp.path().join(format!("state-h{}", runs[0].headroom));
     let (reg, total, updates) =
         rt.block_on(restart(&setup, &state, &pods, &ctrs, "restart-full.log"))?;
     println!("\n| start-up | to registered | to Synchronize answered | ratio to the empty start |");
@@ -392,8 +461,10 @@ fn main() -> Result<(), BoxError> {
     if let Some(keep) = std::env::var_os("NRI_ALIGN_BENCH_KEEP") {
         let keep = PathBuf::from(keep);
         std::fs::create_dir_all(&keep)?;
-        for name in ["scale.log", "restart-empty.log", "restart-full.log"] {
-            let _ = std::fs::copy(tmp.path().join(name), keep.join(name));
+        let scales = runs.iter().map(|r| format!("scale-h{}.log", r.headroom));
+        let names = ["restart-empty.log", "restart-full.log"].map(String::from);
+        for name in scales.chain(names) {
+            let _ = std::fs::copy(tmp.path().join(&name), keep.join(&name));
         }
     }
     Ok(())

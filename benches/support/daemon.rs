@@ -110,6 +110,7 @@ impl Drop for Daemon {
     }
 }
 
+#[derive(Clone)]
 pub struct Setup {
     pub dir: PathBuf,
     pub binary: PathBuf,
@@ -217,23 +218,25 @@ impl Node {
         })
     }
 
+    /// Stops and removes the oldest container of a kind; how many updates the runtime got
+    /// with it (those a removal queues travel with the next response instead).
     pub async fn remove_oldest(
         &mut self,
         conn: &Connection,
         exclusive: bool,
-    ) -> Result<(), BoxError> {
+    ) -> Result<usize, BoxError> {
         let q = if exclusive {
             &mut self.exclusive
         } else {
             &mut self.shared
         };
         let Some(n) = q.pop_front() else {
-            return Ok(());
+            return Ok(0);
         };
         self.cpus.remove(&container(n, i64::from(exclusive)).id);
         let updates = bench::stop_and_remove(conn, n, exclusive).await?;
         self.apply(&updates);
-        Ok(())
+        Ok(updates.len())
     }
 
     /// Every live pod and container as a runtime lists them at Synchronize, with the cpuset

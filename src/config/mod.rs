@@ -16,6 +16,7 @@
 //! gpu_mode: keep               # keep (the kubelet's GPUs) | remap (nri-align picks, same count)
 //! allow_device_annotations: false  # may annotations ask for GPUs/NICs not allocated?
 //! full_pcpus_only: false       # exclusive CPUs only as whole cores
+//! exclusive_headroom: 0        # free CPUs per NUMA node kept out of the shared pool (0: off)
 //! exempt_namespaces: []        # namespaces never aligned: shared pool, or reserved_cpus when set
 //! exclusive_annotation_namespaces: []  # may ask cpus: exclusive|isolated without Guaranteed
 //! isolated_namespaces: []      # only these may ask cpus: isolated (default: nobody)
@@ -159,6 +160,7 @@ struct RawConfig {
     numa_choice: Option<NumaChoice>,
     allow_device_annotations: Option<bool>,
     full_pcpus_only: Option<bool>,
+    exclusive_headroom: Option<u32>,
     exempt_namespaces: Vec<String>,
     exclusive_annotation_namespaces: Vec<String>,
     isolated_namespaces: Vec<String>,
@@ -210,6 +212,20 @@ impl Default for PodResourcesConfig {
 pub const DEFAULT_PODRESOURCES_TIMEOUT_MS: u64 = 300;
 /// Longest deadline accepted.
 pub const MAX_PODRESOURCES_TIMEOUT_MS: u64 = 1500;
+
+/// The largest `exclusive_headroom` (CPUs per NUMA node): more than any node has today, and
+/// small enough that twice it cannot overflow.
+pub const MAX_EXCLUSIVE_HEADROOM: u32 = 4096;
+
+/// The exclusive headroom asked for, bounded.
+fn exclusive_headroom(asked: Option<u32>) -> Result<u32, String> {
+    match asked {
+        Some(h) if h > MAX_EXCLUSIVE_HEADROOM => Err(format!(
+            "exclusive_headroom {h} is more than {MAX_EXCLUSIVE_HEADROOM} CPUs per NUMA node"
+        )),
+        h => Ok(h.unwrap_or(0)),
+    }
+}
 
 /// The effective configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -351,6 +367,7 @@ impl Config {
             isolated_namespaces: raw.isolated_namespaces.clone(),
             scheduler_choice: raw.scheduler_choice.unwrap_or_default(),
             numa_choice: raw.numa_choice.unwrap_or_default(),
+            exclusive_headroom: exclusive_headroom(raw.exclusive_headroom).map_err(&invalid)?,
         };
         let metrics_address = match raw.metrics_address.as_deref().map(str::trim) {
             None | Some("") => None,

@@ -41,6 +41,7 @@ impl Config {
             p.allow_device_annotations,
         );
         put(&mut m, "full_pcpus_only", p.full_pcpus_only);
+        put(&mut m, "exclusive_headroom", p.exclusive_headroom);
         put(&mut m, "exempt_namespaces", list(&self.exempt_namespaces));
         put(
             &mut m,

@@ -13,6 +13,19 @@ fn numa_choice_defaults_to_best_fit() {
 }
 
 #[test]
+fn exclusive_headroom_defaults_to_off_and_is_bounded() {
+    let c = Config::parse("", "t").expect("empty");
+    assert_eq!(c.placement.exclusive_headroom, 0);
+    let c = Config::parse("exclusive_headroom: 8\n", "t").expect("valid");
+    assert_eq!(c.placement.exclusive_headroom, 8);
+    let err = Config::parse("exclusive_headroom: 5000\n", "t")
+        .expect_err("too large")
+        .to_string();
+    assert!(err.contains("exclusive_headroom 5000"), "{err}");
+    assert!(Config::parse("exclusive_headroom: -1\n", "t").is_err());
+}
+
+#[test]
 fn scheduler_choice_defaults_to_required_and_names_a_bad_value() {
     let c = Config::parse("scheduler_choice: preferred\n", "t").expect("valid");
     assert_eq!(c.placement.scheduler_choice, SchedulerChoiceMode::Preferred);

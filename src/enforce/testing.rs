@@ -216,6 +216,7 @@ impl Placer for FakePlacer {
                 nics: Vec::new(),
                 offline_cpus: CpuSet::new(),
                 memory_offline: false,
+                headroom_cpus: CpuSet::new(),
             })
             .collect()
     }

@@ -108,6 +108,8 @@ pub struct NodeFreeSample {
     pub node: u32,
     /// Free CPUs (neither reserved nor exclusively allocated).
     pub cpus: u64,
+    /// Free CPUs kept out of the shared pool for exclusive containers (`exclusive_headroom`).
+    pub headroom_cpus: u64,
     /// Free memory in bytes.
     pub memory_bytes: u64,
     /// Free GPUs.
@@ -123,6 +125,7 @@ pub struct Metrics {
     rejections: Family<ReasonLabels, Counter>,
     latency: Histogram,
     free_cpus: Family<NodeLabels, Gauge>,
+    headroom_cpus: Family<NodeLabels, Gauge>,
     free_memory: Family<NodeLabels, Gauge>,
     free_gpus: Family<NodeLabels, Gauge>,
     events: Family<EventLabels, Counter>,
@@ -143,7 +146,7 @@ pub struct Metrics {
     // holds each node's four free gauges (handles on the families' own series): every
     // admission that takes something sets them, and finding them in the families formats and
     // hashes the node's label four times per node.
-    snapshot: Mutex<HashMap<u32, [Gauge; 4]>>,
+    snapshot: Mutex<HashMap<u32, [Gauge; 5]>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -194,6 +197,13 @@ impl Metrics {
             latency.clone(),
         );
         registry.register("free_cpus", "Free CPUs per NUMA node", free_cpus.clone());
+        let headroom_cpus = Family::<NodeLabels, Gauge>::default();
+        registry.register(
+            "exclusive_headroom_cpus",
+            "Free CPUs per NUMA node kept out of the shared pool for exclusive containers \
+             (exclusive_headroom); included in free_cpus",
+            headroom_cpus.clone(),
+        );
         registry.register(
             "free_memory_bytes",
             "Unallocated memory per NUMA node",
@@ -302,6 +312,7 @@ impl Metrics {
             rejections,
             latency,
             free_cpus,
+            headroom_cpus,
             free_memory,
             free_gpus,
             events,
@@ -455,18 +466,20 @@ impl Metrics {
         let mut gauges = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
         let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         for n in nodes {
-            let [cpus, memory, gpus, nics] = gauges.entry(n.node).or_insert_with(|| {
+            let [cpus, headroom, memory, gpus, nics] = gauges.entry(n.node).or_insert_with(|| {
                 let l = NodeLabels {
                     numa_node: n.node.to_string(),
                 };
                 [
                     self.free_cpus.get_or_create(&l).clone(),
+                    self.headroom_cpus.get_or_create(&l).clone(),
                     self.free_memory.get_or_create(&l).clone(),
                     self.free_gpus.get_or_create(&l).clone(),
                     self.free_rdma_nics.get_or_create(&l).clone(),
                 ]
             });
             cpus.set(gauge(n.cpus));
+            headroom.set(gauge(n.headroom_cpus));
             memory.set(gauge(n.memory_bytes));
             gpus.set(gauge(n.gpus));
             nics.set(gauge(n.rdma_nics));

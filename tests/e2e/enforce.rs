@@ -8,7 +8,8 @@
 //!   file keeps the old configuration and says why;
 //! - a CRI resource update that makes a shared container Guaranteed gives it a CPU of its own;
 //! - rejections and bad annotations fail the CRI create with nri-align's message;
-//! - a container of an exempt namespace keeps following the pool after nri-align restarted.
+//! - a container of an exempt namespace keeps following the pool after nri-align restarted;
+//! - with an exclusive headroom, exclusive containers never move a running shared one.
 //!
 //! GPUs and NICs are in devices.rs, metrics and `verify` in observe.rs, runtime
 //! restarts in plugin.rs, load in enforce_load.rs.
@@ -89,6 +90,50 @@ fn shared_pool_follows_exclusive_containers(rt: Runtime) {
         e.wait_cpus(&s1, &pool);
     }
     e.wait_cpus(&s1, &online);
+}
+
+/// With `exclusive_headroom`, exclusive containers are admitted from CPUs kept out of the
+/// shared pool: the running shared container is never moved, its cgroup's cpuset stays what it
+/// was given at creation, apart from every exclusive container's. This host may have only two
+/// CPUs (one for the pool, one of headroom), so the two exclusive containers run one after
+/// the other: the second is admitted from the headroom the first gave back, which its release
+/// did not hand to the pool (hysteresis).
+fn exclusive_headroom_leaves_the_shared_pool_alone(rt: Runtime) {
+    let config = "exclusive_headroom: 1\n";
+    let Some(e) = Enforced::start(rt, "headroom", "e2e-headroom", 0, 0, config) else {
+        return;
+    };
+    let online = e.online();
+    let spod = e.rt.run_pod(&PodSpec::new("shared")).expect("pod");
+    let s1 = e.run(&spod, &burstable("s1"));
+    let pool = e.live(&s1).cpus;
+    assert!(
+        !pool.is_empty() && pool.len() < online.len(),
+        "{rt:?}: s1 on {pool:?}, online {online:?}: one CPU per node kept out"
+    );
+    e.wait_cpus(&s1, &pool);
+    let unchanged = |what: &str, exclusive: &[u32]| {
+        // An update would have landed with the response that carried it: one more event
+        // makes sure any queued one did too.
+        e.next_event(&spod, &format!("tick-{what}"));
+        e.wait_cpus(&s1, &pool);
+        assert!(
+            exclusive.iter().all(|c| !pool.contains(c)),
+            "{rt:?}: {what}: exclusive {exclusive:?} within the pool {pool:?}"
+        );
+    };
+    let xpod = e.rt.run_pod(&PodSpec::new("excl")).expect("pod");
+    let x1 = e.run(&xpod, &guaranteed("x1", 1));
+    let first = e.live(&x1).cpus;
+    e.wait_cpus(&x1, &first);
+    unchanged("x1", &first);
+    e.remove(&x1);
+    unchanged("x1-removed", &first);
+    let x2 = e.run(&xpod, &guaranteed("x2", 1));
+    let second = e.live(&x2).cpus;
+    e.wait_cpus(&x2, &second);
+    unchanged("x2", &second);
+    assert_eq!(second.len(), 1, "{rt:?}: x2 on {second:?}");
 }
 
 fn sighup_reload_moves_the_pool(rt: Runtime) {
@@ -357,6 +402,7 @@ fn freed_cpus_reach_a_shared_container_within_a_second(rt: Runtime) {
 each_runtime!(
     freed_cpus_reach_a_shared_container_within_a_second,
     shared_pool_follows_exclusive_containers,
+    exclusive_headroom_leaves_the_shared_pool_alone,
     sighup_reload_moves_the_pool,
     cri_update_gives_a_cpu_of_its_own,
     rejections_and_bad_annotations_fail_the_create,

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use super::{Engine, Placer};
 use crate::enforce::adjust::CpusetUpdate;
-use crate::placement::cpus::pick;
+use crate::placement::cpus::pick_outside;
 use crate::topology::{read_online, CpuSet, NodeSet, Online, OnlineError};
 
 /// What the engine remembers between reads.
@@ -253,7 +253,9 @@ impl<P: Placer> Engine<P> {
             .filter(|n| old.numa_nodes.is_empty() || old.numa_nodes.contains(n.node))
             .map(|n| n.cpus.difference(&topo.isolated_cpus))
             .collect();
-        let Some(new) = pick(topo, &nodes, gone.len() as u32, false) else {
+        // From the exclusive headroom first, as for a new exclusive container.
+        let pool = self.placer.shared_pool();
+        let Some(new) = pick_outside(topo, &nodes, &pool, gone.len() as u32, false) else {
             tracing::warn!(container = %id, offline = %gone, "no free CPU on the container's nodes to replace its offline CPUs: it keeps the others");
             return None;
         };

@@ -12,7 +12,6 @@ use crate::enforce::adjust::{build_adjustment, decision_record, Adjustment, DECI
 use crate::enforce::container::{ContainerView, PodView};
 use crate::enforce::inputs::Built;
 use crate::enforce::state::{Record, ResourceSummary};
-use crate::placement::cpus::shared_on;
 use crate::placement::{Assignment, Policy, Request};
 use crate::topology::CpuSet;
 
@@ -196,11 +195,7 @@ impl<P: Placer> Engine<P> {
         let mut a = old.assignment.clone();
         a.container_id = c.id.clone();
         if !a.exclusive {
-            a.cpus = shared_on(
-                self.placer.topology(),
-                &self.placer.shared_pool(),
-                &a.numa_nodes,
-            );
+            a.cpus = self.placer.shared_on(&a.numa_nodes);
         }
         if let Err(r) = self.placer.restore(a.clone()) {
             tracing::warn!(container = %c.name, "predecessor's decision not restorable, placed anew: {}", r.message);

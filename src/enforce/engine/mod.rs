@@ -468,6 +468,7 @@ impl<P: Placer> Engine<P> {
                 containers = fixed,
                 "placer re-synchronised with the records"
             );
+            self.adopt_recorded_pool();
             self.persist();
             self.refresh_free();
         }

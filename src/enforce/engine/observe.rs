@@ -148,6 +148,7 @@ pub fn samples(topo: &Topology, free: &[NodeFree]) -> Vec<NodeFreeSample> {
         .map(|n| NodeFreeSample {
             node: n.node,
             cpus: n.cpus.len() as u64,
+            headroom_cpus: n.headroom_cpus.len() as u64,
             memory_bytes: n.memory_bytes,
             gpus: n.gpus.len() as u64,
             rdma_nics: n

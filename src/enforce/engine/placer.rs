@@ -42,6 +42,15 @@ pub trait Placer: Send {
     fn restore(&mut self, a: Assignment) -> Result<(), Rejection>;
     /// CPUs of the shared pool now.
     fn shared_pool(&self) -> CpuSet;
+    /// Takes `pool` (what the shared containers were last moved onto, read back from the
+    /// records) as the shared pool where it is still valid, so that a restart moves nobody.
+    /// Placers that keep no pool apart from the free CPUs ignore it.
+    fn adopt_pool(&mut self, _pool: &CpuSet) {}
+    /// The shared CPUs of a shared container bound to NUMA `nodes` (the pool on them, or the
+    /// whole pool).
+    fn shared_on(&self, nodes: &NodeSet) -> CpuSet {
+        crate::placement::cpus::shared_on(self.topology(), &self.shared_pool(), nodes)
+    }
     /// Replaces the placement settings.
     fn set_config(&mut self, c: PlacementConfig);
     /// The host.
@@ -93,6 +102,12 @@ impl Placer for Allocator {
     }
     fn shared_pool(&self) -> CpuSet {
         Allocator::shared_pool(self)
+    }
+    fn adopt_pool(&mut self, pool: &CpuSet) {
+        Allocator::adopt_pool(self, pool);
+    }
+    fn shared_on(&self, nodes: &NodeSet) -> CpuSet {
+        self.ledger().shared_on(nodes)
     }
     fn set_config(&mut self, c: PlacementConfig) {
         Allocator::set_config(self, c)

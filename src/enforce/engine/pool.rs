@@ -52,6 +52,27 @@ impl<P: Placer> Engine<P> {
         Ok(())
     }
 
+    /// Gives the placer back the pool the shared containers were last moved onto, read from
+    /// the records (after a restart, or once Synchronize rebuilt them), so that an exclusive
+    /// headroom kept out of it stays out and nobody moves for the restart itself. The pool is
+    /// the union of what the aligned shared groups run on: each runs on the pool on its
+    /// nodes (or the whole pool), never on a CPU outside it.
+    pub(super) fn adopt_recorded_pool(&mut self) {
+        if self.cpus_left() {
+            // Another plugin sets the shared containers' CPUs: they say nothing of the pool.
+            return;
+        }
+        let mut pool = CpuSet::new();
+        for (key, group) in self.doc.containers.groups() {
+            if let (GroupKey::Nodes(_), Some(cpus)) = (key, group.aligned_to()) {
+                pool.extend_from(cpus);
+            }
+        }
+        if !pool.is_empty() {
+            self.placer.adopt_pool(&pool);
+        }
+    }
+
     /// Moves every shared container (but `except`, which gets the pool in its own adjustment)
     /// onto the current pool and records what was sent. A shared container bound to NUMA nodes
     /// (pod scope, or its GPUs' node) follows the pool on those nodes only: moving it onto the

@@ -84,6 +84,7 @@ impl<P: Placer> Engine<P> {
             // The file must not bring back what the placer refused.
             self.persist();
         }
+        self.adopt_recorded_pool();
         self.refresh_free();
         StartState::Restored {
             restored: self.doc.containers.len(),
@@ -179,6 +180,7 @@ impl<P: Placer> Engine<P> {
                 .unwrap_or_default();
             self.track_exempt(&pod, c);
         }
+        self.adopt_recorded_pool();
         let mut updates = self.follow_pool(None);
         updates.extend(self.follow_others_listed(pods, &managed));
         let updates = last_per_container(updates);

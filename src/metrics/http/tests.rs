@@ -63,6 +63,7 @@ async fn serves_counters_histogram_node_gauges_and_build_info() {
     m.set_free(&[NodeFreeSample {
         node: 1,
         cpus: 6,
+        headroom_cpus: 2,
         memory_bytes: 1 << 30,
         gpus: 2,
         rdma_nics: 1,
@@ -76,6 +77,7 @@ async fn serves_counters_histogram_node_gauges_and_build_info() {
         "nri_align_rejections_total{reason=\"unalignable\"} 1",
         "nri_align_decision_duration_seconds_count 3",
         "nri_align_free_cpus{numa_node=\"1\"} 6",
+        "nri_align_exclusive_headroom_cpus{numa_node=\"1\"} 2",
         "nri_align_free_gpus{numa_node=\"1\"} 2",
         "nri_align_free_rdma_nics{numa_node=\"1\"} 1",
         "nri_align_free_memory_bytes{numa_node=\"1\"} 1073741824",

@@ -58,8 +58,10 @@ impl Allocator {
     /// An allocator with nothing allocated.
     pub fn new(topology: Arc<Topology>, config: PlacementConfig) -> Self {
         let links = LinkTable::new(&topology);
+        let mut ledger = Ledger::new(topology, config.reserved_cpus.clone());
+        ledger.set_headroom(config.exclusive_headroom);
         Self {
-            ledger: Ledger::new(topology, config.reserved_cpus.clone()),
+            ledger,
             config,
             links,
             pod_nodes: HashMap::new(),
@@ -195,9 +197,15 @@ impl Allocator {
         &self.ledger
     }
 
-    /// Online minus reserved minus exclusively allocated CPUs (isolated ones excluded).
+    /// Online minus reserved minus exclusively allocated CPUs (isolated ones excluded), minus
+    /// the exclusive headroom when one is set.
     pub fn shared_pool(&self) -> CpuSet {
         self.ledger.shared_pool()
+    }
+
+    /// Takes `pool` as the shared pool where it is still valid ([`Ledger::adopt_pool`]).
+    pub fn adopt_pool(&mut self, pool: &CpuSet) {
+        self.ledger.adopt_pool(pool);
     }
 
     /// Live assignments.
@@ -220,6 +228,7 @@ impl Allocator {
     /// Applies a reloaded configuration; allocations stay as they are.
     pub fn set_config(&mut self, config: PlacementConfig) {
         self.ledger.set_reserved(config.reserved_cpus.clone());
+        self.ledger.set_headroom(config.exclusive_headroom);
         self.config = config;
     }
 
@@ -334,7 +343,7 @@ impl Allocator {
             if !h.nodes.is_empty() {
                 a.mems = topo.memory_nodes_for(&h.nodes.union(&a.numa_nodes));
                 if !a.exclusive {
-                    a.cpus = cpus::shared_on(topo, &self.ledger.shared_pool(), &h.nodes);
+                    a.cpus = self.ledger.shared_on(&h.nodes);
                 }
             }
             a.reason = format!("{}'s choice: {}", h.scheduler.label(), a.reason);
@@ -417,8 +426,16 @@ impl Allocator {
         r: &Resolved,
     ) -> Result<CpuSet, PlacementError> {
         let avail = nodes.iter().map(|i| &caps[*i].avail);
-        let picked = cpus::pick(self.ledger.topo(), avail, r.cpus, config.full_pcpus_only)
-            .ok_or_else(|| reject::insufficient(&self.ledger, config, r, caps))?;
+        // The headroom first: CPUs taken from it move no shared container.
+        let pool = self.ledger.shared_pool();
+        let picked = cpus::pick_outside(
+            self.ledger.topo(),
+            avail,
+            &pool,
+            r.cpus,
+            config.full_pcpus_only,
+        )
+        .ok_or_else(|| reject::insufficient(&self.ledger, config, r, caps))?;
         if r.isolated {
             // Isolated CPUs are never in the shared pool: taking them cannot empty it.
             return Ok(picked);
@@ -426,8 +443,9 @@ impl Allocator {
         // The shared pool never goes empty (the kubelet gets the same from its mandatory
         // reserved CPUs): containers without exclusive CPUs must run somewhere, and runtimes
         // ignore a cpuset update with no CPUs, so shared containers would silently stay on
-        // the CPUs just handed out "exclusively".
-        let pool = self.ledger.shared_pool();
+        // the CPUs just handed out "exclusively". The headroom is given back to the pool
+        // before it goes empty, so what counts is every free shareable CPU.
+        let pool = self.ledger.free_cpus_for(false);
         if !pool.is_empty() && pool.is_subset(&picked) {
             return Err(PlacementError::SharedPoolExhausted {
                 container: r.who.clone(),
@@ -490,7 +508,7 @@ impl Allocator {
         a.cpus = if r.exclusive {
             self.pick_cpus(config, caps, &c.nodes, r)?
         } else {
-            cpus::shared_on(topo, &self.ledger.shared_pool(), &a.numa_nodes)
+            self.ledger.shared_on(&a.numa_nodes)
         };
         let split = self
             .ledger

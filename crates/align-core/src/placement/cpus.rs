@@ -72,6 +72,34 @@ pub fn pick<'a>(
     pick_with(topo, avail_by_node, k, whole_only, pick_in_node)
 }
 
+/// [`pick`], taking each node's share from its free CPUs outside the shared `pool` (the
+/// exclusive headroom) when they hold it: then the allocation moves no shared container. How
+/// many CPUs come from each node is [`pick`]'s; only which ones changes. When the headroom of
+/// a node cannot hold its share, that share is picked among all the node's free CPUs as
+/// [`pick`] does (the pool moves anyway, and the headroom is refilled in the same move).
+pub fn pick_outside<'a>(
+    topo: &Topology,
+    avail_by_node: impl IntoIterator<Item = &'a CpuSet>,
+    pool: &CpuSet,
+    k: u32,
+    whole_only: bool,
+) -> Option<CpuSet> {
+    pick_with(
+        topo,
+        avail_by_node,
+        k,
+        whole_only,
+        |topo, avail, take, whole| {
+            let spare = avail.difference(pool);
+            if capacity(topo, &spare, whole) >= take {
+                pick_in_node(topo, &spare, take, whole)
+            } else {
+                pick_in_node(topo, avail, take, whole)
+            }
+        },
+    )
+}
+
 /// [`pick`] with the way one node's CPUs are taken given (the tests give the straightforward
 /// form the walk replaced).
 fn pick_with<'a>(

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::error::PlacementError;
+use super::pool::SharedPool;
 use super::request::Assignment;
 use crate::topology::{CpuSet, NodeSet, PcieLevel, Topology};
 
@@ -31,6 +32,10 @@ pub struct NodeFree {
     /// The node's memory is offline now (it left `has_memory`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub memory_offline: bool,
+    /// Free CPUs of `cpus` kept out of the shared pool for exclusive containers (the
+    /// exclusive headroom; none when it is off).
+    #[serde(skip_serializing_if = "CpuSet::is_empty")]
+    pub headroom_cpus: CpuSet,
 }
 
 /// The live allocations.
@@ -68,6 +73,9 @@ pub struct Ledger {
     /// What each node with CPUs holds in total, per resource, largest first (see
     /// [`NodeTotals`]): the same at every decision until the reserved CPUs change.
     totals: Arc<NodeTotals>,
+    /// The shared pool, kept apart from the free CPUs by the exclusive headroom (see
+    /// [`SharedPool`]); every free shareable CPU when there is no headroom.
+    pool: SharedPool,
 }
 
 /// The total capacity of the nodes with CPUs, one column per resource (CPUs less the reserved
@@ -116,8 +124,10 @@ impl Ledger {
             nic_users: vec![0; nic_count],
             unallocatable_gpus: Default::default(),
             assignments: BTreeMap::new(),
+            pool: SharedPool::default(),
         };
         ledger.totals = Arc::new(ledger.count_totals());
+        ledger.settle_pool(true);
         ledger
     }
 
@@ -171,8 +181,12 @@ impl Ledger {
 
     /// Changes the reserved CPUs (config reload); allocations stay.
     pub fn set_reserved(&mut self, reserved: CpuSet) {
+        // A reload recomputes the pool once rather than leaving CPUs freed from the reserved
+        // set in the headroom.
+        let changed = self.reserved != reserved;
         self.reserved = reserved;
         self.totals = Arc::new(self.count_totals());
+        self.settle_pool(changed);
     }
 
     /// Reserved CPUs.
@@ -201,6 +215,7 @@ impl Ledger {
             .filter(|id| self.topo.node_index(*id).is_some())
             .collect();
         self.totals = Arc::new(self.count_totals());
+        self.settle_pool(false);
         unknown
     }
 
@@ -219,33 +234,6 @@ impl Ledger {
                 (!gone.is_empty()).then_some((a.container_id.as_str(), gone))
             })
             .collect()
-    }
-
-    /// CPUs that can still be given exclusively (isolated CPUs included: they are only ever
-    /// used exclusively).
-    pub fn free_cpus(&self) -> CpuSet {
-        let mut s = (*self.online).clone();
-        s.subtract(&self.reserved);
-        s.subtract(&self.exclusive);
-        s
-    }
-
-    /// Free CPUs for one kind of exclusive request: the isolated ones only when `isolated`,
-    /// else every free CPU but the isolated ones (which go only to containers that ask).
-    pub fn free_cpus_for(&self, isolated: bool) -> CpuSet {
-        let free = self.free_cpus();
-        if isolated {
-            free.intersection(&self.topo.isolated_cpus)
-        } else {
-            free.difference(&self.topo.isolated_cpus)
-        }
-    }
-
-    /// The shared pool: online minus reserved, exclusive and isolated CPUs.
-    pub fn shared_pool(&self) -> CpuSet {
-        let mut s = self.free_cpus();
-        s.subtract(&self.topo.isolated_cpus);
-        s
     }
 
     /// Free memory of the node at index `i` (none while its memory is offline).
@@ -433,6 +421,8 @@ impl Ledger {
         if a.exclusive {
             self.exclusive.extend_from(&a.cpus);
         }
+        let exclusive = a.exclusive;
+        let opens = (!exclusive && self.headroom() > 0).then(|| a.cpus.clone());
         for g in gpus {
             self.gpu_owner.insert(g, a.container_id.clone());
         }
@@ -449,6 +439,11 @@ impl Ledger {
         }
         self.mem_split.insert(a.container_id.clone(), split);
         self.assignments.insert(a.container_id.clone(), a);
+        if exclusive {
+            self.settle_pool(false);
+        } else if let Some(cpus) = opens.as_ref() {
+            self.open_pool(cpus);
+        }
         Ok(())
     }
 
@@ -505,6 +500,7 @@ impl Ledger {
         let a = self.assignments.remove(id)?;
         if a.exclusive {
             self.exclusive.subtract(&a.cpus);
+            self.settle_pool(false);
         }
         self.gpu_owner.retain(|_, holder| holder != id);
         for bus in &a.shared_gpus {
@@ -557,31 +553,6 @@ impl Ledger {
         (left == 0).then_some(split)
     }
 
-    /// Free capacity per NUMA node.
-    pub fn free_by_node(&self) -> Vec<NodeFree> {
-        let free = self.free_cpus();
-        self.topo
-            .numa_nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| NodeFree {
-                node: n.id,
-                cpus: free.intersection(&n.cpus),
-                memory_bytes: self.free_mem(i),
-                gpus: (0..self.topo.gpus.len())
-                    .filter(|g| self.gpu_free(*g) && self.gpu_node(*g) == Some(i))
-                    .map(|g| self.topo.gpus[g].pci_bus_id.clone())
-                    .collect(),
-                nics: (0..self.topo.nics.len())
-                    .filter(|x| self.nic_users(*x) == 0 && self.nic_node(*x) == Some(i))
-                    .map(|x| self.topo.nics[x].name.clone())
-                    .collect(),
-                offline_cpus: n.cpus.difference(&self.online),
-                memory_offline: self.mem_offline.contains(n.id),
-            })
-            .collect()
-    }
-
     /// Node ids of node indices.
     pub fn ids(&self, idx: &[usize]) -> NodeSet {
         idx.iter()
@@ -607,3 +578,7 @@ fn nic_gpu_level(topo: &Topology, nic: usize, gpu: usize) -> PcieLevel {
 #[cfg(test)]
 #[path = "ledger_tests.rs"]
 mod tests;
+
+// The free CPUs and the shared pool with its headroom, apart to keep this file short.
+#[path = "ledger_cpus.rs"]
+mod free_cpus;

@@ -23,6 +23,7 @@ pub mod numa;
 mod orbits;
 mod partitions;
 pub mod policy;
+pub mod pool;
 pub mod reject;
 pub mod request;
 pub mod resolve;

@@ -43,7 +43,7 @@ pub struct Cap {
     pub nics: u32,
     /// Unused eligible NICs.
     pub free_nics: u32,
-    /// Shared-pool CPUs on the node.
+    /// Free CPUs a shared container may use on the node (the pool and its headroom).
     pub shared: u32,
     /// Whether the node has CPUs at all.
     pub has_cpus: bool,
@@ -59,7 +59,9 @@ pub fn caps(ledger: &Ledger, whole: bool) -> Vec<Cap> {
 pub fn caps_for(ledger: &Ledger, whole: bool, isolated: bool) -> Vec<Cap> {
     let topo = ledger.topo();
     let free = ledger.free_cpus_for(isolated);
-    let pool = ledger.shared_pool();
+    // A node with free shareable CPUs can hold a shared container: should all of them be
+    // the exclusive headroom, recording it gives the node its pool part back.
+    let pool = ledger.free_cpus_for(false);
     let eligible = nics::eligible(ledger);
     let free_gpus = ledger.free_gpus();
     topo.numa_nodes

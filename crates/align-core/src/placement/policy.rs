@@ -124,6 +124,10 @@ pub struct PlacementConfig {
     /// Which node a request that fits on one is packed onto.
     #[serde(default)]
     pub numa_choice: NumaChoice,
+    /// Free CPUs per NUMA node kept out of the shared pool for exclusive containers (0: none).
+    /// Exclusive admissions taken from it move no shared container; see `placement::pool`.
+    #[serde(default)]
+    pub exclusive_headroom: u32,
 }
 
 impl Default for PlacementConfig {
@@ -139,6 +143,7 @@ impl Default for PlacementConfig {
             isolated_namespaces: Vec::new(),
             scheduler_choice: SchedulerChoiceMode::Required,
             numa_choice: NumaChoice::BestFit,
+            exclusive_headroom: 0,
         }
     }
 }

@@ -600,6 +600,7 @@ mod claims;
 mod consistency;
 mod diskfull;
 mod gpu_props;
+mod headroom;
 mod kubernetes;
 mod listing;
 mod logs;
