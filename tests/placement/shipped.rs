@@ -136,6 +136,44 @@ fn dgx1_cube_mesh_pairs_and_quads() {
     assert!(x.aligned, "{}", x.reason);
 }
 
+/// DGX-1V: 1-GPU pods with a NIC fill the node already in use before they open the idle one,
+/// even once every NIC of the used node is shared: an idle node's GPU for an unshared NIC
+/// would break the whole node a later 4-GPU pod needs under single-numa-node.
+#[test]
+fn dgx1_one_gpu_pods_keep_the_idle_node_whole() {
+    let topo = host("dgx1-v100");
+    let mut a = alloc(&topo, Policy::SingleNumaNode, GpuMode::Remap);
+    let mut nodes = Vec::new();
+    for i in 0..4 {
+        let mut r = req(&format!("j{i}"), 4, 16, &[]);
+        r.pod.uid = format!("uid-j{i}");
+        let free = a.free_by_node();
+        r.allocated_gpus = vec![free
+            .iter()
+            .flat_map(|n| &n.gpus)
+            .next()
+            .expect("GPU")
+            .clone()];
+        r.allocated_nics = vec![free
+            .iter()
+            .flat_map(|n| &n.nics)
+            .next()
+            .expect("NIC")
+            .clone()];
+        let x = a.place(&r).expect("1 GPU + 1 NIC");
+        assert!(x.aligned, "{}", x.reason);
+        nodes.push(topo.gpus[gpu_index(&topo, &x.gpus[0])].numa_node);
+    }
+    assert!(nodes.iter().all(|n| *n == nodes[0]), "GPU nodes {nodes:?}");
+    let quad = a
+        .place(&with_gpus(req("q", 8, 16, &[]), &topo, &[0, 1, 2, 3]))
+        .expect("4 GPUs on the idle node");
+    assert!(quad.aligned, "{}", quad.reason);
+    let mut got: Vec<usize> = quad.gpus.iter().map(|g| gpu_index(&topo, g)).collect();
+    got.sort_unstable();
+    assert!(got == [0, 1, 2, 3] || got == [4, 5, 6, 7], "{got:?}");
+}
+
 /// DGX H100: one GPU + one NIC per container, eight times: each gets the compute NIC under its
 /// GPU's own switch (PIX), never a storage NIC of the same node.
 #[test]

@@ -189,3 +189,28 @@ fn most_allocated_weighs_the_share_not_the_count() {
         assert_eq!(got.numa_nodes.to_string(), want, "{choice}");
     }
 }
+
+/// Idle GPU nodes are those whose GPUs are all free; a set opens each idle node it takes a GPU
+/// of once, and none of a node already in use.
+#[test]
+fn idle_gpu_nodes_and_the_sets_that_open_them() {
+    let topo = Arc::new(fixture_or_shipped("dgx1-v100"));
+    let mut ledger = Ledger::new(Arc::clone(&topo), CpuSet::new());
+    assert_eq!(idle_gpu_nodes(&ledger), vec![true, true]);
+    let (n0, n1) = (ledger.gpu_node(0), ledger.gpu_node(4));
+    let (Some(n0), Some(n1)) = (n0, n1) else {
+        panic!("DGX-1V GPUs without a node")
+    };
+    assert_ne!(n0, n1);
+    let hold = crate::placement::request::Assignment {
+        container_id: "hold".into(),
+        gpus: vec![topo.gpus[0].pci_bus_id.clone()],
+        ..Default::default()
+    };
+    ledger.record(hold, Vec::new()).expect("record");
+    let idle = idle_gpu_nodes(&ledger);
+    assert!(!idle[n0] && idle[n1], "{idle:?}");
+    assert_eq!(idle_opened(&ledger, &idle, &[1]), 0);
+    assert_eq!(idle_opened(&ledger, &idle, &[4, 5]), 1);
+    assert_eq!(idle_opened(&ledger, &idle, &[1, 4]), 1);
+}
