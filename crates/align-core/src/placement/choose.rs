@@ -361,7 +361,10 @@ impl<'a> Search<'a> {
             ));
         }
         let Some(sym) = sym else {
-            return Ok(self.rank_in_turn(sets, &free, exact));
+            return Ok(match self.gpu_search {
+                GpuSearch::Reduced => self.rank_in_turn(sets, &free, exact),
+                GpuSearch::Exhaustive => self.rank_every_set(sets, &free, exact),
+            });
         };
         // The GPU-only fields first, every other field at the best it could be (admissible,
         // on no node, no NIC cost), and the look-ahead at its bound until the set comes up:
@@ -469,62 +472,6 @@ impl<'a> Search<'a> {
         }
     }
 
-    /// The set's own link score, and that plus the look-ahead (anti-fragmentation: the best
-    /// sets of the same and of twice the size left after it, go-gpuallocator's partition idea
-    /// one step deep).
-    fn link_scores(&self, free: &[usize], set: &[usize], exact: bool) -> (u32, u32) {
-        let own = self.links.set_score(set);
-        let rest = self.rest(free, set);
-        (
-            own,
-            own + gpus::lookahead(self.links, &rest, self.r.gpu_count, exact),
-        )
-    }
-
-    /// The free GPUs `set` leaves.
-    fn rest(&self, free: &[usize], set: &[usize]) -> Vec<usize> {
-        free.iter().copied().filter(|g| !set.contains(g)).collect()
-    }
-
-    /// Every set in enumeration order, each ranked in full unless its GPU fields already lose
-    /// to an admissible candidate: where no two GPUs are interchangeable (DGX-1V's cube mesh,
-    /// or a reduction too slight to pay), this beats bounding and sorting every set first
-    /// (2-3x in the placement bench on an idle DGX-1V).
-    fn rank_in_turn(
-        &self,
-        sets: Vec<Vec<usize>>,
-        free: &[usize],
-        exact: bool,
-    ) -> Option<Candidate> {
-        let free_score = self.links.set_score(free);
-        let mut best: Option<(Rank, Candidate)> = None;
-        for s in sets {
-            let unlinked = Reverse(gpus::unlinked_pairs(self.links, &s));
-            let (own_links, score) = self.link_scores(free, &s, exact);
-            if let Some((b, _)) = &best {
-                if b.admissible && (unlinked, score) < (b.fewer_unlinked_pairs, b.link_score) {
-                    continue;
-                }
-            }
-            let Some(c) = self.around_gpus(s) else {
-                continue;
-            };
-            let rank = Rank {
-                admissible: c.admissible,
-                fewer_unlinked_pairs: unlinked,
-                link_score: score,
-                fewer_nodes: Reverse(c.nodes.len()),
-                closer_nodes: Reverse(numa::spread(self.topo(), &c.nodes)),
-                cheaper_nic_paths: Reverse(c.nic_cost),
-                links_left: self.links.remaining_of(free, free_score, &c.gpus),
-                tightest_fit: Reverse(c.nodes.iter().map(|i| u64::from(self.caps[*i].cpu)).sum()),
-                own_links,
-            };
-            offer(&mut best, rank, c);
-        }
-        best.map(|(_, c)| c)
-    }
-
     /// The nodes for GPU set `gpus`: the allowed nodes of its GPUs (shared ones too), grown
     /// until they hold the pod (when sized for it) or the container. The growth reads the seed
     /// alone, which many sets share (a socket's GPUs): `grown` keeps each seed's outcome.
@@ -585,3 +532,6 @@ impl<'a> Search<'a> {
         )
     }
 }
+
+#[path = "in_turn.rs"]
+mod in_turn;

@@ -2,6 +2,7 @@
 //! joint choice: exact enumeration while it stays small (up to 16 free GPUs is always exact),
 //! a best-link greedy growth from every seed beyond that.
 
+use super::best_sets::BestSets;
 use super::partitions::{self, NodePartitions};
 use super::twins::Twins;
 use crate::topology::desc::MAX_NVLINKS;
@@ -45,6 +46,9 @@ pub struct LinkTable {
     pub(super) partitions: NodePartitions,
     /// Which GPUs could swap places, for hosts of up to 64 GPUs (see `twins.rs`).
     pub(super) twins: Option<Twins>,
+    /// Every subset's best set score per size, for hosts of up to 10 GPUs (see
+    /// `best_sets.rs`).
+    pub(super) best_sets: Option<BestSets>,
 }
 
 impl LinkTable {
@@ -84,6 +88,7 @@ impl LinkTable {
             nvlink,
             nvswitch,
             partitions: NodePartitions::new(&numa),
+            best_sets: BestSets::new(n),
             numa,
         }
     }

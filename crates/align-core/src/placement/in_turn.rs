@@ -1,0 +1,134 @@
+//! Ranking every GPU set of a decision, for the decisions without classes of interchangeable
+//! sets to walk (DGX-1V's cube mesh has no two interchangeable GPUs, or a reduction too slight
+//! to pay, or a look-ahead that is not a function of link values alone).
+//!
+//! Two walks, which pick the same candidate:
+//! - [`Search::rank_in_turn`], the daemon's: every set's GPU fields first (the look-ahead shared
+//!   between the sets, read from the topology's tables on small hosts), then the sets in that
+//!   order, best first, each with its nodes and NICs, until the next set's GPU fields lose to
+//!   an admissible candidate. On an idle DGX-1V asking 2 GPUs and a NIC, 28 pairs are scored
+//!   and a handful grown into candidates.
+//! - [`Search::rank_every_set`], the reference the exhaustive search keeps: each set in
+//!   enumeration order with the plain look-ahead, grown into a candidate unless its GPU fields
+//!   already lose.
+//!
+//! Why the order does not change the pick: [`offer`] keeps the greatest (rank, lower GPU
+//! indices on ties), a total order on the candidates, whatever order they come in; and a set
+//! is left out only when its GPU fields (fewer unlinked pairs, then link score: the fields
+//! that outrank all but admissibility) are below an admissible candidate's, so its rank is too.
+
+use std::cmp::Reverse;
+
+use super::{offer, Candidate, Grown, Rank, Search};
+use crate::placement::gpus;
+use crate::placement::lookahead::Lookahead;
+use crate::placement::nics;
+use crate::placement::numa;
+
+/// A set with its GPU fields: fewer unlinked pairs, link score with the look-ahead, own link
+/// score.
+type Scored = (Reverse<usize>, u32, u32, Vec<usize>);
+
+impl Search<'_> {
+    /// Every set, its GPU fields first, then grown into a candidate best GPU fields first
+    /// until the next set's lose to an admissible candidate (see the module comment).
+    pub(super) fn rank_in_turn(
+        &self,
+        sets: Vec<Vec<usize>>,
+        free: &[usize],
+        exact: bool,
+    ) -> Option<Candidate> {
+        let mut look = Lookahead::new(self.links, free, self.r.gpu_count, exact);
+        let mut scored: Vec<Scored> = sets
+            .into_iter()
+            .map(|s| {
+                let own = self.links.set_score(&s);
+                let score = own.saturating_add(look.exact(&s));
+                (Reverse(gpus::unlinked_pairs(self.links, &s)), score, own, s)
+            })
+            .collect();
+        // Best GPU fields first; a stable sort keeps equal ones in enumeration order.
+        scored.sort_by_key(|s| Reverse((s.0, s.1)));
+        let free_score = self.links.set_score(free);
+        let to_free = self.links.to_free(free);
+        // Node growth reads the seed alone, which most sets share (a socket's GPUs).
+        let mut grown = Grown::new();
+        let mut best: Option<(Rank, Candidate)> = None;
+        for (unlinked, score, own_links, s) in scored {
+            if let Some((b, _)) = &best {
+                // Sorted: every later set's GPU fields lose too.
+                if b.admissible && (unlinked, score) < (b.fewer_unlinked_pairs, b.link_score) {
+                    break;
+                }
+            }
+            let Some(nodes) = self.nodes_around(&s, &mut grown) else {
+                continue;
+            };
+            let nics = nics::choose(self.ledger, &s, &nodes, self.r.nic_count, &self.fixed_nics);
+            let c = self.candidate(nodes, s, nics);
+            let rank = Rank {
+                admissible: c.admissible,
+                fewer_unlinked_pairs: unlinked,
+                link_score: score,
+                fewer_nodes: Reverse(c.nodes.len()),
+                closer_nodes: Reverse(numa::spread(self.topo(), &c.nodes)),
+                cheaper_nic_paths: Reverse(c.nic_cost),
+                links_left: self.links.remaining_by(&to_free, free_score, &c.gpus),
+                tightest_fit: Reverse(c.nodes.iter().map(|i| u64::from(self.caps[*i].cpu)).sum()),
+                own_links,
+            };
+            offer(&mut best, rank, c);
+        }
+        best.map(|(_, c)| c)
+    }
+
+    /// The set's own link score, and that plus the look-ahead (anti-fragmentation: the best
+    /// sets of the same and of twice the size left after it, go-gpuallocator's partition idea
+    /// one step deep).
+    fn link_scores(&self, free: &[usize], set: &[usize], exact: bool) -> (u32, u32) {
+        let own = self.links.set_score(set);
+        let rest: Vec<usize> = free.iter().copied().filter(|g| !set.contains(g)).collect();
+        (
+            own,
+            own + gpus::lookahead(self.links, &rest, self.r.gpu_count, exact),
+        )
+    }
+
+    /// Every set in enumeration order, each ranked in full with the plain look-ahead unless
+    /// its GPU fields already lose to an admissible candidate: the reference the exhaustive
+    /// search keeps (see the module comment).
+    pub(super) fn rank_every_set(
+        &self,
+        sets: Vec<Vec<usize>>,
+        free: &[usize],
+        exact: bool,
+    ) -> Option<Candidate> {
+        let free_score = self.links.set_score(free);
+        let mut best: Option<(Rank, Candidate)> = None;
+        for s in sets {
+            let unlinked = Reverse(gpus::unlinked_pairs(self.links, &s));
+            let (own_links, score) = self.link_scores(free, &s, exact);
+            if let Some((b, _)) = &best {
+                if b.admissible && (unlinked, score) < (b.fewer_unlinked_pairs, b.link_score) {
+                    continue;
+                }
+            }
+            let Some(c) = self.around_gpus(s) else {
+                continue;
+            };
+            let rank = Rank {
+                admissible: c.admissible,
+                fewer_unlinked_pairs: unlinked,
+                link_score: score,
+                fewer_nodes: Reverse(c.nodes.len()),
+                closer_nodes: Reverse(numa::spread(self.topo(), &c.nodes)),
+                cheaper_nic_paths: Reverse(c.nic_cost),
+                links_left: self.links.remaining_of(free, free_score, &c.gpus),
+                tightest_fit: Reverse(c.nodes.iter().map(|i| u64::from(self.caps[*i].cpu)).sum()),
+                own_links,
+            };
+            offer(&mut best, rank, c);
+        }
+        best.map(|(_, c)| c)
+    }
+}
