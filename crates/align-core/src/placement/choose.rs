@@ -88,6 +88,25 @@ fn offer(best: &mut Option<(Rank, Candidate)>, rank: Rank, c: Candidate) {
 /// best first, then in enumeration order.
 type Bounded = (Rank, Reverse<usize>, bool, Vec<usize>);
 
+/// The GPU sets of a decision, as [`Search::best_with_gpus`] ranks them.
+enum Sets<'f> {
+    /// Every set, as bit masks of GPU indices.
+    Masks(Vec<u64>),
+    /// Every set, listed.
+    Every(Vec<Vec<usize>>),
+    /// One set per class of interchangeable sets, and the symmetries of the links.
+    Classes(Vec<Vec<usize>>, Symmetry<'f>),
+}
+
+impl Sets<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Sets::Masks(m) => m.len(),
+            Sets::Every(s) | Sets::Classes(s, _) => s.len(),
+        }
+    }
+}
+
 /// Node sets already grown in a decision, by seed.
 type Grown = Vec<(Vec<usize>, Option<Vec<usize>>)>;
 
@@ -206,26 +225,25 @@ impl<'a> Search<'a> {
         self
     }
 
-    /// The GPU sets to rank, whether the look-ahead is exact, and the symmetries of the links
-    /// when the sets are one per class of them. Where the exact look-ahead is a function of
-    /// link values only (so interchangeable sets tie on every rank field but the NIC ones) and
-    /// affordable for one set per class, those sets (or, for the reference, every set) with
-    /// the exact look-ahead; else every set with the look-ahead the budget allows.
-    fn gpu_sets<'f>(
-        &self,
-        free: &'f [usize],
-        must: &[usize],
-        k: usize,
-    ) -> (Vec<Vec<usize>>, bool, Option<Symmetry<'f>>) {
+    /// The GPU sets to rank and whether the look-ahead is exact. Where the exact look-ahead is
+    /// a function of link values only (so interchangeable sets tie on every rank field but the
+    /// NIC ones) and affordable for one set per class, one set per class of the symmetries of
+    /// the links (or, for the reference, every set) with the exact look-ahead; else every set
+    /// with the look-ahead the budget allows.
+    fn gpu_sets<'f>(&self, free: &'f [usize], must: &[usize], k: usize) -> (Sets<'f>, bool) {
         // `keep` fixes GPUs and NICs by index: no two sets are interchangeable then. Every
         // host size: finding the classes checks two rows per swap, a few µs on 8 GPUs, and a
         // DGX H100's 70 4-GPU sets are 3 classes (how many of the 4 come from each socket).
-        if must.is_empty() && !self.keep && orbits::lookahead_invariant(self.links, free, k) {
+        // No two GPUs interchangeable (DGX-1V's cube mesh), as the topology's table of twins
+        // tells at once: every set is its own class, and the symmetries are not built.
+        if must.is_empty()
+            && !self.keep
+            && orbits::lookahead_invariant(self.links, free, k)
+            && !orbits::none_interchangeable(self.links, free)
+        {
             // The links alone: NICs (one per PCIe switch on a DGX-2) would set every switch
             // apart, and the search pairs them with each set of a winning class instead.
             let sym = Symmetry::new(self.links, self.ledger, free, false);
-            // No two GPUs interchangeable (DGX-1V's cube mesh): every set is its own class,
-            // and the plain enumeration skips the class walk and the orbits.
             let reps = sym.reduces().then(|| sym.representatives(k)).flatten();
             if let Some(reps) = reps.filter(|s| gpus::lookahead_exact(s.len(), free.len(), k)) {
                 // A reduction that keeps more than half the sets saves less than the class
@@ -233,14 +251,26 @@ impl<'a> Search<'a> {
                 // time in the placement bench): every set then, with the same exact look-ahead.
                 let slight = 2 * reps.len() as u64 > gpus::binomial(free.len() as u64, k as u64);
                 if self.gpu_search == GpuSearch::Exhaustive || slight {
-                    return (gpus::candidates(self.links, free, must, k), true, None);
+                    return (self.every_set(free, must, k), true);
                 }
-                return (reps, true, Some(sym));
+                return (Sets::Classes(reps, sym), true);
             }
         }
-        let sets = gpus::candidates(self.links, free, must, k);
+        let sets = self.every_set(free, must, k);
         let exact = gpus::lookahead_exact(sets.len(), free.len(), k);
-        (sets, exact, None)
+        (sets, exact)
+    }
+
+    /// Every `k`-set of `free` holding `must`: as bit masks for the reduced search when the
+    /// sets are all enumerated and the GPU indices fit a mask (no vector per set), else listed.
+    fn every_set<'f>(&self, free: &[usize], must: &[usize], k: usize) -> Sets<'f> {
+        let masks = (self.gpu_search == GpuSearch::Reduced && must.is_empty())
+            .then(|| gpus::candidate_masks(free, k))
+            .flatten();
+        match masks {
+            Some(masks) => Sets::Masks(masks),
+            None => Sets::Every(gpus::candidates(self.links, free, must, k)),
+        }
     }
 
     /// Free capacity per node at the start of the decision.
@@ -351,20 +381,26 @@ impl<'a> Search<'a> {
             .into_iter()
             .filter(|g| must.contains(g) || self.ledger.gpu_choosable(*g))
             .collect();
-        let (sets, exact, sym) = self.gpu_sets(&free, &must, r.gpu_count);
-        if sets.is_empty() {
-            return Err(reject::insufficient(
-                self.ledger,
-                self.config,
-                r,
-                &self.caps,
-            ));
-        }
-        let Some(sym) = sym else {
-            return Ok(match self.gpu_search {
-                GpuSearch::Reduced => self.rank_in_turn(sets, &free, exact),
-                GpuSearch::Exhaustive => self.rank_every_set(sets, &free, exact),
-            });
+        let (sets, exact) = self.gpu_sets(&free, &must, r.gpu_count);
+        let (sets, sym) = match sets {
+            Sets::Masks(masks) if !masks.is_empty() => {
+                return Ok(self.rank_masks(masks, &free, exact));
+            }
+            Sets::Every(sets) if !sets.is_empty() => {
+                return Ok(match self.gpu_search {
+                    GpuSearch::Reduced => self.rank_in_turn(sets, &free, exact),
+                    GpuSearch::Exhaustive => self.rank_every_set(sets, &free, exact),
+                });
+            }
+            Sets::Classes(sets, sym) if !sets.is_empty() => (sets, sym),
+            _ => {
+                return Err(reject::insufficient(
+                    self.ledger,
+                    self.config,
+                    r,
+                    &self.caps,
+                ))
+            }
         };
         // The GPU-only fields first, every other field at the best it could be (admissible,
         // on no node, no NIC cost), and the look-ahead at its bound until the set comes up:

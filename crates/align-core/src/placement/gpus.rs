@@ -527,6 +527,37 @@ pub fn candidates(table: &LinkTable, free: &[usize], must: &[usize], k: usize) -
     out
 }
 
+/// Every `k`-set of `free` as a bit mask of GPU indices, when they are all enumerated (as
+/// [`candidates`] lists them without GPUs it must hold) and every index fits a mask: `None`
+/// otherwise, and when `free` holds fewer than `k` (no set, as [`candidates`] finds none).
+pub fn candidate_masks(free: &[usize], k: usize) -> Option<Vec<u64>> {
+    if k == 0 || k > free.len() || free.iter().any(|&g| g >= 64) {
+        return None;
+    }
+    let count = binomial(free.len() as u64, k as u64);
+    if count > EXACT_LIMIT {
+        return None;
+    }
+    let mut out = Vec::with_capacity(count as usize);
+    mask_combos(free, k, 0, 0, &mut out);
+    Some(out)
+}
+
+fn mask_combos(pool: &[usize], left: usize, start: usize, cur: u64, out: &mut Vec<u64>) {
+    if left == 0 {
+        out.push(cur);
+        return;
+    }
+    for (i, &g) in pool
+        .iter()
+        .enumerate()
+        .take(pool.len() - left + 1)
+        .skip(start)
+    {
+        mask_combos(pool, left - 1, i + 1, cur | 1 << g, out);
+    }
+}
+
 fn combos(
     pool: &[usize],
     left: usize,

@@ -3,11 +3,12 @@
 //! to pay, or a look-ahead that is not a function of link values alone).
 //!
 //! Two walks, which pick the same candidate:
-//! - [`Search::rank_in_turn`], the daemon's: every set's GPU fields first (the look-ahead shared
-//!   between the sets, read from the topology's tables on small hosts), then the sets in that
-//!   order, best first, each with its nodes and NICs, until the next set's GPU fields lose to
-//!   an admissible candidate. On an idle DGX-1V asking 2 GPUs and a NIC, 28 pairs are scored
-//!   and a handful grown into candidates.
+//! - [`Search::rank_in_turn`] and [`Search::rank_masks`] (the same with the sets as bit masks
+//!   of GPU indices, where every set is enumerated), the daemon's: every set's GPU fields first
+//!   (the look-ahead shared between the sets, read from the topology's tables on small hosts),
+//!   then the sets in that order, best first, each with its nodes and NICs, until the next
+//!   set's GPU fields lose to an admissible candidate. On an idle DGX-1V asking 2 GPUs and a
+//!   NIC, 28 pairs are scored and a handful grown into candidates.
 //! - [`Search::rank_every_set`], the reference the exhaustive search keeps: each set in
 //!   enumeration order with the plain look-ahead, grown into a candidate unless its GPU fields
 //!   already lose.
@@ -26,12 +27,12 @@ use crate::placement::nics;
 use crate::placement::numa;
 
 /// A set with its GPU fields: fewer unlinked pairs, link score with the look-ahead, own link
-/// score.
-type Scored = (Reverse<usize>, u32, u32, Vec<usize>);
+/// score; the set as listed or as a bit mask.
+type Scored<S> = (Reverse<usize>, u32, u32, S);
 
 impl Search<'_> {
-    /// Every set, its GPU fields first, then grown into a candidate best GPU fields first
-    /// until the next set's lose to an admissible candidate (see the module comment).
+    /// Every listed set, its GPU fields first, then grown into a candidate best GPU fields
+    /// first until the next set's lose to an admissible candidate (see the module comment).
     pub(super) fn rank_in_turn(
         &self,
         sets: Vec<Vec<usize>>,
@@ -39,16 +40,64 @@ impl Search<'_> {
         exact: bool,
     ) -> Option<Candidate> {
         let mut look = Lookahead::new(self.links, free, self.r.gpu_count, exact);
-        let mut scored: Vec<Scored> = sets
+        let scored: Vec<Scored<Vec<usize>>> = sets
             .into_iter()
-            .map(|s| {
-                let own = self.links.set_score(&s);
-                let score = own.saturating_add(look.exact(&s));
-                (Reverse(gpus::unlinked_pairs(self.links, &s)), score, own, s)
+            .map(|s| self.gpu_fields(&mut look, s))
+            .collect();
+        self.grow_best(scored, free, |s| s)
+    }
+
+    /// [`Search::rank_in_turn`] with the sets as bit masks of GPU indices: one buffer for the
+    /// set being scored, and a vector only for the sets grown into candidates.
+    pub(super) fn rank_masks(
+        &self,
+        masks: Vec<u64>,
+        free: &[usize],
+        exact: bool,
+    ) -> Option<Candidate> {
+        let mut look = Lookahead::new(self.links, free, self.r.gpu_count, exact);
+        let mut set: Vec<usize> = Vec::with_capacity(self.r.gpu_count);
+        let scored: Vec<Scored<u64>> = masks
+            .into_iter()
+            .map(|m| {
+                fill(&mut set, m);
+                let (unlinked, score, own, _) = self.gpu_fields(&mut look, &set[..]);
+                (unlinked, score, own, m)
             })
             .collect();
-        // Best GPU fields first; a stable sort keeps equal ones in enumeration order.
-        scored.sort_by_key(|s| Reverse((s.0, s.1)));
+        self.grow_best(scored, free, |m| {
+            let mut s = Vec::with_capacity(m.count_ones() as usize);
+            fill(&mut s, m);
+            s
+        })
+    }
+
+    /// The GPU fields of set `s` (ascending GPU indices): its unlinked pairs and own link
+    /// score in one pass over its pairs (the sums of `unlinked_pairs` and `set_score`, in
+    /// their order), and the link score with the look-ahead.
+    fn gpu_fields<S: AsRef<[usize]>>(&self, look: &mut Lookahead<'_>, s: S) -> Scored<S> {
+        let set = s.as_ref();
+        let (mut own, mut unlinked) = (0u32, 0usize);
+        for (a, &i) in set.iter().enumerate() {
+            for &j in &set[a + 1..] {
+                own = own.saturating_add(self.links.pair(i, j));
+                unlinked += usize::from(!self.links.linked(i, j));
+            }
+        }
+        let score = own.saturating_add(look.exact(set));
+        (Reverse(unlinked), score, own, s)
+    }
+
+    /// The sets by their GPU fields, best first, each grown into a candidate (nodes, NICs)
+    /// until the next set's GPU fields lose to an admissible candidate; `gpus` lists a set.
+    fn grow_best<S>(
+        &self,
+        mut scored: Vec<Scored<S>>,
+        free: &[usize],
+        gpus: impl Fn(S) -> Vec<usize>,
+    ) -> Option<Candidate> {
+        // Best GPU fields first; the order among equal ones does not change the pick.
+        scored.sort_unstable_by_key(|s| Reverse((s.0, s.1)));
         let free_score = self.links.set_score(free);
         let to_free = self.links.to_free(free);
         // Node growth reads the seed alone, which most sets share (a socket's GPUs).
@@ -61,6 +110,7 @@ impl Search<'_> {
                     break;
                 }
             }
+            let s = gpus(s);
             let Some(nodes) = self.nodes_around(&s, &mut grown) else {
                 continue;
             };
@@ -130,5 +180,15 @@ impl Search<'_> {
             offer(&mut best, rank, c);
         }
         best.map(|(_, c)| c)
+    }
+}
+
+/// Fills `set` with the GPU indices of mask `m`, ascending.
+fn fill(set: &mut Vec<usize>, m: u64) {
+    set.clear();
+    let mut bits = m;
+    while bits != 0 {
+        set.push(bits.trailing_zeros() as usize);
+        bits &= bits - 1;
     }
 }
