@@ -10,6 +10,8 @@
 //!   the exact value only for the sets whose bound can still win.
 //! - The partition is per NUMA node, and the sets of a decision leave the same GPUs on most
 //!   nodes: each node's remainder is partitioned once per decision.
+//! - On a host of at most 10 GPUs the best `2k`-set of what a set leaves is read from the
+//!   topology's table of every subset's best sets (`best_sets.rs`), not searched.
 //!
 //! Values are those of [`gpus::lookahead`] to the unit: the bound only decides what is
 //! computed, never what a set scores.
