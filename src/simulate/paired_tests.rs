@@ -32,7 +32,9 @@ fn the_p_value_is_the_exact_share_of_sign_flips() {
     let all = Paired::new(&[1; 8], &[2; 8]).expect("paired");
     assert!((all.p_value - 2.0 / 256.0).abs() < 1e-12, "{all:?}");
     assert!(!all.within_luck());
-    assert!(all.describe().ends_with("(ahead on 0, behind on 8 of 8 streams; p < 0.01)"));
+    assert!(all
+        .describe()
+        .ends_with("(ahead on 0, behind on 8 of 8 streams; p < 0.01)"));
 }
 
 #[test]

@@ -112,6 +112,45 @@ fn idle_16_gpu_hosts_every_size_link_as_well_as_exhaustive() {
     }
 }
 
+/// The 8-GPU hosts, every occupancy, every size, 0 to 2 NICs: the reduced search decides
+/// exactly as the exhaustive one, to the CPUs, NICs and reason. On DGX-1V no two GPUs are
+/// interchangeable, so the reduced search ranks every set there too, its GPU fields first
+/// (the look-ahead read from the topology's tables) and then best first with an early stop,
+/// where the exhaustive search walks the sets in order with the plain look-ahead.
+#[test]
+fn eight_gpu_hosts_every_occupancy_decide_as_exhaustive() {
+    for name in ["dgx1-v100", "dgx-h100"] {
+        let topo = host(name);
+        let n = topo.gpus.len();
+        for mask in 0u32..1 << n {
+            let held: Vec<usize> = (0..n).filter(|g| mask & (1 << g) != 0).collect();
+            let fast = occupied(&topo, GpuSearch::Reduced, &held);
+            let full = occupied(&topo, GpuSearch::Exhaustive, &held);
+            for k in 1..=n - held.len() {
+                for nics in 0..=2 {
+                    let asked: Vec<String> = topo.gpus[..k]
+                        .iter()
+                        .map(|g| g.pci_bus_id.clone())
+                        .collect();
+                    let names: Vec<String> = topo
+                        .nics
+                        .iter()
+                        .take(nics)
+                        .map(|x| x.name.clone())
+                        .collect();
+                    let r = request("x", 4, asked, names);
+                    let ctx = format!("{name}: held {held:?}, k {k}, nics {nics}");
+                    match (fast.plan(&r), full.plan(&r)) {
+                        (Ok(a), Ok(b)) => assert_eq!(a, b, "{ctx}"),
+                        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{ctx}"),
+                        (a, b) => panic!("{ctx}: reduced {a:?}, exhaustive {b:?}"),
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// 128 cases unless `PROPTEST_CASES` says otherwise (an explicit count would override it).
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")

@@ -92,6 +92,25 @@ fn offer(best: &mut Option<(Rank, Candidate)>, rank: Rank, c: Candidate) {
 /// best first, then in enumeration order.
 type Bounded = (Rank, Reverse<usize>, bool, Vec<usize>);
 
+/// The GPU sets of a decision, as [`Search::best_with_gpus`] ranks them.
+enum Sets<'f> {
+    /// Every set, as bit masks of GPU indices.
+    Masks(Vec<u64>),
+    /// Every set, listed.
+    Every(Vec<Vec<usize>>),
+    /// One set per class of interchangeable sets, and the symmetries of the links.
+    Classes(Vec<Vec<usize>>, Symmetry<'f>),
+}
+
+impl Sets<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Sets::Masks(m) => m.len(),
+            Sets::Every(s) | Sets::Classes(s, _) => s.len(),
+        }
+    }
+}
+
 /// Node sets already grown in a decision, by seed.
 type Grown = Vec<(Vec<usize>, Option<Vec<usize>>)>;
 
@@ -213,26 +232,25 @@ impl<'a> Search<'a> {
         self
     }
 
-    /// The GPU sets to rank, whether the look-ahead is exact, and the symmetries of the links
-    /// when the sets are one per class of them. Where the exact look-ahead is a function of
-    /// link values only (so interchangeable sets tie on every rank field but the NIC ones) and
-    /// affordable for one set per class, those sets (or, for the reference, every set) with
-    /// the exact look-ahead; else every set with the look-ahead the budget allows.
-    fn gpu_sets<'f>(
-        &self,
-        free: &'f [usize],
-        must: &[usize],
-        k: usize,
-    ) -> (Vec<Vec<usize>>, bool, Option<Symmetry<'f>>) {
+    /// The GPU sets to rank and whether the look-ahead is exact. Where the exact look-ahead is
+    /// a function of link values only (so interchangeable sets tie on every rank field but the
+    /// NIC ones) and affordable for one set per class, one set per class of the symmetries of
+    /// the links (or, for the reference, every set) with the exact look-ahead; else every set
+    /// with the look-ahead the budget allows.
+    fn gpu_sets<'f>(&self, free: &'f [usize], must: &[usize], k: usize) -> (Sets<'f>, bool) {
         // `keep` fixes GPUs and NICs by index: no two sets are interchangeable then. Every
         // host size: finding the classes checks two rows per swap, a few µs on 8 GPUs, and a
         // DGX H100's 70 4-GPU sets are 3 classes (how many of the 4 come from each socket).
-        if must.is_empty() && !self.keep && orbits::lookahead_invariant(self.links, free, k) {
+        // No two GPUs interchangeable (DGX-1V's cube mesh), as the topology's table of twins
+        // tells at once: every set is its own class, and the symmetries are not built.
+        if must.is_empty()
+            && !self.keep
+            && orbits::lookahead_invariant(self.links, free, k)
+            && !orbits::none_interchangeable(self.links, free)
+        {
             // The links alone: NICs (one per PCIe switch on a DGX-2) would set every switch
             // apart, and the search pairs them with each set of a winning class instead.
             let sym = Symmetry::new(self.links, self.ledger, free, false);
-            // No two GPUs interchangeable (DGX-1V's cube mesh): every set is its own class,
-            // and the plain enumeration skips the class walk and the orbits.
             let reps = sym.reduces().then(|| sym.representatives(k)).flatten();
             if let Some(reps) = reps.filter(|s| gpus::lookahead_exact(s.len(), free.len(), k)) {
                 // A reduction that keeps more than half the sets saves less than the class
@@ -240,14 +258,26 @@ impl<'a> Search<'a> {
                 // time in the placement bench): every set then, with the same exact look-ahead.
                 let slight = 2 * reps.len() as u64 > gpus::binomial(free.len() as u64, k as u64);
                 if self.gpu_search == GpuSearch::Exhaustive || slight {
-                    return (gpus::candidates(self.links, free, must, k), true, None);
+                    return (self.every_set(free, must, k), true);
                 }
-                return (reps, true, Some(sym));
+                return (Sets::Classes(reps, sym), true);
             }
         }
-        let sets = gpus::candidates(self.links, free, must, k);
+        let sets = self.every_set(free, must, k);
         let exact = gpus::lookahead_exact(sets.len(), free.len(), k);
-        (sets, exact, None)
+        (sets, exact)
+    }
+
+    /// Every `k`-set of `free` holding `must`: as bit masks for the reduced search when the
+    /// sets are all enumerated and the GPU indices fit a mask (no vector per set), else listed.
+    fn every_set<'f>(&self, free: &[usize], must: &[usize], k: usize) -> Sets<'f> {
+        let masks = (self.gpu_search == GpuSearch::Reduced && must.is_empty())
+            .then(|| gpus::candidate_masks(free, k))
+            .flatten();
+        match masks {
+            Some(masks) => Sets::Masks(masks),
+            None => Sets::Every(gpus::candidates(self.links, free, must, k)),
+        }
     }
 
     /// Free capacity per node at the start of the decision.
@@ -358,17 +388,26 @@ impl<'a> Search<'a> {
             .into_iter()
             .filter(|g| must.contains(g) || self.ledger.gpu_choosable(*g))
             .collect();
-        let (sets, exact, sym) = self.gpu_sets(&free, &must, r.gpu_count);
-        if sets.is_empty() {
-            return Err(reject::insufficient(
-                self.ledger,
-                self.config,
-                r,
-                &self.caps,
-            ));
-        }
-        let Some(sym) = sym else {
-            return Ok(self.rank_in_turn(sets, &free, exact));
+        let (sets, exact) = self.gpu_sets(&free, &must, r.gpu_count);
+        let (sets, sym) = match sets {
+            Sets::Masks(masks) if !masks.is_empty() => {
+                return Ok(self.rank_masks(masks, &free, exact));
+            }
+            Sets::Every(sets) if !sets.is_empty() => {
+                return Ok(match self.gpu_search {
+                    GpuSearch::Reduced => self.rank_in_turn(sets, &free, exact),
+                    GpuSearch::Exhaustive => self.rank_every_set(sets, &free, exact),
+                });
+            }
+            Sets::Classes(sets, sym) if !sets.is_empty() => (sets, sym),
+            _ => {
+                return Err(reject::insufficient(
+                    self.ledger,
+                    self.config,
+                    r,
+                    &self.caps,
+                ))
+            }
         };
         // The GPU-only fields first, every other field at the best it could be (admissible,
         // on no node, no NIC cost), and the look-ahead at its bound until the set comes up:
@@ -477,67 +516,6 @@ impl<'a> Search<'a> {
         }
     }
 
-    /// The set's own link score, and that plus the look-ahead (anti-fragmentation: the best
-    /// sets of the same and of twice the size left after it, go-gpuallocator's partition idea
-    /// one step deep).
-    fn link_scores(&self, free: &[usize], set: &[usize], exact: bool) -> (u32, u32) {
-        let own = self.links.set_score(set);
-        let rest = self.rest(free, set);
-        (
-            own,
-            own + gpus::lookahead(self.links, &rest, self.r.gpu_count, exact),
-        )
-    }
-
-    /// The free GPUs `set` leaves.
-    fn rest(&self, free: &[usize], set: &[usize]) -> Vec<usize> {
-        free.iter().copied().filter(|g| !set.contains(g)).collect()
-    }
-
-    /// Every set in enumeration order, each ranked in full unless its GPU fields already lose
-    /// to an admissible candidate: where no two GPUs are interchangeable (DGX-1V's cube mesh,
-    /// or a reduction too slight to pay), this beats bounding and sorting every set first
-    /// (2-3x in the placement bench on an idle DGX-1V).
-    fn rank_in_turn(
-        &self,
-        sets: Vec<Vec<usize>>,
-        free: &[usize],
-        exact: bool,
-    ) -> Option<Candidate> {
-        let free_score = self.links.set_score(free);
-        let mut best: Option<(Rank, Candidate)> = None;
-        for s in sets {
-            let unlinked = Reverse(gpus::unlinked_pairs(self.links, &s));
-            let (own_links, score) = self.link_scores(free, &s, exact);
-            if let Some((b, _)) = &best {
-                if b.admissible && (unlinked, score) < (b.fewer_unlinked_pairs, b.link_score) {
-                    continue;
-                }
-            }
-            let Some(c) = self.around_gpus(s) else {
-                continue;
-            };
-            let rank = Rank {
-                admissible: c.admissible,
-                fewer_unlinked_pairs: unlinked,
-                link_score: score,
-                fewer_nodes: Reverse(c.nodes.len()),
-                closer_nodes: Reverse(numa::spread(self.topo(), &c.nodes)),
-                keeps_idle_nodes: Reverse(numa::idle_opened(
-                    self.ledger,
-                    &self.idle_nodes,
-                    &c.gpus,
-                )),
-                cheaper_nic_paths: Reverse(c.nic_cost),
-                links_left: self.links.remaining_of(free, free_score, &c.gpus),
-                tightest_fit: Reverse(c.nodes.iter().map(|i| u64::from(self.caps[*i].cpu)).sum()),
-                own_links,
-            };
-            offer(&mut best, rank, c);
-        }
-        best.map(|(_, c)| c)
-    }
-
     /// The nodes for GPU set `gpus`: the allowed nodes of its GPUs (shared ones too), grown
     /// until they hold the pod (when sized for it) or the container. The growth reads the seed
     /// alone, which many sets share (a socket's GPUs): `grown` keeps each seed's outcome.
@@ -598,3 +576,6 @@ impl<'a> Search<'a> {
         )
     }
 }
+
+#[path = "in_turn.rs"]
+mod in_turn;

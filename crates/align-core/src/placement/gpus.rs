@@ -2,6 +2,7 @@
 //! joint choice: exact enumeration while it stays small (up to 16 free GPUs is always exact),
 //! a best-link greedy growth from every seed beyond that.
 
+use super::best_sets::BestSets;
 use super::partitions::{self, NodePartitions};
 use super::twins::Twins;
 use crate::topology::desc::MAX_NVLINKS;
@@ -45,6 +46,9 @@ pub struct LinkTable {
     pub(super) partitions: NodePartitions,
     /// Which GPUs could swap places, for hosts of up to 64 GPUs (see `twins.rs`).
     pub(super) twins: Option<Twins>,
+    /// Every subset's best set score per size, for hosts of up to 10 GPUs (see
+    /// `best_sets.rs`).
+    pub(super) best_sets: Option<BestSets>,
 }
 
 impl LinkTable {
@@ -84,6 +88,7 @@ impl LinkTable {
             nvlink,
             nvswitch,
             partitions: NodePartitions::new(&numa),
+            best_sets: BestSets::new(n),
             numa,
         }
     }
@@ -520,6 +525,37 @@ pub fn candidates(table: &LinkTable, free: &[usize], must: &[usize], k: usize) -
         }
     }
     out
+}
+
+/// Every `k`-set of `free` as a bit mask of GPU indices, when they are all enumerated (as
+/// [`candidates`] lists them without GPUs it must hold) and every index fits a mask: `None`
+/// otherwise, and when `free` holds fewer than `k` (no set, as [`candidates`] finds none).
+pub fn candidate_masks(free: &[usize], k: usize) -> Option<Vec<u64>> {
+    if k == 0 || k > free.len() || free.iter().any(|&g| g >= 64) {
+        return None;
+    }
+    let count = binomial(free.len() as u64, k as u64);
+    if count > EXACT_LIMIT {
+        return None;
+    }
+    let mut out = Vec::with_capacity(count as usize);
+    mask_combos(free, k, 0, 0, &mut out);
+    Some(out)
+}
+
+fn mask_combos(pool: &[usize], left: usize, start: usize, cur: u64, out: &mut Vec<u64>) {
+    if left == 0 {
+        out.push(cur);
+        return;
+    }
+    for (i, &g) in pool
+        .iter()
+        .enumerate()
+        .take(pool.len() - left + 1)
+        .skip(start)
+    {
+        mask_combos(pool, left - 1, i + 1, cur | 1 << g, out);
+    }
 }
 
 fn combos(

@@ -168,3 +168,35 @@ fn best_set_by_twins_scores_as_the_plain_search() {
         }
     }
 }
+
+/// The reduced search's masks are the sets `candidates` lists, in the same order, wherever it
+/// enumerates them all; none where it would not, or past the masks.
+#[test]
+fn candidate_masks_are_the_listed_candidates() {
+    let t = LinkTable::new(&crate::topology::testing::fixture_or_shipped(
+        "hgx16-nvswitch",
+    ));
+    for free in [
+        (0..16).collect::<Vec<usize>>(),
+        vec![0, 3, 5, 6, 9, 12],
+        vec![2],
+    ] {
+        for k in 1..=free.len() {
+            let listed = candidates(&t, &free, &[], k);
+            let masks = candidate_masks(&free, k);
+            if !exact_enumeration(free.len() as u64, k as u64) {
+                assert_eq!(masks, None, "{free:?} k={k}");
+                continue;
+            }
+            let as_sets: Vec<Vec<usize>> = masks
+                .expect("enumerated")
+                .iter()
+                .map(|&m| (0..64).filter(|g| m & (1u64 << g) != 0).collect())
+                .collect();
+            assert_eq!(as_sets, listed, "{free:?} k={k}");
+        }
+        assert_eq!(candidate_masks(&free, free.len() + 1), None);
+        assert_eq!(candidate_masks(&free, 0), None);
+    }
+    assert_eq!(candidate_masks(&[1, 64], 1), None);
+}

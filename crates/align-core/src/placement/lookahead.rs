@@ -10,6 +10,8 @@
 //!   the exact value only for the sets whose bound can still win.
 //! - The partition is per NUMA node, and the sets of a decision leave the same GPUs on most
 //!   nodes: each node's remainder is partitioned once per decision.
+//! - On a host of at most 10 GPUs the best `2k`-set of what a set leaves is read from the
+//!   topology's table of every subset's best sets (`best_sets.rs`), not searched.
 //!
 //! Values are those of [`gpus::lookahead`] to the unit: the bound only decides what is
 //! computed, never what a set scores.
@@ -85,18 +87,33 @@ impl<'a> Lookahead<'a> {
         let taken = self.leave(set);
         let double = match self.ceiling_left(set) {
             Some(c) => c,
-            None => {
-                gpus::best_set_score(self.table, &self.rest, 2 * self.k, self.exact).unwrap_or(0)
-            }
+            None => self.best_left(),
         };
         self.partitions(taken) + double
+    }
+
+    /// The best `2k`-set score of what the set being scored leaves (`rest`): read from the
+    /// topology's table on a small host (the exact search's value, see `best_sets.rs`), else
+    /// searched.
+    fn best_left(&self) -> u32 {
+        let (table, m) = (self.table, 2 * self.k);
+        let known = table
+            .best_sets
+            .as_ref()
+            .filter(|_| self.exact)
+            .and_then(|t| t.get(|i, j| table.pair(i, j), &self.rest, m));
+        known
+            .or_else(|| gpus::best_set_score(table, &self.rest, m, self.exact))
+            .unwrap_or(0)
     }
 
     /// The ceiling when what `set` leaves holds a best `2k`-set of all the free GPUs (then
     /// nothing in it scores more, and the search over it is skipped).
     fn ceiling_left(&mut self, set: &[usize]) -> Option<u32> {
-        let c = self.ceiling()?;
+        // Without symmetries nothing says which sets leave a best one: the ceiling is not
+        // computed for nothing.
         let sym = self.sym?;
+        let c = self.ceiling()?;
         self.best_counts
             .iter()
             .any(|counts| sym.holds(counts, set))

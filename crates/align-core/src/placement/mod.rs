@@ -12,6 +12,7 @@
 
 pub mod allocator;
 pub mod annotations;
+mod best_sets;
 mod choose;
 pub mod cpus;
 pub mod error;

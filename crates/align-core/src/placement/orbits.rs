@@ -515,6 +515,25 @@ impl Check<'_> {
     }
 }
 
+/// Whether no two GPUs of `free` are interchangeable by the links alone, as the topology's
+/// table of twins tells without a permutation check: then [`Symmetry::new`] (without NICs)
+/// would find every GPU its own class. False when the table cannot tell (no table, a GPU
+/// index past 63).
+pub fn none_interchangeable(table: &LinkTable, free: &[usize]) -> bool {
+    let Some(twins) = &table.twins else {
+        return false;
+    };
+    if free.iter().any(|&g| g >= 64) {
+        return false;
+    }
+    let mask = free.iter().fold(0u64, |m, &g| m | 1 << g);
+    // Each pair in the orientation `Check::classes` asks it: the earlier free GPU first.
+    !free
+        .iter()
+        .enumerate()
+        .any(|(p, &a)| free[p + 1..].iter().any(|&b| twins.swap(a, b, mask)))
+}
+
 /// Whether the look-ahead over what `k` GPUs of `free` leave is a function of values only (no
 /// tie broken by index), so interchangeable sets get the same look-ahead: the exact search of
 /// the best `2k`-set stays within its enumeration limit and every NUMA node's free GPUs are

@@ -189,3 +189,30 @@ fn twin_masks_give_the_classes_of_the_permutation_check() {
         }
     }
 }
+
+/// The twins table's answer that no two free GPUs are interchangeable (the search then skips
+/// the symmetries) is the symmetries' own, on every host and many occupancies: DGX-1V idle
+/// has no twins, the NVSwitch hosts have many.
+#[test]
+fn none_interchangeable_is_what_the_symmetries_find() {
+    let mut seen = [false; 2];
+    for name in crate::topology::testing::GPU_HOSTS {
+        let (table, ledger) = host(name);
+        let n = ledger.topo().gpus.len();
+        for held in 0u32..1 << n.min(8) {
+            // Spread the held mask over 16 GPUs on the larger hosts.
+            let free: Vec<usize> = (0..n)
+                .filter(|&g| held & (1 << (g % 8)) == 0 || (g >= 8 && held % 3 == 0))
+                .collect();
+            let none = none_interchangeable(&table, &free);
+            let sym = Symmetry::new(&table, &ledger, &free, false);
+            assert_eq!(none, !sym.reduces(), "{name} {free:?}");
+            seen[usize::from(none)] = true;
+        }
+    }
+    assert_eq!(seen, [true, true], "both answers met");
+    let (table, _) = host("dgx1-v100");
+    assert!(none_interchangeable(&table, &(0..8).collect::<Vec<_>>()));
+    // Past the masks the table cannot tell.
+    assert!(!none_interchangeable(&table, &[0, 64]));
+}
