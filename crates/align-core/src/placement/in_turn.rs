@@ -116,25 +116,34 @@ impl Search<'_> {
             };
             let nics = nics::choose(self.ledger, &s, &nodes, self.r.nic_count, &self.fixed_nics);
             let c = self.candidate(nodes, s, nics);
-            let rank = Rank {
-                admissible: c.admissible,
-                fewer_unlinked_pairs: unlinked,
-                link_score: score,
-                fewer_nodes: Reverse(c.nodes.len()),
-                closer_nodes: Reverse(numa::spread(self.topo(), &c.nodes)),
-                keeps_idle_nodes: Reverse(numa::idle_opened(
-                    self.ledger,
-                    &self.idle_nodes,
-                    &c.gpus,
-                )),
-                cheaper_nic_paths: Reverse(c.nic_cost),
-                links_left: self.links.remaining_by(&to_free, free_score, &c.gpus),
-                tightest_fit: Reverse(c.nodes.iter().map(|i| u64::from(self.caps[*i].cpu)).sum()),
-                own_links,
-            };
+            let links_left = self.links.remaining_by(&to_free, free_score, &c.gpus);
+            let rank = self.rank((unlinked, score, own_links), links_left, &c);
             offer(&mut best, rank, c);
         }
         best.map(|(_, c)| c)
+    }
+
+    /// The whole rank of candidate `c`, from its set's GPU fields (unlinked pairs, link score
+    /// with the look-ahead, own link score) and the link score its set leaves among the free
+    /// GPUs: the same fields in both walks.
+    fn rank(
+        &self,
+        (unlinked, score, own_links): (Reverse<usize>, u32, u32),
+        links_left: u32,
+        c: &Candidate,
+    ) -> Rank {
+        Rank {
+            admissible: c.admissible,
+            fewer_unlinked_pairs: unlinked,
+            link_score: score,
+            fewer_nodes: Reverse(c.nodes.len()),
+            closer_nodes: Reverse(numa::spread(self.topo(), &c.nodes)),
+            keeps_idle_nodes: Reverse(numa::idle_opened(self.ledger, &self.idle_nodes, &c.gpus)),
+            cheaper_nic_paths: Reverse(c.nic_cost),
+            links_left,
+            tightest_fit: Reverse(c.nodes.iter().map(|i| u64::from(self.caps[*i].cpu)).sum()),
+            own_links,
+        }
     }
 
     /// The set's own link score, and that plus the look-ahead (anti-fragmentation: the best
@@ -171,22 +180,8 @@ impl Search<'_> {
             let Some(c) = self.around_gpus(s) else {
                 continue;
             };
-            let rank = Rank {
-                admissible: c.admissible,
-                fewer_unlinked_pairs: unlinked,
-                link_score: score,
-                fewer_nodes: Reverse(c.nodes.len()),
-                closer_nodes: Reverse(numa::spread(self.topo(), &c.nodes)),
-                keeps_idle_nodes: Reverse(numa::idle_opened(
-                    self.ledger,
-                    &self.idle_nodes,
-                    &c.gpus,
-                )),
-                cheaper_nic_paths: Reverse(c.nic_cost),
-                links_left: self.links.remaining_of(free, free_score, &c.gpus),
-                tightest_fit: Reverse(c.nodes.iter().map(|i| u64::from(self.caps[*i].cpu)).sum()),
-                own_links,
-            };
+            let links_left = self.links.remaining_of(free, free_score, &c.gpus);
+            let rank = self.rank((unlinked, score, own_links), links_left, &c);
             offer(&mut best, rank, c);
         }
         best.map(|(_, c)| c)
