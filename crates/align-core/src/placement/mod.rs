@@ -29,6 +29,8 @@ pub mod reject;
 pub mod request;
 pub mod resolve;
 pub mod scheduler;
+#[cfg(test)]
+mod test_requests;
 mod twins;
 
 pub use allocator::{Allocator, Plan};

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 
 use crate::placement::allocator::Allocator;
 use crate::placement::policy::{PlacementConfig, Policy};
-use crate::placement::request::{PodInfo, Request};
+use crate::placement::test_requests::request;
 use crate::topology::testing::TopologyBuilder;
 use crate::topology::{CpuSet, NodeSet, Topology};
 
@@ -32,23 +32,6 @@ fn allocator(headroom: u32) -> Allocator {
         ..PlacementConfig::default()
     };
     Allocator::new(topo(), config)
-}
-
-fn request(n: usize, cpus: u64) -> Request {
-    Request {
-        container_id: format!("c{n}"),
-        container_name: "main".into(),
-        pod: PodInfo {
-            uid: format!("uid{n}"),
-            namespace: "default".into(),
-            name: format!("pod{n}"),
-            ..PodInfo::default()
-        },
-        cpu_request_milli: cpus * 1000,
-        cpu_limit_milli: (cpus > 0).then_some(cpus * 1000),
-        memory_limit_bytes: (cpus > 0).then_some(1 << 30),
-        ..Request::default()
-    }
 }
 
 fn set(s: &str) -> CpuSet {
