@@ -8,21 +8,9 @@ use proptest::prelude::*;
 
 use crate::placement::allocator::Allocator;
 use crate::placement::policy::{PlacementConfig, Policy};
-use crate::placement::test_requests::request;
+use crate::placement::test_requests::{request, Replay, Step};
 use crate::topology::testing::TopologyBuilder;
 use crate::topology::{CpuSet, NodeSet};
-
-#[derive(Debug, Clone)]
-enum Step {
-    /// A container asking for this many whole CPUs (0: a shared one).
-    Create(u64),
-    /// Removes the live container at this position (modulo how many live).
-    Remove(usize),
-    /// Takes this CPU offline.
-    Offline(u32),
-    /// Brings this CPU back.
-    Online(u32),
-}
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
@@ -67,45 +55,21 @@ proptest! {
         let topo = Arc::new(TopologyBuilder::new().sockets(2).cores(8).threads(2).build());
         let config = PlacementConfig { policy: Policy::BestEffort, ..PlacementConfig::default() };
         let mut alloc = Allocator::new(Arc::clone(&topo), config);
-        let mut online = topo.online_cpus();
-        let mut live: Vec<String> = Vec::new();
-        let mut next = 0;
+        let mut replay = Replay::new(&alloc);
         for s in steps {
-            match s {
-                Step::Create(cpus) => {
-                    next += 1;
-                    let before = alloc.shared_pool();
-                    if let Ok(a) = alloc.place(&request(next, cpus)) {
-                        prop_assert!(
-                            a.cpus.is_subset(&online),
-                            "{} got offline CPUs {}", a.container_id, a.cpus.difference(&online)
-                        );
-                        if a.exclusive {
-                            prop_assert!(a.cpus.is_subset(&before), "taken from outside the pool");
-                        }
-                        live.push(a.container_id);
-                    }
-                }
-                Step::Remove(i) if !live.is_empty() => {
-                    let id = live.remove(i % live.len());
-                    prop_assert!(alloc.release(&id).is_some());
-                }
-                Step::Remove(_) => {}
-                Step::Offline(cpu) => {
-                    // The kernel never offlines its last CPU.
-                    if online.len() > 1 {
-                        online.remove(cpu);
-                    }
-                }
-                Step::Online(cpu) => {
-                    online.insert(cpu);
+            if let Some((a, before)) = replay.apply(&mut alloc, s) {
+                prop_assert!(
+                    a.cpus.is_subset(&replay.online),
+                    "{} got offline CPUs {}", a.container_id, a.cpus.difference(&replay.online)
+                );
+                if a.exclusive {
+                    prop_assert!(a.cpus.is_subset(&before), "taken from outside the pool");
                 }
             }
-            let unknown = alloc.set_online(&online, &NodeSet::new());
-            prop_assert!(unknown.is_empty());
-            check(&alloc, &online)?;
+            let (online, live) = (&replay.online, &replay.live);
+            check(&alloc, online)?;
             // Nothing a container holds is ever dropped by a hot-plug.
-            for id in &live {
+            for id in live {
                 prop_assert!(alloc.assignments().any(|a| &a.container_id == id));
             }
         }

@@ -88,7 +88,11 @@ pub fn caps_for(ledger: &Ledger, whole: bool, isolated: bool) -> Vec<Cap> {
     let free = ledger.free_cpus_for(isolated);
     // A node with free shareable CPUs can hold a shared container: should all of them be
     // the exclusive headroom, recording it gives the node its pool part back.
-    let pool = ledger.free_cpus_for(false);
+    let pool = if isolated {
+        ledger.free_cpus_for(false)
+    } else {
+        free.clone()
+    };
     let eligible = nics::eligible(ledger);
     let free_gpus = ledger.free_gpus();
     topo.numa_nodes

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 
 use crate::placement::allocator::Allocator;
 use crate::placement::policy::{PlacementConfig, Policy};
-use crate::placement::test_requests::request;
+use crate::placement::test_requests::{request, Replay, Step};
 use crate::topology::testing::TopologyBuilder;
 use crate::topology::{CpuSet, NodeSet, Topology};
 
@@ -227,14 +227,6 @@ fn an_adopted_pool_is_kept_where_valid() {
     assert!(a.shared_pool().is_disjoint(&held));
 }
 
-#[derive(Debug, Clone)]
-enum Step {
-    Create(u64),
-    Remove(usize),
-    Offline(u32),
-    Online(u32),
-}
-
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         3 => (0u64..=6).prop_map(Step::Create),
@@ -252,29 +244,9 @@ proptest! {
         steps in proptest::collection::vec(step(), 1..60),
     ) {
         let mut a = allocator(h);
-        let mut online = a.topology().online_cpus();
-        let mut live: Vec<String> = Vec::new();
-        for (n, s) in steps.into_iter().enumerate() {
-            match s {
-                Step::Create(cpus) => {
-                    if let Ok(x) = a.place(&request(n, cpus)) {
-                        live.push(x.container_id);
-                    }
-                }
-                Step::Remove(i) if !live.is_empty() => {
-                    let id = live.remove(i % live.len());
-                    prop_assert!(a.release(&id).is_some());
-                }
-                Step::Remove(_) => {}
-                Step::Offline(cpu) if online.len() > 1 => {
-                    online.remove(cpu);
-                }
-                Step::Offline(_) => {}
-                Step::Online(cpu) => {
-                    online.insert(cpu);
-                }
-            }
-            a.set_online(&online, &NodeSet::new());
+        let mut replay = Replay::new(&a);
+        for s in steps {
+            replay.apply(&mut a, s);
             let held: CpuSet = a
                 .assignments()
                 .filter(|x| x.exclusive)
