@@ -64,6 +64,12 @@ impl Config {
             "trust_visible_devices_env",
             self.trust_visible_devices_env,
         );
+        let trusted: Vec<String> = self
+            .trusted_schedulers
+            .iter()
+            .map(|s| s.label().to_string())
+            .collect();
+        put(&mut m, "trusted_schedulers", list(&trusted));
         put(&mut m, "cri_socket", path(self.cri_socket.as_deref()));
         let left: Vec<String> = self
             .leave_to_others

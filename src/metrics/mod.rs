@@ -45,7 +45,8 @@ pub struct ReasonLabels {
 pub struct SchedulerChoiceLabels {
     /// `koordinator`, `crane` or `memory-plugin`.
     pub scheduler: String,
-    /// `honoured`, `overridden` (`scheduler_choice: preferred`), `refused` or `malformed`.
+    /// `honoured`, `overridden` (`scheduler_choice: preferred`), `refused`, `malformed` or
+    /// `untrusted` (annotations of a scheduler `trusted_schedulers` does not name, ignored).
     pub outcome: String,
 }
 
@@ -183,7 +184,8 @@ impl Metrics {
         registry.register(
             "scheduler_choice",
             "Containers of pods a scheduler placed (Koordinator, Crane), by what became of its \
-             choice: honoured, overridden (scheduler_choice: preferred), refused, malformed",
+             choice: honoured, overridden (scheduler_choice: preferred), refused, malformed, \
+             untrusted (trusted_schedulers does not name it: ignored)",
             scheduler_choices.clone(),
         );
         registry.register(

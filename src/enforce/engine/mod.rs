@@ -202,6 +202,9 @@ impl<P: Placer> Engine<P> {
         if let Some(o) = &self.refusals {
             match &answer {
                 Ok(_) => o.admitted(&pod.namespace, &pod.name),
+                Err(EngineError::Rejected(r)) if r.another_holds => {
+                    o.refused_for_another(&pod.namespace, &pod.name)
+                }
                 Err(_) => o.refused(&pod.namespace, &pod.name, &pod.uid),
             }
         }
