@@ -17,6 +17,7 @@
 //! allow_device_annotations: false  # may annotations ask for GPUs/NICs not allocated?
 //! full_pcpus_only: false       # exclusive CPUs only as whole cores
 //! exclusive_headroom: 0        # free CPUs per NUMA node kept out of the shared pool (0: off)
+//! mempolicy: none              # none | bind | interleave | preferred-many | weighted-interleave
 //! exempt_namespaces: []        # namespaces never aligned: shared pool, or reserved_cpus when set
 //! exclusive_annotation_namespaces: []  # may ask cpus: exclusive|isolated without Guaranteed
 //! isolated_namespaces: []      # only these may ask cpus: isolated (default: nobody)
@@ -53,7 +54,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::placement::{
-    GpuMode, NumaChoice, PlacementConfig, Policy, Scheduler, SchedulerChoiceMode, Scope,
+    GpuMode, MemPolicy, NumaChoice, PlacementConfig, Policy, Scheduler, SchedulerChoiceMode, Scope,
 };
 use crate::untrusted;
 
@@ -168,6 +169,7 @@ struct RawConfig {
     scheduler_choice: Option<SchedulerChoiceMode>,
     trusted_schedulers: Vec<String>,
     numa_choice: Option<NumaChoice>,
+    mempolicy: Option<MemPolicy>,
     allow_device_annotations: Option<bool>,
     full_pcpus_only: Option<bool>,
     exclusive_headroom: Option<u32>,
@@ -377,6 +379,7 @@ impl Config {
             isolated_namespaces: raw.isolated_namespaces.clone(),
             scheduler_choice: raw.scheduler_choice.unwrap_or_default(),
             numa_choice: raw.numa_choice.unwrap_or_default(),
+            mempolicy: raw.mempolicy.unwrap_or_default(),
             exclusive_headroom: exclusive_headroom(raw.exclusive_headroom).map_err(&invalid)?,
         };
         let metrics_address = match raw.metrics_address.as_deref().map(str::trim) {

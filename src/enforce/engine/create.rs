@@ -118,9 +118,10 @@ impl<P: Placer> Engine<P> {
         c: &ContainerView,
         started: Instant,
     ) -> Result<Adjustment, EngineError> {
-        let adjustment =
+        let mut adjustment =
             build_adjustment(planned, self.placer.topology(), c, self.devices.as_ref())
                 .inspect_err(|_| self.count_rejection("device", started))?;
+        self.fit_mempolicy(&mut adjustment, &c.name);
         self.check_systemd_device_links(c, &adjustment.add_devices);
         Ok(adjustment)
     }
@@ -260,6 +261,7 @@ pub(super) fn new_record(
         resources: ResourceSummary::of(req),
         cdi_names: super::claims::cdi_names(c),
         dra_claims: super::claims::dra_claims(c),
+        mempolicy_left_out: planned.mempolicy.is_some() && adjustment.memory_policy.is_none(),
         ..Record::default()
     }
 }

@@ -91,6 +91,8 @@ pub struct Engine<P: Placer> {
     /// Containers whose memory nodes moved after creation to follow CPUs another plugin set
     /// (`others.rs`); their new `cpuset.mems` goes with the next response that can carry it.
     mems_moved: std::collections::BTreeSet<String>,
+    /// Whether the runtime takes a memory policy (`mempolicy.rs`).
+    mempolicy: mempolicy::RuntimeMempolicy,
 }
 
 impl<P: Placer> Engine<P> {
@@ -122,6 +124,7 @@ impl<P: Placer> Engine<P> {
             on_outage: None,
             hotplug: None,
             mems_moved: Default::default(),
+            mempolicy: Default::default(),
         }
     }
 
@@ -566,6 +569,7 @@ mod create;
 mod devlinks;
 mod hotplug;
 mod lifecycle;
+mod mempolicy;
 mod observe;
 mod others;
 mod others_mems;

@@ -244,7 +244,14 @@ impl Allocator {
 
     fn decide(&self, config: &PlacementConfig, req: &Request) -> Result<Plan, PlacementError> {
         let r = resolve(&self.ledger, config, req)?;
-        let plan = self.decide_resolved(config, req, &r)?;
+        let mut plan = self.decide_resolved(config, req, &r)?;
+        let a = &mut plan.assignment;
+        a.mempolicy = super::request::MemoryPolicy::for_container(
+            r.eff.mempolicy,
+            self.ledger.topo(),
+            &a.mems,
+            &a.numa_nodes,
+        );
         Ok(self.with_choice(&r, plan))
     }
 
