@@ -36,6 +36,7 @@
 //! connecting, registered, configured, synchronized; readiness for health checks and service
 //! managers is [`LinkState::is_ready`].
 
+mod event_bounds;
 mod handler;
 mod link;
 mod options;
@@ -55,8 +56,8 @@ use ttrpc::asynchronous::{Client, Server};
 pub use handler::{HandlerError, HandlerResult, Plugin};
 pub use link::{LinkPhase, LinkState};
 pub use options::{
-    Endpoint, KeptFields, StubError, StubOptions, SyncKeep, SyncLimits, DEFAULT_SOCKET_PATH,
-    ENV_PLUGIN_IDX, ENV_PLUGIN_NAME, ENV_PLUGIN_SOCKET,
+    Endpoint, EventLimits, KeptFields, StubError, StubOptions, SyncKeep, SyncLimits,
+    DEFAULT_SOCKET_PATH, ENV_PLUGIN_IDX, ENV_PLUGIN_NAME, ENV_PLUGIN_SOCKET,
 };
 
 use crate::api::{
@@ -338,7 +339,7 @@ impl Stub {
             handle: self.handle.clone(),
         };
         let mut server = Server::new()
-            .register_service(service::service_map(service))
+            .register_service(service::service_map(service, self.opts.event_limits))
             // A runtime whose calls can no longer be followed ends the session, like a hang-up.
             .add_listener(mux.service_listener(PLUGIN_SERVICE_CONN)?);
         server.start().await.map_err(StubError::Serve)?;
