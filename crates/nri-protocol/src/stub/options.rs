@@ -125,7 +125,7 @@ impl Default for SyncLimits {
 /// The default leaves room for far more than a container holds: a pod in a namespace of a
 /// thousand services gets seven thousand service-link variables, a privileged container every
 /// device node of its host (a few thousand), the runtime's default seccomp profile about 400
-/// syscall names. At the bound the decoded request takes about 15 MiB at most (empty mounts,
+/// syscall names. At the bound the decoded request takes about 11 MiB at most (empty mounts,
 /// the dearest entries), against 348 MiB for 4 MiB of empty mounts unbounded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EventLimits {
