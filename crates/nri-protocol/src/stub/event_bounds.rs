@@ -10,7 +10,9 @@
 //!
 //! Field numbers are those of `PodSandbox`, `LinuxPodSandbox`, `Container`, `Mount`, `Hooks`,
 //! `Hook`, `LinuxContainer`, `LinuxResources`, `LinuxSeccomp`, `LinuxSyscall`,
-//! `LinuxScheduler`, `LinuxRdt`, `OptionalRepeatedString`, `User` and the request messages in
+//! `LinuxScheduler`, `LinuxRdt`, `OptionalRepeatedString`, `User`, `ContainerAdjustment`,
+//! `LinuxContainerAdjustment`, `LinuxMemoryPolicy`, `ContainerUpdate`, `OwningPlugins`,
+//! `FieldOwners`, `CompoundFieldOwners` and the request messages in
 //! containerd/nri `pkg/api/api.proto` (our copy: `proto/nri/api.proto`). Singular fields are
 //! not listed unless they hold repeated ones: repeated on the wire, a singular string replaces
 //! the one before and a singular message merges into it, so only repeated entries accumulate.
@@ -103,14 +105,44 @@ const UPDATE_POD: Schema = &[
 ];
 /// StateChangeEvent: `pod = 2`, `container = 3`.
 const STATE_CHANGE: Schema = &[(2, Message(POD)), (3, Message(CONTAINER))];
-/// ValidateContainerAdjustment: the pod and container, and the entries of the adjustment,
-/// updates, owners and plugins at their first level.
+const MEMORY_POLICY: Schema = &[(3, Packed)];
+const LINUX_ADJUSTMENT: Schema = &[
+    (1, Entry),
+    (2, Message(RESOURCES)),
+    (6, Message(SECCOMP)),
+    (7, Entry),
+    (8, Entry),
+    (9, Entry),
+    (10, Message(SCHEDULER)),
+    (11, Message(RDT)),
+    (12, Message(MEMORY_POLICY)),
+];
+const ADJUSTMENT: Schema = &[
+    (2, Entry),
+    (3, Message(MOUNT)),
+    (4, Entry),
+    (5, Message(HOOKS)),
+    (6, Message(LINUX_ADJUSTMENT)),
+    (7, Entry),
+    (8, Entry),
+    (9, Entry),
+];
+const LINUX_UPDATE: Schema = &[(1, Message(RESOURCES))];
+const CONTAINER_UPDATE: Schema = &[(2, Message(LINUX_UPDATE))];
+// OwningPlugins: `map<string, FieldOwners>`, FieldOwners `map<int32, string>` and
+// `map<int32, CompoundFieldOwners>`; a map entry is a message of `key = 1`, `value = 2`.
+const COMPOUND_OWNERS: Schema = &[(1, Entry)];
+const COMPOUND_ENTRY: Schema = &[(2, Message(COMPOUND_OWNERS))];
+const FIELD_OWNERS: Schema = &[(1, Entry), (2, Message(COMPOUND_ENTRY))];
+const OWNERS_ENTRY: Schema = &[(2, Message(FIELD_OWNERS))];
+const OWNING_PLUGINS: Schema = &[(1, Message(OWNERS_ENTRY))];
+/// ValidateContainerAdjustment: the pod, container, adjustment, updates, owners and plugins.
 const VALIDATE: Schema = &[
     (1, Message(POD)),
     (2, Message(CONTAINER)),
-    (3, Entry),
-    (4, Entry),
-    (5, Entry),
+    (3, Message(ADJUSTMENT)),
+    (4, Message(CONTAINER_UPDATE)),
+    (5, Message(OWNING_PLUGINS)),
     (6, Entry),
 ];
 

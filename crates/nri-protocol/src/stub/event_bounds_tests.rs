@@ -105,3 +105,36 @@ fn every_request_carrying_pods_or_containers_has_a_schema_and_malformed_bytes_ar
     let err = count_entries(&[0x12, 0x7f, 0], POD_CONTAINER, 10).expect_err("malformed");
     assert!(matches!(err, DecodeError::Wire(_)), "{err}");
 }
+
+#[test]
+fn a_validation_request_is_counted_through_its_adjustment_updates_and_owners() {
+    let mut adjust = api::ContainerAdjustment::new();
+    adjust.env = vec![api::KeyValue::default(); 4];
+    adjust.linux.mut_or_insert_default().devices = vec![api::LinuxDevice::default(); 2];
+    let mut update = api::ContainerUpdate::new();
+    update
+        .linux
+        .mut_or_insert_default()
+        .resources
+        .mut_or_insert_default()
+        .devices = vec![api::LinuxDeviceCgroup::default(); 3];
+    let mut owners = api::FieldOwners::new();
+    owners.simple.insert(1, "p".into());
+    let mut compound = api::CompoundFieldOwners::new();
+    compound.owners.insert("k".into(), "p".into());
+    owners.compound.insert(2, compound);
+    let mut owning = api::OwningPlugins::new();
+    owning.owners.insert("c1".into(), owners);
+    let req = api::ValidateContainerAdjustmentRequest {
+        adjust: protobuf::MessageField::some(adjust),
+        update: vec![update],
+        owners: protobuf::MessageField::some(owning),
+        ..Default::default()
+    };
+    let schema = request_schema("ValidateContainerAdjustment").expect("a schema");
+    // Adjustment 1 + env 4 + linux 1 + devices 2; update 1 + linux 1 + resources 1 + rules 3;
+    // owners 1 + entry 1 + its FieldOwners 1 + simple 1 + compound entry 1 + its
+    // CompoundFieldOwners 1 + their owners 1.
+    let bytes = req.write_to_bytes().unwrap_or_default();
+    assert_eq!(count_entries(&bytes, schema, 1000).ok(), Some(8 + 6 + 7));
+}
