@@ -59,6 +59,7 @@ use crate::placement::{
 use crate::untrusted;
 
 pub mod duration;
+pub mod keys;
 mod nrt;
 pub mod others;
 mod podresources;
@@ -77,7 +78,7 @@ use podresources::podresources_config;
 pub use podresources::{
     PodResourcesConfig, DEFAULT_PODRESOURCES_TIMEOUT_MS, MAX_PODRESOURCES_TIMEOUT_MS,
 };
-pub use read::{read_config_file, FileReader, MAX_CONFIG_BYTES};
+pub use read::{read_config_file, read_config_file_to_lint, FileReader, MAX_CONFIG_BYTES};
 pub use reload::{
     content_hash, section_hash, spawn_reloader, spawn_section_reloader, Loaded, Outcome, Relabel,
     ReloadOptions, Trigger,
@@ -344,9 +345,12 @@ impl Config {
             RawConfig::default()
         } else {
             // serde repeats a bad value whole: keep the message's start and end only.
-            serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse {
-                origin: origin.to_string(),
-                message: untrusted::message(&e.to_string()),
+            serde_yaml_ng::from_str(text).map_err(|e| {
+                let e = e.to_string();
+                ConfigError::Parse {
+                    origin: origin.to_string(),
+                    message: untrusted::message(&e) + &keys::nearest_key_hint(&e),
+                }
             })?
         };
         // Every check below names the value it refuses; a backstop keeps any of them bounded.

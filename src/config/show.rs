@@ -35,6 +35,8 @@ impl Config {
         put(&mut m, "scope", enum_value(&p.scope));
         put(&mut m, "reserved_cpus", p.reserved_cpus.to_string());
         put(&mut m, "gpu_mode", enum_value(&p.gpu_mode));
+        put(&mut m, "scheduler_choice", enum_value(&p.scheduler_choice));
+        put(&mut m, "numa_choice", enum_value(&p.numa_choice));
         put(
             &mut m,
             "allow_device_annotations",
@@ -72,6 +74,12 @@ impl Config {
             .collect();
         put(&mut m, "trusted_schedulers", list(&trusted));
         put(&mut m, "cri_socket", path(self.cri_socket.as_deref()));
+        let dirs: Vec<String> = self
+            .cdi_spec_dirs
+            .iter()
+            .map(|d| d.to_str().unwrap_or("(not UTF-8)").to_string())
+            .collect();
+        put(&mut m, "cdi_spec_dirs", list(&dirs));
         let left: Vec<String> = self
             .leave_to_others
             .names()
@@ -79,8 +87,10 @@ impl Config {
             .map(String::from)
             .collect();
         put(&mut m, "leave_to_others", list(&left));
+        put(&mut m, "create_dev_char_links", self.create_dev_char_links);
         put(&mut m, "state_dir", path(self.state_dir.as_deref()));
         put(&mut m, "state_fsync", self.state_fsync);
+        put(&mut m, "replace_offlined_cpus", self.replace_offlined_cpus);
         let addr = self.metrics_address.map(|a| a.to_string());
         put(&mut m, "metrics_address", text(addr.as_deref()));
         put(&mut m, "log_format", enum_value(&self.log_format));
