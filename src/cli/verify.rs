@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use super::Exit;
-use crate::enforce::state::{Loaded, StateStore};
 use crate::enforce::memloc::mib;
+use crate::enforce::state::{Loaded, StateStore};
 use crate::enforce::verify::{verify_with, ContainerCheck, Verdict, VerifyOptions};
 
 /// `verify --help`'s closing words: what each exit status means.

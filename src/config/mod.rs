@@ -72,8 +72,8 @@ mod watch;
 
 use crate::topology::{CpuSet, Topology};
 
-pub use nrt::NrtConfig;
 pub use memloc::DEFAULT_REMOTE_MEMORY_THRESHOLD;
+pub use nrt::NrtConfig;
 pub use others::{LeftField, LeftToOthers};
 use podresources::podresources_config;
 pub use podresources::{
@@ -421,7 +421,8 @@ impl Config {
         }
         let trusted_schedulers = trusted_schedulers(&raw.trusted_schedulers).map_err(&invalid)?;
         let verify_remote_memory_threshold =
-            memloc::remote_memory_threshold(raw.verify_remote_memory_threshold).map_err(&invalid)?;
+            memloc::remote_memory_threshold(raw.verify_remote_memory_threshold)
+                .map_err(&invalid)?;
         let nrt = raw.nrt.unwrap_or_default().resolve().map_err(invalid)?;
         let evict_refused_after =
             evict_window(raw.evict_refused_after.as_deref()).map_err(invalid)?;

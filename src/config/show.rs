@@ -80,11 +80,7 @@ impl Config {
         put(&mut m, "leave_to_others", list(&left));
         put(&mut m, "state_dir", path(self.state_dir.as_deref()));
         put(&mut m, "state_fsync", self.state_fsync);
-        put(
-            &mut m,
-            "replace_offlined_cpus",
-            self.replace_offlined_cpus,
-        );
+        put(&mut m, "replace_offlined_cpus", self.replace_offlined_cpus);
         put(
             &mut m,
             "verify_remote_memory_threshold",

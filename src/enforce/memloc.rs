@@ -14,12 +14,13 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::enforce::state::Record;
+use crate::enforce::state::{Record, Records};
 use crate::host::cgroup::CgroupMounts;
 use crate::host::memloc::{
     node_meminfo, read_cgroup_numa_stat, read_numa_maps, thread_cpus, MemorySource, NodeMemory,
 };
-use crate::host::procfs::ContainerKey;
+use crate::host::procfs::{ContainerKey, ProcIndex};
+use crate::metrics::ContainerLabels;
 use crate::topology::{CpuSet, IdSet, NodeSet};
 
 /// Processes whose `numa_maps` are read for one container (each read walks the process's page
@@ -120,20 +121,38 @@ pub fn memory_of(
     pids: &[u32],
     page_size: u64,
 ) -> Result<Option<MemoryLocalityInput>, String> {
-    if let ContainerKey::Cgroup(cg) = key {
-        if let Some((dir, v2)) = mounts.memory_dir(cg).map_err(|e| e.to_string())? {
-            if let Some(mem) =
-                read_cgroup_numa_stat(&dir, v2, page_size).map_err(|e| e.to_string())?
-            {
-                let source = if v2 {
-                    MemorySource::CgroupV2
-                } else {
-                    MemorySource::CgroupV1
-                };
-                return Ok(Some((mem, source, Vec::new())));
-            }
-        }
+    if let Some((mem, source)) = cgroup_memory(mounts, key, page_size)? {
+        return Ok(Some((mem, source, Vec::new())));
     }
+    Ok(maps_memory(root, pids))
+}
+
+/// The numbers of the memory cgroup of `key`; `Ok(None)` without a cgroup path, a memory
+/// hierarchy, the cgroup or its `memory.numa_stat`.
+fn cgroup_memory(
+    mounts: &CgroupMounts,
+    key: &ContainerKey,
+    page_size: u64,
+) -> Result<Option<(NodeMemory, MemorySource)>, String> {
+    let ContainerKey::Cgroup(cg) = key else {
+        return Ok(None);
+    };
+    let Some((dir, v2)) = mounts.memory_dir(cg).map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let source = if v2 {
+        MemorySource::CgroupV2
+    } else {
+        MemorySource::CgroupV1
+    };
+    read_cgroup_numa_stat(&dir, v2, page_size)
+        .map(|m| m.map(|m| (m, source)))
+        .map_err(|e| e.to_string())
+}
+
+/// The sum of the `numa_maps` of the first [`MAX_MAPS_PIDS`] of `pids`; `None` when none
+/// could be read.
+fn maps_memory(root: &Path, pids: &[u32]) -> Option<MemoryLocalityInput> {
     let mut mem = NodeMemory::default();
     let (mut read, mut notes) = (0, Vec::new());
     for pid in pids.iter().take(MAX_MAPS_PIDS) {
@@ -153,7 +172,7 @@ pub fn memory_of(
             pids.len()
         ));
     }
-    Ok((read > 0).then_some((mem, MemorySource::NumaMaps, notes)))
+    (read > 0).then_some((mem, MemorySource::NumaMaps, notes))
 }
 
 /// What [`memory_of`] found: bytes per node, where from, and what they leave out.
@@ -268,6 +287,74 @@ fn reasons(root: &Path, loc: &MemoryLocality, rec: &Record, pids: &[u32]) -> Vec
                     mib(total)
                 ));
             }
+        }
+    }
+    out
+}
+
+/// A running container the daemon samples for `container_local_memory_ratio`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleTarget {
+    /// Container id.
+    pub id: String,
+    /// Its runtime-given cgroups path.
+    pub cgroups_path: String,
+    /// Its memory nodes.
+    pub mems: NodeSet,
+    /// The series' labels.
+    pub labels: ContainerLabels,
+}
+
+/// The records worth a sample: not stopped, with memory nodes. Taken under the engine lock,
+/// so only what the sample needs is copied.
+pub fn sample_targets(records: &Records) -> Vec<SampleTarget> {
+    records
+        .iter()
+        .filter(|(_, r)| !r.stopped && !r.assignment.mems.is_empty())
+        .map(|(id, r)| {
+            let a = &r.assignment;
+            let (ns, pod) = a.pod_name.split_once('/').unwrap_or(("", &a.pod_name));
+            let namespace = if r.namespace.is_empty() {
+                ns
+            } else {
+                &r.namespace
+            };
+            SampleTarget {
+                id: id.clone(),
+                cgroups_path: r.cgroups_path.clone(),
+                mems: a.mems.clone(),
+                labels: ContainerLabels {
+                    namespace: namespace.to_string(),
+                    pod: pod.to_string(),
+                    container: a.container_name.clone(),
+                },
+            }
+        })
+        .collect()
+}
+
+/// The share of each target's resident memory on its nodes, on the host under `root`. A
+/// target whose memory cannot be read now (gone, no process visible) is left out. The host's
+/// processes are listed only when a container's cgroup has no `memory.numa_stat`.
+pub fn sample(root: &Path, targets: &[SampleTarget]) -> Vec<(ContainerLabels, f64)> {
+    let mounts = CgroupMounts::read(root);
+    let page_size = crate::host::memloc::page_size();
+    let mut procs: Option<ProcIndex> = None;
+    let mut out = Vec::with_capacity(targets.len());
+    for t in targets {
+        let Ok(key) = ContainerKey::new(&t.id, &t.cgroups_path) else {
+            continue;
+        };
+        let found = match cgroup_memory(&mounts, &key, page_size) {
+            Ok(Some((mem, source))) => Some((mem, source)),
+            _ => {
+                let procs = procs.get_or_insert_with(|| ProcIndex::read(root));
+                maps_memory(root, procs.pids_of(&key)).map(|(m, s, _)| (m, s))
+            }
+        };
+        if let Some((mem, source)) = found {
+            let loc = MemoryLocality::of(&mem, source, &t.mems);
+            out.push((t.labels.clone(), loc.local_ratio()));
         }
     }
     out

@@ -109,8 +109,11 @@ fn node_count(token: &str) -> Option<(u32, u64)> {
 /// `page_size` bytes.
 pub fn parse_numa_stat_v1(text: &str, page_size: u64) -> Result<NodeMemory, String> {
     let line = |key: &str| {
-        text.lines()
-            .find(|l| l.split_whitespace().next().is_some_and(|t| t.starts_with(key)))
+        text.lines().find(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|t| t.starts_with(key))
+        })
     };
     let line = line("hierarchical_total=")
         .or_else(|| line("total="))
@@ -280,7 +283,11 @@ pub fn thread_cpus(root: &Path, pids: &[u32]) -> Vec<u32> {
             if out.len() >= MAX_THREADS {
                 return out;
             }
-            let Some(tid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            let Some(tid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
                 continue;
             };
             let path = root.join(format!("proc/{pid}/task/{tid}/stat"));

@@ -143,7 +143,9 @@ fn this_process_on_this_host() {
     let maps = read_numa_maps(root, pid).expect("own numa_maps");
     assert!(maps.memory.total() > 0, "{maps:?}");
     let online = crate::topology::read_online(root).expect("online");
-    let nodes = online.mem_nodes.unwrap_or_else(|| "0".parse().expect("set"));
+    let nodes = online
+        .mem_nodes
+        .unwrap_or_else(|| "0".parse().expect("set"));
     assert!(
         maps.memory.bytes.keys().all(|n| nodes.contains(*n)),
         "{maps:?} outside {nodes}"
@@ -153,7 +155,10 @@ fn this_process_on_this_host() {
     assert!(cpus.iter().all(|c| online.cpus.contains(*c)), "{cpus:?}");
     // The memory cgroup of this process, v1 or v2, when the host mounts one.
     let cgroup = std::fs::read_to_string("/proc/self/cgroup").expect("cgroup");
-    let (v2, rel) = match cgroup.lines().find_map(|l| l.split_once(":memory:").map(|x| x.1)) {
+    let (v2, rel) = match cgroup
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|x| x.1))
+    {
         Some(rel) => (false, format!("sys/fs/cgroup/memory{rel}")),
         None => match cgroup.lines().find_map(|l| l.strip_prefix("0::")) {
             Some(rel) => (true, format!("sys/fs/cgroup{rel}")),

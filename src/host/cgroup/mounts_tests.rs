@@ -72,9 +72,7 @@ fn a_cgroup_directory_reached_through_a_symlink_out_of_the_mount_is_refused() {
 
 #[test]
 fn the_memory_hierarchy_is_v1s_memory_mount_else_the_unified_one() {
-    let text = format!(
-        "{HYBRID}31 25 0:29 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
-    );
+    let text = format!("{HYBRID}31 25 0:29 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n");
     let m = CgroupMounts::parse(Path::new("/r"), &text);
     let mem = m.memory().expect("memory");
     assert_eq!(
