@@ -45,9 +45,6 @@ pub struct MemoryLocality {
     pub nodes: NodeSet,
     /// Bytes on those nodes.
     pub local_bytes: u64,
-    /// `local_bytes` per `resident_bytes`, 0 to 1 (1 when nothing is resident).
-    #[serde(skip)]
-    pub local_ratio_milli: u32,
     /// The share on its nodes, in percent rounded down (100 when nothing is resident).
     pub local_percent: u32,
     /// What the numbers leave out (a process whose maps were cut at the read limit).
@@ -59,12 +56,10 @@ impl MemoryLocality {
     /// The numbers of `mem`, against `nodes`.
     pub fn of(mem: &NodeMemory, source: MemorySource, nodes: &NodeSet) -> Self {
         let (resident, local) = (mem.total(), mem.on(nodes));
-        let share = |scale: u128| {
-            if resident == 0 {
-                return scale as u32;
-            }
-            // Bounded by `scale`: local <= resident.
-            (u128::from(local) * scale / u128::from(resident)) as u32
+        // Bounded by 100: local <= resident.
+        let percent = match resident {
+            0 => 100,
+            r => (u128::from(local) * 100 / u128::from(r)) as u32,
         };
         MemoryLocality {
             source,
@@ -72,15 +67,17 @@ impl MemoryLocality {
             resident_bytes: resident,
             nodes: nodes.clone(),
             local_bytes: local,
-            local_ratio_milli: share(1000),
-            local_percent: share(100),
+            local_percent: percent,
             notes: Vec::new(),
         }
     }
 
-    /// The share on its nodes, 0 to 1 (the metric's value).
+    /// The share on its nodes, 0 to 1 (the metric's value; 1 when nothing is resident).
     pub fn local_ratio(&self) -> f64 {
-        f64::from(self.local_ratio_milli) / 1000.0
+        match self.resident_bytes {
+            0 => 1.0,
+            r => self.local_bytes as f64 / r as f64,
+        }
     }
 }
 
@@ -120,9 +117,13 @@ pub fn memory_of(
     key: &ContainerKey,
     pids: &[u32],
     page_size: u64,
-) -> Result<Option<MemoryLocalityInput>, String> {
-    if let Some((mem, source)) = cgroup_memory(mounts, key, page_size)? {
-        return Ok(Some((mem, source, Vec::new())));
+) -> Result<Option<FoundMemory>, String> {
+    if let Some((memory, source)) = cgroup_memory(mounts, key, page_size)? {
+        return Ok(Some(FoundMemory {
+            memory,
+            source,
+            notes: Vec::new(),
+        }));
     }
     Ok(maps_memory(root, pids))
 }
@@ -152,7 +153,7 @@ fn cgroup_memory(
 
 /// The sum of the `numa_maps` of the first [`MAX_MAPS_PIDS`] of `pids`; `None` when none
 /// could be read.
-fn maps_memory(root: &Path, pids: &[u32]) -> Option<MemoryLocalityInput> {
+fn maps_memory(root: &Path, pids: &[u32]) -> Option<FoundMemory> {
     let mut mem = NodeMemory::default();
     let (mut read, mut notes) = (0, Vec::new());
     for pid in pids.iter().take(MAX_MAPS_PIDS) {
@@ -172,19 +173,30 @@ fn maps_memory(root: &Path, pids: &[u32]) -> Option<MemoryLocalityInput> {
             pids.len()
         ));
     }
-    (read > 0).then_some((mem, MemorySource::NumaMaps, notes))
+    (read > 0).then_some(FoundMemory {
+        memory: mem,
+        source: MemorySource::NumaMaps,
+        notes,
+    })
 }
 
-/// What [`memory_of`] found: bytes per node, where from, and what they leave out.
-pub type MemoryLocalityInput = (NodeMemory, MemorySource, Vec<String>);
+/// What [`memory_of`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundMemory {
+    /// Bytes per node.
+    pub memory: NodeMemory,
+    /// Where from.
+    pub source: MemorySource,
+    /// What the numbers leave out.
+    pub notes: Vec<String>,
+}
 
 /// The locality of `rec` from what [`memory_of`] found; `None` when the record names no
 /// memory nodes (a container whose `cpuset.mems` another plugin owns and never said).
-pub fn locality(rec: &Record, found: MemoryLocalityInput) -> Option<MemoryLocality> {
+pub fn locality(rec: &Record, found: FoundMemory) -> Option<MemoryLocality> {
     let nodes = chosen_nodes(rec)?;
-    let (mem, source, notes) = found;
-    let mut loc = MemoryLocality::of(&mem, source, nodes);
-    loc.notes = notes;
+    let mut loc = MemoryLocality::of(&found.memory, found.source, nodes);
+    loc.notes = found.notes;
     Some(loc)
 }
 
@@ -349,7 +361,7 @@ pub fn sample(root: &Path, targets: &[SampleTarget]) -> Vec<(ContainerLabels, f6
             Ok(Some((mem, source))) => Some((mem, source)),
             _ => {
                 let procs = procs.get_or_insert_with(|| ProcIndex::read(root));
-                maps_memory(root, procs.pids_of(&key)).map(|(m, s, _)| (m, s))
+                maps_memory(root, procs.pids_of(&key)).map(|f| (f.memory, f.source))
             }
         };
         if let Some((mem, source)) = found {

@@ -21,14 +21,20 @@ fn the_share_on_its_nodes_rounds_down_and_is_whole_when_nothing_is_resident() {
     let nodes: NodeSet = "2".parse().expect("set");
     let l = MemoryLocality::of(&mem(&[(0, 1), (2, 9)]), MemorySource::CgroupV2, &nodes);
     assert_eq!((l.resident_bytes, l.local_bytes), (10, 9));
-    assert_eq!((l.local_percent, l.local_ratio_milli), (90, 900));
+    assert_eq!(l.local_percent, 90);
     assert!((l.local_ratio() - 0.9).abs() < 1e-9);
     let l = MemoryLocality::of(&mem(&[(0, 2), (2, 1)]), MemorySource::CgroupV2, &nodes);
     assert_eq!(l.local_percent, 33);
+    assert!((l.local_ratio() - 1.0 / 3.0).abs() < 1e-9);
     let l = MemoryLocality::of(&NodeMemory::default(), MemorySource::NumaMaps, &nodes);
-    assert_eq!((l.local_percent, l.local_ratio_milli), (100, 1000));
+    assert_eq!(l.local_percent, 100);
+    assert!((l.local_ratio() - 1.0).abs() < 1e-9);
     // A record without memory nodes has no share to report.
-    let found = (mem(&[(0, 1)]), MemorySource::CgroupV1, Vec::new());
+    let found = FoundMemory {
+        memory: mem(&[(0, 1)]),
+        source: MemorySource::CgroupV1,
+        notes: Vec::new(),
+    };
     assert!(locality(&rec("", "0"), found).is_none());
 }
 
@@ -111,20 +117,23 @@ fn numa_maps_stand_in_where_the_cgroup_has_no_numa_stat() {
     );
     let mounts = CgroupMounts::read(root);
     let key = ContainerKey::new("abc", "/k8s.io/abc").expect("key");
-    let (m, source, _) = memory_of(root, &mounts, &key, &[5], 4096)
+    let f = memory_of(root, &mounts, &key, &[5], 4096)
         .expect("read")
         .expect("found");
-    assert_eq!((source, m.bytes[&2]), (MemorySource::NumaMaps, 1 << 20));
+    assert_eq!(
+        (f.source, f.memory.bytes[&2]),
+        (MemorySource::NumaMaps, 1 << 20)
+    );
     // With the cgroup file, the cgroup's numbers.
     write(
         root,
         "sys/fs/cgroup/k8s.io/abc/memory.numa_stat",
         "anon N0=0 N2=4096\nfile N0=0 N2=0\n",
     );
-    let (m, source, _) = memory_of(root, &mounts, &key, &[5], 4096)
+    let f = memory_of(root, &mounts, &key, &[5], 4096)
         .expect("read")
         .expect("found");
-    assert_eq!((source, m.total()), (MemorySource::CgroupV2, 4096));
+    assert_eq!((f.source, f.memory.total()), (MemorySource::CgroupV2, 4096));
     // Neither: nothing found, no error.
     let none = ContainerKey::new("gone", "/k8s.io/gone").expect("key");
     assert!(memory_of(root, &mounts, &none, &[], 4096)
