@@ -188,11 +188,15 @@ fn print_memory(c: &ContainerCheck) {
     }
     if let Some(r) = &c.remote_memory {
         println!(
-            "            REMOTE-MEMORY: {}% of its resident memory is off its nodes (threshold {}%)",
+            "            REMOTE-MEMORY: {}% of its resident memory is off its nodes \
+             (threshold {}%)",
             r.remote_percent, r.threshold_percent
         );
         if r.reasons.is_empty() {
-            println!("              why: the host shows no cause (no interleave policy, its nodes have free memory)");
+            println!(
+                "              why: the host shows no cause (no interleave policy, its nodes \
+                 have free memory)"
+            );
         }
         for why in &r.reasons {
             println!("              why: {why}");

@@ -212,8 +212,8 @@ fn thread_targets(rec: &Record) -> Vec<(String, CpuSet)> {
     vec![("cpuset".to_string(), rec.applied_cpus.clone())]
 }
 
-/// Where the threads of `pids` last ran, against each of [`thread_targets`]; empty when no
-/// thread could be read (processes of another PID namespace).
+/// Where the threads of `pids` last ran, against each set they should run on (the cpuset);
+/// empty when no thread could be read (processes of another PID namespace).
 pub fn threads(root: &Path, pids: &[u32], rec: &Record) -> Vec<ThreadPlacement> {
     let cpus = thread_cpus(root, pids);
     if cpus.is_empty() {
