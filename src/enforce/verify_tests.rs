@@ -359,3 +359,17 @@ fn memory_mostly_off_its_nodes_is_flagged_without_changing_the_verdict() {
     );
     assert!(r[0].remote_memory.is_none());
 }
+
+#[test]
+fn an_unreadable_numa_stat_is_named_and_the_rest_is_checked() {
+    let t = tempfile::tempdir().expect("tmp");
+    let d = memory_host(t.path(), "total=12 N0=x\n");
+    let r = verify(&d, t.path());
+    assert_eq!(r[0].verdict, Verdict::Ok, "{:?}", r[0].problems);
+    assert!(r[0].memory.is_none());
+    let unchecked = r[0].unchecked.join("\n");
+    assert!(
+        unchecked.contains("where its memory lives: ") && unchecked.contains("bad entry \"N0=x\""),
+        "{unchecked}"
+    );
+}
