@@ -8,6 +8,7 @@ mod fleet;
 mod health;
 mod hotplug;
 mod log_fields;
+mod memloc;
 mod nri_off;
 mod retry;
 
@@ -273,6 +274,7 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    let sample_root = host_root.clone();
     rt.block_on(async move {
         if let Some(plan) = nrt {
             // Created at start with the recovered state; every later change follows.
@@ -286,6 +288,10 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         let engine = Arc::new(Mutex::new(engine));
         health::spawn_link_follower(connection.watch(), health.clone(), metrics.clone());
         retry::spawn_state_retry(engine.clone(), outage, health.clone());
+        // Only where someone can read it: each sample reads a file per container.
+        if metrics_address.is_some() {
+            memloc::spawn(engine.clone(), metrics.clone(), sample_root);
+        }
         let probe = engine.clone();
         health::spawn_heartbeat(health.clone(), move || {
             !matches!(probe.try_lock(), Err(std::sync::TryLockError::WouldBlock))

@@ -5,7 +5,7 @@
 
 /// Every top-level key of a configuration file, in the order `config show` writes them (it
 /// leaves out the PodResources details when the lookup is off).
-pub const CONFIG_KEYS: [&str; 31] = [
+pub const CONFIG_KEYS: [&str; 32] = [
     "policy",
     "scope",
     "reserved_cpus",
@@ -31,6 +31,7 @@ pub const CONFIG_KEYS: [&str; 31] = [
     "state_dir",
     "state_fsync",
     "replace_offlined_cpus",
+    "verify_remote_memory_threshold",
     "metrics_address",
     "log_format",
     "log_level",

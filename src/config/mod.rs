@@ -31,6 +31,7 @@
 //! state_dir: /var/lib/nri-align   # default: --state-dir
 //! state_fsync: false           # fdatasync every state write before answering the runtime
 //! replace_offlined_cpus: false # give a container a free CPU for an exclusive one gone offline
+//! verify_remote_memory_threshold: 50  # percent off its nodes that flags a container's memory
 //! metrics_address: null        # e.g. "127.0.0.1:9464"; default: no metrics endpoint
 //! log_format: text             # text | json
 //! log_level: null              # e.g. "info", "nri_align=debug"; default: RUST_LOG or info
@@ -60,6 +61,7 @@ use crate::untrusted;
 
 pub mod duration;
 pub mod keys;
+mod memloc;
 mod nrt;
 pub mod others;
 mod podresources;
@@ -72,6 +74,7 @@ mod watch;
 
 use crate::topology::{CpuSet, Topology};
 
+pub use memloc::DEFAULT_REMOTE_MEMORY_THRESHOLD;
 pub use nrt::NrtConfig;
 pub use others::{LeftField, LeftToOthers};
 use podresources::podresources_config;
@@ -188,6 +191,7 @@ struct RawConfig {
     state_dir: Option<PathBuf>,
     state_fsync: Option<bool>,
     replace_offlined_cpus: Option<bool>,
+    verify_remote_memory_threshold: Option<u8>,
     metrics_address: Option<String>,
     log_format: Option<LogFormat>,
     log_level: Option<String>,
@@ -278,6 +282,9 @@ pub struct Config {
     /// CPU of its nodes instead. Off by default: the container keeps its other CPUs and is
     /// reported, since a silent replacement changes what a latency-sensitive workload runs on.
     pub replace_offlined_cpus: bool,
+    /// `verify` and the daemon's `container_local_memory_ratio` flag a container when more
+    /// than this percent of its resident memory is off its nodes.
+    pub verify_remote_memory_threshold: u8,
     /// Where to serve `/metrics`; `None` serves nothing.
     pub metrics_address: Option<SocketAddr>,
     /// Log format.
@@ -322,6 +329,7 @@ impl Default for Config {
             state_dir: None,
             state_fsync: false,
             replace_offlined_cpus: false,
+            verify_remote_memory_threshold: memloc::DEFAULT_REMOTE_MEMORY_THRESHOLD,
             metrics_address: None,
             log_format: LogFormat::default(),
             log_level: None,
@@ -419,6 +427,9 @@ impl Config {
             }
         }
         let trusted_schedulers = trusted_schedulers(&raw.trusted_schedulers).map_err(&invalid)?;
+        let verify_remote_memory_threshold =
+            memloc::remote_memory_threshold(raw.verify_remote_memory_threshold)
+                .map_err(&invalid)?;
         let nrt = raw.nrt.unwrap_or_default().resolve().map_err(invalid)?;
         let evict_refused_after =
             evict_window(raw.evict_refused_after.as_deref()).map_err(invalid)?;
@@ -449,6 +460,7 @@ impl Config {
             state_dir: raw.state_dir,
             state_fsync: raw.state_fsync.unwrap_or(false),
             replace_offlined_cpus: raw.replace_offlined_cpus.unwrap_or(false),
+            verify_remote_memory_threshold,
             metrics_address,
             log_format: raw.log_format.unwrap_or_default(),
             log_level: raw.log_level,

@@ -91,6 +91,11 @@ impl Config {
         put(&mut m, "state_dir", path(self.state_dir.as_deref()));
         put(&mut m, "state_fsync", self.state_fsync);
         put(&mut m, "replace_offlined_cpus", self.replace_offlined_cpus);
+        put(
+            &mut m,
+            "verify_remote_memory_threshold",
+            self.verify_remote_memory_threshold,
+        );
         let addr = self.metrics_address.map(|a| a.to_string());
         put(&mut m, "metrics_address", text(addr.as_deref()));
         put(&mut m, "log_format", enum_value(&self.log_format));

@@ -9,6 +9,7 @@ fn the_written_configuration_parses_back_to_itself() {
          isolated_namespaces: [rt]\nexclusive_annotation_namespaces: [batch]\n\
          podresources_timeout_ms: 700\ntrust_visible_devices_env: true\n\
          cri_socket: /run/k3s/containerd/containerd.sock\nstate_dir: /tmp/s\nstate_fsync: true\n\
+         replace_offlined_cpus: true\nverify_remote_memory_threshold: 70\n\
          metrics_address: \"127.0.0.1:9464\"\nlog_format: json\nlog_level: debug\n\
          plugin_idx: \"07\"\nevict_refused_after: 1h30m\nnrt: {publish: false, node_name: w1, gpu_resource: null, \
          rdma_nic_resource: rdma/hca, resync_seconds: 30, take_over_foreign: true}\n",
@@ -90,6 +91,7 @@ fn any_config_text() -> impl proptest::strategy::Strategy<Value = String> {
         pick("state_dir", &["null", "/var/lib/nri-align"]),
         pick("state_fsync", &["true", "false"]),
         pick("replace_offlined_cpus", &["true", "false"]),
+        pick("verify_remote_memory_threshold", &["0", "50", "99"]),
         pick(
             "metrics_address",
             &["null", "\"\"", "\"127.0.0.1:9464\"", "\"[::1]:1\""],

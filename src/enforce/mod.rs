@@ -6,7 +6,8 @@
 //! [`engine`] handles each event (recovery and reconciliation included) and asks the placer
 //! through its seam, [`inputs`] turns a [`container`] into a placement request, [`adjust`]
 //! turns a decision into the container's adjustment, [`state`] persists the decisions and
-//! [`verify`] checks running containers against them (`nri-align verify`).
+//! [`verify`] checks running containers against them (`nri-align verify`), with [`memloc`]
+//! saying where their memory lives.
 //!
 //! May use: `placement` (through the [`engine::Placer`] seam), `topology`, `host`, `config`,
 //! `metrics`, `nrt` (the pod id type only). The crate's page walks one CreateContainer through
@@ -20,6 +21,7 @@ pub mod container;
 pub mod cri_listing;
 pub mod engine;
 pub mod inputs;
+pub mod memloc;
 pub mod nri;
 pub mod podresources;
 pub mod state;

@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::enforce::memloc::{
+    locality, memory_of, remote_flag, threads, MemoryLocality, RemoteMemory, ThreadPlacement,
+};
 use crate::enforce::state::{Record, StateDoc};
 use crate::host::cgroup::{CgroupMounts, ContainerCgroup};
 use crate::host::devices::{nvidia_minor, uverbs_name, visible_devices};
@@ -59,10 +62,42 @@ pub struct ContainerCheck {
     /// since it was placed): it keeps the others, and these are its again when they return.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub offline_cpus: String,
+    /// Where its memory lives, per NUMA node, against its nodes (absent where it could not be
+    /// read or its record names no memory nodes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryLocality>,
+    /// Where its threads last ran, against its cpuset.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<ThreadPlacement>,
+    /// Set when its resident memory is mostly off its nodes. A report, not drift: the
+    /// decision is in force, the memory was placed before or despite it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_memory: Option<RemoteMemory>,
+}
+
+/// How `verify` judges what it finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerifyOptions {
+    /// Flag a container when more than this percent of its resident memory is off its nodes
+    /// (`verify_remote_memory_threshold`).
+    pub remote_memory_threshold: u8,
+}
+
+impl Default for VerifyOptions {
+    fn default() -> Self {
+        Self {
+            remote_memory_threshold: crate::config::DEFAULT_REMOTE_MEMORY_THRESHOLD,
+        }
+    }
+}
+
+/// Checks every record of `doc` against the host under `root`, with the default options.
+pub fn verify(doc: &StateDoc, root: &Path) -> Vec<ContainerCheck> {
+    verify_with(doc, root, VerifyOptions::default())
 }
 
 /// Checks every record of `doc` against the host under `root`.
-pub fn verify(doc: &StateDoc, root: &Path) -> Vec<ContainerCheck> {
+pub fn verify_with(doc: &StateDoc, root: &Path, options: VerifyOptions) -> Vec<ContainerCheck> {
     let procs = ProcIndex::read(root);
     let mounts = CgroupMounts::read(root);
     let online = read_online(root).ok().map(|o| o.cpus);
@@ -70,6 +105,8 @@ pub fn verify(doc: &StateDoc, root: &Path) -> Vec<ContainerCheck> {
         procs: &procs,
         mounts: &mounts,
         nested_pidns: in_nested_pid_namespace(root),
+        options,
+        page_size: crate::host::memloc::page_size(),
     };
     doc.containers
         .iter()
@@ -97,6 +134,9 @@ struct View<'a> {
     mounts: &'a CgroupMounts,
     /// This process's PID namespace is not the host's (a pod without `hostPID`).
     nested_pidns: bool,
+    options: VerifyOptions,
+    /// This host's page size (cgroup v1 counts memory in pages).
+    page_size: u64,
 }
 
 /// Whether `proc/self` under `root` is in a PID namespace below the initial one: its `NSpid`
@@ -121,6 +161,9 @@ fn check_one(id: &str, rec: &Record, root: &Path, view: &View, offline: &IdSet) 
         problems: Vec::new(),
         unchecked: Vec::new(),
         offline_cpus: String::new(),
+        memory: None,
+        threads: Vec::new(),
+        remote_memory: None,
     };
     // The container's processes are those in its cgroup (from the cgroups path the runtime
     // gave, either driver), compared component by component: never a process whose path merely
@@ -154,12 +197,39 @@ fn check_one(id: &str, rec: &Record, root: &Path, view: &View, offline: &IdSet) 
     if let Some(first) = first {
         check_devices(&mut check.problems, root, first, rec);
     }
+    observe_memory(&mut check, &key, root, view, rec);
     check.verdict = if check.problems.is_empty() {
         Verdict::Ok
     } else {
         Verdict::Drift
     };
     check
+}
+
+/// Where the container's memory lives and its threads last ran; whether its memory is
+/// mostly off its nodes.
+fn observe_memory(
+    check: &mut ContainerCheck,
+    key: &ContainerKey,
+    root: &Path,
+    view: &View,
+    rec: &Record,
+) {
+    match memory_of(root, view.mounts, key, &check.pids, view.page_size) {
+        Ok(Some(found)) => check.memory = locality(rec, found),
+        Ok(None) => {}
+        Err(e) => check.unchecked.push(format!("where its memory lives: {e}")),
+    }
+    check.threads = threads(root, &check.pids, rec);
+    check.remote_memory = check.memory.as_ref().and_then(|loc| {
+        remote_flag(
+            root,
+            loc,
+            rec,
+            &check.pids,
+            view.options.remote_memory_threshold,
+        )
+    });
 }
 
 /// A container none of whose processes this /proc shows (no hostPID): whether its cgroup

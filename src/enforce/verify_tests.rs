@@ -282,3 +282,94 @@ fn a_held_cpu_gone_offline_is_named_and_is_not_drift() {
     assert_eq!(r[0].verdict, Verdict::Drift);
     assert_eq!(r[0].offline_cpus, "");
 }
+
+/// A cgroup v1 host (cpuset and memory hierarchies) with container `abc` given node 1 and
+/// CPUs 2-3, whose memory cgroup holds `numa_stat`.
+fn memory_host(root: &Path, numa_stat: &str) -> StateDoc {
+    host(root, "abc", "2-3", "2-3", &[]);
+    write(
+        root,
+        "proc/self/mountinfo",
+        "30 25 0:26 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n\
+         31 25 0:27 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n",
+    );
+    write(root, "sys/fs/cgroup/cpuset/k8s.io/abc/cpuset.mems", "1\n");
+    write(
+        root,
+        "proc/4242/status",
+        "Cpus_allowed_list:\t2-3\nMems_allowed_list:\t1\n",
+    );
+    write(
+        root,
+        "sys/fs/cgroup/memory/k8s.io/abc/memory.numa_stat",
+        numa_stat,
+    );
+    let mut d = doc_at("abc", "/k8s.io/abc");
+    if let Some(mut r) = d.containers.get_mut("abc") {
+        r.assignment.mems = "1".parse().expect("set");
+    }
+    d
+}
+
+#[test]
+fn memory_on_its_nodes_is_reported_and_not_flagged() {
+    let t = tempfile::tempdir().expect("tmp");
+    // 64 MiB on node 1, 1 MiB on node 0, in 4 KiB pages.
+    let d = memory_host(
+        t.path(),
+        "total=16640 N0=256 N1=16384\nfile=0 N0=0 N1=0\nanon=16640 N0=256 N1=16384\n",
+    );
+    let r = verify_with(&d, t.path(), VerifyOptions::default());
+    assert_eq!(r[0].verdict, Verdict::Ok, "{:?}", r[0].problems);
+    let m = r[0].memory.as_ref().expect("memory");
+    let page = crate::host::memloc::page_size();
+    assert_eq!(m.bytes_per_node[&1], 16384 * page);
+    assert!(m.local_percent >= 90, "{m:?}");
+    assert!(r[0].remote_memory.is_none());
+    let json = serde_json::to_value(&r[0]).expect("json");
+    assert_eq!(json["memory"]["source"], "cgroup-v1");
+    assert_eq!(json["memory"]["nodes"], "1");
+}
+
+#[test]
+fn memory_mostly_off_its_nodes_is_flagged_without_changing_the_verdict() {
+    let t = tempfile::tempdir().expect("tmp");
+    let mut d = memory_host(
+        t.path(),
+        "total=1000 N0=700 N1=300\nfile=0 N0=0 N1=0\nanon=1000 N0=700 N1=300\n",
+    );
+    if let Some(mut r) = d.containers.get_mut("abc") {
+        r.found_running = true;
+    }
+    let r = verify_with(&d, t.path(), VerifyOptions::default());
+    assert_eq!(r[0].verdict, Verdict::Ok, "{:?}", r[0].problems);
+    let flag = r[0].remote_memory.as_ref().expect("flagged");
+    assert_eq!(flag.remote_percent, 70);
+    assert!(
+        flag.reasons.iter().any(|w| w.contains("recorded running")),
+        "{flag:?}"
+    );
+    // A higher threshold lets it pass.
+    let r = verify_with(
+        &d,
+        t.path(),
+        VerifyOptions {
+            remote_memory_threshold: 80,
+        },
+    );
+    assert!(r[0].remote_memory.is_none());
+}
+
+#[test]
+fn an_unreadable_numa_stat_is_named_and_the_rest_is_checked() {
+    let t = tempfile::tempdir().expect("tmp");
+    let d = memory_host(t.path(), "total=12 N0=x\n");
+    let r = verify(&d, t.path());
+    assert_eq!(r[0].verdict, Verdict::Ok, "{:?}", r[0].problems);
+    assert!(r[0].memory.is_none());
+    let unchecked = r[0].unchecked.join("\n");
+    assert!(
+        unchecked.contains("where its memory lives: ") && unchecked.contains("bad entry \"N0=x\""),
+        "{unchecked}"
+    );
+}

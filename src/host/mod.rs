@@ -11,6 +11,7 @@ pub mod cdi;
 pub mod cgroup;
 pub mod devices;
 pub mod files;
+pub mod memloc;
 pub mod perms;
 pub mod procfs;
 #[cfg(test)]

@@ -12,7 +12,8 @@ pub use health::Health;
 pub use hotplug::HotplugMetrics;
 pub use http::{serve, ServeLimits};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -110,6 +111,17 @@ pub struct DeviceLabels {
     pub device: String,
 }
 
+/// Labels of a per-container gauge.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContainerLabels {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub pod: String,
+    /// Container name.
+    pub container: String,
+}
+
 /// Free resources of one NUMA node (filled from the allocator).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeFreeSample {
@@ -152,6 +164,9 @@ pub struct Metrics {
     hotplug: HotplugMetrics,
     scheduler_choices: Family<SchedulerChoiceLabels, Counter>,
     mempolicies: Family<MempolicyLabels, Counter>,
+    local_memory: Family<ContainerLabels, Gauge<f64, AtomicU64>>,
+    /// The containers `local_memory` has a series for: those of the last sample only.
+    local_memory_series: Mutex<HashSet<ContainerLabels>>,
     // Serialises encoding with updates of the node gauges so a scrape sees one snapshot. It
     // holds each node's four free gauges (handles on the families' own series): every
     // admission that takes something sets them, and finding them in the families formats and
@@ -324,6 +339,14 @@ impl Metrics {
         );
         let hotplug = HotplugMetrics::default();
         hotplug.register(&mut registry);
+        let local_memory = Family::<ContainerLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "container_local_memory_ratio",
+            "Share of a running container's resident memory on its NUMA nodes (cpuset.mems of \
+             its decision), 0 to 1, from its memory cgroup's memory.numa_stat (else its \
+             processes' numa_maps); sampled every minute, one series per live container",
+            local_memory.clone(),
+        );
         Metrics {
             registry,
             admissions,
@@ -348,6 +371,8 @@ impl Metrics {
             hotplug,
             scheduler_choices,
             mempolicies,
+            local_memory,
+            local_memory_series: Mutex::new(HashSet::new()),
             snapshot: Mutex::new(HashMap::new()),
         }
     }
@@ -512,6 +537,25 @@ impl Metrics {
             gpus.set(gauge(n.gpus));
             nics.set(gauge(n.rdma_nics));
         }
+    }
+
+    /// Replaces the per-container local memory shares with `samples`: a container not in
+    /// them (gone, or its memory unreadable now) loses its series, so the series stay the
+    /// live containers'.
+    pub fn set_local_memory(&self, samples: &[(ContainerLabels, f64)]) {
+        let _guard = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
+        let mut series = self
+            .local_memory_series
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let now: HashSet<ContainerLabels> = samples.iter().map(|(l, _)| l.clone()).collect();
+        for gone in series.difference(&now) {
+            self.local_memory.remove(gone);
+        }
+        for (labels, ratio) in samples {
+            self.local_memory.get_or_create(labels).set(*ratio);
+        }
+        *series = now;
     }
 
     /// The text exposition (OpenMetrics).

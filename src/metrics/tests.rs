@@ -17,3 +17,29 @@ fn extra_metrics_are_served_with_the_engine_ones() {
         "{text}"
     );
 }
+
+#[test]
+fn local_memory_series_are_the_last_samples_containers_only() {
+    let m = Metrics::new();
+    let labels = |pod: &str| ContainerLabels {
+        namespace: "ml".into(),
+        pod: pod.into(),
+        container: "train".into(),
+    };
+    m.set_local_memory(&[(labels("a"), 0.95), (labels("b"), 0.25)]);
+    let text = m.encode();
+    let line = "nri_align_container_local_memory_ratio{namespace=\"ml\",pod=\"a\",container=\"train\"} 0.95";
+    assert!(text.contains(line), "{text}");
+    assert!(
+        text.contains("pod=\"b\",container=\"train\"} 0.25"),
+        "{text}"
+    );
+    // b is gone: its series goes with it.
+    m.set_local_memory(&[(labels("a"), 0.5)]);
+    let text = m.encode();
+    assert!(
+        text.contains("pod=\"a\",container=\"train\"} 0.5"),
+        "{text}"
+    );
+    assert!(!text.contains("pod=\"b\""), "{text}");
+}

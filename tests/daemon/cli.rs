@@ -335,3 +335,79 @@ fn names_with_terminal_escapes_are_printed_escaped() {
         assert!(raw.is_empty(), "{raw:?} in {text:?}");
     }
 }
+
+/// `thread stat` text whose field 39 (the CPU it last ran on) is `cpu`.
+fn thread_stat(cpu: u32) -> String {
+    let mut f: Vec<String> = (3..=52).map(|i| i.to_string()).collect();
+    f[0] = "S".into();
+    f[36] = cpu.to_string();
+    format!("100 (app) {}\n", f.join(" "))
+}
+
+#[test]
+fn verify_says_where_memory_lives_and_flags_it_off_its_nodes() {
+    let t = tempfile::tempdir().expect("tmp");
+    fixture(t.path(), "1-2");
+    // No memory hierarchy mounted: its process's numa_maps say 1 MiB on node 0 (its node),
+    // 3 MiB on node 1; two threads last ran on CPU 1 (its cpuset), one on CPU 5.
+    write(
+        t.path(),
+        "host/proc/100/numa_maps",
+        "00400000 default file=/app mapped=256 N0=256 kernelpagesize_kB=4\n\
+         7f0000000000 default anon=768 dirty=768 N1=768 kernelpagesize_kB=4\n",
+    );
+    for (tid, cpu) in [(100, 1), (101, 1), (102, 5)] {
+        write(
+            t.path(),
+            &format!("host/proc/100/task/{tid}/stat"),
+            &thread_stat(cpu),
+        );
+    }
+    let out = verify(t.path(), false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // A report, not drift: the exit status stays 0.
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(
+            "memory: 4.0 MiB resident, 25% on its nodes 0 (N0 1.0 MiB, N1 3.0 MiB; numa-maps)"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("threads: 2 last ran inside its cpuset 1-2, 1 outside (last on CPUs 5)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .contains("REMOTE-MEMORY: 75% of its resident memory is off its nodes (threshold 50%)"),
+        "{stdout}"
+    );
+    let out = verify(t.path(), true);
+    let checks: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(checks[0]["memory"]["local_percent"], 25);
+    assert_eq!(checks[0]["memory"]["bytes_per_node"]["1"], 3 << 20);
+    assert_eq!(checks[0]["threads"][0]["outside"], 1);
+    assert_eq!(checks[0]["remote_memory"]["remote_percent"], 75);
+    // The threshold from the configuration file, and the flag over it.
+    write(
+        t.path(),
+        "nri-align.yaml",
+        "verify_remote_memory_threshold: 80\n",
+    );
+    let threshold = |extra: &[&str]| {
+        let mut cmd = bin();
+        cmd.arg("verify")
+            .arg("--state-dir")
+            .arg(t.path().join("state"))
+            .arg("--host-root")
+            .arg(t.path().join("host"))
+            .arg("--config")
+            .arg(t.path().join("nri-align.yaml"))
+            .args(extra);
+        String::from_utf8_lossy(&cmd.output().expect("run").stdout).into_owned()
+    };
+    let text = threshold(&[]);
+    assert!(!text.contains("REMOTE-MEMORY"), "{text}");
+    let text = threshold(&["--remote-memory-threshold", "10"]);
+    assert!(text.contains("(threshold 10%)"), "{text}");
+}

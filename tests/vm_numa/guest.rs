@@ -585,6 +585,16 @@ impl Guest {
         )
     }
 
+    /// `nri-align verify --json` on the guest's state: one check per recorded container.
+    pub fn verify_json(&self) -> serde_json::Value {
+        let out = std::process::Command::new(nri_align_bin())
+            .args(["verify", "--json", "--state-dir"])
+            .arg(&self.state_dir)
+            .output()
+            .expect("run nri-align verify");
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("verify JSON ({e}): {out:?}"))
+    }
+
     /// `nri-align placements --json` on the guest's state.
     pub fn placements(&self) -> serde_json::Value {
         let out = std::process::Command::new(nri_align_bin())

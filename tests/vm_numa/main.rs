@@ -345,7 +345,8 @@ fn t4_memory_is_allocated_on_the_chosen_node() {
         "dd if=/dev/zero bs=64M count=1 2>/dev/null | sleep 3600",
     ]);
     let pod = g.pod("mem", Qos::Guaranteed, &[("policy", "single-numa-node")]);
-    let s = g.seen(&g.run(&pod, &writer));
+    let id = g.run(&pod, &writer);
+    let s = g.seen(&id);
     let (_, node) = only_gpu("mem", &s, f);
     assert_on_node("mem", &s, node, f);
     let filled = Guest::wait(180, || {
@@ -382,6 +383,22 @@ fn t4_memory_is_allocated_on_the_chosen_node() {
         on >= FILL && off < 4 << 20,
         "numa_maps of the container's processes: {on} bytes on node {node}, {off} elsewhere \
          ({pages:?})"
+    );
+    // What `verify` tells the operator: at least 90 % of it on its node, not flagged.
+    let checks = g.verify_json();
+    let check = checks
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["id"] == id.as_str()))
+        .unwrap_or_else(|| panic!("{id} not in verify's report: {checks}"));
+    let memory = &check["memory"];
+    assert!(
+        memory["local_percent"].as_u64().unwrap_or(0) >= 90
+            && memory["bytes_per_node"][node.to_string()]
+                .as_u64()
+                .unwrap_or(0)
+                >= FILL
+            && check["remote_memory"].is_null(),
+        "verify: at least 90 % and {FILL} bytes on node {node}, not flagged: {check}"
     );
 }
 

@@ -75,6 +75,21 @@ impl CgroupMounts {
             })
     }
 
+    /// The memory cgroup directory of `cg` when it exists (confined to the mount), and
+    /// whether it is cgroup v2's.
+    pub fn memory_dir(&self, cg: &ContainerCgroup) -> Result<Option<(PathBuf, bool)>, CgroupError> {
+        let Some(mount) = self.memory() else {
+            return Ok(None);
+        };
+        match mount.dir_of(cg.components()) {
+            Ok(dir) => Ok(dir.map(|d| (d, mount.v2))),
+            Err(source) => Err(CgroupError::Io {
+                path: mount.point.join(cg.relative()),
+                source,
+            }),
+        }
+    }
+
     /// Reads the cpuset of `cg`; `None` when that cgroup does not exist here.
     pub fn read_cpuset(&self, cg: &ContainerCgroup) -> Result<Option<CpusetState>, CgroupError> {
         let (Some(mount), Some(dir)) = (self.cpuset(), self.cpuset_dir(cg)?) else {

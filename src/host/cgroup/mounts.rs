@@ -34,6 +34,7 @@ pub struct Mount {
 #[derive(Debug, Clone, Default)]
 pub struct CgroupMounts {
     v1_cpuset: Option<Mount>,
+    v1_memory: Option<Mount>,
     v2: Option<Mount>,
 }
 
@@ -66,17 +67,16 @@ impl CgroupMounts {
                 point: root.join(point.trim_start_matches('/')),
                 v2,
             };
-            match *fstype {
-                "cgroup"
-                    if r.get(2)
-                        .is_some_and(|o| o.split(',').any(|x| x == "cpuset")) =>
-                {
-                    m.v1_cpuset.get_or_insert(mount(false));
-                }
-                "cgroup2" => {
-                    m.v2.get_or_insert(mount(true));
-                }
-                _ => {}
+            let has = |ctrl: &str| r.get(2).is_some_and(|o| o.split(',').any(|x| x == ctrl));
+            // One v1 mount may carry both controllers (`rw,cpuset,memory`).
+            if *fstype == "cgroup" && has("cpuset") {
+                m.v1_cpuset.get_or_insert(mount(false));
+            }
+            if *fstype == "cgroup" && has("memory") {
+                m.v1_memory.get_or_insert(mount(false));
+            }
+            if *fstype == "cgroup2" {
+                m.v2.get_or_insert(mount(true));
             }
         }
         m
@@ -86,6 +86,12 @@ impl CgroupMounts {
     /// (legacy and hybrid hosts: their cgroup2 mount has no controllers), else the unified one.
     pub fn cpuset(&self) -> Option<&Mount> {
         self.v1_cpuset.as_ref().or(self.v2.as_ref())
+    }
+
+    /// The hierarchy the memory controller lives in: v1's `memory` mount when there is one,
+    /// else the unified one.
+    pub fn memory(&self) -> Option<&Mount> {
+        self.v1_memory.as_ref().or(self.v2.as_ref())
     }
 }
 

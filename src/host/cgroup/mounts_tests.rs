@@ -69,3 +69,24 @@ fn a_cgroup_directory_reached_through_a_symlink_out_of_the_mount_is_refused() {
     let e = m.dir_of(&["link".to_string()]).expect_err("escapes");
     assert!(e.to_string().contains("outside the cgroup mount"), "{e}");
 }
+
+#[test]
+fn the_memory_hierarchy_is_v1s_memory_mount_else_the_unified_one() {
+    let text = format!("{HYBRID}31 25 0:29 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n");
+    let m = CgroupMounts::parse(Path::new("/r"), &text);
+    let mem = m.memory().expect("memory");
+    assert_eq!(
+        (mem.point.as_path(), mem.v2),
+        (Path::new("/r/sys/fs/cgroup/memory"), false)
+    );
+    // Without one (hybrid hosts' cgroup2 holds no controller, but it is all there is).
+    let m = CgroupMounts::parse(Path::new("/r"), HYBRID);
+    assert!(m.memory().is_some_and(|mem| mem.v2));
+    // cpuset and memory co-mounted: one mount serves both.
+    let m = CgroupMounts::parse(
+        Path::new("/"),
+        "30 25 0:28 / /sys/fs/cgroup/cpuset,memory rw - cgroup cgroup rw,cpuset,memory\n",
+    );
+    assert_eq!(m.memory(), m.cpuset());
+    assert!(m.memory().is_some());
+}
