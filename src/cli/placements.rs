@@ -47,8 +47,8 @@ pub struct Placement {
     pub id: String,
     /// Pod namespace/name.
     pub pod: String,
-    /// Container name.
-    pub container: String,
+    /// Container name (`name`, as in `verify`'s JSON).
+    pub name: String,
     /// Policy the decision was made under (`none`, `best-effort`, ...).
     pub policy: String,
     /// Exclusive CPUs, or the shared pool.
@@ -103,9 +103,9 @@ pub fn run(args: PlacementsArgs) -> anyhow::Result<()> {
         // Names and ids come from the runtime: control characters in them are escaped
         // (`untrusted::printable`), here and in every text line below.
         let name = if r.stopped {
-            format!("{} (stopped)", printable(&r.container))
+            format!("{} (stopped)", printable(&r.name))
         } else {
-            printable(&r.container).into_owned()
+            printable(&r.name).into_owned()
         };
         println!(
             "{:<13} {:<30} {:<20} {:<12} {:<12} {:<5} {:<20} {:<12} {}",
@@ -142,8 +142,41 @@ fn draw(args: &PlacementsArgs, rows: &[Placement], file: &Path) -> anyhow::Resul
         None => Source::HostRoot(args.host_root.clone().unwrap_or_else(|| PathBuf::from("/"))),
     };
     let topo = load(&source, None)?;
+    for line in not_on_host(rows, &topo) {
+        eprintln!("nri-align placements: {line}");
+    }
     let svg = render_svg(&topo, Some(&overlay(rows)));
     super::topology::write_svg(file, &svg)
+}
+
+/// The recorded GPUs and NICs the drawn host does not have (a description of another host, a
+/// device gone since): the picture cannot show them, so they are said, one line each.
+fn not_on_host(rows: &[Placement], topo: &crate::topology::Topology) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in rows {
+        let who = format!("{}/{}", printable(&r.pod), printable(&r.name));
+        for g in r
+            .gpus
+            .iter()
+            .filter(|g| !topo.gpus.iter().any(|t| t.pci_bus_id == **g))
+        {
+            out.push(format!(
+                "{who} holds GPU {} that this host does not have: not drawn",
+                printable(g)
+            ));
+        }
+        for n in r
+            .nics
+            .iter()
+            .filter(|n| !topo.nics.iter().any(|t| t.name == **n))
+        {
+            out.push(format!(
+                "{who} holds NIC {} that this host does not have: not drawn",
+                printable(n)
+            ));
+        }
+    }
+    out
 }
 
 /// What the recorded containers hold, as the picture draws it: a container with exclusive
@@ -168,7 +201,7 @@ pub fn overlay(rows: &[Placement]) -> Overlay {
             detail.push_str(", stopped");
         }
         out.holders.push(Holder {
-            label: format!("{}/{}", printable(&r.pod), printable(&r.container)),
+            label: format!("{}/{}", printable(&r.pod), printable(&r.name)),
             detail,
             cpus: if r.exclusive { cpus } else { IdSet::new() },
             mems: set(&r.mems),
@@ -227,7 +260,7 @@ fn placement(id: &str, rec: &Record, mounts: &CgroupMounts, online: Option<&IdSe
     Placement {
         id: id.to_string(),
         pod: a.pod_name.clone(),
-        container: a.container_name.clone(),
+        name: a.container_name.clone(),
         policy,
         exclusive: a.exclusive,
         cpus: cpus.to_string(),

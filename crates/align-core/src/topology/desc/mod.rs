@@ -283,12 +283,15 @@ pub enum DescError {
     },
     /// Neither a file nor a shipped description of that name exists.
     #[error(
-        "no host description file or shipped description named {name:?} (looked in {searched})"
+        "no host description file or shipped description named {name:?}; shipped: {shipped} \
+         (or a YAML file's path; installed descriptions are looked for in {searched})"
     )]
     NotFound {
         /// What was asked for.
         name: String,
-        /// Directories searched for shipped descriptions.
+        /// The shipped names, comma-separated.
+        shipped: String,
+        /// Directories searched for installed descriptions.
         searched: String,
     },
     /// The YAML/JSON does not match the schema.
@@ -335,9 +338,10 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("size {s:?} does not fit in 64 bits"))
 }
 
-/// Directories searched for shipped descriptions, in order: `$NRI_ALIGN_HOSTS_DIR`, the
-/// install's `share/nri-align/hosts` next to the executable's `bin/`, `/usr/share/nri-align/hosts`,
-/// and the source tree's `packaging/hosts`.
+/// Directories searched for installed descriptions, in order: `$NRI_ALIGN_HOSTS_DIR`, the
+/// install's `share/nri-align/hosts` next to the executable's `bin/`, and
+/// `/usr/share/nri-align/hosts`. The shipped ones are built into the binary besides, so the
+/// source tree (a path on the build machine) is never searched.
 pub fn shipped_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     if let Some(d) = std::env::var_os("NRI_ALIGN_HOSTS_DIR") {
@@ -350,7 +354,6 @@ pub fn shipped_dirs() -> Vec<PathBuf> {
         dirs.push(prefix.join("share/nri-align/hosts"));
     }
     dirs.push(PathBuf::from("/usr/share/nri-align/hosts"));
-    dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/hosts"));
     dirs
 }
 
@@ -374,7 +377,8 @@ impl HostDesc {
                 return HostDesc::from_yaml(text);
             }
             found.ok_or_else(|| DescError::NotFound {
-                name: what.to_string(),
+                name: crate::untrusted::excerpt(what),
+                shipped: shipped::names().join(", "),
                 searched: dirs
                     .iter()
                     .map(|d| d.display().to_string())

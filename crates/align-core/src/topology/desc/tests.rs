@@ -90,8 +90,13 @@ fn shipped_names_and_paths_both_load() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/hosts/pcie-4gpu.yaml");
     let by_path = HostDesc::load(&path.to_string_lossy()).expect("path");
     assert_eq!(by_name, by_path);
-    assert!(matches!(
-        HostDesc::load("no-such-host"),
-        Err(DescError::NotFound { .. })
-    ));
+    let err = HostDesc::load("no-such-host").expect_err("unknown");
+    assert!(matches!(err, DescError::NotFound { .. }));
+    // The message names the valid names, never a path on the machine that built the binary.
+    let msg = err.to_string();
+    assert!(
+        msg.contains("shipped: ") && msg.contains("dgx-h100"),
+        "{msg}"
+    );
+    assert!(!msg.contains(env!("CARGO_MANIFEST_DIR")), "{msg}");
 }

@@ -98,17 +98,19 @@ pub fn render_svg(topo: &Topology, overlay: Option<&Overlay>) -> String {
          viewBox=\"0 0 {width} {height}\" font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"10\">\n\
          <rect x=\"0\" y=\"0\" width=\"{width}\" height=\"{height}\" fill=\"#fafafa\"/>\n"
     );
-    text(
-        &mut out,
-        PAD,
-        PAD + 14,
-        14,
-        "bold",
-        &format!("Machine: {}", topo.source),
-    );
+    text(&mut out, PAD, PAD + 14, 14, "bold", &title(&topo.source));
     out.push_str(&body);
     out.push_str("</svg>\n");
     out
+}
+
+/// The picture's title: the host description's name or file, or for a host read from its
+/// sysfs, the root it was read under (`/` alone says nothing: the live host).
+fn title(source: &str) -> String {
+    match source {
+        "/" | "" => "Machine: this host (read from /sys)".to_string(),
+        s => format!("Machine: {s}"),
+    }
 }
 
 /// Nodes with CPUs grouped by the package of their first CPU, both in id order.

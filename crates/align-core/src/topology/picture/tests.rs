@@ -141,3 +141,10 @@ fn names_from_outside_cannot_break_the_document() {
     let doc = parse(&svg);
     assert!(doc.descendants().all(|n| !n.has_tag_name("script")));
 }
+
+#[test]
+fn the_live_hosts_picture_is_titled_as_such() {
+    assert_eq!(title("/"), "Machine: this host (read from /sys)");
+    assert_eq!(title("dgx-h100"), "Machine: dgx-h100");
+    assert_eq!(title("/tmp/fake-root"), "Machine: /tmp/fake-root");
+}
