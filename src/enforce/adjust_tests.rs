@@ -26,6 +26,19 @@ fn host() -> FakeDevs {
     ]))
 }
 
+/// [`super::build_adjustment`] with the device claims `inputs` reads from `c`, as the engine
+/// passes them.
+fn build_adjustment(
+    a: &Assignment,
+    topo: &Topology,
+    c: &ContainerView,
+    devs: &dyn DeviceLookup,
+) -> Result<Adjustment, AdjustError> {
+    let pod = crate::enforce::container::PodView::default();
+    let built = crate::enforce::inputs::build(topo, &pod, c, false).expect("readable devices");
+    super::build_adjustment(a, topo, c, &built.devices, devs)
+}
+
 fn decision(gpus: &[&str], nics: &[&str]) -> Assignment {
     Assignment {
         container_id: "c".into(),

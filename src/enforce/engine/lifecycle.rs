@@ -205,6 +205,7 @@ impl<P: Placer> Engine<P> {
             &a,
             self.placer.topology(),
             c,
+            &built.devices,
             self.devices.as_ref(),
         ) {
             Ok(adj) => adj,
@@ -230,8 +231,8 @@ impl<P: Placer> Engine<P> {
                 // reason that says "recorded as running" always has the flag and the upgrade
                 // at load (`Record::upgrade`) never flags a decision.
                 found_running: old.found_running,
-                cdi_names: super::claims::cdi_names(c),
-                dra_claims: super::claims::dra_claims(c),
+                cdi_names: built.devices.spec.cdi_names.clone(),
+                dra_claims: built.devices.spec.dra_claims.clone(),
                 // The decision taken over is the predecessor's, and so is what of it is a
                 // sibling's hold.
                 shared_devices: old.shared_devices.clone(),

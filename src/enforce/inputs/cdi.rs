@@ -12,7 +12,7 @@
 use k8s_devices::cdi::{self, QualifiedName};
 use k8s_devices::nvidia;
 
-use super::devices::{resolve_ref, unknown_gpu, Found, Resolved};
+use super::found::{resolve_ref, unknown_gpu, Found, Resolved};
 use super::RequestError;
 use crate::enforce::container::ContainerView;
 use crate::host::cdi::{CdiDevice, CdiIndex, CdiTarget, PciFunction};
@@ -168,6 +168,7 @@ fn resolved(
                     return Err(unknown_gpu(c, origin, &d.name));
                 };
                 gpus.push(&g.pci_bus_id, mig);
+                gpus.name_via(&g.pci_bus_id, &d.name);
                 any = true;
             }
             CdiTarget::Uverbs { name, pci } => {
@@ -176,7 +177,7 @@ fn resolved(
                     .iter()
                     .find(|n| n.uverbs.iter().any(|u| u == name))
                 {
-                    add_nic(f, &nic.name);
+                    add_nic(f, &nic.name, &d.name);
                 } else if let Some(p) = pci {
                     pci_target(topo, &d.name, p, mig, f, gpus);
                 } else {
@@ -215,6 +216,7 @@ fn pci_target(
         .find(|g| g.pci_bus_id.eq_ignore_ascii_case(bus))
     {
         gpus.push(&g.pci_bus_id, mig);
+        gpus.name_via(&g.pci_bus_id, name);
         return;
     }
     let rdma_nic = topo.nics.iter().find(|n| {
@@ -224,7 +226,7 @@ fn pci_target(
                 .is_some_and(|b| b.eq_ignore_ascii_case(bus))
     });
     if let Some(nic) = rdma_nic {
-        add_nic(f, &nic.name);
+        add_nic(f, &nic.name, name);
         return;
     }
     if f.generic.iter().any(|g| g.pci_bus_id == bus) {
@@ -241,10 +243,12 @@ fn pci_target(
     });
 }
 
-fn add_nic(f: &mut Found, name: &str) {
+/// NIC `name` of the topology, reached through CDI name `via`.
+fn add_nic(f: &mut Found, name: &str, via: &str) {
     if !f.nics.iter().any(|n| n == name) {
         f.nics.push(name.to_string());
     }
+    f.name_via(name, via);
 }
 
 /// A name no spec of this host resolves: NVIDIA's device-plugin names read from the name
@@ -299,8 +303,14 @@ fn cdi_gpu(
         return Ok(());
     };
     match resolve_ref(topo, &r) {
-        Resolved::Whole(b) => gpus.push(&b, q.class == "mig"),
-        Resolved::MigParent(b) => gpus.push(&b, true),
+        Resolved::Whole(b) => {
+            gpus.push(&b, q.class == "mig");
+            gpus.name_via(&b, &q.to_string());
+        }
+        Resolved::MigParent(b) => {
+            gpus.push(&b, true);
+            gpus.name_via(&b, &q.to_string());
+        }
         Resolved::MigUnknownParent => f.note(
             origin,
             format!("{q}: MIG device whose parent GPU its name does not give"),
@@ -317,7 +327,7 @@ fn cdi_nic(topo: &Topology, origin: &str, q: &QualifiedName, f: &mut Found) {
             .as_deref()
             .is_some_and(|b| b.eq_ignore_ascii_case(&q.name))
     }) {
-        Some(nic) => add_nic(f, &nic.name),
+        Some(nic) => add_nic(f, &nic.name, &q.to_string()),
         None => f.note(
             origin,
             format!("{q}: no RDMA NIC of this host has that PCI address"),
