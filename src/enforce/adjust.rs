@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::placement::Assignment;
-use crate::topology::{CpuSet, Gpu, Topology};
+use crate::topology::{CpuSet, Gpu, NodeSet, Topology};
 
 use crate::enforce::container::{ContainerView, DeviceNode, DeviceRule};
 use crate::enforce::inputs::DeviceClaims;
@@ -34,10 +34,13 @@ pub const RDMA_CM: &str = "/dev/infiniband/rdma_cm";
 /// The adjustment for one container, in runtime-neutral form.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Adjustment {
-    /// cpuset.cpus (Linux list).
-    pub cpuset_cpus: String,
-    /// cpuset.mems (Linux list).
-    pub cpuset_mems: String,
+    /// cpuset.cpus; empty: not set (the cpuset is left as it is). Text only at the wire
+    /// (`nri/convert.rs`).
+    #[serde(serialize_with = "crate::topology::idset::serialize_as_list")]
+    pub cpuset_cpus: CpuSet,
+    /// cpuset.mems; empty: not set.
+    #[serde(serialize_with = "crate::topology::idset::serialize_as_list")]
+    pub cpuset_mems: NodeSet,
     /// Device nodes to add.
     pub add_devices: Vec<DeviceNode>,
     /// Device-cgroup rules to append (allow for added nodes, deny for removed ones).
@@ -82,7 +85,7 @@ pub struct MemsUpdate {
     /// Container id.
     pub container_id: String,
     /// New cpuset.mems.
-    pub mems: crate::topology::NodeSet,
+    pub mems: NodeSet,
 }
 
 /// A decision that cannot be turned into devices.
@@ -122,8 +125,8 @@ pub fn build_adjustment(
     devs: &dyn DeviceLookup,
 ) -> Result<Adjustment, AdjustError> {
     let mut adj = Adjustment {
-        cpuset_cpus: a.cpus.to_string(),
-        cpuset_mems: a.mems.to_string(),
+        cpuset_cpus: a.cpus.clone(),
+        cpuset_mems: a.mems.clone(),
         memory_policy: a.mempolicy.clone(),
         ..Default::default()
     };

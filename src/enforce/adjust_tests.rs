@@ -70,7 +70,10 @@ fn remapped_gpu_is_swapped_with_control_nodes_rules_and_env() {
     )
     .expect("ok");
     assert_eq!(
-        (adj.cpuset_cpus.as_str(), adj.cpuset_mems.as_str()),
+        (
+            adj.cpuset_cpus.to_string().as_str(),
+            adj.cpuset_mems.to_string().as_str()
+        ),
         ("2-3", "0")
     );
     let added: Vec<_> = adj.add_devices.iter().map(|d| d.path.as_str()).collect();

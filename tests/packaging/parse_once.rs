@@ -1,7 +1,8 @@
 //! A container's devices are read once, in `src/enforce/inputs/`, into one typed value
-//! (`DeviceClaims`); the adjustment (`src/enforce/adjust.rs`) and the engine
-//! (`src/enforce/engine/`) read that value and never the container's env, device nodes or CDI
-//! names again. A second reading drifts from the first (the create path once re-derived where
+//! (`DeviceClaims`), and the runtime's cpusets once, when the view is made
+//! (`src/enforce/nri/convert.rs`, `RuntimeIds`); the adjustment (`src/enforce/adjust.rs`) and
+//! the engine (`src/enforce/engine/`) read those values and never the container's env, device
+//! nodes, CDI names or cpuset text again. A second reading drifts from the first (the create path once re-derived where
 //! a device came from in four places, with two GPU-node parsers): this fails as soon as one
 //! of those files calls a device parser or reads an env variable.
 //!
@@ -9,9 +10,9 @@
 
 use std::path::{Path, PathBuf};
 
-/// What only `src/enforce/inputs/` (and `src/host/`) may call: the device parsers of
-/// `k8s_devices` and the host's, and the reading of env variables.
-const FORBIDDEN: [&str; 9] = [
+/// What only `src/enforce/inputs/` (and `src/host/`, the conversions) may call: the device
+/// parsers of `k8s_devices` and the host's, the reading of env variables, and id-list parsing.
+const FORBIDDEN: [&str; 10] = [
     "k8s_devices::",
     "env_var(",
     "parse_visible_devices",
@@ -21,6 +22,7 @@ const FORBIDDEN: [&str; 9] = [
     "parse_device_node",
     "nvidia_minor",
     "uverbs_name",
+    "parse_list",
 ];
 
 fn repo() -> PathBuf {
@@ -75,8 +77,8 @@ fn the_adjustment_and_the_engine_read_devices_only_through_inputs() {
     }
     assert!(
         found.is_empty(),
-        "device parsing or env reading outside src/enforce/inputs/ (read DeviceClaims \
-         instead):\n{}",
+        "device, env or cpuset parsing outside src/enforce/inputs/ and the conversions \
+         (read DeviceClaims and RuntimeIds instead):\n{}",
         found.join("\n")
     );
 }

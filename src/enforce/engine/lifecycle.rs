@@ -46,7 +46,7 @@ impl<P: Placer> Engine<P> {
     /// already set: the kubelet's static CPU manager is on, and it will rewrite the cpuset
     /// nri-align sets (its reconcile loop runs every 10 s).
     pub(super) fn note_kubelet_cpuset(&mut self, pod: &PodView, c: &ContainerView) {
-        if c.resources.cpuset_cpus.trim().is_empty() {
+        if c.resources.cpuset_cpus.is_unset() {
             return;
         }
         if let Some(m) = &self.metrics {
@@ -121,7 +121,7 @@ impl<P: Placer> Engine<P> {
             .map_err(EngineError::Rejected)?;
         let record = decision_record(&a);
         let adjustment = Adjustment {
-            cpuset_cpus: cpus.to_string(),
+            cpuset_cpus: cpus.clone(),
             annotations: [(DECISION_KEY.to_string(), record)].into(),
             ..Adjustment::default()
         };

@@ -69,7 +69,7 @@ pub fn others_cpus(topo: &Topology, c: &ContainerView) -> OthersCpus {
         if claim.is_empty() {
             continue;
         }
-        let Some(cpus) = super::reconcile::runtime_cpus(topo, value, &c.id) else {
+        let Some(cpus) = super::reconcile::env_cpus(topo, value, &c.id) else {
             continue;
         };
         claimed
@@ -90,10 +90,10 @@ pub fn others_cpus(topo: &Topology, c: &ContainerView) -> OthersCpus {
 /// runtime at all (the NRI adaptation claims a field only when its value is non-empty).
 pub fn strip_left(adj: &mut Adjustment, left: LeftToOthers) {
     if left.cpus {
-        adj.cpuset_cpus.clear();
+        adj.cpuset_cpus = CpuSet::new();
     }
     if left.mems {
-        adj.cpuset_mems.clear();
+        adj.cpuset_mems = NodeSet::new();
     }
     if left.devices {
         adj.add_devices.clear();

@@ -8,7 +8,7 @@ use crate::placement::{annotations, Assignment, PlacementConfig, Policy};
 use crate::topology::{CpuSet, NodeSet, Topology};
 
 use crate::enforce::adjust::DECISION_ENV;
-use crate::enforce::container::{ContainerView, PodView};
+use crate::enforce::container::{ContainerView, PodView, RuntimeIds};
 use crate::enforce::inputs::{build, build_request, RequestError, SpecDevices};
 use crate::enforce::state::{Record, ResourceSummary, StateDoc, RECORDED_AS_RUNNING};
 
@@ -357,18 +357,30 @@ pub(super) fn cpu_id_limit(topo: &Topology) -> u32 {
 }
 
 /// A cpuset the runtime reports for container `id` (Synchronize, PostStart, the CRI listing),
-/// parsed within what this host can have; `None`, with one log line, when it is not a list of
-/// this host's CPUs. The bound on its length is checked before any parsing, so a runtime
-/// string of any size costs at most a few microseconds.
-pub(super) fn runtime_cpus(topo: &Topology, text: &str, id: &str) -> Option<CpuSet> {
-    runtime_idset(text, cpu_id_limit(topo), "cpuset.cpus", id)
+/// read when its view was made, held to what this host can have; `None`, with one log line,
+/// when it is not a list of this host's CPUs.
+pub(super) fn runtime_cpus(topo: &Topology, reported: &RuntimeIds, id: &str) -> Option<CpuSet> {
+    runtime_idset(reported, cpu_id_limit(topo), "cpuset.cpus", id)
 }
 
-fn runtime_idset(text: &str, limit: u32, what: &str, id: &str) -> Option<CpuSet> {
-    match CpuSet::parse_list_below(text, limit) {
-        Ok(set) => Some(set),
+/// [`runtime_cpus`] for a list in the env (a DRA driver's cpuset), read here: the view keeps
+/// env entries as text. The bound on its length is checked before any parsing, so a string
+/// of any size costs at most a few microseconds.
+pub(super) fn env_cpus(topo: &Topology, text: &str, id: &str) -> Option<CpuSet> {
+    runtime_idset(
+        &RuntimeIds::new(text),
+        cpu_id_limit(topo),
+        "cpuset.cpus",
+        id,
+    )
+}
+
+fn runtime_idset(reported: &RuntimeIds, limit: u32, what: &str, id: &str) -> Option<CpuSet> {
+    match reported.below(limit) {
+        Ok(set) => Some(set.clone()),
         Err(e) => {
-            tracing::warn!(container = %id, bytes = text.len(), "the runtime reports a {what} this host cannot have, ignored: {e}");
+            let bytes = reported.text().len();
+            tracing::warn!(container = %id, bytes, "the runtime reports a {what} this host cannot have, ignored: {e}");
             None
         }
     }
