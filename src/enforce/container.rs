@@ -272,7 +272,35 @@ pub struct ContainerView {
     pub pid: u32,
 }
 
+/// What the node says of a container beyond what its runtime sent, learnt before the engine
+/// is locked: the kubelet's PodResources answer and the CDI spec registry's resolution of its
+/// names. The plugin gathers it apart from the runtime's view (`nri/node_facts.rs`) and joins
+/// the two once ([`ContainerView::with_node`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// [`ContainerView::kubelet_devices`].
+    pub kubelet_devices: Option<Vec<KubeletDevices>>,
+    /// [`ContainerView::kubelet_allocatable`].
+    pub kubelet_allocatable: Option<Vec<KubeletDevices>>,
+    /// [`ContainerView::kubelet_claims`].
+    pub kubelet_claims: Vec<KubeletClaimDevice>,
+    /// [`ContainerView::cdi_resolved`].
+    pub cdi_resolved: Vec<crate::host::cdi::CdiDevice>,
+}
+
 impl ContainerView {
+    /// This view joined with what the node says of the container (any such facts it had are
+    /// replaced).
+    pub fn with_node(self, node: NodeFacts) -> Self {
+        ContainerView {
+            kubelet_devices: node.kubelet_devices,
+            kubelet_allocatable: node.kubelet_allocatable,
+            kubelet_claims: node.kubelet_claims,
+            cdi_resolved: node.cdi_resolved,
+            ..self
+        }
+    }
+
     /// The value of environment variable `key`, if set (the last entry wins, as in exec).
     pub fn env_var(&self, key: &str) -> Option<&str> {
         self.env

@@ -48,3 +48,25 @@ fn a_runtime_list_is_read_once_and_held_to_the_host_as_a_fresh_parse_would_be() 
     let back: ResourcesView = serde_json::from_str(&json).expect("deserialises");
     assert_eq!(back, view);
 }
+
+#[test]
+fn the_nodes_facts_join_the_runtimes_view_once_and_replace_what_it_had() {
+    let view = ContainerView {
+        id: "c1".into(),
+        env: vec!["A=1".into()],
+        kubelet_claims: vec![KubeletClaimDevice::default()],
+        ..Default::default()
+    };
+    let node = NodeFacts {
+        kubelet_devices: Some(vec![KubeletDevices {
+            resource: "nvidia.com/gpu".into(),
+            ids: vec!["GPU-1".into()],
+        }]),
+        ..Default::default()
+    };
+    let joined = view.clone().with_node(node.clone());
+    assert_eq!(joined.kubelet_devices, node.kubelet_devices);
+    assert!(joined.kubelet_claims.is_empty(), "replaced, not merged");
+    // What the runtime sent is kept as it was.
+    assert_eq!((joined.id.as_str(), &joined.env), ("c1", &view.env));
+}

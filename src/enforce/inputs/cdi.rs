@@ -14,13 +14,17 @@ use k8s_devices::nvidia;
 
 use super::found::{resolve_ref, unknown_gpu, Found, Resolved};
 use super::RequestError;
-use crate::enforce::container::ContainerView;
+use crate::enforce::container::{ContainerView, KubeletClaimDevice};
 use crate::host::cdi::{CdiDevice, CdiIndex, CdiTarget, PciFunction};
 use crate::placement::GenericDevice;
 use crate::topology::Topology;
 
-/// Every CDI name of `c` (CRI field, annotations, kubelet claims) as text, unparsed.
-fn raw_names(c: &ContainerView) -> impl Iterator<Item = &str> {
+/// Every CDI name of `c` (CRI field, annotations) and of its kubelet `claims` as text,
+/// unparsed.
+fn raw_names<'a>(
+    c: &'a ContainerView,
+    claims: &'a [KubeletClaimDevice],
+) -> impl Iterator<Item = &'a str> {
     let annotations = c
         .annotations
         .iter()
@@ -31,7 +35,7 @@ fn raw_names(c: &ContainerView) -> impl Iterator<Item = &str> {
         .map(String::as_str)
         .chain(annotations)
         .chain(
-            c.kubelet_claims
+            claims
                 .iter()
                 .flat_map(|k| k.cdi_names.iter().map(String::as_str)),
         )
@@ -41,18 +45,22 @@ fn raw_names(c: &ContainerView) -> impl Iterator<Item = &str> {
 /// in notes and log lines.
 pub const INJECTED: &str = "CDI device the runtime injected";
 
-/// The devices of `c` that `index` knows: what the plugin puts in
-/// `ContainerView::cdi_resolved` before deciding (a map lookup per name or injected node, no
+/// The devices of `c` (with the DRA `claims` the kubelet lists for it) that `index` knows:
+/// what the plugin puts in `ContainerView::cdi_resolved` before deciding (a map lookup per name or injected node, no
 /// file read). First the named ones, then those matched back from the device nodes and env
 /// the runtime injected ([`CdiIndex::match_injected`]): a runtime that applies the CRI
 /// `CDI_devices` field but does not send it to NRI (containerd before 2.3, CRI-O) still tells
 /// which spec devices the container got.
-pub fn resolve_cdi(index: &CdiIndex, c: &ContainerView) -> Vec<CdiDevice> {
+pub fn resolve_cdi(
+    index: &CdiIndex,
+    c: &ContainerView,
+    claims: &[KubeletClaimDevice],
+) -> Vec<CdiDevice> {
     if index.is_empty() {
         return Vec::new();
     }
     let max = k8s_devices::MAX_ENTRIES;
-    let mut out = index.resolve(raw_names(c).take(max));
+    let mut out = index.resolve(raw_names(c, claims).take(max));
     let devices = &c.devices[..c.devices.len().min(max)];
     let env = &c.env[..c.env.len().min(max)];
     for d in index.match_injected(devices, env) {
@@ -66,7 +74,7 @@ pub fn resolve_cdi(index: &CdiIndex, c: &ContainerView) -> Vec<CdiDevice> {
 /// The names of the devices in `c.cdi_resolved` that no source named: those matched back
 /// from what the runtime injected.
 pub fn matched_back(c: &ContainerView) -> Vec<&str> {
-    let named: Vec<&str> = raw_names(c)
+    let named: Vec<&str> = raw_names(c, &c.kubelet_claims)
         .take(k8s_devices::MAX_ENTRIES)
         .map(str::trim)
         .collect();

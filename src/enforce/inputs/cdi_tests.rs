@@ -147,7 +147,7 @@ fn resolve_cdi_looks_up_every_source_once() {
         .into(),
         ..Default::default()
     };
-    let names: Vec<String> = resolve_cdi(&s.index, &c)
+    let names: Vec<String> = resolve_cdi(&s.index, &c, &c.kubelet_claims)
         .into_iter()
         .map(|d| d.name)
         .collect();
@@ -170,7 +170,7 @@ fn devices_matched_back_from_what_the_runtime_injected_are_aligned() {
         devices: vec![crate::enforce::inputs::tests::node("/dev/nvidia1", 195, 1)],
         ..Default::default()
     };
-    c.cdi_resolved = resolve_cdi(&s.index, &c);
+    c.cdi_resolved = resolve_cdi(&s.index, &c, &c.kubelet_claims);
     let got: Vec<&str> = c.cdi_resolved.iter().map(|d| d.name.as_str()).collect();
     assert_eq!(got, ["k8s.gpu.nvidia.com/claim=u1-gpu-1"]);
     assert_eq!(matched_back(&c), got);
