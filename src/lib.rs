@@ -53,7 +53,8 @@
 //!    `CreateContainerRequest` and calls the handler, [`nri_protocol::stub::Plugin`].
 //! 2. [`AlignPlugin`] (its `Plugin::create_container`) converts the NRI pod and container into
 //!    the engine's [`PodView`] and [`ContainerView`] ([`enforce::nri::convert::pod_view`],
-//!    [`enforce::nri::convert::container_view`]).
+//!    [`enforce::nri::convert::container_view`]); the runtime's cpusets are read there, once
+//!    ([`enforce::container::RuntimeIds`]).
 //! 3. **Before the engine lock**, the CRI-listing wait: where the runtime sends this plugin no
 //!    Synchronize (containerd 1.7 launching it), [`enforce::nri::learning::spawn`] lists what
 //!    runs over the runtime's CRI and has [`AlignPlugin::learning_begins`]; a creation waits
@@ -66,7 +67,9 @@
 //!    container only, never the engine's other callers. Then the container's CDI names are
 //!    looked up in the CDI spec registry's in-memory index ([`enforce::inputs::resolve_cdi`],
 //!    [`host::cdi::CdiRegistry`], which a watcher keeps current off this path) into
-//!    [`ContainerView::cdi_resolved`].
+//!    [`ContainerView::cdi_resolved`]. Both are gathered apart from the runtime's view, as one
+//!    [`enforce::container::NodeFacts`], and joined to it once
+//!    ([`ContainerView::with_node`]).
 //! 5. The engine lock is taken; one found poisoned by a panic is cleared and the placer brought
 //!    back onto the records ([`Engine::resync_placer`]).
 //! 6. [`Engine::create_container`], in order: a create for an id already recorded (a retried
@@ -77,8 +80,11 @@
 //!    (CPU request and limit from shares and quota, memory limit, the GPUs and RDMA NICs
 //!    allocated, from the kubelet's answer, device nodes, CDI devices or env, and the generic
 //!    PCI devices CDI specs resolve to), into
-//!    [`enforce::inputs::Built`]; references no authoritative source allocated are logged and
-//!    counted. Where a scheduler placed the pod (Koordinator, Crane), its choice is read from
+//!    [`enforce::inputs::Built`], with those devices read once into
+//!    [`enforce::inputs::DeviceClaims`] (each with its source, authority, share, CDI name or
+//!    DRA claim, and what the spec and env say of them): the rest of the walk reads that value,
+//!    never the env, device nodes or CDI names again. References no authoritative source
+//!    allocated are logged and counted. Where a scheduler placed the pod (Koordinator, Crane), its choice is read from
 //!    the pod's annotations ([`placement::scheduler::read`]) into [`placement::Request`]'s
 //!    `scheduler` constraint; a malformed one is refused here (`docs/scheduler.md`).
 //! 8. A restart: a container with its predecessor's pod UID and name takes that decision over
@@ -100,7 +106,8 @@
 //!    keep to, or the refusal saying who holds them) and searches the candidates; nothing is
 //!    held yet. A refusal becomes [`EngineError::Rejected`], whose message reaches the CRI
 //!    caller.
-//! 10. The adjustment: [`enforce::adjust::build_adjustment`] gives the cpuset, memory nodes,
+//! 10. The adjustment: [`enforce::adjust::build_adjustment`] gives the cpuset and memory nodes
+//!     (typed sets, made text only in `enforce/nri/convert.rs`),
 //!     device nodes looked up on the host ([`host::devices::DeviceLookup`]) with their cgroup
 //!     rules, env and the decision annotation. Then the device-link check: in a systemd scope,
 //!     a device node without its `/dev/char` link would be dropped from the scope by systemd,
@@ -161,6 +168,7 @@
 //! [`ContainerView::kubelet_devices`]: enforce::container::ContainerView::kubelet_devices
 //! [`ContainerView::kubelet_claims`]: enforce::container::ContainerView::kubelet_claims
 //! [`ContainerView::cdi_resolved`]: enforce::container::ContainerView::cdi_resolved
+//! [`ContainerView::with_node`]: enforce::container::ContainerView::with_node
 //! [`KubeletSource::devices_for`]: enforce::podresources::KubeletSource::devices_for
 //! [`KubeletSource::new`]: enforce::podresources::KubeletSource::new
 //! [`Engine`]: enforce::engine::Engine

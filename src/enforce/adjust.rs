@@ -15,10 +15,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::placement::Assignment;
-use crate::topology::{CpuSet, Gpu, Topology};
+use crate::topology::{CpuSet, Gpu, NodeSet, Topology};
 
 use crate::enforce::container::{ContainerView, DeviceNode, DeviceRule};
-use crate::host::devices::{nvidia_minor, uverbs_name, DeviceLookup};
+use crate::enforce::inputs::DeviceClaims;
+use crate::host::devices::DeviceLookup;
 
 /// Annotation and env entry that record the decision.
 pub const DECISION_KEY: &str = "nri-align.io/decision";
@@ -33,10 +34,13 @@ pub const RDMA_CM: &str = "/dev/infiniband/rdma_cm";
 /// The adjustment for one container, in runtime-neutral form.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Adjustment {
-    /// cpuset.cpus (Linux list).
-    pub cpuset_cpus: String,
-    /// cpuset.mems (Linux list).
-    pub cpuset_mems: String,
+    /// cpuset.cpus; empty: not set (the cpuset is left as it is). Text only at the wire
+    /// (`nri/convert.rs`).
+    #[serde(serialize_with = "crate::topology::idset::serialize_as_list")]
+    pub cpuset_cpus: CpuSet,
+    /// cpuset.mems; empty: not set.
+    #[serde(serialize_with = "crate::topology::idset::serialize_as_list")]
+    pub cpuset_mems: NodeSet,
     /// Device nodes to add.
     pub add_devices: Vec<DeviceNode>,
     /// Device-cgroup rules to append (allow for added nodes, deny for removed ones).
@@ -81,7 +85,7 @@ pub struct MemsUpdate {
     /// Container id.
     pub container_id: String,
     /// New cpuset.mems.
-    pub mems: crate::topology::NodeSet,
+    pub mems: NodeSet,
 }
 
 /// A decision that cannot be turned into devices.
@@ -110,28 +114,29 @@ pub fn decision_record(a: &Assignment) -> String {
     )
 }
 
-/// Builds the adjustment of container `c` for decision `a`: the cpuset, then the device nodes
-/// the decision adds (with their cgroup rules) and those it takes away, then the GPU env and
-/// the decision record.
+/// Builds the adjustment of container `c` (whose devices `claims` read) for decision `a`: the
+/// cpuset, then the device nodes the decision adds (with their cgroup rules) and those it
+/// takes away, then the GPU env and the decision record.
 pub fn build_adjustment(
     a: &Assignment,
     topo: &Topology,
     c: &ContainerView,
+    claims: &DeviceClaims,
     devs: &dyn DeviceLookup,
 ) -> Result<Adjustment, AdjustError> {
     let mut adj = Adjustment {
-        cpuset_cpus: a.cpus.to_string(),
-        cpuset_mems: a.mems.to_string(),
+        cpuset_cpus: a.cpus.clone(),
+        cpuset_mems: a.mems.clone(),
         memory_policy: a.mempolicy.clone(),
         ..Default::default()
     };
     let chosen = chosen_gpus(a, topo)?;
     let (wanted, optional) = wanted_nodes(a, topo, &chosen)?;
-    let shared_nodes = shared_gpu_nodes(a, topo, c, &wanted);
+    let shared_nodes = shared_gpu_nodes(a, topo, claims, &wanted);
     adj.visible_devices = wanted.iter().chain(&shared_nodes).cloned().collect();
     add_nodes(&mut adj, c, devs, &wanted, &optional)?;
-    remove_unchosen(&mut adj, c, &wanted, &shared_nodes);
-    set_gpu_env(&mut adj, a, c, &chosen);
+    remove_unchosen(&mut adj, claims, &wanted, &shared_nodes);
+    set_gpu_env(&mut adj, a, claims, &chosen);
     let record = decision_record(a);
     adj.env.insert(DECISION_ENV.into(), record.clone());
     adj.annotations.insert(DECISION_KEY.into(), record);
@@ -177,10 +182,12 @@ fn wanted_nodes(
         optional.extend(NVIDIA_CONTROL_NODES);
     }
     // RDMA: every uverbs node of the chosen NICs, plus rdma_cm.
+    let mut any_rdma = false;
     for nic in topo.nics.iter().filter(|n| a.nics.contains(&n.name)) {
         wanted.extend(nic.uverbs.iter().map(|u| format!("/dev/infiniband/{u}")));
+        any_rdma |= !nic.uverbs.is_empty();
     }
-    if wanted.iter().any(|p| uverbs_name(p).is_some()) {
+    if any_rdma {
         optional.push(RDMA_CM);
     }
     Ok((wanted, optional))
@@ -191,7 +198,7 @@ fn wanted_nodes(
 fn shared_gpu_nodes(
     a: &Assignment,
     topo: &Topology,
-    c: &ContainerView,
+    claims: &DeviceClaims,
     wanted: &[String],
 ) -> Vec<String> {
     topo.gpus
@@ -199,7 +206,7 @@ fn shared_gpu_nodes(
         .filter(|g| a.shared_gpus.contains(&g.pci_bus_id))
         .filter_map(|g| g.minor)
         .map(|m| format!("/dev/nvidia{m}"))
-        .filter(|p| in_spec(c, p) && !wanted.contains(p))
+        .filter(|p| claims.spec.nodes.iter().any(|d| &d.path == p) && !wanted.contains(p))
         .collect()
 }
 
@@ -237,13 +244,13 @@ fn add_nodes(
 /// that honour both.
 fn remove_unchosen(
     adj: &mut Adjustment,
-    c: &ContainerView,
+    claims: &DeviceClaims,
     wanted: &[String],
     shared_nodes: &[String],
 ) {
-    for d in &c.devices {
-        let unchosen = nvidia_minor(&d.path).is_some() || uverbs_name(&d.path).is_some();
-        if unchosen && !wanted.contains(&d.path) && !shared_nodes.contains(&d.path) {
+    // The spec's GPU and RDMA nodes, as `inputs` read them.
+    for d in &claims.spec.nodes {
+        if !wanted.contains(&d.path) && !shared_nodes.contains(&d.path) {
             adj.remove_devices.push(d.path.clone());
             adj.device_rules.push(DeviceRule {
                 allow: false,
@@ -264,11 +271,12 @@ fn remove_unchosen(
 /// only an authoritative allocation ever adds a device, since the pod's own env could name any.
 /// A MIG device the kubelet or CDI gave that NVML does not list (reconfigured since start-up)
 /// was placed without alignment, fail open: the container keeps it.
-fn set_gpu_env(adj: &mut Adjustment, a: &Assignment, c: &ContainerView, chosen: &[&Gpu]) {
-    let env_names_gpus = c
-        .env_var("NVIDIA_VISIBLE_DEVICES")
-        .is_some_and(|v| !matches!(v.trim(), "" | "void" | "none"))
-        && !env_is_allocated_mig(c);
+///
+/// Whether the env names GPUs, and whether those are MIG devices an authoritative source
+/// allocated (`SpecDevices::env_allocated_mig`), `inputs` read once.
+fn set_gpu_env(adj: &mut Adjustment, a: &Assignment, claims: &DeviceClaims, chosen: &[&Gpu]) {
+    let env = &claims.spec;
+    let env_names_gpus = env.env_names_gpus && !env.env_allocated_mig;
     if chosen.is_empty() && !(a.shared_gpus.is_empty() && env_names_gpus) {
         return;
     }
@@ -288,34 +296,6 @@ fn set_gpu_env(adj: &mut Adjustment, a: &Assignment, c: &ContainerView, chosen: 
     adj.env.insert("CUDA_VISIBLE_DEVICES".into(), or_none(cuda));
     adj.env
         .insert("NVIDIA_VISIBLE_DEVICES".into(), or_none(nvidia));
-}
-
-/// Whether `NVIDIA_VISIBLE_DEVICES` names only MIG devices that an authoritative source (the
-/// kubelet's PodResources answer or a CDI device name of the spec) allocated to `c`. Such an env
-/// is the device plugin's own answer, whatever nri-align could map; an env naming anything
-/// else, or a MIG device no such source names, is not: the pod's own env could say anything.
-fn env_is_allocated_mig(c: &ContainerView) -> bool {
-    use k8s_devices::nvidia::{parse_visible_devices, split_replica_id, VisibleDevices};
-    let Ok(VisibleDevices::List(list)) = parse_visible_devices(c.env_var("NVIDIA_VISIBLE_DEVICES"))
-    else {
-        return false;
-    };
-    let kubelet = c
-        .kubelet_devices
-        .iter()
-        .flatten()
-        .flat_map(|r| r.ids.iter().map(|id| split_replica_id(id).0));
-    let cdi = c
-        .cdi_devices
-        .iter()
-        .filter_map(|n| k8s_devices::nvidia::split_cdi_name(n))
-        .map(|(_, name)| name);
-    let allocated: Vec<&str> = kubelet.chain(cdi).collect();
-    !list.is_empty()
-        && list.iter().all(|r| {
-            let id = r.to_string();
-            r.is_mig() && allocated.iter().any(|a| a.eq_ignore_ascii_case(&id))
-        })
 }
 
 fn add_node(adj: &mut Adjustment, node: DeviceNode, already_in_spec: bool) {

@@ -26,6 +26,19 @@ fn host() -> FakeDevs {
     ]))
 }
 
+/// [`super::build_adjustment`] with the device claims `inputs` reads from `c`, as the engine
+/// passes them.
+fn build_adjustment(
+    a: &Assignment,
+    topo: &Topology,
+    c: &ContainerView,
+    devs: &dyn DeviceLookup,
+) -> Result<Adjustment, AdjustError> {
+    let pod = crate::enforce::container::PodView::default();
+    let built = crate::enforce::inputs::build(topo, &pod, c, false).expect("readable devices");
+    super::build_adjustment(a, topo, c, &built.devices, devs)
+}
+
 fn decision(gpus: &[&str], nics: &[&str]) -> Assignment {
     Assignment {
         container_id: "c".into(),
@@ -57,7 +70,10 @@ fn remapped_gpu_is_swapped_with_control_nodes_rules_and_env() {
     )
     .expect("ok");
     assert_eq!(
-        (adj.cpuset_cpus.as_str(), adj.cpuset_mems.as_str()),
+        (
+            adj.cpuset_cpus.to_string().as_str(),
+            adj.cpuset_mems.to_string().as_str()
+        ),
         ("2-3", "0")
     );
     let added: Vec<_> = adj.add_devices.iter().map(|d| d.path.as_str()).collect();

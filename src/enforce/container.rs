@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use crate::host::devices::DeviceNode;
+use crate::topology::idset::{ParseIdSetError, MAX_ID};
+use crate::topology::IdSet;
 
 /// A protobuf map in a stable order, as the views keep annotations: both the NRI conversion
 /// and the CRI listing's build views from such maps, so the helper lives with the views.
@@ -57,14 +59,107 @@ pub struct ResourcesView {
     pub cpu_quota: Option<i64>,
     /// CFS period in microseconds (`LinuxCPU.period`).
     pub cpu_period: Option<u64>,
-    /// cpuset.cpus as set in the spec (Linux list form; empty when unset).
-    pub cpuset_cpus: String,
-    /// cpuset.mems as set in the spec.
-    pub cpuset_mems: String,
+    /// cpuset.cpus as set in the spec (Linux list form; empty when unset), read once.
+    pub cpuset_cpus: RuntimeIds,
+    /// cpuset.mems as set in the spec, read once.
+    pub cpuset_mems: RuntimeIds,
     /// Memory limit in bytes (`LinuxMemory.limit`); <= 0 means unlimited.
     pub memory_limit: Option<i64>,
     /// Device-cgroup rules in the spec.
     pub device_rules: Vec<DeviceRule>,
+}
+
+/// The most ids a kernel names: `CONFIG_NR_CPUS` is at most 8192 (x86_64 `MAXSMP`) and
+/// `MAX_NUMNODES` at most 1024. A runtime's list is read within it when the view is made, so
+/// that a string of any size costs microseconds there.
+pub const KERNEL_ID_LIMIT: u32 = 8192;
+
+/// An id list the runtime reports (`LinuxCPU.cpus` or `.mems`), read once when the view is
+/// made: the text as given (for logs and the wire, which carry it unchanged) and the set it
+/// names. Where it is used, [`RuntimeIds::below`] holds it to what the host can have without
+/// reading the text again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub struct RuntimeIds {
+    text: String,
+    read: Result<IdSet, ParseIdSetError>,
+}
+
+impl RuntimeIds {
+    /// Reads `text` (empty or blank: no list, the empty set).
+    pub fn new(text: impl Into<String>) -> Self {
+        let text = text.into();
+        let read = IdSet::parse_list_below(&text, KERNEL_ID_LIMIT);
+        RuntimeIds { text, read }
+    }
+
+    /// The text as the runtime gave it.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether no list is set (empty or blank).
+    pub fn is_unset(&self) -> bool {
+        self.text.trim().is_empty()
+    }
+
+    /// The set, when it is a list of ids below `limit` (one past the highest id this host can
+    /// have), as `IdSet::parse_list_below` would answer for the text: a text longer than any
+    /// such list, one that is no list, or an id at or above `limit` is an error.
+    pub fn below(&self, limit: u32) -> Result<&IdSet, ParseIdSetError> {
+        let err = |reason: String| ParseIdSetError {
+            input: self.text.clone(),
+            reason,
+        };
+        let limit = limit.min(MAX_ID);
+        let longest = IdSet::longest_list(limit);
+        if self.text.len() > longest {
+            return Err(err(format!(
+                "longer than any list of ids below {limit} ({longest} bytes at most)"
+            )));
+        }
+        let set = self.read.as_ref().map_err(Clone::clone)?;
+        match set.runs().last() {
+            Some((_, hi)) if hi >= limit => Err(err("id too large".into())),
+            _ => Ok(set),
+        }
+    }
+}
+
+impl Default for RuntimeIds {
+    fn default() -> Self {
+        RuntimeIds::new(String::new())
+    }
+}
+
+impl From<String> for RuntimeIds {
+    fn from(text: String) -> Self {
+        RuntimeIds::new(text)
+    }
+}
+
+impl From<&str> for RuntimeIds {
+    fn from(text: &str) -> Self {
+        RuntimeIds::new(text)
+    }
+}
+
+impl From<RuntimeIds> for String {
+    fn from(ids: RuntimeIds) -> Self {
+        ids.text
+    }
+}
+
+impl PartialEq<&str> for RuntimeIds {
+    fn eq(&self, other: &&str) -> bool {
+        self.text == *other
+    }
+}
+
+impl std::fmt::Display for RuntimeIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
 }
 
 /// A mount of the container (`Mount`): the device plugin's volume-mounts strategy names GPUs
@@ -177,7 +272,35 @@ pub struct ContainerView {
     pub pid: u32,
 }
 
+/// What the node says of a container beyond what its runtime sent, learnt before the engine
+/// is locked: the kubelet's PodResources answer and the CDI spec registry's resolution of its
+/// names. The plugin gathers it apart from the runtime's view (`nri/node_facts.rs`) and joins
+/// the two once ([`ContainerView::with_node`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// [`ContainerView::kubelet_devices`].
+    pub kubelet_devices: Option<Vec<KubeletDevices>>,
+    /// [`ContainerView::kubelet_allocatable`].
+    pub kubelet_allocatable: Option<Vec<KubeletDevices>>,
+    /// [`ContainerView::kubelet_claims`].
+    pub kubelet_claims: Vec<KubeletClaimDevice>,
+    /// [`ContainerView::cdi_resolved`].
+    pub cdi_resolved: Vec<crate::host::cdi::CdiDevice>,
+}
+
 impl ContainerView {
+    /// This view joined with what the node says of the container (any such facts it had are
+    /// replaced).
+    pub fn with_node(self, node: NodeFacts) -> Self {
+        ContainerView {
+            kubelet_devices: node.kubelet_devices,
+            kubelet_allocatable: node.kubelet_allocatable,
+            kubelet_claims: node.kubelet_claims,
+            cdi_resolved: node.cdi_resolved,
+            ..self
+        }
+    }
+
     /// The value of environment variable `key`, if set (the last entry wins, as in exec).
     pub fn env_var(&self, key: &str) -> Option<&str> {
         self.env

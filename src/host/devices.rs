@@ -197,13 +197,14 @@ impl DeviceLookup for HostDevices {
     }
 }
 
-/// The minor number of `/dev/nvidiaN` (and not of `/dev/nvidiactl`, `/dev/nvidia-uvm`...).
+/// The minor number of `/dev/nvidiaN` (and not of `/dev/nvidiactl`, `/dev/nvidia-uvm`...),
+/// for the host side (`/dev` of a container, a CDI spec's nodes). There is one reading of
+/// NVIDIA device paths, `k8s_devices::nvidia::parse_device_node`; this only picks its GPUs.
 pub fn nvidia_minor(path: &str) -> Option<u32> {
-    let n = path.strip_prefix("/dev/nvidia")?;
-    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+    match k8s_devices::nvidia::parse_device_node(path)? {
+        k8s_devices::nvidia::NvidiaNode::Gpu(minor) => Some(minor),
+        _ => None,
     }
-    n.parse().ok()
 }
 
 /// `uverbsN` of `/dev/infiniband/uverbsN`.

@@ -1,9 +1,11 @@
-//! What ships: the Kubernetes manifests, the systemd unit on a real containerd, and the command
-//! line's conventions (--version, --help, completions, man pages).
+//! What ships: the Kubernetes manifests, the systemd unit on a real containerd, the command
+//! line's conventions (--version, --help, completions, man pages), and one rule of the
+//! source's layout (a container's devices are parsed once, in `src/enforce/inputs/`).
 
 mod cli_conventions;
 mod doc_paths;
 mod kubernetes;
 mod kubernetes_security;
 mod monitoring;
+mod parse_once;
 mod systemd;

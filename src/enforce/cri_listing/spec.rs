@@ -231,8 +231,8 @@ fn spec_resources(r: OciResources) -> ResourcesView {
         cpu_shares: cpu.shares,
         cpu_quota: cpu.quota,
         cpu_period: cpu.period,
-        cpuset_cpus: cpu.cpus,
-        cpuset_mems: cpu.mems,
+        cpuset_cpus: cpu.cpus.into(),
+        cpuset_mems: cpu.mems.into(),
         memory_limit: r.memory.and_then(|m| m.limit),
         device_rules: r
             .devices
@@ -256,8 +256,8 @@ fn status_resources(l: &cri::LinuxContainerResources) -> ResourcesView {
         cpu_shares: set_u(l.cpu_shares),
         cpu_quota: set_i(l.cpu_quota),
         cpu_period: set_u(l.cpu_period),
-        cpuset_cpus: l.cpuset_cpus.clone(),
-        cpuset_mems: l.cpuset_mems.clone(),
+        cpuset_cpus: l.cpuset_cpus.as_str().into(),
+        cpuset_mems: l.cpuset_mems.as_str().into(),
         memory_limit: set_i(l.memory_limit_in_bytes),
         device_rules: Vec::new(),
     }

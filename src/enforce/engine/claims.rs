@@ -18,26 +18,11 @@
 //! `shared_devices`. Either way a device passes only between containers of one pod.
 
 use super::{Engine, Placer};
-use crate::enforce::container::{ContainerView, KubeletClaimDevice, PodView};
+use crate::enforce::container::{ContainerView, PodView};
 use crate::enforce::inputs::Built;
 use crate::enforce::state::Record;
 use crate::placement::{Assignment, GenericDevice};
 use crate::topology::Topology;
-
-/// The CDI names of `c` that resolved to devices, for its record.
-pub(super) fn cdi_names(c: &ContainerView) -> Vec<String> {
-    c.cdi_resolved.iter().map(|d| d.name.clone()).collect()
-}
-
-/// The DRA claim devices the kubelet listed for `c`, for its record (bounded like every list
-/// read from outside).
-pub(super) fn dra_claims(c: &ContainerView) -> Vec<KubeletClaimDevice> {
-    c.kubelet_claims
-        .iter()
-        .take(k8s_devices::MAX_ENTRIES)
-        .cloned()
-        .collect()
-}
 
 /// One device a claim can give, by the key its kind is recorded under.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,7 +102,7 @@ impl<P: Placer> Engine<P> {
     /// `built.shared_claim_devices` (a NIC also becomes a generic device of the request, so
     /// that it is aligned to without being counted as the NIC's user again).
     pub(super) fn share_pod_claims(&self, pod: &PodView, c: &ContainerView, built: &mut Built) {
-        let names = cdi_names(c);
+        let names = built.devices.spec.cdi_names.clone();
         if names.is_empty() || pod.uid.is_empty() {
             return;
         }

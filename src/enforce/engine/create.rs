@@ -5,10 +5,10 @@
 
 use std::time::Instant;
 
-use super::{has_device_nodes, log_decision, pod_name, Engine, EngineError, Placer, Rejection};
+use super::{log_decision, pod_name, Engine, EngineError, Placer, Rejection};
 use crate::enforce::adjust::{build_adjustment, Adjustment, CpusetUpdate};
 use crate::enforce::container::{ContainerView, PodView};
-use crate::enforce::inputs::{build, Built};
+use crate::enforce::inputs::{build, Built, DeviceClaims};
 use crate::enforce::state::{Record, ResourceSummary};
 use crate::placement::scheduler::{self, Scheduler};
 use crate::placement::{Assignment, GpuMode, PlacementError, Request};
@@ -29,7 +29,7 @@ impl<P: Placer> Engine<P> {
         })?;
         built.request.scheduler = self.scheduler_choice(pod, c, &built, started)?;
         self.note_unread(pod, c, &built);
-        if let Some(source) = built.source {
+        if let Some(source) = built.devices.source {
             tracing::info!(
                 pod = %pod_name(pod),
                 container = %c.name,
@@ -60,14 +60,14 @@ impl<P: Placer> Engine<P> {
     }
 
     /// Phase 2, the plan: the placer's decision for the request, in the GPU mode this container
-    /// allows, nothing held yet. Returns it with the request it was made for.
+    /// allows, nothing held yet.
     pub(super) fn plan_create(
         &mut self,
         pod: &PodView,
         c: &ContainerView,
-        built: Built,
+        built: &Built,
         started: Instant,
-    ) -> Result<(P::Plan, Request), EngineError> {
+    ) -> Result<P::Plan, EngineError> {
         // `remap` moves only whole GPUs the kubelet allocated that reach the container through
         // NVIDIA_VISIBLE_DEVICES alone, so that nri-align's env and nodes are all it gets.
         // GPUs and RDMA NICs that arrive as device nodes, CDI devices or volume-mounts mounts
@@ -82,7 +82,9 @@ impl<P: Placer> Engine<P> {
         let mode = match (&built.allocatable_gpus, self.config.placement.gpu_mode) {
             // A remap changes device nodes and env: not nri-align's when they are left.
             (_, GpuMode::Remap) if self.config.leave_to_others.devices => GpuMode::Keep,
-            (Some(allocatable), GpuMode::Remap) if built.remappable && !has_device_nodes(c) => {
+            (Some(allocatable), GpuMode::Remap)
+                if built.devices.remappable && !built.devices.has_spec_nodes() =>
+            {
                 let targets = remap_targets(self.placer.topology(), allocatable, &built.request);
                 self.placer.set_allocatable_gpus(&targets);
                 GpuMode::Remap
@@ -90,8 +92,8 @@ impl<P: Placer> Engine<P> {
             (_, GpuMode::Remap) => GpuMode::Keep,
             (_, mode) => mode,
         };
-        let req = built.request;
-        let plan = self.placer.plan(&req, mode).inspect_err(|r| {
+        let req = &built.request;
+        let plan = self.placer.plan(req, mode).inspect_err(|r| {
             self.count_rejection(&r.reason, started);
             tracing::warn!(pod = %pod_name(pod), container = %c.name, reason = %r.reason, "rejected: {}", r.message);
         });
@@ -106,8 +108,7 @@ impl<P: Placer> Engine<P> {
             }
             (Err(_), _) => {}
         }
-        let plan = plan.map_err(EngineError::Rejected)?;
-        Ok((plan, req))
+        plan.map_err(EngineError::Rejected)
     }
 
     /// Phase 3, the adjustment: the planned decision as cpuset, device nodes and env (a chosen
@@ -116,11 +117,12 @@ impl<P: Placer> Engine<P> {
         &mut self,
         planned: &Assignment,
         c: &ContainerView,
+        claims: &DeviceClaims,
         started: Instant,
     ) -> Result<Adjustment, EngineError> {
-        let mut adjustment =
-            build_adjustment(planned, self.placer.topology(), c, self.devices.as_ref())
-                .inspect_err(|_| self.count_rejection("device", started))?;
+        let topo = self.placer.topology();
+        let mut adjustment = build_adjustment(planned, topo, c, claims, self.devices.as_ref())
+            .inspect_err(|_| self.count_rejection("device", started))?;
         self.fit_mempolicy(&mut adjustment, &c.name);
         self.check_systemd_device_links(c, &adjustment.add_devices);
         Ok(adjustment)
@@ -211,7 +213,7 @@ impl<P: Placer> Engine<P> {
         };
         // Only what the kubelet, a DRA claim or the runtime gave is the container's: GPUs the
         // environment alone names are not, unless the administrator vouches for it.
-        let authoritative = built.source.is_some_and(|s| s.is_authoritative());
+        let authoritative = built.devices.source.is_some_and(|s| s.is_authoritative());
         let req = &built.request;
         let shared: &[String] = if authoritative { &req.shared_gpus } else { &[] };
         let dropped = choice.narrow_to_given(
@@ -243,13 +245,13 @@ impl<P: Placer> Engine<P> {
 }
 
 /// The record of a planned decision: what the container holds and sees, as it will be
-/// persisted once the plan is committed.
+/// persisted once the plan is committed. The claim devices a sibling holds go with it.
 pub(super) fn new_record(
     planned: &Assignment,
     pod: &PodView,
     c: &ContainerView,
     adjustment: &Adjustment,
-    req: &Request,
+    built: &Built,
 ) -> Record {
     Record {
         assignment: planned.clone(),
@@ -258,9 +260,10 @@ pub(super) fn new_record(
         cgroups_path: c.cgroups_path.clone(),
         applied_cpus: planned.cpus.clone(),
         devices: adjustment.visible_devices.clone(),
-        resources: ResourceSummary::of(req),
-        cdi_names: super::claims::cdi_names(c),
-        dra_claims: super::claims::dra_claims(c),
+        resources: ResourceSummary::of(&built.request),
+        cdi_names: built.devices.spec.cdi_names.clone(),
+        dra_claims: built.devices.spec.dra_claims.clone(),
+        shared_devices: built.shared_claim_devices.clone(),
         mempolicy_left_out: planned.mempolicy.is_some() && adjustment.memory_policy.is_none(),
         ..Record::default()
     }

@@ -79,6 +79,7 @@ fn create(e: &mut Engine<Allocator>, id: &str, cores: i64) -> String {
         .expect("adjusted")
         .adjustment
         .cpuset_cpus
+        .to_string()
 }
 
 fn metric(m: &Metrics, series: &str) -> Option<String> {

@@ -46,7 +46,7 @@ impl<P: Placer> Engine<P> {
     /// already set: the kubelet's static CPU manager is on, and it will rewrite the cpuset
     /// nri-align sets (its reconcile loop runs every 10 s).
     pub(super) fn note_kubelet_cpuset(&mut self, pod: &PodView, c: &ContainerView) {
-        if c.resources.cpuset_cpus.trim().is_empty() {
+        if c.resources.cpuset_cpus.is_unset() {
             return;
         }
         if let Some(m) = &self.metrics {
@@ -121,7 +121,7 @@ impl<P: Placer> Engine<P> {
             .map_err(EngineError::Rejected)?;
         let record = decision_record(&a);
         let adjustment = Adjustment {
-            cpuset_cpus: cpus.to_string(),
+            cpuset_cpus: cpus.clone(),
             annotations: [(DECISION_KEY.to_string(), record)].into(),
             ..Adjustment::default()
         };
@@ -205,6 +205,7 @@ impl<P: Placer> Engine<P> {
             &a,
             self.placer.topology(),
             c,
+            &built.devices,
             self.devices.as_ref(),
         ) {
             Ok(adj) => adj,
@@ -230,8 +231,8 @@ impl<P: Placer> Engine<P> {
                 // reason that says "recorded as running" always has the flag and the upgrade
                 // at load (`Record::upgrade`) never flags a decision.
                 found_running: old.found_running,
-                cdi_names: super::claims::cdi_names(c),
-                dra_claims: super::claims::dra_claims(c),
+                cdi_names: built.devices.spec.cdi_names.clone(),
+                dra_claims: built.devices.spec.dra_claims.clone(),
                 // The decision taken over is the predecessor's, and so is what of it is a
                 // sibling's hold.
                 shared_devices: old.shared_devices.clone(),

@@ -16,7 +16,7 @@ use crate::enforce::adjust::{AdjustError, Adjustment, CpusetUpdate};
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
 use crate::enforce::inputs::{build_request, pod_totals, RequestError};
 use crate::enforce::state::{Record, ResourceSummary, StateDoc, StateStore};
-use crate::host::devices::{nvidia_minor, uverbs_name, DeviceLookup};
+use crate::host::devices::DeviceLookup;
 
 pub use observe::{samples, RefusalObserver, StateObserver};
 pub use placer::{Placer, Rejection};
@@ -254,7 +254,6 @@ impl<P: Placer> Engine<P> {
         let mut built = self.read_request(pod, c, started)?;
         self.place_on_left_mems(pod, c, &mut built);
         self.share_pod_claims(pod, c, &mut built);
-        let shared_devices = built.shared_claim_devices.clone();
         if self.cpus_left() {
             return self.create_left_cpus(pod, c, built, started).map(Some);
         }
@@ -262,11 +261,10 @@ impl<P: Placer> Engine<P> {
             return Ok(Some(out));
         }
         self.reuse_finished(pod, c);
-        let (plan, req) = self.plan_create(pod, c, built, started)?;
+        let plan = self.plan_create(pod, c, &built, started)?;
         let planned = P::planned(&plan);
-        let adjustment = self.adjustment_for(planned, c, started)?;
-        let mut rec = create::new_record(planned, pod, c, &adjustment, &req);
-        rec.shared_devices = shared_devices;
+        let adjustment = self.adjustment_for(planned, c, &built.devices, started)?;
+        let rec = create::new_record(planned, pod, c, &adjustment, &built);
         let updates = self.commit_create(pod, c, plan, rec, started)?;
         Ok(Some(CreateOutcome {
             adjustment,
@@ -521,13 +519,6 @@ impl<P: Placer> Engine<P> {
             m.rejected(reason, started.elapsed());
         }
     }
-}
-
-/// Whether the spec already carries GPU (`/dev/nvidiaN`) or RDMA (`uverbsN`) device nodes.
-fn has_device_nodes(c: &ContainerView) -> bool {
-    c.devices
-        .iter()
-        .any(|d| nvidia_minor(&d.path).is_some() || uverbs_name(&d.path).is_some())
 }
 
 fn pod_name(pod: &PodView) -> String {

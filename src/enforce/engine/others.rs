@@ -69,7 +69,7 @@ pub fn others_cpus(topo: &Topology, c: &ContainerView) -> OthersCpus {
         if claim.is_empty() {
             continue;
         }
-        let Some(cpus) = super::reconcile::runtime_cpus(topo, value, &c.id) else {
+        let Some(cpus) = super::reconcile::env_cpus(topo, value, &c.id) else {
             continue;
         };
         claimed
@@ -90,10 +90,10 @@ pub fn others_cpus(topo: &Topology, c: &ContainerView) -> OthersCpus {
 /// runtime at all (the NRI adaptation claims a field only when its value is non-empty).
 pub fn strip_left(adj: &mut Adjustment, left: LeftToOthers) {
     if left.cpus {
-        adj.cpuset_cpus.clear();
+        adj.cpuset_cpus = CpuSet::new();
     }
     if left.mems {
-        adj.cpuset_mems.clear();
+        adj.cpuset_mems = NodeSet::new();
     }
     if left.devices {
         adj.add_devices.clear();
@@ -267,16 +267,15 @@ impl<P: Placer> Engine<P> {
             self.drop_record(&old);
         }
         self.reuse_finished(pod, c);
-        let shared_devices = built.shared_claim_devices;
-        let req = built.request;
+        let req = &built.request;
         let topo = self.placer.topology();
         let cpus = others_cpus(topo, c);
         let mode = mem_mode(&pod.annotations, &c.name, &self.config.placement);
-        let mut a = decision(topo, self.config.placement.policy, &req, &cpus, mode);
+        let mut a = decision(topo, self.config.placement.policy, req, &cpus, mode);
         if !a.aligned {
             tracing::warn!(pod = %pod_name(pod), container = %c.name, cpus = %a.cpus, "the CPUs another plugin gave are not on the nodes of the container's devices");
         }
-        let adjustment = self.adjustment_for(&a, c, started)?;
+        let adjustment = self.adjustment_for(&a, c, &built.devices, started)?;
         if let Err(r) = self.placer.restore(a.clone()) {
             if !a.exclusive {
                 self.count_rejection(&r.reason, started);
@@ -292,8 +291,7 @@ impl<P: Placer> Engine<P> {
                 .inspect_err(|r| self.count_rejection(&r.reason, started))
                 .map_err(EngineError::Rejected)?;
         }
-        let mut rec = super::create::new_record(&a, pod, c, &adjustment, &req);
-        rec.shared_devices = shared_devices;
+        let rec = super::create::new_record(&a, pod, c, &adjustment, &built);
         self.doc.containers.insert(c.id.clone(), rec);
         let (updates, timing) = self.persist_and_follow_pool(&c.id, started);
         if let Some(m) = &self.metrics {

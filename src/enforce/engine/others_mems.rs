@@ -27,14 +27,14 @@ impl<P: Placer> Engine<P> {
     /// `None` when `mems` is not left, none is set, or the list does not parse (logged). A
     /// memory-only node (CXL, HBM) is served by the CPU node nearest to it.
     fn left_mems_nodes(&self, pod: &PodView, c: &ContainerView) -> Option<NodeSet> {
-        let text = c.resources.cpuset_mems.trim();
-        if !self.config.leave_to_others.mems || self.cpus_left() || text.is_empty() {
+        let mems = &c.resources.cpuset_mems;
+        if !self.config.leave_to_others.mems || self.cpus_left() || mems.is_unset() {
             return None;
         }
-        let nodes = match NodeSet::parse_list(text) {
+        let nodes = match mems.below(crate::topology::idset::MAX_ID) {
             Ok(n) if !n.is_empty() => n,
             _ => {
-                tracing::warn!(pod = %pod_name(pod), container = %c.name, mems = %crate::untrusted::quoted(text), "the memory nodes another plugin set are not a node list; placed as if none were set");
+                tracing::warn!(pod = %pod_name(pod), container = %c.name, mems = %crate::untrusted::quoted(mems.text().trim()), "the memory nodes another plugin set are not a node list; placed as if none were set");
                 return None;
             }
         };

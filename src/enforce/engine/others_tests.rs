@@ -77,8 +77,8 @@ fn a_claim_env_this_host_cannot_have_is_ignored() {
 #[test]
 fn only_the_fields_left_are_taken_out() {
     let full = Adjustment {
-        cpuset_cpus: "0-3".into(),
-        cpuset_mems: "0".into(),
+        cpuset_cpus: "0-3".parse().expect("list"),
+        cpuset_mems: "0".parse().expect("list"),
         add_devices: vec![crate::enforce::container::DeviceNode {
             path: "/dev/nvidia0".into(),
             kind: "c".into(),
@@ -115,8 +115,8 @@ fn only_the_fields_left_are_taken_out() {
         &mut cpus,
         LeftToOthers::of(&[crate::config::LeftField::Cpus]),
     );
-    assert_eq!(cpus.cpuset_cpus, "");
-    assert_eq!(cpus.cpuset_mems, "0");
+    assert_eq!(cpus.cpuset_cpus.to_string(), "");
+    assert_eq!(cpus.cpuset_mems.to_string(), "0");
     assert_eq!(cpus.add_devices, full.add_devices);
 
     let mut rest = full.clone();
@@ -127,8 +127,8 @@ fn only_the_fields_left_are_taken_out() {
             crate::config::LeftField::Devices,
         ]),
     );
-    assert_eq!(rest.cpuset_cpus, "0-3");
-    assert_eq!(rest.cpuset_mems, "");
+    assert_eq!(rest.cpuset_cpus.to_string(), "0-3");
+    assert_eq!(rest.cpuset_mems.to_string(), "");
     assert!(rest.add_devices.is_empty() && rest.device_rules.is_empty());
     assert!(rest.remove_devices.is_empty());
     // The decision record is nri-align's own env, never another plugin's.

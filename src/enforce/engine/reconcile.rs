@@ -8,10 +8,9 @@ use crate::placement::{annotations, Assignment, PlacementConfig, Policy};
 use crate::topology::{CpuSet, NodeSet, Topology};
 
 use crate::enforce::adjust::DECISION_ENV;
-use crate::enforce::container::{ContainerView, PodView};
-use crate::enforce::inputs::{build_request, RequestError};
+use crate::enforce::container::{ContainerView, PodView, RuntimeIds};
+use crate::enforce::inputs::{build, build_request, RequestError, SpecDevices};
 use crate::enforce::state::{Record, ResourceSummary, StateDoc, RECORDED_AS_RUNNING};
-use crate::host::devices::{nvidia_minor, uverbs_name};
 
 /// What to do after a restart.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -159,6 +158,7 @@ pub fn record_as_running(
         policy,
         exclusive,
         note,
+        spec,
     } = asked_of_running(topo, placement, pod, c, &cpus);
     let aligned = aligned_as_running(
         topo,
@@ -195,17 +195,12 @@ pub fn record_as_running(
         namespace: pod.namespace.clone(),
         cgroups_path: c.cgroups_path.clone(),
         applied_cpus: cpus,
-        devices: c
-            .devices
-            .iter()
-            .filter(|d| nvidia_minor(&d.path).is_some() || uverbs_name(&d.path).is_some())
-            .map(|d| d.path.clone())
-            .collect(),
+        devices: spec.node_paths(),
         resources,
         found_running: true,
         // Which claim devices it names, so that a sibling of its pod naming the same one
         // shares it rather than holds it a second time (`Engine::share_running_claims`).
-        cdi_names: super::claims::cdi_names(c),
+        cdi_names: spec.cdi_names,
         ..Record::default()
     }
 }
@@ -222,6 +217,8 @@ struct Asked {
     exclusive: bool,
     /// What could not be read, for the record's reason (empty when all could).
     note: String,
+    /// What its spec says of its devices (read even when its GPUs are unknown here).
+    spec: SpecDevices,
 }
 
 /// Reads the request of running container `c` (whose cpuset is `cpus`) for
@@ -234,8 +231,8 @@ fn asked_of_running(
     c: &ContainerView,
     cpus: &CpuSet,
 ) -> Asked {
-    let r = match build_request(topo, pod, c) {
-        Ok(r) => r,
+    let (r, spec) = match build(topo, pod, c, false) {
+        Ok(b) => (b.request, b.devices.spec),
         Err(RequestError::UnknownGpu { .. }) => {
             return Asked {
                 gpus: Vec::new(),
@@ -245,6 +242,7 @@ fn asked_of_running(
                 policy: placement.policy,
                 exclusive: false,
                 note: " (its GPU references are unknown to this host)".to_string(),
+                spec: SpecDevices::read(c),
             }
         }
     };
@@ -267,6 +265,7 @@ fn asked_of_running(
         note,
         gpus: r.allocated_gpus,
         nics: r.allocated_nics,
+        spec,
     }
 }
 
@@ -358,18 +357,30 @@ pub(super) fn cpu_id_limit(topo: &Topology) -> u32 {
 }
 
 /// A cpuset the runtime reports for container `id` (Synchronize, PostStart, the CRI listing),
-/// parsed within what this host can have; `None`, with one log line, when it is not a list of
-/// this host's CPUs. The bound on its length is checked before any parsing, so a runtime
-/// string of any size costs at most a few microseconds.
-pub(super) fn runtime_cpus(topo: &Topology, text: &str, id: &str) -> Option<CpuSet> {
-    runtime_idset(text, cpu_id_limit(topo), "cpuset.cpus", id)
+/// read when its view was made, held to what this host can have; `None`, with one log line,
+/// when it is not a list of this host's CPUs.
+pub(super) fn runtime_cpus(topo: &Topology, reported: &RuntimeIds, id: &str) -> Option<CpuSet> {
+    runtime_idset(reported, cpu_id_limit(topo), "cpuset.cpus", id)
 }
 
-fn runtime_idset(text: &str, limit: u32, what: &str, id: &str) -> Option<CpuSet> {
-    match CpuSet::parse_list_below(text, limit) {
-        Ok(set) => Some(set),
+/// [`runtime_cpus`] for a list in the env (a DRA driver's cpuset), read here: the view keeps
+/// env entries as text. The bound on its length is checked before any parsing, so a string
+/// of any size costs at most a few microseconds.
+pub(super) fn env_cpus(topo: &Topology, text: &str, id: &str) -> Option<CpuSet> {
+    runtime_idset(
+        &RuntimeIds::new(text),
+        cpu_id_limit(topo),
+        "cpuset.cpus",
+        id,
+    )
+}
+
+fn runtime_idset(reported: &RuntimeIds, limit: u32, what: &str, id: &str) -> Option<CpuSet> {
+    match reported.below(limit) {
+        Ok(set) => Some(set.clone()),
         Err(e) => {
-            tracing::warn!(container = %id, bytes = text.len(), "the runtime reports a {what} this host cannot have, ignored: {e}");
+            let bytes = reported.text().len();
+            tracing::warn!(container = %id, bytes, "the runtime reports a {what} this host cannot have, ignored: {e}");
             None
         }
     }

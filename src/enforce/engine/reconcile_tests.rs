@@ -160,9 +160,10 @@ fn a_container_on_every_cpu_is_shared() {
 fn a_runtime_cpuset_longer_than_the_host_could_need_is_refused_at_once() {
     let huge = vec!["0-1048575"; 8_000].join(",");
     let mut c = live("x", ContainerState::Running, "", 2);
-    c.resources.cpuset_cpus = huge.clone();
-    c.resources.cpuset_mems = huge;
+    // From the view's reading of the text on.
     let started = std::time::Instant::now();
+    c.resources.cpuset_cpus = huge.clone().into();
+    c.resources.cpuset_mems = huge.into();
     let r = record_as_running(
         &topo(),
         &PlacementConfig::default(),
@@ -177,9 +178,9 @@ fn a_runtime_cpuset_longer_than_the_host_could_need_is_refused_at_once() {
     assert_eq!(r.assignment.cpus.to_string(), "0-7");
     assert!(!r.assignment.exclusive);
     // Ids this host does not have are refused the same way; its own are read.
-    assert_eq!(runtime_cpus(&topo(), "0-8", "x"), None);
+    assert_eq!(runtime_cpus(&topo(), &"0-8".into(), "x"), None);
     assert_eq!(
-        runtime_cpus(&topo(), "1,3-4\n", "x").map(|s| s.to_string()),
+        runtime_cpus(&topo(), &"1,3-4\n".into(), "x").map(|s| s.to_string()),
         Some("1,3-4".into())
     );
 }

@@ -12,15 +12,19 @@
 use k8s_devices::cdi::{self, QualifiedName};
 use k8s_devices::nvidia;
 
-use super::devices::{resolve_ref, unknown_gpu, Found, Resolved};
+use super::found::{resolve_ref, unknown_gpu, Found, Resolved};
 use super::RequestError;
-use crate::enforce::container::ContainerView;
+use crate::enforce::container::{ContainerView, KubeletClaimDevice};
 use crate::host::cdi::{CdiDevice, CdiIndex, CdiTarget, PciFunction};
 use crate::placement::GenericDevice;
 use crate::topology::Topology;
 
-/// Every CDI name of `c` (CRI field, annotations, kubelet claims) as text, unparsed.
-fn raw_names(c: &ContainerView) -> impl Iterator<Item = &str> {
+/// Every CDI name of `c` (CRI field, annotations) and of its kubelet `claims` as text,
+/// unparsed.
+fn raw_names<'a>(
+    c: &'a ContainerView,
+    claims: &'a [KubeletClaimDevice],
+) -> impl Iterator<Item = &'a str> {
     let annotations = c
         .annotations
         .iter()
@@ -31,7 +35,7 @@ fn raw_names(c: &ContainerView) -> impl Iterator<Item = &str> {
         .map(String::as_str)
         .chain(annotations)
         .chain(
-            c.kubelet_claims
+            claims
                 .iter()
                 .flat_map(|k| k.cdi_names.iter().map(String::as_str)),
         )
@@ -41,18 +45,22 @@ fn raw_names(c: &ContainerView) -> impl Iterator<Item = &str> {
 /// in notes and log lines.
 pub const INJECTED: &str = "CDI device the runtime injected";
 
-/// The devices of `c` that `index` knows: what the plugin puts in
-/// `ContainerView::cdi_resolved` before deciding (a map lookup per name or injected node, no
+/// The devices of `c` (with the DRA `claims` the kubelet lists for it) that `index` knows:
+/// what the plugin puts in `ContainerView::cdi_resolved` before deciding (a map lookup per name or injected node, no
 /// file read). First the named ones, then those matched back from the device nodes and env
 /// the runtime injected ([`CdiIndex::match_injected`]): a runtime that applies the CRI
 /// `CDI_devices` field but does not send it to NRI (containerd before 2.3, CRI-O) still tells
 /// which spec devices the container got.
-pub fn resolve_cdi(index: &CdiIndex, c: &ContainerView) -> Vec<CdiDevice> {
+pub fn resolve_cdi(
+    index: &CdiIndex,
+    c: &ContainerView,
+    claims: &[KubeletClaimDevice],
+) -> Vec<CdiDevice> {
     if index.is_empty() {
         return Vec::new();
     }
     let max = k8s_devices::MAX_ENTRIES;
-    let mut out = index.resolve(raw_names(c).take(max));
+    let mut out = index.resolve(raw_names(c, claims).take(max));
     let devices = &c.devices[..c.devices.len().min(max)];
     let env = &c.env[..c.env.len().min(max)];
     for d in index.match_injected(devices, env) {
@@ -66,7 +74,7 @@ pub fn resolve_cdi(index: &CdiIndex, c: &ContainerView) -> Vec<CdiDevice> {
 /// The names of the devices in `c.cdi_resolved` that no source named: those matched back
 /// from what the runtime injected.
 pub fn matched_back(c: &ContainerView) -> Vec<&str> {
-    let named: Vec<&str> = raw_names(c)
+    let named: Vec<&str> = raw_names(c, &c.kubelet_claims)
         .take(k8s_devices::MAX_ENTRIES)
         .map(str::trim)
         .collect();
@@ -168,6 +176,7 @@ fn resolved(
                     return Err(unknown_gpu(c, origin, &d.name));
                 };
                 gpus.push(&g.pci_bus_id, mig);
+                gpus.name_via(&g.pci_bus_id, &d.name);
                 any = true;
             }
             CdiTarget::Uverbs { name, pci } => {
@@ -176,7 +185,7 @@ fn resolved(
                     .iter()
                     .find(|n| n.uverbs.iter().any(|u| u == name))
                 {
-                    add_nic(f, &nic.name);
+                    add_nic(f, &nic.name, &d.name);
                 } else if let Some(p) = pci {
                     pci_target(topo, &d.name, p, mig, f, gpus);
                 } else {
@@ -215,6 +224,7 @@ fn pci_target(
         .find(|g| g.pci_bus_id.eq_ignore_ascii_case(bus))
     {
         gpus.push(&g.pci_bus_id, mig);
+        gpus.name_via(&g.pci_bus_id, name);
         return;
     }
     let rdma_nic = topo.nics.iter().find(|n| {
@@ -224,7 +234,7 @@ fn pci_target(
                 .is_some_and(|b| b.eq_ignore_ascii_case(bus))
     });
     if let Some(nic) = rdma_nic {
-        add_nic(f, &nic.name);
+        add_nic(f, &nic.name, name);
         return;
     }
     if f.generic.iter().any(|g| g.pci_bus_id == bus) {
@@ -241,10 +251,12 @@ fn pci_target(
     });
 }
 
-fn add_nic(f: &mut Found, name: &str) {
+/// NIC `name` of the topology, reached through CDI name `via`.
+fn add_nic(f: &mut Found, name: &str, via: &str) {
     if !f.nics.iter().any(|n| n == name) {
         f.nics.push(name.to_string());
     }
+    f.name_via(name, via);
 }
 
 /// A name no spec of this host resolves: NVIDIA's device-plugin names read from the name
@@ -299,8 +311,14 @@ fn cdi_gpu(
         return Ok(());
     };
     match resolve_ref(topo, &r) {
-        Resolved::Whole(b) => gpus.push(&b, q.class == "mig"),
-        Resolved::MigParent(b) => gpus.push(&b, true),
+        Resolved::Whole(b) => {
+            gpus.push(&b, q.class == "mig");
+            gpus.name_via(&b, &q.to_string());
+        }
+        Resolved::MigParent(b) => {
+            gpus.push(&b, true);
+            gpus.name_via(&b, &q.to_string());
+        }
         Resolved::MigUnknownParent => f.note(
             origin,
             format!("{q}: MIG device whose parent GPU its name does not give"),
@@ -317,7 +335,7 @@ fn cdi_nic(topo: &Topology, origin: &str, q: &QualifiedName, f: &mut Found) {
             .as_deref()
             .is_some_and(|b| b.eq_ignore_ascii_case(&q.name))
     }) {
-        Some(nic) => add_nic(f, &nic.name),
+        Some(nic) => add_nic(f, &nic.name, &q.to_string()),
         None => f.note(
             origin,
             format!("{q}: no RDMA NIC of this host has that PCI address"),

@@ -45,7 +45,7 @@ fn resolved_devices_become_gpus_nics_and_generic_devices() {
     };
     let b = build(&gpu_topology(), &PodView::default(), &c, false).expect("built");
     assert_eq!(b.request.allocated_gpus, ["0000:3b:00.0"]);
-    assert_eq!(b.source, Some(super::super::GpuSource::Cdi));
+    assert_eq!(b.devices.source, Some(super::super::GpuSource::Cdi));
     assert_eq!(b.request.allocated_nics, ["ib0"]);
     let g = &b.request.generic_devices;
     assert_eq!(g.len(), 1);
@@ -55,7 +55,7 @@ fn resolved_devices_become_gpus_nics_and_generic_devices() {
     );
     assert!(b.unread.is_empty(), "{:?}", b.unread);
     // A GPU given through a resolved claim is no env-only GPU: never remapped.
-    assert!(!super::super::gpus_reach_only_by_env(&c));
+    assert!(!b.devices.spec.gpus_only_by_env && !b.devices.remappable);
 }
 
 #[test]
@@ -147,7 +147,7 @@ fn resolve_cdi_looks_up_every_source_once() {
         .into(),
         ..Default::default()
     };
-    let names: Vec<String> = resolve_cdi(&s.index, &c)
+    let names: Vec<String> = resolve_cdi(&s.index, &c, &c.kubelet_claims)
         .into_iter()
         .map(|d| d.name)
         .collect();
@@ -170,7 +170,7 @@ fn devices_matched_back_from_what_the_runtime_injected_are_aligned() {
         devices: vec![crate::enforce::inputs::tests::node("/dev/nvidia1", 195, 1)],
         ..Default::default()
     };
-    c.cdi_resolved = resolve_cdi(&s.index, &c);
+    c.cdi_resolved = resolve_cdi(&s.index, &c, &c.kubelet_claims);
     let got: Vec<&str> = c.cdi_resolved.iter().map(|d| d.name.as_str()).collect();
     assert_eq!(got, ["k8s.gpu.nvidia.com/claim=u1-gpu-1"]);
     assert_eq!(matched_back(&c), got);
@@ -182,7 +182,7 @@ fn devices_matched_back_from_what_the_runtime_injected_are_aligned() {
     ));
     let b = build(&gpu_topology(), &PodView::default(), &c, false).expect("built");
     assert_eq!(b.request.allocated_gpus, ["0000:3b:00.0"]);
-    assert_eq!(b.source, Some(super::super::GpuSource::Cdi));
+    assert_eq!(b.devices.source, Some(super::super::GpuSource::Cdi));
     let g = &b.request.generic_devices;
     assert_eq!(g.len(), 1, "{g:?}");
     assert_eq!(g[0].pci_bus_id, "0000:99:00.0");

@@ -365,7 +365,7 @@ fn the_device_plugins_own_cdi_vendor_names_gpus() {
         "k8s.device-plugin.nvidia.com/gpu=1".into(),
     );
     assert_eq!(found(&c).gpus, vec![BUS1.to_string()]);
-    assert!(!crate::enforce::inputs::gpus_reach_only_by_env(&c));
+    assert!(!crate::enforce::inputs::SpecDevices::read(&c).gpus_only_by_env);
     // A look-alike vendor is not NVIDIA's.
     let c = ContainerView {
         cdi_devices: vec!["evil.nvidia.com/gpu=1".into()],

@@ -1,6 +1,8 @@
 //! From what NRI shows of a container (resources, device nodes, mounts, env, CDI devices) and
 //! what the kubelet reports for it to the placement [`Request`]: CPU request and limit in
-//! millicores, memory limit, and the GPUs and RDMA NICs it was allocated (`devices.rs`).
+//! millicores, memory limit, and the GPUs and RDMA NICs it was allocated (`devices.rs`), with
+//! those devices as one typed value ([`DeviceClaims`], `claims.rs`) that the rest of the create
+//! path reads instead of the container's env, device nodes and CDI names.
 
 use crate::placement::{PodInfo, PodTotals, Request};
 use crate::topology::Topology;
@@ -8,9 +10,12 @@ use crate::topology::Topology;
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
 
 mod cdi;
+mod claims;
 mod devices;
+mod found;
 pub use cdi::{matched_back, resolve_cdi};
-pub use devices::{GpuSource, Unread};
+pub use claims::{DeviceClaims, GenericClaim, GpuClaim, NicClaim, SpecDevices};
+pub use found::{GpuSource, Unread};
 
 /// A container whose resources or devices cannot be understood. Only authoritative sources
 /// (the kubelet, CDI, device nodes, volume-mounts mounts) produce one: what only the
@@ -75,15 +80,10 @@ pub fn pod_totals(r: &ResourcesView) -> PodTotals {
 pub struct Built {
     /// The placement request.
     pub request: Request,
-    /// Where its GPUs came from.
-    pub source: Option<GpuSource>,
+    /// Its devices, each with where it came from, and what the spec and env say of them.
+    pub devices: DeviceClaims,
     /// Device references that could not be used (logged and counted by the engine).
     pub unread: Vec<Unread>,
-    /// Whether the kubelet's PodResources answer named its GPUs and they reach it only through
-    /// `NVIDIA_VISIBLE_DEVICES` (no device node, CDI name or volume-mounts mount a runtime
-    /// would add anyway), so that `remap` can move them by rewriting the variable and adding
-    /// the chosen nodes.
-    pub remappable: bool,
     /// The GPUs (indices in the topology) the kubelet lists as allocatable, when it was asked
     /// and answered: the only ones a remap may choose.
     pub allocatable_gpus: Option<std::collections::BTreeSet<usize>>,
@@ -112,12 +112,7 @@ pub fn build(
 ) -> Result<Built, RequestError> {
     let r = &c.resources;
     let found = devices::find(topo, c, trust_env)?;
-    let source = found.source;
-    // Only the kubelet's own answer allows a remap: a remap moves a container off the GPU the
-    // kubelet gave it onto one the kubelet believes free, which is safe only while nri-align
-    // sees every such allocation through PodResources. Without that answer (timed out, in
-    // backoff, absent) the env's GPUs are kept, never moved, and never moved onto.
-    let remappable = source == Some(GpuSource::Kubelet) && gpus_reach_only_by_env(c);
+    let claims = DeviceClaims::of(c, &found);
     Ok(Built {
         request: Request {
             container_id: c.id.clone(),
@@ -142,41 +137,14 @@ pub fn build(
             // (`Engine::create_container`): a running container's is history.
             scheduler: None,
         },
-        source,
+        devices: claims,
         unread: found.unread,
-        remappable,
         allocatable_gpus: c
             .kubelet_allocatable
             .as_deref()
             .map(|a| devices::allocatable_gpus(topo, a)),
         shared_claim_devices: Vec::new(),
     })
-}
-
-/// Whether no NVIDIA device node, NVIDIA CDI name or volume-mounts mount is in the spec: the
-/// runtime then gives the container no GPU of its own accord, and nri-align's env and nodes
-/// are all it gets.
-pub fn gpus_reach_only_by_env(c: &ContainerView) -> bool {
-    let nodes = c
-        .devices
-        .iter()
-        .any(|d| k8s_devices::nvidia::parse_device_node(&d.path).is_some_and(|n| !n.is_control()));
-    let nvidia = |n: &str| k8s_devices::nvidia::split_cdi_name(n.trim()).is_some();
-    // A resolved spec of any vendor that gives an NVIDIA GPU node (the DRA driver's claims).
-    let resolved = c.cdi_resolved.iter().any(|d| {
-        d.targets
-            .iter()
-            .any(|t| matches!(t, crate::host::cdi::CdiTarget::NvidiaGpu { .. }))
-    });
-    let cdi = c.cdi_devices.iter().any(|n| nvidia(n))
-        || c.annotations.iter().any(|(k, v)| {
-            k.starts_with(k8s_devices::cdi::ANNOTATION_PREFIX) && v.split(',').any(nvidia)
-        });
-    let mounts = c
-        .mounts
-        .iter()
-        .any(|m| k8s_devices::nvidia::parse_volume_mount(&m.destination).is_some());
-    !(nodes || cdi || mounts || resolved)
 }
 
 #[cfg(test)]

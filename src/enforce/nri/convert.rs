@@ -37,8 +37,8 @@ pub fn resources_view(r: Option<&api::LinuxResources>) -> ResourcesView {
         cpu_shares: cpu.and_then(|c| c.shares.as_ref()).map(|v| v.value),
         cpu_quota: cpu.and_then(|c| c.quota.as_ref()).map(|v| v.value),
         cpu_period: cpu.and_then(|c| c.period.as_ref()).map(|v| v.value),
-        cpuset_cpus: cpu.map(|c| c.cpus.clone()).unwrap_or_default(),
-        cpuset_mems: cpu.map(|c| c.mems.clone()).unwrap_or_default(),
+        cpuset_cpus: cpu.map(|c| c.cpus.as_str()).unwrap_or_default().into(),
+        cpuset_mems: cpu.map(|c| c.mems.as_str()).unwrap_or_default().into(),
         memory_limit: r
             .memory
             .as_ref()
@@ -133,7 +133,10 @@ fn cpuset_resources(cpus: String, mems: Option<String>) -> api::LinuxResources {
 
 /// [`Adjustment`] -> `ContainerAdjustment`.
 pub fn container_adjustment(a: &Adjustment) -> api::ContainerAdjustment {
-    let mut resources = cpuset_resources(a.cpuset_cpus.clone(), Some(a.cpuset_mems.clone()));
+    // The only place an adjustment's sets become text; an empty one is an empty field, which
+    // the runtime leaves as it is.
+    let mut resources =
+        cpuset_resources(a.cpuset_cpus.to_string(), Some(a.cpuset_mems.to_string()));
     resources.devices = a.device_rules.iter().map(device_cgroup).collect();
     let mut devices: Vec<api::LinuxDevice> = a.add_devices.iter().map(linux_device).collect();
     // NRI's removal convention: the key (here the path) prefixed with '-'.

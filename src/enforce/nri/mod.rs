@@ -4,6 +4,7 @@
 
 pub mod convert;
 pub mod learning;
+mod node_facts;
 pub mod plugin;
 
 use std::future::Future;

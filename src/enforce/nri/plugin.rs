@@ -16,9 +16,12 @@ use super::convert::{
     container_adjustment, container_update_mems, container_update_to, container_view, pod_view,
     resources_view,
 };
+use super::node_facts::{node_facts, Sources};
 use crate::config::Config;
 use crate::enforce::adjust::CpusetUpdate;
+use crate::enforce::container::NodeFacts;
 use crate::enforce::engine::{Engine, EngineError, Placer};
+use crate::enforce::inputs::resolve_cdi;
 use crate::enforce::podresources::KubeletSource;
 use crate::metrics::Metrics;
 use crate::placement::GpuMode;
@@ -406,9 +409,17 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
             // Before the engine lock, as at creation: a container recorded as it runs keeps
             // its claim's CDI names, so a sibling naming the same device is its sharer.
             let snapshot = cdi.snapshot();
-            for c in &mut ctrs {
-                c.cdi_resolved = crate::enforce::inputs::resolve_cdi(&snapshot, c);
-            }
+            ctrs = ctrs
+                .into_iter()
+                .map(|c| {
+                    let cdi_resolved = resolve_cdi(&snapshot, &c, &c.kubelet_claims);
+                    let node = NodeFacts {
+                        cdi_resolved,
+                        ..NodeFacts::default()
+                    };
+                    c.with_node(node)
+                })
+                .collect();
         }
         let mut engine = self.engine();
         let ups = engine.synchronize(&pods, &ctrs);
@@ -445,35 +456,28 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
     ) -> HandlerResult<CreateContainerResponse> {
         self.follow_hotplug();
         let pod = pod_view(&pod);
-        let mut container = container_view(&container);
-        self.wait_learned(&container.id).await;
-        if let Some(k) = &self.kubelet {
-            // Before the engine lock: a slow kubelet delays this container only, within the
-            // lookup's deadline, never the engine's other callers.
-            // What the kubelet may hand out matters only to a remap, which moves a container
-            // onto a GPU of nri-align's choosing.
-            let remap = self.engine().config().placement.gpu_mode == GpuMode::Remap;
-            let answer = k
-                .lookup(&pod, &container.name, remap, self.metrics.as_deref())
-                .await;
-            container.kubelet_devices = answer.devices;
-            container.kubelet_allocatable = answer.allocatable;
-            container.kubelet_claims = k.claims_for(&pod, &container.name).await;
-        }
-        if let Some(cdi) = &self.cdi {
-            container.cdi_resolved =
-                crate::enforce::inputs::resolve_cdi(&cdi.snapshot(), &container);
-            if !container.cdi_resolved.is_empty() {
-                // Which route each device came by: the runtime's NRI `CDI_devices` (containerd
-                // 2.3 and later) or a match of what it injected (earlier runtimes, CRI-O).
-                tracing::info!(
-                    pod = %format!("{}/{}", pod.namespace, pod.name),
-                    container = %container.name,
-                    cri = %container.cdi_devices.join(","),
-                    matched = %crate::enforce::inputs::matched_back(&container).join(","),
-                    "CDI devices resolved"
-                );
-            }
+        let view = container_view(&container);
+        self.wait_learned(&view.id).await;
+        // Before the engine lock, apart from the runtime's view, then joined to it once.
+        let remap =
+            self.kubelet.is_some() && self.engine().config().placement.gpu_mode == GpuMode::Remap;
+        let from = Sources {
+            kubelet: self.kubelet.as_deref(),
+            cdi: self.cdi.as_deref(),
+            metrics: self.metrics.as_deref(),
+        };
+        let node = node_facts(from, remap, &pod, &view).await;
+        let container = view.with_node(node);
+        if !container.cdi_resolved.is_empty() {
+            // Which route each device came by: the runtime's NRI `CDI_devices` (containerd
+            // 2.3 and later) or a match of what it injected (earlier runtimes, CRI-O).
+            tracing::info!(
+                pod = %format!("{}/{}", pod.namespace, pod.name),
+                container = %container.name,
+                cri = %container.cdi_devices.join(","),
+                matched = %crate::enforce::inputs::matched_back(&container).join(","),
+                "CDI devices resolved"
+            );
         }
         let mut engine = self.engine();
         let outcome = engine

@@ -391,7 +391,8 @@ fn listed(e: &Engine<Allocator>, c: &ContainerView) -> ContainerView {
         .records()
         .containers
         .get(&c.id)
-        .map_or_else(|| "0-7".to_string(), |r| r.applied_cpus.to_string());
+        .map_or_else(|| "0-7".to_string(), |r| r.applied_cpus.to_string())
+        .into();
     l
 }
 

@@ -59,7 +59,7 @@ fn a_full_state_disk_admits_every_container_and_space_back_persists_the_live_rec
         .create_container(&pod("a"), &ctr("x2", "a", 2, &[]))
         .expect("admitted on a full disk")
         .expect("placed");
-    assert_eq!(x2.adjustment.cpuset_cpus, "2-3");
+    assert_eq!(x2.adjustment.cpuset_cpus.to_string(), "2-3");
     for i in 1..=40 {
         e.create_container(&pod("a"), &ctr(&format!("s{i}"), "a", 0, &[]))
             .expect("admitted on a full disk")

@@ -153,7 +153,7 @@ fn a_restart_keeps_the_pool_the_shared_containers_run_on() {
             let p = kpod("default", id, &[]);
             let mut c = kctr(&p, id, "main", 100, None);
             c.state = ContainerState::Running;
-            c.resources.cpuset_cpus = r.applied_cpus.to_string();
+            c.resources.cpuset_cpus = r.applied_cpus.to_string().into();
             c
         })
         .collect();

@@ -172,7 +172,7 @@ fn kubelet_gpus_are_held_and_remapped_env_gpus_only_aligned_to() {
     }]);
     let out = create(&mut e, &p, &c);
     assert_eq!(e.records().containers["g1"].assignment.gpus, vec![BUS[0]]);
-    assert_eq!(out.adjustment.cpuset_cpus, "0-1");
+    assert_eq!(out.adjustment.cpuset_cpus.to_string(), "0-1");
     assert!(out
         .adjustment
         .add_devices
@@ -201,7 +201,7 @@ fn kubelet_gpus_are_held_and_remapped_env_gpus_only_aligned_to() {
     assert_eq!(a.shared_gpus, vec![BUS[0]]);
     let node0 = cpus("0-3");
     assert!(
-        cpus(&out.adjustment.cpuset_cpus).is_subset(&node0),
+        out.adjustment.cpuset_cpus.clone().is_subset(&node0),
         "{}",
         out.adjustment.cpuset_cpus
     );
@@ -248,11 +248,11 @@ fn mig_uuids_align_to_their_parent_keep_their_env_and_never_conflict() {
         assert!(a.gpus.is_empty(), "{i}: a MIG parent is never held: {a:?}");
         assert_eq!(a.shared_gpus, vec![BUS[1]], "{i}");
         assert!(
-            cpus(&out.adjustment.cpuset_cpus).is_subset(&cpus("4-7")),
+            out.adjustment.cpuset_cpus.clone().is_subset(&cpus("4-7")),
             "{i}: {}",
             out.adjustment.cpuset_cpus
         );
-        assert_eq!(out.adjustment.cpuset_mems, "1", "{i}");
+        assert_eq!(out.adjustment.cpuset_mems.to_string(), "1", "{i}");
         assert!(out.adjustment.add_devices.is_empty(), "{i}");
         assert!(
             !out.adjustment.env.contains_key("NVIDIA_VISIBLE_DEVICES"),
@@ -329,7 +329,7 @@ fn replicas_and_mig_devices_share_their_gpu_aligned_for_each_never_a_conflict() 
             assert!(a.gpus.is_empty(), "{mode:?} {i}: {a:?}");
             assert_eq!(a.shared_gpus, vec![BUS[1]]);
             assert!(
-                cpus(&out.adjustment.cpuset_cpus).is_subset(&cpus("4-7")),
+                out.adjustment.cpuset_cpus.clone().is_subset(&cpus("4-7")),
                 "{mode:?} {i}"
             );
             assert!(out.adjustment.add_devices.is_empty());
@@ -393,13 +393,17 @@ fn isolated_cpus_go_only_to_containers_that_ask() {
     let p = kpod("ns", "p", &[]);
     let out = create(&mut e, &p, &kctr(&p, "s", "shared", 100, None));
     assert_eq!(
-        out.adjustment.cpuset_cpus, "0-5",
+        out.adjustment.cpuset_cpus.to_string(),
+        "0-5",
         "the pool leaves isolated CPUs out"
     );
     // Four exclusive CPUs: never the isolated ones, even on node 1.
     let p4 = kpod("ns", "p4", &[]);
     let out = create(&mut e, &p4, &kctr(&p4, "x", "four", 4000, Some(4000)));
-    assert!(cpus(&out.adjustment.cpuset_cpus)
+    assert!(out
+        .adjustment
+        .cpuset_cpus
+        .clone()
         .intersection(&cpus("6-7"))
         .is_empty());
     let pi = kpod(
@@ -408,7 +412,7 @@ fn isolated_cpus_go_only_to_containers_that_ask() {
         &[("cpus.nri-align.io/container.dpdk", "isolated")],
     );
     let out = create(&mut e, &pi, &kctr(&pi, "i", "dpdk", 2000, Some(2000)));
-    assert_eq!(out.adjustment.cpuset_cpus, "6-7");
+    assert_eq!(out.adjustment.cpuset_cpus.to_string(), "6-7");
     // None left: an isolated request fails; the shared pool is untouched by it.
     let pj = kpod("ns", "rt2", &[("cpus.nri-align.io/pod", "isolated")]);
     e.create_container(&pj, &kctr(&pj, "j", "dpdk", 1000, Some(1000)))
@@ -443,7 +447,7 @@ fn isolated_cpus_go_only_to_allow_listed_namespaces() {
     // An allow-listed namespace gets them.
     let q = kpod("rt", "rt", &ann);
     let out = create(&mut e, &q, &kctr(&q, "j", "dpdk", 2000, Some(2000)));
-    assert_eq!(out.adjustment.cpuset_cpus, "6-7");
+    assert_eq!(out.adjustment.cpuset_cpus.to_string(), "6-7");
     // Exclusive CPUs stay open to any Guaranteed pod.
     let x = kpod("team", "x", &[("cpus.nri-align.io/pod", "exclusive")]);
     create(&mut e, &x, &kctr(&x, "x", "app", 1000, Some(1000)));
@@ -461,7 +465,7 @@ fn exempt_namespaces_run_on_the_pool_or_the_reserved_cpus_never_on_exclusive_one
     create(&mut e, &p, &kctr(&p, "x", "app", 2000, Some(2000)));
     let ks = kpod("kube-system", "proxy", &[]);
     let out = create(&mut e, &ks, &kctr(&ks, "k", "proxy", 2000, Some(2000)));
-    assert_eq!(out.adjustment.cpuset_cpus, "2-7");
+    assert_eq!(out.adjustment.cpuset_cpus.to_string(), "2-7");
     assert!(out.adjustment.add_devices.is_empty());
     // It follows the pool when it shrinks.
     let out = create(&mut e, &p, &kctr(&p, "y", "app2", 2000, Some(2000)));
@@ -476,7 +480,7 @@ fn exempt_namespaces_run_on_the_pool_or_the_reserved_cpus_never_on_exclusive_one
     cfg.placement.reserved_cpus = cpus("0");
     let mut e = real(cfg, "");
     let out = create(&mut e, &ks, &kctr(&ks, "k", "proxy", 100, None));
-    assert_eq!(out.adjustment.cpuset_cpus, "0");
+    assert_eq!(out.adjustment.cpuset_cpus.to_string(), "0");
 }
 
 #[test]
@@ -495,8 +499,11 @@ fn stop_keeps_remove_releases_and_a_restart_gets_the_same_cpus_and_gpu_back() {
     // Another pod comes while it is down: it must not get those CPUs.
     let q = kpod("ml", "other", &[]);
     let out = create(&mut e, &q, &kctr(&q, "o", "x", 2000, Some(2000)));
-    assert!(cpus(&out.adjustment.cpuset_cpus)
-        .intersection(&cpus(&first.adjustment.cpuset_cpus))
+    assert!(out
+        .adjustment
+        .cpuset_cpus
+        .clone()
+        .intersection(&first.adjustment.cpuset_cpus.clone())
         .is_empty());
     // The restart: same pod UID and name, new id, attempt 1.
     let restarted = ContainerView {
@@ -523,7 +530,7 @@ fn finished_init_containers_cpus_are_reused_by_the_pods_app_containers() {
     e.container_stopped("init");
     // The app container needs 6 too: only the init container's CPUs make that possible.
     let out = create(&mut e, &p, &kctr(&p, "app", "main", 6000, Some(6000)));
-    assert_eq!(cpus(&out.adjustment.cpuset_cpus).len(), 6);
+    assert_eq!(out.adjustment.cpuset_cpus.clone().len(), 6);
     assert!(!e.records().containers.contains_key("init"));
     // Another pod's stopped container is not reusable.
     let q = kpod("ns", "q", &[]);

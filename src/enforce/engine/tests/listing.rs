@@ -59,7 +59,7 @@ fn a_lost_state_learns_the_running_containers_without_releasing_any() {
         .create_container(&pod("a"), &ctr("x2", "a", 2, &[]))
         .expect("ok")
         .expect("adj");
-    assert_eq!(next.adjustment.cpuset_cpus, "2-3");
+    assert_eq!(next.adjustment.cpuset_cpus.to_string(), "2-3");
     // Taking the same listing in again changes nothing.
     assert_eq!(e.adopt_listed(&[pod("a")], &[]), (0, Vec::new()));
     assert!(
@@ -75,7 +75,7 @@ fn an_exempt_container_keeps_following_the_pool_after_synchronize() {
     k1.pod_sandbox_id = "sb-kube-system".into();
     e.create_container(&pod("kube-system"), &k1).expect("ok");
     let mut running_k1 = k1.clone();
-    running_k1.resources.cpuset_cpus = e.records().containers["k1"].applied_cpus.to_string();
+    running_k1.resources.cpuset_cpus = e.records().containers["k1"].applied_cpus.to_string().into();
     // nri-align restarted: the runtime lists k1, running where nri-align put it.
     e.synchronize(&[pod("a"), pod("kube-system")], &[running_k1]);
     assert!(
@@ -87,7 +87,7 @@ fn an_exempt_container_keeps_following_the_pool_after_synchronize() {
         .create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
         .expect("ok")
         .expect("adj");
-    assert_eq!(x.adjustment.cpuset_cpus, "0-1");
+    assert_eq!(x.adjustment.cpuset_cpus.to_string(), "0-1");
     assert_eq!(
         x.updates,
         vec![CpusetUpdate {
@@ -114,7 +114,11 @@ fn an_unrecorded_exempt_container_is_recorded_and_follows_the_pool() {
         .create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
         .expect("ok")
         .expect("adj");
-    assert_eq!(x.adjustment.cpuset_cpus, "0-1", "k2 holds nothing");
+    assert_eq!(
+        x.adjustment.cpuset_cpus.to_string(),
+        "0-1",
+        "k2 holds nothing"
+    );
     assert_eq!(
         x.updates,
         vec![CpusetUpdate {

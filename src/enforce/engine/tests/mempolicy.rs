@@ -21,7 +21,7 @@ fn a_runtime_that_carries_it_gets_the_policy_over_the_containers_memory_nodes() 
         .create_container(&p, &kctr(&p, "c1", "app", 2000, Some(2000)))
         .expect("placed")
         .expect("not exempt");
-    let mems: crate::topology::NodeSet = out.adjustment.cpuset_mems.parse().expect("mems");
+    let mems: crate::topology::NodeSet = out.adjustment.cpuset_mems.clone();
     assert_eq!(
         out.adjustment.memory_policy,
         Some(MemoryPolicy {

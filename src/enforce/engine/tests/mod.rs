@@ -54,7 +54,7 @@ fn running(e: &Engine<FakePlacer>, id: &str) -> ContainerView {
     // What the runtime would report for a container the engine adjusted.
     let r = &e.records().containers[id];
     let mut c = ctr(id, &r.namespace, 0, &[]);
-    c.resources.cpuset_cpus = r.applied_cpus.to_string();
+    c.resources.cpuset_cpus = r.applied_cpus.to_string().into();
     c
 }
 
@@ -65,14 +65,14 @@ fn exclusive_create_shrinks_the_pool_and_stop_grows_it_back() {
         .create_container(&pod("a"), &ctr("s1", "a", 0, &[]))
         .expect("ok")
         .expect("adj");
-    assert_eq!(shared.adjustment.cpuset_cpus, "0-7");
+    assert_eq!(shared.adjustment.cpuset_cpus.to_string(), "0-7");
     assert!(shared.updates.is_empty());
 
     let ex = e
         .create_container(&pod("a"), &ctr("x1", "a", 2, &[]))
         .expect("ok")
         .expect("adj");
-    assert_eq!(ex.adjustment.cpuset_cpus, "0-1");
+    assert_eq!(ex.adjustment.cpuset_cpus.to_string(), "0-1");
     assert_eq!(
         ex.updates,
         vec![CpusetUpdate {
@@ -87,7 +87,10 @@ fn exclusive_create_shrinks_the_pool_and_stop_grows_it_back() {
         .expect("ok")
         .expect("adj");
     assert_eq!(
-        (s2.adjustment.cpuset_cpus.as_str(), s2.updates.len()),
+        (
+            s2.adjustment.cpuset_cpus.to_string().as_str(),
+            s2.updates.len()
+        ),
         ("2-7", 0)
     );
 
@@ -110,7 +113,8 @@ fn shared_container_bound_to_a_node_follows_the_pool_there_only() {
         .expect("ok")
         .expect("adj");
     assert_eq!(
-        bound.adjustment.cpuset_cpus, "4-7",
+        bound.adjustment.cpuset_cpus.to_string(),
+        "4-7",
         "shared CPUs of GPU 1's node"
     );
     e.create_container(&pod("a"), &ctr("s1", "a", 0, &[]))
@@ -157,8 +161,12 @@ fn gpu_container_is_aligned_to_its_gpu_with_env_and_nodes() {
         .create_container(&pod("g"), &ctr("g1", "g", 2, &[1]))
         .expect("ok")
         .expect("adj");
-    assert_eq!(out.adjustment.cpuset_cpus, "4-5", "GPU 1 sits on node 1");
-    assert_eq!(out.adjustment.cpuset_mems, "1");
+    assert_eq!(
+        out.adjustment.cpuset_cpus.to_string(),
+        "4-5",
+        "GPU 1 sits on node 1"
+    );
+    assert_eq!(out.adjustment.cpuset_mems.to_string(), "1");
     assert_eq!(out.adjustment.env["CUDA_VISIBLE_DEVICES"], "0");
     assert_eq!(out.adjustment.env["NVIDIA_VISIBLE_DEVICES"], "GPU-1aaa");
     assert!(out
@@ -201,7 +209,7 @@ fn exempt_namespaces_run_on_the_shared_pool_unaligned() {
         .expect("ok")
         .expect("adjustment");
     assert_eq!(
-        out.adjustment.cpuset_cpus,
+        out.adjustment.cpuset_cpus.to_string(),
         e.placer().shared_pool().to_string()
     );
     assert!(out.adjustment.cpuset_mems.is_empty());
@@ -253,7 +261,8 @@ fn restart_restores_state_releases_the_gone_and_never_double_allocates() {
         .expect("ok")
         .expect("adj");
     assert_eq!(
-        x3.adjustment.cpuset_cpus, "2-3",
+        x3.adjustment.cpuset_cpus.to_string(),
+        "2-3",
         "x1 keeps 0-1; x3 gets what x2 had"
     );
 }
@@ -278,7 +287,7 @@ fn prelaunched_without_synchronize_relies_on_the_state_file() {
         .create_container(&pod("a"), &ctr("x2", "a", 4, &[]))
         .expect("ok")
         .expect("adj");
-    assert_eq!(x2.adjustment.cpuset_cpus, "4-7");
+    assert_eq!(x2.adjustment.cpuset_cpus.to_string(), "4-7");
     assert!(
         second
             .create_container(&pod("a"), &ctr("x3", "a", 1, &[]))
@@ -302,7 +311,8 @@ fn prune_releases_only_when_liveness_is_known() {
         .expect("ok")
         .expect("adj");
     assert_eq!(
-        again.adjustment.cpuset_cpus, "0-3",
+        again.adjustment.cpuset_cpus.to_string(),
+        "0-3",
         "x1's CPUs are free again"
     );
 }
@@ -329,7 +339,7 @@ fn corrupt_state_is_rebuilt_from_running_containers() {
         .create_container(&pod("a"), &ctr("x3", "a", 2, &[]))
         .expect("ok")
         .expect("adj");
-    assert_eq!(next.adjustment.cpuset_cpus, "0-1");
+    assert_eq!(next.adjustment.cpuset_cpus.to_string(), "0-1");
     assert!(
         matches!(StateStore::open_read_only(dir.path()).expect("s").load(), Loaded::Doc(d) if d.containers.len() == 3)
     );
@@ -593,7 +603,11 @@ fn a_container_started_behind_synchronize_is_adopted_into_the_pool() {
         .create_container(&pod("a"), &ctr("x2", "a", 2, &[]))
         .expect("ok")
         .expect("adj");
-    assert_eq!(x2.adjustment.cpuset_cpus, "2-3", "k1 holds nothing");
+    assert_eq!(
+        x2.adjustment.cpuset_cpus.to_string(),
+        "2-3",
+        "k1 holds nothing"
+    );
 }
 
 mod claims;

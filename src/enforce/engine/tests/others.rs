@@ -29,11 +29,13 @@ fn a_claims_cpus_are_recorded_held_and_memory_follows_them_without_a_cpuset() {
     c.resources.cpuset_cpus = "5-6".into();
     let out = create(&mut e, &p, &c);
     assert_eq!(
-        out.adjustment.cpuset_cpus, "",
+        out.adjustment.cpuset_cpus.to_string(),
+        "",
         "cpus are the other plugin's"
     );
     assert_eq!(
-        out.adjustment.cpuset_mems, "1",
+        out.adjustment.cpuset_mems.to_string(),
+        "1",
         "memory on the claim's node"
     );
     assert!(out.updates.is_empty());
@@ -50,8 +52,8 @@ fn a_claims_cpus_are_recorded_held_and_memory_follows_them_without_a_cpuset() {
     let mut d = kctr(&q, "d-1", "web", 500, None);
     d.resources.cpuset_cpus = "0-4,7".into();
     let out = create(&mut e, &q, &d);
-    assert_eq!(out.adjustment.cpuset_cpus, "");
-    assert_eq!(out.adjustment.cpuset_mems, "0-1");
+    assert_eq!(out.adjustment.cpuset_cpus.to_string(), "");
+    assert_eq!(out.adjustment.cpuset_mems.to_string(), "0-1");
     assert!(!e.records().containers["d-1"].assignment.exclusive);
     assert!(e.release_container("c-1").is_empty());
     assert!(e.container_started("d-1").is_none());
@@ -103,7 +105,7 @@ fn two_containers_of_a_pod_sharing_one_cpu_claim_are_both_admitted() {
     b.env = a.env.clone();
     create(&mut e, &p, &a);
     let out = create(&mut e, &p, &b);
-    assert_eq!(out.adjustment.cpuset_mems, "0");
+    assert_eq!(out.adjustment.cpuset_mems.to_string(), "0");
     assert_eq!(
         e.records().containers["b-1"].assignment.cpus.to_string(),
         "2-3"
@@ -153,14 +155,14 @@ fn mems_and_devices_left_are_never_set() {
     let out = create(&mut e, &p, &c);
     // CPUs are still nri-align's, aligned to the GPU's node.
     assert_eq!(
-        out.adjustment.cpuset_cpus,
+        out.adjustment.cpuset_cpus.to_string(),
         e.records().containers["c-1"].assignment.cpus.to_string()
     );
     assert!(e.records().containers["c-1"]
         .assignment
         .cpus
         .is_subset(&"4-7".parse().expect("list")));
-    assert_eq!(out.adjustment.cpuset_mems, "");
+    assert_eq!(out.adjustment.cpuset_mems.to_string(), "");
     assert!(out.adjustment.add_devices.is_empty());
     assert!(out.adjustment.device_rules.is_empty());
     assert!(!out.adjustment.env.contains_key("NVIDIA_VISIBLE_DEVICES"));
@@ -204,7 +206,11 @@ fn cpus_seen_only_at_post_start_move_the_memory_nodes_once() {
     // The other plugin comes after nri-align: CreateContainer shows no cpuset.
     let c = kctr(&p, "c-1", "app", 500, None);
     let out = create(&mut e, &p, &c);
-    assert_eq!(out.adjustment.cpuset_mems, "", "no devices, CPUs unknown");
+    assert_eq!(
+        out.adjustment.cpuset_mems.to_string(),
+        "",
+        "no devices, CPUs unknown"
+    );
     assert!(e.moved_mems("c-1").is_none());
     // PostStartContainer shows what it set.
     let mut started = c.clone();
@@ -274,11 +280,15 @@ fn memory_nodes_another_plugin_set_place_the_cpus_there() {
     c.resources.cpuset_mems = "1".into();
     let out = create(&mut e, &p, &c);
     assert_eq!(
-        out.adjustment.cpuset_mems, "",
+        out.adjustment.cpuset_mems.to_string(),
+        "",
         "mems are the other plugin's"
     );
     let rec = &e.records().containers["c-1"];
-    assert_eq!(out.adjustment.cpuset_cpus, rec.assignment.cpus.to_string());
+    assert_eq!(
+        out.adjustment.cpuset_cpus.to_string(),
+        rec.assignment.cpus.to_string()
+    );
     assert_eq!(rec.assignment.cpus.len(), 2);
     assert!(
         rec.assignment.cpus.is_subset(&"4-7".parse().expect("list")),
@@ -293,8 +303,8 @@ fn memory_nodes_another_plugin_set_place_the_cpus_there() {
     let mut d = kctr(&q, "d-1", "web", 500, None);
     d.resources.cpuset_mems = "0".into();
     let out = create(&mut e, &q, &d);
-    assert_eq!(out.adjustment.cpuset_mems, "");
-    let cpus: CpuSet = out.adjustment.cpuset_cpus.parse().expect("list");
+    assert_eq!(out.adjustment.cpuset_mems.to_string(), "");
+    let cpus: CpuSet = out.adjustment.cpuset_cpus.clone();
     assert!(!cpus.is_empty());
     assert!(cpus.is_subset(&"0-3".parse().expect("list")), "{cpus}");
 }
@@ -306,7 +316,7 @@ fn without_memory_nodes_set_or_with_a_bad_list_the_container_is_placed_as_usual(
     let c = kctr(&p, "c-1", "app", 1000, Some(1000));
     let out = create(&mut e, &p, &c);
     assert!(!out.adjustment.cpuset_cpus.is_empty());
-    assert_eq!(out.adjustment.cpuset_mems, "");
+    assert_eq!(out.adjustment.cpuset_mems.to_string(), "");
     let mut d = kctr(&p, "d-1", "other", 1000, Some(1000));
     d.resources.cpuset_mems = "zero".into();
     let out = create(&mut e, &p, &d);
@@ -402,7 +412,7 @@ fn memory_nodes_synchronize_lists_move_the_cpus_once_with_its_response() {
     // Running where nri-align put it, with the memory plugin's node 1 since its start.
     let mut listed = c.clone();
     listed.state = crate::enforce::container::ContainerState::Running;
-    listed.resources.cpuset_cpus = out.adjustment.cpuset_cpus.clone();
+    listed.resources.cpuset_cpus = out.adjustment.cpuset_cpus.to_string().into();
     listed.resources.cpuset_mems = "1".into();
     let ups = e.synchronize(std::slice::from_ref(&p), std::slice::from_ref(&listed));
     let rec = e.records().containers["c-1"].clone();
@@ -413,7 +423,7 @@ fn memory_nodes_synchronize_lists_move_the_cpus_once_with_its_response() {
     assert_eq!(own[0].cpus, rec.assignment.cpus);
     assert!(e.take_mems_updates().is_empty());
     // Listed again where it now runs: nothing to send.
-    listed.resources.cpuset_cpus = rec.assignment.cpus.to_string();
+    listed.resources.cpuset_cpus = rec.assignment.cpus.to_string().into();
     let again = e.synchronize(std::slice::from_ref(&p), &[listed]);
     assert!(!again.iter().any(|u| u.container_id == "c-1"), "{again:?}");
 }

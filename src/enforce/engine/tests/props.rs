@@ -104,7 +104,7 @@ fn container(pod: &PodView, id: &str, name: &str, kind: &Kind) -> (PodView, Cont
 fn check(
     e: &Engine<Allocator>,
     sent: &[CpusetUpdate],
-    adj: Option<&str>,
+    adj: Option<&CpuSet>,
 ) -> Result<(), TestCaseError> {
     if let Some(cpus) = adj {
         prop_assert!(!cpus.is_empty(), "an adjustment with an empty cpuset");
@@ -249,7 +249,7 @@ proptest! {
                         .filter_map(|(id, r)| {
                             let (_, c) = specs.get(id)?;
                             let mut c = c.clone();
-                            c.resources.cpuset_cpus = r.applied_cpus.to_string();
+                            c.resources.cpuset_cpus = r.applied_cpus.to_string().into();
                             c.env.push(format!("NRI_ALIGN_DECISION={}", r.assignment.cpus));
                             c.state = if r.stopped { ContainerState::Stopped } else { ContainerState::Running };
                             Some(c)
@@ -270,7 +270,7 @@ proptest! {
                 }
             }
             specs.retain(|id, _| e.records().containers.contains_key(id));
-            check(&e, &sent, adj.as_deref())?;
+            check(&e, &sent, adj.as_ref())?;
         }
         let _ = BUS;
     }

@@ -110,7 +110,7 @@ fn recorded_as_running() -> (Engine<Allocator>, PodView, ContainerView) {
     let p = kpod("default", "web", &[]);
     let mut c = kctr(&p, "w-0", "web", 1000, Some(1000));
     c.state = ContainerState::Running;
-    c.resources.cpuset_cpus = e.placer.topology().online_cpus().to_string();
+    c.resources.cpuset_cpus = e.placer.topology().online_cpus().to_string().into();
     e.synchronize(std::slice::from_ref(&p), std::slice::from_ref(&c));
     (e, p, c)
 }

@@ -52,7 +52,10 @@ fn koordinators_cpus_memory_and_gpu_reach_the_container() {
         .expect("not exempt");
     let adj = &out.adjustment;
     assert_eq!(
-        (adj.cpuset_cpus.as_str(), adj.cpuset_mems.as_str()),
+        (
+            adj.cpuset_cpus.to_string().as_str(),
+            adj.cpuset_mems.to_string().as_str()
+        ),
         ("5-6", "1")
     );
     assert_eq!(e.records().containers["c1"].assignment.gpus, vec![BUS[1]]);
@@ -127,7 +130,7 @@ fn preferred_places_elsewhere_and_counts_it() {
         .create_container(&b, &kctr(&b, "c2", "app", 2000, Some(2000)))
         .expect("placed elsewhere")
         .expect("not exempt");
-    assert_eq!(out.adjustment.cpuset_mems, "0");
+    assert_eq!(out.adjustment.cpuset_mems.to_string(), "0");
     assert!(counted(&e, "crane", "overridden"), "{}", events(&e));
     let reason = &e.records().containers["c2"].assignment.reason;
     assert!(reason.contains("crane's choice set aside"), "{reason}");
