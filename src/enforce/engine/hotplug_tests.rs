@@ -329,3 +329,35 @@ fn node_resource_topology_follows_cpus_and_memory_going_and_coming_back() {
         triple(&node1_mem, &node1_mem, &node1_mem)
     );
 }
+
+#[test]
+fn a_shared_container_is_refused_while_only_exclusive_cpus_are_online() {
+    let t = tempfile::tempdir().expect("tmp");
+    let (mut e, m) = engine(t.path(), false);
+    assert_eq!(create(&mut e, "x", 3), "0-2");
+    assert_eq!(create(&mut e, "y", 3), "4-6");
+    assert_eq!(e.placer().shared_pool().to_string(), "3,7");
+    // The pool's CPUs go offline: only exclusively held CPUs are online.
+    set_online(t.path(), "0-2,4-6", "0-1");
+    e.poll_hotplug();
+    assert!(e.placer().shared_pool().is_empty());
+    let err = e
+        .create_container(&pod(), &ctr("s", 0))
+        .expect_err("no CPU to share: refused, never created without a cpuset");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("no shared cpu") && msg.contains("0-2,4-6"),
+        "{msg}"
+    );
+    assert!(!e.records().containers.contains_key("s"));
+    assert!(
+        m.encode()
+            .contains("nri_align_rejections_total{reason=\"no-shared-cpu\"} 1"),
+        "{}",
+        m.encode()
+    );
+    // A CPU back online: the next try (the kubelet retries) gets it.
+    set_online(t.path(), "0-2,4-7", "0-1");
+    e.poll_hotplug();
+    assert_eq!(create(&mut e, "s", 0), "7");
+}

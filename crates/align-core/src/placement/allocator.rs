@@ -244,8 +244,17 @@ impl Allocator {
 
     fn decide(&self, config: &PlacementConfig, req: &Request) -> Result<Plan, PlacementError> {
         let r = resolve(&self.ledger, config, req)?;
-        let plan = self.decide_resolved(config, req, &r)?;
-        Ok(self.with_choice(&r, plan))
+        let plan = self.with_choice(&r, self.decide_resolved(config, req, &r)?);
+        // Every path gives a shared container the pool (or its part on the container's
+        // nodes); a hot-plug can leave it empty, and an empty cpuset is no cpuset at all to
+        // the runtime: the container would run on every CPU, the exclusive ones included.
+        if !plan.assignment.exclusive && plan.assignment.cpus.is_empty() {
+            return Err(PlacementError::NoSharedCpu {
+                container: r.who.clone(),
+                online: self.ledger.online().to_string(),
+            });
+        }
+        Ok(plan)
     }
 
     /// The decision for a resolved request; the scheduler's choice, when there is one, is in
