@@ -9,6 +9,7 @@ use crate::enforce::container::{ContainerView, PodView, ResourcesView};
 
 mod cdi;
 mod devices;
+mod privileged;
 pub use cdi::{matched_back, resolve_cdi};
 pub use devices::{GpuSource, Unread};
 

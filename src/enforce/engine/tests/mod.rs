@@ -606,6 +606,7 @@ mod listing;
 mod logs;
 mod observe;
 mod others;
+mod privileged;
 mod props;
 mod restarts;
 mod scheduler;
