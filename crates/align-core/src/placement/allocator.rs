@@ -171,6 +171,9 @@ impl Allocator {
         // runs) stays the holder's: refusing the record would free its other CPUs under it.
         let mut known = self.ledger.online().clone();
         known.extend_from(&topo.offline_cpus);
+        // Likewise a CPU a record holds that is outside the containers' cpuset now (narrowed
+        // while nri-align was away): its holder keeps it rather than losing the rest.
+        known.extend_from(&topo.outside_cpuset);
         if !a.cpus.is_subset(&known) {
             return Err(PlacementError::Restore {
                 container: a.container_id.clone(),
