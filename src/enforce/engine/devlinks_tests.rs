@@ -242,7 +242,10 @@ fn the_list_and_the_series_keep_only_devices_of_live_containers() {
         vec!["nri_align_systemd_device_link_missing_total{device=\"/dev/vfio/50\"} 1"],
         "{text}"
     );
-    assert!(text.contains("nri_align_systemd_devices_at_risk 1"), "{text}");
+    assert!(
+        text.contains("nri_align_systemd_devices_at_risk 1"),
+        "{text}"
+    );
     let degraded = health.degraded();
     assert_eq!(degraded.len(), 1, "{degraded:?}");
     assert!(degraded[0].ends_with(": /dev/vfio/50"), "{degraded:?}");
@@ -251,6 +254,9 @@ fn the_list_and_the_series_keep_only_devices_of_live_containers() {
     e.release_container("c50");
     let text = metrics.encode();
     assert!(!text.contains("/dev/vfio/"), "{text}");
-    assert!(text.contains("nri_align_systemd_devices_at_risk 0"), "{text}");
+    assert!(
+        text.contains("nri_align_systemd_devices_at_risk 0"),
+        "{text}"
+    );
     assert!(health.degraded().is_empty());
 }

@@ -32,8 +32,7 @@ pub fn privileged_shaped(topo: &Topology, c: &ContainerView) -> bool {
         return allows_every_device(&c.resources.device_rules);
     }
     carries_every_gpu_node(topo, c)
-        && c
-            .devices
+        && c.devices
             .iter()
             .any(|d| HOST_ONLY_NODES.contains(&d.path.as_str()))
 }

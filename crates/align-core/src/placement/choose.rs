@@ -538,7 +538,11 @@ impl<'a> Search<'a> {
         // with the GPU set, `nics::choose`, and the GPUs' nodes lead).
         let fixed_nics = gpus
             .is_empty()
-            .then(|| self.fixed_nics.iter().filter_map(|n| self.ledger.nic_node(*n)))
+            .then(|| {
+                self.fixed_nics
+                    .iter()
+                    .filter_map(|n| self.ledger.nic_node(*n))
+            })
             .into_iter()
             .flatten();
         for i in self.r.device_nodes.iter().copied().chain(fixed_nics) {

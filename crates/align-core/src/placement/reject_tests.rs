@@ -25,13 +25,24 @@ fn refusal(allowed: &[bool]) -> String {
         pin: None,
         limit: usize::MAX,
     };
-    unalignable(&ledger, &r, &numa::caps(&ledger, false), allowed, &shape, &need).to_string()
+    unalignable(
+        &ledger,
+        &r,
+        &numa::caps(&ledger, false),
+        allowed,
+        &shape,
+        &need,
+    )
+    .to_string()
 }
 
 #[test]
 fn an_unbounded_width_is_worded_never_printed_as_a_number() {
     let everywhere = refusal(&[true, true]);
-    assert!(everywhere.contains("fit any number of NUMA nodes"), "{everywhere}");
+    assert!(
+        everywhere.contains("fit any number of NUMA nodes"),
+        "{everywhere}"
+    );
     let one = refusal(&[false, true]);
     assert!(one.contains("fit the allowed NUMA node 1"), "{one}");
     for msg in [everywhere, one] {

@@ -607,7 +607,7 @@ mod logs;
 mod observe;
 mod others;
 mod privileged;
-mod rdma_cdi;
 mod props;
+mod rdma_cdi;
 mod restarts;
 mod scheduler;

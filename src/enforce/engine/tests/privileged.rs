@@ -81,5 +81,8 @@ fn every_gpu_node_under_a_deny_all_rule_is_an_allocation() {
     e.create_container(&pod, &c).expect("admitted");
     let (mut held, shared) = gpus_of(&e, "x");
     held.sort();
-    assert_eq!((held, shared), (vec![BUS[0].to_string(), BUS[1].to_string()], vec![]));
+    assert_eq!(
+        (held, shared),
+        (vec![BUS[0].to_string(), BUS[1].to_string()], vec![])
+    );
 }

@@ -180,7 +180,8 @@ fn sort_mount(
         point: fs.root.join(point.trim_start_matches('/')),
         root: root.to_string(),
     };
-    let cpuset_v1 = fstype == "cpuset" || (fstype == "cgroup" && opts.split(',').any(|o| o == "cpuset"));
+    let cpuset_v1 =
+        fstype == "cpuset" || (fstype == "cgroup" && opts.split(',').any(|o| o == "cpuset"));
     if cpuset_v1 {
         v1.push(h());
     } else if fstype == "cgroup2" {

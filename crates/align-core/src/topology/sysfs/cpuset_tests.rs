@@ -60,7 +60,10 @@ fn nothing_is_left_out_without_a_usable_cpuset() {
     // CPUs this host does not have online; a path that climbs out.
     let cases: [&[(&str, &str)]; 6] = [
         &[],
-        &[("proc/self/cpuset", "/"), ("sys/fs/cgroup/cpuset.cpus.effective", "0")],
+        &[
+            ("proc/self/cpuset", "/"),
+            ("sys/fs/cgroup/cpuset.cpus.effective", "0"),
+        ],
         &[("sys/fs/cgroup/kubepods/cpuset.cpus", "")],
         &[("sys/fs/cgroup/kubepods/cpuset.cpus", "zz")],
         &[("sys/fs/cgroup/kubepods/cpuset.cpus", "8-9")],
