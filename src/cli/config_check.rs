@@ -6,9 +6,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use crate::config::select::{choose, is_section_key, list_dir, Identity, Selected, Source};
+use crate::config::select::{
+    choose, is_section_key, list_dir, Identity, Selected, Source, DEFAULT_KEY,
+};
 use crate::config::settle::usable;
-use crate::config::{read_config_file, Config};
+use crate::config::{read_config_file_to_lint, Config};
 
 use super::Exit;
 
@@ -82,12 +84,12 @@ fn read_input(path: &Path) -> anyhow::Result<Input> {
         let mut sections = Vec::new();
         for k in keys {
             let p = path.join(&k);
-            let bytes = read_config_file(&p)?;
+            let bytes = read_config_file_to_lint(&p)?;
             sections.push((k, p, bytes));
         }
         return Ok(Input::Sections(sections));
     }
-    let bytes = read_config_file(path)?;
+    let bytes = read_config_file_to_lint(path)?;
     Ok(configmap_sections(path, &bytes)?.unwrap_or(Input::Plain(path.to_path_buf(), bytes)))
 }
 
@@ -175,12 +177,7 @@ fn check(args: CheckArgs) -> anyhow::Result<()> {
     println!("# nri-align config check {}", args.file.display());
     let (what, result) = match input {
         Input::Plain(path, bytes) => {
-            let sel = Selected {
-                source: Source::File,
-                key: path.display().to_string(),
-                path,
-                bytes,
-            };
+            let sel = Selected::new(Source::File, path.display().to_string(), path, bytes, None);
             (
                 "a plain configuration file".to_string(),
                 Some(usable(&sel, &topo)),
@@ -191,17 +188,24 @@ fn check(args: CheckArgs) -> anyhow::Result<()> {
             match choose(has, &who) {
                 Ok(None) => ("no section applies: built-in defaults".to_string(), None),
                 Ok(Some((src, key))) => {
+                    let default = sections
+                        .iter()
+                        .find(|(k, ..)| k == DEFAULT_KEY)
+                        .map(|(_, _, b)| b.clone());
                     let (k, path, bytes) = sections
                         .into_iter()
                         .find(|(k, ..)| *k == key)
                         .ok_or_else(|| could_not("section vanished"))?;
-                    let sel = Selected {
-                        source: src,
-                        key: k,
-                        path,
-                        bytes,
+                    let sel = Selected::new(src, k, path, bytes, default.as_deref());
+                    let what = if sel.inherited.is_empty() {
+                        format!("section {key}")
+                    } else {
+                        format!(
+                            "section {key}, with {} from default",
+                            sel.inherited.join(", ")
+                        )
                     };
-                    (format!("section {key}"), Some(usable(&sel, &topo)))
+                    (what, Some(usable(&sel, &topo)))
                 }
                 Err(why) => ("no usable section".to_string(), Some(Err(why))),
             }

@@ -16,6 +16,7 @@ use crate::host::cgroup::{CgroupMounts, ContainerCgroup};
 use crate::topology::load::{load, Source};
 use crate::topology::picture::{render_svg, Holder, Overlay};
 use crate::topology::{read_online, IdSet};
+use crate::untrusted::printable;
 
 /// Arguments of `nri-align placements`.
 #[derive(Debug, clap::Args)]
@@ -99,15 +100,17 @@ pub fn run(args: PlacementsArgs) -> anyhow::Result<()> {
         } else {
             format!("{} (shared)", r.cpus)
         };
+        // Names and ids come from the runtime: control characters in them are escaped
+        // (`untrusted::printable`), here and in every text line below.
         let name = if r.stopped {
-            format!("{} (stopped)", r.container)
+            format!("{} (stopped)", printable(&r.container))
         } else {
-            r.container.clone()
+            printable(&r.container).into_owned()
         };
         println!(
             "{:<13} {:<30} {:<20} {:<12} {:<12} {:<5} {:<20} {:<12} {}",
-            super::verify::short(&r.id),
-            r.pod,
+            printable(super::verify::short(&r.id)),
+            printable(&r.pod),
             name,
             r.policy,
             cpus,
@@ -121,11 +124,11 @@ pub fn run(args: PlacementsArgs) -> anyhow::Result<()> {
         for k in &r.claims {
             println!(
                 "  claim {}: {}/{}/{} ({})",
-                k.claim,
-                k.driver,
-                k.pool,
-                k.device,
-                k.cdi_names.join(",")
+                printable(&k.claim),
+                printable(&k.driver),
+                printable(&k.pool),
+                printable(&k.device),
+                printable(&k.cdi_names.join(","))
             );
         }
     }
@@ -165,7 +168,7 @@ pub fn overlay(rows: &[Placement]) -> Overlay {
             detail.push_str(", stopped");
         }
         out.holders.push(Holder {
-            label: format!("{}/{}", r.pod, r.container),
+            label: format!("{}/{}", printable(&r.pod), printable(&r.container)),
             detail,
             cpus: if r.exclusive { cpus } else { IdSet::new() },
             mems: set(&r.mems),

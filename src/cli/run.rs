@@ -7,6 +7,7 @@ mod evict;
 mod fleet;
 mod health;
 mod hotplug;
+mod log_fields;
 mod nri_off;
 mod retry;
 
@@ -160,7 +161,10 @@ pub fn init_logging(cli_level: Option<&str>, config: &Config) {
         .with_writer(std::io::stderr);
     let _ = match config.log_format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text => builder.try_init(),
+        // Names from the runtime are logged with their control characters escaped.
+        LogFormat::Text => builder
+            .fmt_fields(log_fields::PrintableFields::default())
+            .try_init(),
     };
 }
 

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use super::Exit;
 use crate::enforce::state::{Loaded, StateStore};
 use crate::enforce::verify::{verify, ContainerCheck, Verdict};
+use crate::untrusted::printable;
 
 /// `verify --help`'s closing words: what each exit status means.
 pub const EXIT_CODES: &str = "\
@@ -103,18 +104,20 @@ fn print_check(c: &ContainerCheck) {
         Verdict::Unknown => "UNKNOWN",
     };
     let pids: Vec<String> = c.pids.iter().map(u32::to_string).collect();
+    // Names, ids and the problems that quote them come from the runtime and the host:
+    // control characters in them are escaped (`untrusted::printable`).
     println!(
         "{verdict:<11} {} {}/{} pids [{}]",
-        short(&c.id),
-        c.pod,
-        c.name,
+        printable(short(&c.id)),
+        printable(&c.pod),
+        printable(&c.name),
         pids.join(" ")
     );
     for p in &c.problems {
-        println!("            - {p}");
+        println!("            - {}", printable(p));
     }
     for u in &c.unchecked {
-        println!("            unchecked: {u}");
+        println!("            unchecked: {}", printable(u));
     }
     if !c.offline_cpus.is_empty() {
         println!(

@@ -17,6 +17,7 @@
 //! allow_device_annotations: false  # may annotations ask for GPUs/NICs not allocated?
 //! full_pcpus_only: false       # exclusive CPUs only as whole cores
 //! exclusive_headroom: 0        # free CPUs per NUMA node kept out of the shared pool (0: off)
+//! mempolicy: none              # none | bind | interleave | preferred-many | weighted-interleave
 //! exempt_namespaces: []        # namespaces never aligned: shared pool, or reserved_cpus when set
 //! exclusive_annotation_namespaces: []  # may ask cpus: exclusive|isolated without Guaranteed
 //! isolated_namespaces: []      # only these may ask cpus: isolated (default: nobody)
@@ -24,6 +25,7 @@
 //! podresources_resources: [nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*, rdma/*]
 //! podresources_timeout_ms: 300 # deadline of one PodResources Get (fails open after it)
 //! trust_visible_devices_env: false  # NVIDIA_VISIBLE_DEVICES lists count as allocations
+//! trusted_schedulers: []       # koordinator, crane: whose placement annotations are acted on
 //! cri_socket: null             # runtime's CRI, listed where NRI sends no Synchronize; "" off
 //! create_dev_char_links: true  # link /dev/char/MAJ:MIN to device nodes handed out (systemd driver)
 //! state_dir: /var/lib/nri-align   # default: --state-dir
@@ -51,10 +53,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::placement::{GpuMode, NumaChoice, PlacementConfig, Policy, SchedulerChoiceMode, Scope};
+use crate::placement::{
+    GpuMode, MemPolicy, NumaChoice, PlacementConfig, Policy, Scheduler, SchedulerChoiceMode, Scope,
+};
 use crate::untrusted;
 
 pub mod duration;
+pub mod keys;
 mod nrt;
 pub mod others;
 mod podresources;
@@ -73,7 +78,7 @@ use podresources::podresources_config;
 pub use podresources::{
     PodResourcesConfig, DEFAULT_PODRESOURCES_TIMEOUT_MS, MAX_PODRESOURCES_TIMEOUT_MS,
 };
-pub use read::{read_config_file, FileReader, MAX_CONFIG_BYTES};
+pub use read::{read_config_file, read_config_file_to_lint, FileReader, MAX_CONFIG_BYTES};
 pub use reload::{
     content_hash, section_hash, spawn_reloader, spawn_section_reloader, Loaded, Outcome, Relabel,
     ReloadOptions, Trigger,
@@ -163,7 +168,9 @@ struct RawConfig {
     reserved_cpus: Option<CpuSet>,
     gpu_mode: Option<GpuMode>,
     scheduler_choice: Option<SchedulerChoiceMode>,
+    trusted_schedulers: Vec<String>,
     numa_choice: Option<NumaChoice>,
+    mempolicy: Option<MemPolicy>,
     allow_device_annotations: Option<bool>,
     full_pcpus_only: Option<bool>,
     exclusive_headroom: Option<u32>,
@@ -203,6 +210,28 @@ fn exclusive_headroom(asked: Option<u32>) -> Result<u32, String> {
     }
 }
 
+/// The names `trusted_schedulers` takes, each once.
+fn trusted_schedulers(names: &[String]) -> Result<Vec<Scheduler>, String> {
+    let mut out = Vec::new();
+    for name in names {
+        let s = match name.trim() {
+            "koordinator" => Scheduler::Koordinator,
+            "crane" => Scheduler::Crane,
+            other => {
+                return Err(format!(
+                    "trusted_schedulers entry {} is not a scheduler nri-align reads; expected \
+                     koordinator or crane",
+                    untrusted::quoted(other)
+                ))
+            }
+        };
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
 /// The effective configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -217,6 +246,13 @@ pub struct Config {
     /// (nodes whose admission policy keeps pods from setting the variable). Off: a GPU named
     /// only there is aligned to, never held, remapped or given.
     pub trust_visible_devices_env: bool,
+    /// The schedulers whose placement annotations (Koordinator's `resource-status` and
+    /// `device-allocated`, Crane's `topology-result`) this node acts on. Empty by default: any
+    /// pod author can write those annotations, so they are the scheduler's word only where an
+    /// admission policy or the scheduler's webhook keeps pods from setting them, which only the
+    /// node's administrator knows. Even a trusted choice only narrows the devices the kubelet,
+    /// a DRA claim or the runtime gave the container; it never adds one.
+    pub trusted_schedulers: Vec<Scheduler>,
     /// The runtime's CRI socket, read to list what runs when the runtime launched nri-align
     /// and sends it no Synchronize (containerd 1.7, `enforce::cri_listing`). `None`: the
     /// runtime's packaged socket, by the name Configure gives; an empty path: never listed.
@@ -275,6 +311,7 @@ impl Default for Config {
             exempt_namespaces: Vec::new(),
             podresources: Some(PodResourcesConfig::default()),
             trust_visible_devices_env: false,
+            trusted_schedulers: Vec::new(),
             cri_socket: None,
             cdi_spec_dirs: crate::host::cdi::DEFAULT_SPEC_DIRS
                 .iter()
@@ -308,9 +345,12 @@ impl Config {
             RawConfig::default()
         } else {
             // serde repeats a bad value whole: keep the message's start and end only.
-            serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse {
-                origin: origin.to_string(),
-                message: untrusted::message(&e.to_string()),
+            serde_yaml_ng::from_str(text).map_err(|e| {
+                let e = e.to_string();
+                ConfigError::Parse {
+                    origin: origin.to_string(),
+                    message: untrusted::message(&e) + &keys::nearest_key_hint(&e),
+                }
             })?
         };
         // Every check below names the value it refuses; a backstop keeps any of them bounded.
@@ -343,6 +383,7 @@ impl Config {
             isolated_namespaces: raw.isolated_namespaces.clone(),
             scheduler_choice: raw.scheduler_choice.unwrap_or_default(),
             numa_choice: raw.numa_choice.unwrap_or_default(),
+            mempolicy: raw.mempolicy.unwrap_or_default(),
             exclusive_headroom: exclusive_headroom(raw.exclusive_headroom).map_err(&invalid)?,
         };
         let metrics_address = match raw.metrics_address.as_deref().map(str::trim) {
@@ -377,6 +418,7 @@ impl Config {
                 )));
             }
         }
+        let trusted_schedulers = trusted_schedulers(&raw.trusted_schedulers).map_err(&invalid)?;
         let nrt = raw.nrt.unwrap_or_default().resolve().map_err(invalid)?;
         let evict_refused_after =
             evict_window(raw.evict_refused_after.as_deref()).map_err(invalid)?;
@@ -399,6 +441,7 @@ impl Config {
             exempt_namespaces: raw.exempt_namespaces,
             podresources,
             trust_visible_devices_env: raw.trust_visible_devices_env.unwrap_or(false),
+            trusted_schedulers,
             cri_socket: raw.cri_socket,
             cdi_spec_dirs,
             leave_to_others: LeftToOthers::of(&raw.leave_to_others),

@@ -28,6 +28,17 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// regular file (FIFO, device, socket, directory), or when it is larger than
 /// [`MAX_CONFIG_BYTES`]. Symbolic links are followed (a mounted ConfigMap's file is one).
 pub fn read_config_file(path: &Path) -> Result<Vec<u8>, ConfigError> {
+    read_regular(path, true)
+}
+
+/// [`read_config_file`] for an offline lint (`nri-align config check`): any owner and mode,
+/// since the file checked is a draft in someone's checkout, not what the daemon will read; the
+/// daemon's read refuses a file others may change, and says so, when it is deployed.
+pub fn read_config_file_to_lint(path: &Path) -> Result<Vec<u8>, ConfigError> {
+    read_regular(path, false)
+}
+
+fn read_regular(path: &Path, check_owner: bool) -> Result<Vec<u8>, ConfigError> {
     let read_err = |source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
@@ -41,10 +52,12 @@ pub fn read_config_file(path: &Path) -> Result<Vec<u8>, ConfigError> {
             kind: describe(kind),
         });
     }
-    crate::host::perms::refuse_untrusted(path).map_err(|e| ConfigError::Invalid {
-        origin: path.display().to_string(),
-        message: e.to_string(),
-    })?;
+    if check_owner {
+        crate::host::perms::refuse_untrusted(path).map_err(|e| ConfigError::Invalid {
+            origin: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+    }
     // O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a writer;
     // it changes nothing for a regular file. O_NOCTTY: a terminal never becomes ours.
     let flags = nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOCTTY;

@@ -96,3 +96,21 @@ async fn a_hung_read_times_out_without_blocking_a_worker_and_is_not_started_twic
     }
     assert_eq!(bytes.as_deref(), Some(&b"policy: none\n"[..]));
 }
+
+#[test]
+fn an_offline_lint_reads_a_file_of_any_mode_the_daemon_refuses() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().expect("tmp");
+    let p = t.path().join("draft.yaml");
+    std::fs::write(&p, "policy: none\n").expect("write");
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    assert!(read_config_file(&p).is_err(), "the daemon refuses it");
+    assert_eq!(
+        read_config_file_to_lint(&p).expect("the lint reads it"),
+        b"policy: none\n"
+    );
+    // Still only regular files: a FIFO is refused at once.
+    let fifo = t.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo");
+    assert!(read_config_file_to_lint(&fifo).is_err());
+}

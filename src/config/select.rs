@@ -15,6 +15,12 @@
 //! node in a group whose section is missing does not fall back to `default`: the label says the
 //! default is not meant for it, so it is reported instead (`degraded: config: ...`).
 //!
+//! Sections are whole, with one exception: the start-up keys the DaemonSet itself depends on
+//! ([`INHERITED_KEYS`]: the metrics address its probes call, the state directory it mounts,
+//! the plugin index) come from `default` when a node's or group's section leaves them out, so
+//! that a section written for placement alone cannot stop the pod's probes or move its state.
+//! A section that sets one, even to `""` or `null`, keeps its own value.
+//!
 //! Mounted, the ConfigMap is a directory holding one file per key (`default`, `group.gpu`,
 //! `node.worker-7`), each a whole configuration file; `nri-align run --config DIR` reads it
 //! ([`select_in_dir`]). Names starting with `.` (the kubelet's `..data` swap links) and other
@@ -175,6 +181,48 @@ pub fn choose(
     Ok(has(DEFAULT_KEY).then(|| (Source::Default, DEFAULT_KEY.to_string())))
 }
 
+/// The keys a node's or group's section takes from `default` when it leaves them out.
+pub const INHERITED_KEYS: [&str; 3] = ["metrics_address", "state_dir", "plugin_idx"];
+
+/// `section` with each of [`INHERITED_KEYS`] it leaves out taken from `default`, and the keys
+/// taken. Either that does not parse as a YAML mapping: `section` as it is (its own parse
+/// reports what is wrong with it; a broken `default` gives nothing).
+pub fn inherit_startup_keys(section: &[u8], default: &[u8]) -> (Vec<u8>, Vec<&'static str>) {
+    use serde_yaml_ng::{Mapping, Value};
+    let mapping = |bytes: &[u8]| -> Option<Mapping> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        if text.trim().is_empty() {
+            return Some(Mapping::new());
+        }
+        match serde_yaml_ng::from_str::<Value>(text).ok()? {
+            Value::Mapping(m) => Some(m),
+            Value::Null => Some(Mapping::new()),
+            _ => None,
+        }
+    };
+    let (Some(mut own), Some(base)) = (mapping(section), mapping(default)) else {
+        return (section.to_vec(), Vec::new());
+    };
+    let mut taken = Vec::new();
+    for key in INHERITED_KEYS {
+        let k = Value::from(key);
+        if own.contains_key(&k) {
+            continue;
+        }
+        if let Some(v) = base.get(&k) {
+            own.insert(k, v.clone());
+            taken.push(key);
+        }
+    }
+    if taken.is_empty() {
+        return (section.to_vec(), taken);
+    }
+    match serde_yaml_ng::to_string(&Value::Mapping(own)) {
+        Ok(text) => (text.into_bytes(), taken),
+        Err(_) => (section.to_vec(), Vec::new()),
+    }
+}
+
 /// The section chosen for this node, as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selected {
@@ -184,8 +232,34 @@ pub struct Selected {
     pub key: String,
     /// Its file.
     pub path: PathBuf,
-    /// Its bytes.
+    /// Its bytes (with the start-up keys it takes from `default`).
     pub bytes: Vec<u8>,
+    /// The [`INHERITED_KEYS`] taken from `default`.
+    pub inherited: Vec<&'static str>,
+}
+
+impl Selected {
+    /// Section `key` of kind `source`, read from `path`: a node's or group's takes the start-up
+    /// keys it leaves out from `default` (the `default` section's bytes, when there is one).
+    pub fn new(
+        source: Source,
+        key: String,
+        path: PathBuf,
+        bytes: Vec<u8>,
+        default: Option<&[u8]>,
+    ) -> Selected {
+        let (bytes, inherited) = match (source, default) {
+            (Source::Node | Source::Group, Some(d)) => inherit_startup_keys(&bytes, d),
+            _ => (bytes, Vec::new()),
+        };
+        Selected {
+            source,
+            key,
+            path,
+            bytes,
+            inherited,
+        }
+    }
 }
 
 /// The section keys in `dir` (a mounted ConfigMap) and the names there that are none (for
@@ -232,12 +306,17 @@ pub fn select_in_dir(dir: &Path, who: &Identity) -> Result<Option<Selected>, Con
     };
     let path = dir.join(&key);
     let bytes = read_config_file(&path)?;
-    Ok(Some(Selected {
+    // The default section only lends start-up keys: one that cannot be read lends nothing.
+    let default = (source != Source::Default && keys.contains(DEFAULT_KEY))
+        .then(|| read_config_file(&dir.join(DEFAULT_KEY)).ok())
+        .flatten();
+    Ok(Some(Selected::new(
         source,
         key,
         path,
         bytes,
-    }))
+        default.as_deref(),
+    )))
 }
 
 #[cfg(test)]

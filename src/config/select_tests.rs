@@ -1,5 +1,6 @@
 use std::collections::BTreeSet;
 use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::Path;
 
 use super::*;
 
@@ -136,4 +137,45 @@ fn a_mounted_configmap_directory_is_read_by_section() {
     );
     let err = select_in_dir(v.path(), &who(Some("small"), Some("gpu"))).expect_err("no group");
     assert!(err.to_string().contains("no group.gpu section"), "{err}");
+}
+
+#[test]
+fn a_sections_missing_start_up_keys_come_from_the_default() {
+    let v = volume(&[
+        (
+            "default",
+            "policy: none\nmetrics_address: \"0.0.0.0:9464\"\nstate_dir: /var/lib/nri-align\n",
+        ),
+        // Written for placement alone: before, the pod lost its probes' port.
+        ("group.gpu", "policy: single-numa-node\n"),
+        // Its own value stays, even one that turns metrics off.
+        ("node.quiet", "policy: restricted\nmetrics_address: \"\"\n"),
+    ]);
+    let gpu = select_in_dir(v.path(), &who(Some("w1"), Some("gpu")))
+        .expect("read")
+        .expect("a section");
+    assert_eq!(gpu.inherited, vec!["metrics_address", "state_dir"]);
+    let c = crate::config::Config::from_bytes(&gpu.bytes, &gpu.path).expect("valid");
+    assert_eq!(c.placement.policy, crate::placement::Policy::SingleNumaNode);
+    assert_eq!(
+        c.metrics_address.map(|a| a.to_string()).as_deref(),
+        Some("0.0.0.0:9464")
+    );
+    assert_eq!(
+        c.state_dir.as_deref(),
+        Some(Path::new("/var/lib/nri-align"))
+    );
+    let quiet = select_in_dir(v.path(), &who(Some("quiet"), None))
+        .expect("read")
+        .expect("a section");
+    assert_eq!(quiet.inherited, vec!["state_dir"]);
+    let c = crate::config::Config::from_bytes(&quiet.bytes, &quiet.path).expect("valid");
+    assert_eq!(c.metrics_address, None);
+    // The default section itself, and a broken default, lend nothing.
+    let d = select_in_dir(v.path(), &who(Some("other"), None))
+        .expect("read")
+        .expect("a section");
+    assert!(d.inherited.is_empty());
+    let (same, taken) = inherit_startup_keys(b"policy: none\n", b"metrics_address: [\n");
+    assert_eq!((same.as_slice(), taken.len()), (&b"policy: none\n"[..], 0));
 }

@@ -11,16 +11,18 @@ fn small() -> Topology {
 }
 
 fn section(key: &str, text: &str) -> Selected {
-    Selected {
-        source: if key == "default" {
-            Source::Default
-        } else {
-            Source::Node
-        },
-        key: key.into(),
-        path: Path::new("/cfg").join(key),
-        bytes: text.as_bytes().to_vec(),
-    }
+    let source = if key == "default" {
+        Source::Default
+    } else {
+        Source::Node
+    };
+    Selected::new(
+        source,
+        key.into(),
+        Path::new("/cfg").join(key),
+        text.as_bytes().to_vec(),
+        None,
+    )
 }
 
 fn state_dir() -> tempfile::TempDir {

@@ -35,6 +35,8 @@ impl Config {
         put(&mut m, "scope", enum_value(&p.scope));
         put(&mut m, "reserved_cpus", p.reserved_cpus.to_string());
         put(&mut m, "gpu_mode", enum_value(&p.gpu_mode));
+        put(&mut m, "scheduler_choice", enum_value(&p.scheduler_choice));
+        put(&mut m, "numa_choice", enum_value(&p.numa_choice));
         put(
             &mut m,
             "allow_device_annotations",
@@ -42,6 +44,7 @@ impl Config {
         );
         put(&mut m, "full_pcpus_only", p.full_pcpus_only);
         put(&mut m, "exclusive_headroom", p.exclusive_headroom);
+        put(&mut m, "mempolicy", enum_value(&p.mempolicy));
         put(&mut m, "exempt_namespaces", list(&self.exempt_namespaces));
         put(
             &mut m,
@@ -64,7 +67,19 @@ impl Config {
             "trust_visible_devices_env",
             self.trust_visible_devices_env,
         );
+        let trusted: Vec<String> = self
+            .trusted_schedulers
+            .iter()
+            .map(|s| s.label().to_string())
+            .collect();
+        put(&mut m, "trusted_schedulers", list(&trusted));
         put(&mut m, "cri_socket", path(self.cri_socket.as_deref()));
+        let dirs: Vec<String> = self
+            .cdi_spec_dirs
+            .iter()
+            .map(|d| d.to_str().unwrap_or("(not UTF-8)").to_string())
+            .collect();
+        put(&mut m, "cdi_spec_dirs", list(&dirs));
         let left: Vec<String> = self
             .leave_to_others
             .names()
@@ -72,8 +87,10 @@ impl Config {
             .map(String::from)
             .collect();
         put(&mut m, "leave_to_others", list(&left));
+        put(&mut m, "create_dev_char_links", self.create_dev_char_links);
         put(&mut m, "state_dir", path(self.state_dir.as_deref()));
         put(&mut m, "state_fsync", self.state_fsync);
+        put(&mut m, "replace_offlined_cpus", self.replace_offlined_cpus);
         let addr = self.metrics_address.map(|a| a.to_string());
         put(&mut m, "metrics_address", text(addr.as_deref()));
         put(&mut m, "log_format", enum_value(&self.log_format));

@@ -49,6 +49,9 @@ pub struct Adjustment {
     pub env: BTreeMap<String, String>,
     /// Annotations to set.
     pub annotations: BTreeMap<String, String>,
+    /// The memory policy the container starts with; `None`: the kernel's default. Left out
+    /// by the engine for a runtime whose NRI cannot carry it.
+    pub memory_policy: Option<crate::placement::MemoryPolicy>,
 }
 
 /// A cpuset-only update of another container.
@@ -119,6 +122,7 @@ pub fn build_adjustment(
     let mut adj = Adjustment {
         cpuset_cpus: a.cpus.to_string(),
         cpuset_mems: a.mems.to_string(),
+        memory_policy: a.mempolicy.clone(),
         ..Default::default()
     };
     let chosen = chosen_gpus(a, topo)?;

@@ -158,6 +158,7 @@ impl Placer for FakePlacer {
                 return Err(Rejection {
                     reason: "unalignable".into(),
                     message: format!("{} CPUs do not fit on one NUMA node", want),
+                    another_holds: false,
                 });
             };
             a.cpus = cpus.into_iter().collect();
@@ -175,6 +176,7 @@ impl Placer for FakePlacer {
             return Err(Rejection {
                 reason: "conflict".into(),
                 message: format!("cpus {} taken", a.cpus),
+                another_holds: true,
             });
         }
         self.held.insert(a.container_id.clone(), a);

@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::enforce::state::{Record, StateDoc};
 use crate::host::cgroup::{CgroupMounts, ContainerCgroup};
 use crate::host::devices::{nvidia_minor, uverbs_name, visible_devices};
-use crate::host::procfs::{dev_of, status, status_field, ContainerKey, ProcIndex};
+use crate::host::procfs::{dev_of, status, status_field, task_mempolicy, ContainerKey, ProcIndex};
 use crate::topology::{read_online, IdSet};
 
 /// How one container compares.
@@ -150,6 +150,7 @@ fn check_one(id: &str, rec: &Record, root: &Path, view: &View, offline: &IdSet) 
         offline,
     );
     check_processes(&mut check.problems, root, &check.pids, rec);
+    check_mempolicy(&mut check, root, first, rec);
     if let Some(first) = first {
         check_devices(&mut check.problems, root, first, rec);
     }
@@ -260,6 +261,50 @@ fn check_processes(problems: &mut Vec<String>, root: &Path, pids: &[u32], rec: &
             );
         }
     }
+}
+
+/// The memory policy the first process runs with against the one decided: one the runtime
+/// could not carry is said to be unchecked, one it carried but did not apply (an OCI runtime
+/// that ignores `linux.memoryPolicy`) is a difference.
+fn check_mempolicy(check: &mut ContainerCheck, root: &Path, first: Option<u32>, rec: &Record) {
+    let Some(policy) = &rec.assignment.mempolicy else {
+        return;
+    };
+    if rec.mempolicy_left_out {
+        check.unchecked.push(format!(
+            "mempolicy {} {}: not applied, the runtime's NRI cannot carry a memory policy \
+             (NRI v0.12 and later can)",
+            policy.mode, policy.nodes
+        ));
+        return;
+    }
+    let Some(pid) = first else {
+        return;
+    };
+    let want = kernel_policy_text(policy);
+    match task_mempolicy(root, pid) {
+        Some(got) if got == want => {}
+        Some(got) => check.problems.push(format!(
+            "pid {pid} memory policy {got}, decided {want}: the runtime passed it on and its \
+             OCI runtime did not apply it (runc applies linux.memoryPolicy from 1.4)"
+        )),
+        None => check.unchecked.push(format!(
+            "pid {pid} memory policy: /proc/{pid}/numa_maps unreadable"
+        )),
+    }
+}
+
+/// How the kernel prints `policy` in `numa_maps` (`mpol_to_str`).
+fn kernel_policy_text(policy: &crate::placement::MemoryPolicy) -> String {
+    use crate::placement::MemPolicy as M;
+    let mode = match policy.mode {
+        M::None => "default",
+        M::Bind => "bind",
+        M::Interleave => "interleave",
+        M::PreferredMany => "prefer (many)",
+        M::WeightedInterleave => "weighted interleave",
+    };
+    format!("{mode}:{}", policy.nodes)
 }
 
 /// The GPU and RDMA device nodes the first process sees against those recorded (nothing to

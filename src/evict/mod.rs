@@ -109,6 +109,12 @@ impl RefusalObserver for Evictor {
     fn removed(&self, namespace: &str, name: &str) {
         self.send(Msg::Removed(namespace.to_string(), name.to_string()));
     }
+
+    /// Restarts the pod's clock, as an admission does: a refusal another pod's claim caused
+    /// never counts towards an eviction.
+    fn refused_for_another(&self, namespace: &str, name: &str) {
+        self.send(Msg::Admitted(namespace.to_string(), name.to_string()));
+    }
 }
 
 async fn run(

@@ -199,6 +199,27 @@ pub fn status(root: &Path, pid: u32) -> Option<String> {
     read_bounded(&root.join(format!("proc/{pid}/status")))
 }
 
+/// The memory policy process `pid` runs with, as the kernel prints it in the first line of
+/// `/proc/PID/numa_maps` (`default`, `bind:0-1`, `interleave:0-1`, `prefer (many):0`,
+/// `weighted interleave:0-1`): a mapping without a policy of its own shows the task's. Only
+/// the first line is read; the kernel walks page tables for each line it prints.
+pub fn task_mempolicy(root: &Path, pid: u32) -> Option<String> {
+    let mut buf = Vec::new();
+    std::fs::File::open(root.join(format!("proc/{pid}/numa_maps")))
+        .ok()?
+        .take(4096)
+        .read_to_end(&mut buf)
+        .ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    let (_address, rest) = text.lines().next()?.split_once(' ')?;
+    // The policy ends at the first space after its node list (`prefer (many)` has one before).
+    let end = match rest.find(':') {
+        Some(colon) => rest[colon..].find(' ').map_or(rest.len(), |s| colon + s),
+        None => rest.find(' ').unwrap_or(rest.len()),
+    };
+    Some(rest[..end].to_string())
+}
+
 fn read_bounded(path: &Path) -> Option<String> {
     let mut buf = Vec::new();
     std::fs::File::open(path)

@@ -158,3 +158,50 @@ fn the_cpuset_hierarchy_line_is_v1_cpuset_on_hybrid_hosts_and_unified_on_v2() {
     );
     assert_eq!(cpuset_line("1:name=systemd:/x\n"), None);
 }
+
+#[test]
+fn the_task_memory_policy_is_the_first_numa_maps_line_policy() {
+    let t = tempfile::tempdir().expect("tmp");
+    for (pid, line, want) in [
+        (
+            1,
+            "55d1c0a00000 default file=/bin/sleep mapped=2 N0=2 kernelpagesize_kB=4",
+            "default",
+        ),
+        (
+            2,
+            "55d1c0a00000 bind:0-1 file=/bin/sleep mapped=2 N0=2",
+            "bind:0-1",
+        ),
+        (
+            3,
+            "55d1c0a00000 interleave:0,2 anon=1 dirty=1 N2=1",
+            "interleave:0,2",
+        ),
+        (
+            4,
+            "55d1c0a00000 prefer (many):1 heap anon=3",
+            "prefer (many):1",
+        ),
+        (
+            5,
+            "55d1c0a00000 weighted interleave:0-3 stack anon=1",
+            "weighted interleave:0-3",
+        ),
+        (6, "55d1c0a00000 bind=static:0", "bind=static:0"),
+    ] {
+        write(
+            t.path(),
+            &format!("proc/{pid}/numa_maps"),
+            &format!("{line}\n7f00 default\n"),
+        );
+        assert_eq!(
+            task_mempolicy(t.path(), pid).as_deref(),
+            Some(want),
+            "{line}"
+        );
+    }
+    assert_eq!(task_mempolicy(t.path(), 99), None);
+    // This process, on the host: a policy is always printed.
+    assert!(task_mempolicy(std::path::Path::new("/"), std::process::id()).is_some());
+}

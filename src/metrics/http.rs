@@ -7,7 +7,9 @@
 //! connections (`fair.rs`): at most `max_connections` held, at most `max_per_peer` from one
 //! address, and at the cap a newcomer takes the place of the oldest connection of the address
 //! holding the most (so 8 addresses holding 16 slow requests each, or 3,000 idle connections,
-//! leave `/healthz` from another address answered at once). A connection must send its first
+//! leave `/healthz` from another address answered at once); at its address's share, the place
+//! of that address's oldest connection still waiting for its request (so 16 slow requests from
+//! the probe's own address leave it answered too). A connection must send its first
 //! byte within `idle_timeout`, its whole request head (at most `max_request_bytes`) within
 //! `header_timeout`, and be done within `request_timeout`. An accept error (out of file
 //! descriptors, out of memory) is retried after a growing pause instead of at once, which
@@ -32,7 +34,8 @@ pub struct ServeLimits {
     /// Connections held at once; at the cap a new one takes the place of a connection of the
     /// address holding the most, when that address holds more than the new one's.
     pub max_connections: usize,
-    /// Connections held at once for one client address; more are closed at once.
+    /// Connections held at once for one client address; a newcomer past it takes the place of
+    /// the address's oldest connection still waiting for its request, or is closed at once.
     pub max_per_peer: usize,
     /// Largest request head (request line and headers) read.
     pub max_request_bytes: usize,
@@ -104,10 +107,11 @@ async fn accept_loop(
         };
         let id = slot.id();
         let (metrics, health) = (metrics.clone(), health.clone());
+        let answering = table.clone();
         let task = tokio::spawn(async move {
             let _ = tokio::time::timeout(
                 limits.request_timeout,
-                exchange(conn, &metrics, &health, &limits),
+                exchange(conn, &metrics, &health, &limits, || answering.answering(id)),
             )
             .await;
             drop(slot);
@@ -117,8 +121,14 @@ async fn accept_loop(
     }
 }
 
-/// One request and its answer.
-async fn exchange(mut conn: TcpStream, metrics: &Metrics, health: &Health, limits: &ServeLimits) {
+/// One request and its answer; `answering` is called once the request is in.
+async fn exchange(
+    mut conn: TcpStream,
+    metrics: &Metrics,
+    health: &Health,
+    limits: &ServeLimits,
+    answering: impl FnOnce(),
+) {
     let max = limits.max_request_bytes;
     let head = tokio::time::timeout(
         limits.header_timeout,
@@ -126,6 +136,9 @@ async fn exchange(mut conn: TcpStream, metrics: &Metrics, health: &Health, limit
     )
     .await
     .unwrap_or(Head::Gone);
+    if !matches!(head, Head::Gone) {
+        answering();
+    }
     let response = match head {
         Head::Line(line) => respond(&line, metrics, health),
         Head::TooLarge => response(

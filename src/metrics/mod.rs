@@ -45,7 +45,16 @@ pub struct ReasonLabels {
 pub struct SchedulerChoiceLabels {
     /// `koordinator`, `crane` or `memory-plugin`.
     pub scheduler: String,
-    /// `honoured`, `overridden` (`scheduler_choice: preferred`), `refused` or `malformed`.
+    /// `honoured`, `overridden` (`scheduler_choice: preferred`), `refused`, `malformed` or
+    /// `untrusted` (annotations of a scheduler `trusted_schedulers` does not name, ignored).
+    pub outcome: String,
+}
+
+/// Labels of a memory-policy outcome.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MempolicyLabels {
+    /// `sent` (in the adjustment) or `unsupported` (the runtime's NRI cannot carry it: left
+    /// out, the container created without it).
     pub outcome: String,
 }
 
@@ -142,6 +151,7 @@ pub struct Metrics {
     config_source: Family<SourceLabels, Gauge>,
     hotplug: HotplugMetrics,
     scheduler_choices: Family<SchedulerChoiceLabels, Counter>,
+    mempolicies: Family<MempolicyLabels, Counter>,
     // Serialises encoding with updates of the node gauges so a scrape sees one snapshot. It
     // holds each node's four free gauges (handles on the families' own series): every
     // admission that takes something sets them, and finding them in the families formats and
@@ -183,8 +193,16 @@ impl Metrics {
         registry.register(
             "scheduler_choice",
             "Containers of pods a scheduler placed (Koordinator, Crane), by what became of its \
-             choice: honoured, overridden (scheduler_choice: preferred), refused, malformed",
+             choice: honoured, overridden (scheduler_choice: preferred), refused, malformed, \
+             untrusted (trusted_schedulers does not name it: ignored)",
             scheduler_choices.clone(),
+        );
+        let mempolicies = Family::<MempolicyLabels, Counter>::default();
+        registry.register(
+            "mempolicy",
+            "Containers given a memory policy (mempolicy), by outcome: sent, unsupported (the \
+             runtime's NRI cannot carry it: left out)",
+            mempolicies.clone(),
         );
         registry.register(
             "rejections",
@@ -329,6 +347,7 @@ impl Metrics {
             config_source,
             hotplug,
             scheduler_choices,
+            mempolicies,
             snapshot: Mutex::new(HashMap::new()),
         }
     }
@@ -364,6 +383,15 @@ impl Metrics {
             })
             .inc();
         self.latency.observe(took.as_secs_f64());
+    }
+
+    /// Counts what became of one container's memory policy.
+    pub fn mempolicy(&self, outcome: &str) {
+        self.mempolicies
+            .get_or_create(&MempolicyLabels {
+                outcome: outcome.to_string(),
+            })
+            .inc();
     }
 
     /// Counts what became of a scheduler's choice for one container.

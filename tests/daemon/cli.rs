@@ -18,6 +18,11 @@ fn write(root: &Path, rel: &str, text: &str) {
 /// A host tree with one container process (pid 100) on cgroup v1 cpuset `cg_cpus`, and a
 /// state dir recording that container on CPUs 1-2 with GPU /dev/nvidia0.
 fn fixture(root: &Path, cg_cpus: &str) {
+    fixture_named(root, cg_cpus, "ns/p", "app");
+}
+
+/// [`fixture`] with the container recorded as `name` of pod `pod` (`namespace/name`).
+fn fixture_named(root: &Path, cg_cpus: &str, pod: &str, name: &str) {
     let id = "0123456789abcdef";
     write(
         root,
@@ -49,7 +54,7 @@ fn fixture(root: &Path, cg_cpus: &str) {
         "version": 1,
         "containers": { id: {
             "assignment": {
-                "container_id": id, "container_name": "app", "pod_uid": "u", "pod_name": "ns/p",
+                "container_id": id, "container_name": name, "pod_uid": "u", "pod_name": pod,
                 "cpus": [1, 2], "exclusive": true, "mems": [0], "numa_nodes": [0],
                 "memory_bytes": 0, "gpus": ["0000:1b:00.0"], "nics": [], "policy": "best-effort",
                 "aligned": true, "reason": "test"
@@ -298,4 +303,35 @@ fn placements_lists_what_runs_where() {
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn names_with_terminal_escapes_are_printed_escaped() {
+    let t = tempfile::tempdir().expect("tmp");
+    // What a runtime may hand over as names: a colour change and a carriage return that would
+    // overwrite the start of the line.
+    fixture_named(t.path(), "0-3", "ns/\x1b[31mred", "fake\rok      ");
+    let placements = bin()
+        .arg("placements")
+        .arg("--state-dir")
+        .arg(t.path().join("state"))
+        .arg("--host-root")
+        .arg(t.path().join("host"))
+        .output()
+        .expect("run nri-align");
+    assert!(placements.status.success());
+    let verify = verify(t.path(), false);
+    assert_eq!(verify.status.code(), Some(1), "the fixture drifted");
+    for out in [placements, verify] {
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("ns/\\x1b[31mred") && text.contains("fake\\rok"),
+            "{text:?}"
+        );
+        let raw: Vec<char> = text
+            .chars()
+            .filter(|c| c.is_control() && *c != '\n')
+            .collect();
+        assert!(raw.is_empty(), "{raw:?} in {text:?}");
+    }
 }

@@ -10,6 +10,7 @@ mod diskfull;
 mod evict_apiserver;
 mod faults;
 mod fleet;
+mod hangup;
 mod hotplug;
 mod idle;
 mod nrt_apiserver;

@@ -10,6 +10,7 @@ mod enforce_load;
 mod evict;
 mod image;
 mod kubelet_shapes;
+mod mempolicy;
 mod mig;
 mod nrt;
 mod nrt_refresh;

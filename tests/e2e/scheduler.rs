@@ -2,8 +2,11 @@
 //! (containerd 1.7, 2.1, CRI-O), with pods annotated as each scheduler annotates them (the JSON
 //! shapes of koordinator `apis/extension/numa_aware.go` and `device_share.go`, gocrane/api
 //! `topology/v1alpha1`), on an emulated host with this machine's CPUs and nodes and a fake GPU:
-//! - Koordinator's cpuset and GPU minor: the container runs on exactly that CPU, with the
-//!   memory of its node, and sees that GPU's node and env;
+//! - with `trusted_schedulers` naming them, Koordinator's cpuset and GPU minor: the container
+//!   runs on exactly that CPU, with the memory of its node, and its GPU (the device plugin's
+//!   device node) is held, with its env;
+//! - without trust (the default), a pod's own `device-allocated` annotation gets it no device
+//!   node and no GPU env;
 //! - another pod told the same CPU after a race is refused, naming the holder and what is free;
 //! - a malformed placement is refused naming the key;
 //! - Crane's `numa` zone gives the shared CPUs of the zone, and a zone too small for the
@@ -20,7 +23,14 @@ const CRANE_RESULT: &str = "topology.crane.io/topology-result";
 const CRANE_POLICY: &str = "topology.crane.io/cpu-policy";
 
 fn scheduler_annotated_pods_run_where_it_said(rt: Runtime) {
-    let Some(e) = Enforced::start(rt, "scheduler_choice", "e2e-sched", 1, 0, "") else {
+    let Some(e) = Enforced::start(
+        rt,
+        "scheduler_choice",
+        "e2e-sched",
+        1,
+        0,
+        "trusted_schedulers: [koordinator, crane]\n",
+    ) else {
         return;
     };
     let online = e.online();
@@ -44,7 +54,12 @@ fn scheduler_annotated_pods_run_where_it_said(rt: Runtime) {
                 .annotation(KOORD_DEVICES, &devices),
         )
         .expect("pod");
-    let k = e.run(&kpod, &guaranteed("main", 1));
+    // The device plugin's GPU, as the kubelet passes it: a device node of the CRI request.
+    let gpu_node = format!("/dev/nvidia{}", gpu.minor);
+    let k = e.run(
+        &kpod,
+        &guaranteed("main", 1).device(&gpu_node, &e.host.dev(&gpu_node).to_string_lossy(), "rwm"),
+    );
     let live = e.live(&k);
     assert_eq!(live.cpus, vec![last], "{rt:?}");
     assert_eq!(live.mems, node.to_string());
@@ -117,3 +132,26 @@ fn scheduler_annotated_pods_run_where_it_said(rt: Runtime) {
 }
 
 each_runtime!(scheduler_annotated_pods_run_where_it_said);
+
+fn a_pods_own_annotation_grants_no_device(rt: Runtime) {
+    // The default configuration: no scheduler trusted.
+    let Some(e) = Enforced::start(rt, "scheduler_untrusted", "e2e-untrust", 1, 0, "") else {
+        return;
+    };
+    let gpu = &e.host.gpus[0];
+    let devices = format!(r#"{{"gpu":[{{"minor":{}}}]}}"#, gpu.minor);
+    let pod =
+        e.rt.run_pod(&PodSpec::new("self-granted").annotation(KOORD_DEVICES, &devices))
+            .expect("pod");
+    let c = e.run(&pod, &burstable("main"));
+    assert!(
+        e.live(&c).devices.is_empty(),
+        "{rt:?}: {:?}",
+        e.live(&c).devices
+    );
+    let env = e.rt.cri().env(&c).expect("env");
+    assert_eq!(env.get("NVIDIA_VISIBLE_DEVICES"), None, "{rt:?}");
+    assert_eq!(env.get("CUDA_VISIBLE_DEVICES"), None, "{rt:?}");
+}
+
+each_runtime!(a_pods_own_annotation_grants_no_device);

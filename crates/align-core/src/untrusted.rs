@@ -1,7 +1,11 @@
 //! Limits on input from outside the process: how large a file or value nri-align reads at
-//! all, and how much of a bad value an error message repeats (a hostile 1 MB annotation must
-//! not come back whole in a CRI error, a log line or a metric).
+//! all, how much of a bad value an error message repeats (a hostile 1 MB annotation must
+//! not come back whole in a CRI error, a log line or a metric), and which of its characters
+//! reach a terminal as they are ([`printable`]: none that moves the cursor or starts an escape
+//! sequence).
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::io::Read;
 use std::path::Path;
 
@@ -56,6 +60,34 @@ pub fn message(m: &str) -> String {
         from - start.len(),
         &m[from..]
     )
+}
+
+/// `s` with every control character written as an escape (`\r`, `\n`, `\t`, `\x1b`,
+/// `\u{9b}`), everything else as it is. For names that come from the runtime (pod, namespace
+/// and container names, ids) on their way to a terminal or a log line: a name holding
+/// `\x1b[31m` or `\r` would otherwise recolour the text after it or overwrite the start of
+/// its line. Unlike `{:?}` it leaves quotes, backslashes and non-ASCII text alone, so a
+/// well-formed name reads exactly as the runtime gave it.
+pub fn printable(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\r' => out.push_str("\\r"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x80 && c.is_control() => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 fn head(s: &str, max: usize) -> &str {

@@ -47,3 +47,17 @@ fn reads_stop_at_the_limit() {
     let err = read_to_string(Path::new("/dev/zero"), 1000).expect_err("endless");
     assert!(matches!(err, ReadError::TooLarge { limit: 1000 }), "{err}");
 }
+
+#[test]
+fn control_characters_are_escaped_and_the_rest_left_alone() {
+    assert_eq!(printable("\x1b[31mred\x1b[0m"), "\\x1b[31mred\\x1b[0m");
+    assert_eq!(
+        printable("over\rwrite\n\t\x07\x7f"),
+        "over\\rwrite\\n\\t\\x07\\x7f"
+    );
+    // C1 controls (a single-character CSI in some terminals).
+    assert_eq!(printable("a\u{9b}31m"), "a\\u{9b}31m");
+    // Quotes, backslashes and non-ASCII text as they are, and not copied.
+    let plain = "ns/pod-\"é\"\\x";
+    assert!(matches!(printable(plain), Cow::Borrowed(s) if s == plain));
+}

@@ -215,6 +215,8 @@ pub struct RuntimeSide {
     pub mux: Mux,
     pub server: Server,
     pub plugin: PluginClient,
+    /// The ttrpc client under `plugin`, for requests written by hand (`Client::request`).
+    pub raw: Client,
     pub calls: mpsc::UnboundedReceiver<RuntimeCall>,
 }
 
@@ -230,12 +232,14 @@ impl RuntimeSide {
             .register_service(create_runtime(Arc::new(FakeRuntimeService { calls: tx })))
             .add_listener(mux.listener(RUNTIME_SERVICE_CONN).unwrap());
         server.start().await.unwrap();
-        let plugin = PluginClient::new(Client::new(mux.socket(PLUGIN_SERVICE_CONN).unwrap()));
+        let raw = Client::new(mux.socket(PLUGIN_SERVICE_CONN).unwrap());
+        let plugin = PluginClient::new(raw.clone());
         mux.unblock();
         RuntimeSide {
             mux,
             server,
             plugin,
+            raw,
             calls,
         }
     }

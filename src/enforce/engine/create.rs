@@ -27,26 +27,7 @@ impl<P: Placer> Engine<P> {
             self.count_rejection("bad-request", started);
             tracing::warn!(pod = %pod_name(pod), container = %c.name, "rejected: {e}");
         })?;
-        // The scheduler's choice is a constraint of the request: a malformed one refuses the
-        // container rather than letting the node decide on its own where the scheduler said.
-        built.request.scheduler = scheduler::read(&pod.annotations).map_err(|e| {
-            let key = match &e {
-                PlacementError::InvalidAnnotation { key, .. } => key.as_str(),
-                _ => "",
-            };
-            let who = if key.starts_with("topology.crane.io/") {
-                Scheduler::Crane
-            } else {
-                Scheduler::Koordinator
-            };
-            self.count_scheduler_choice(who, "malformed");
-            self.count_rejection(e.reason(), started);
-            tracing::warn!(pod = %pod_name(pod), container = %c.name, "rejected: {e}");
-            EngineError::Rejected(Rejection {
-                reason: e.reason().to_string(),
-                message: e.to_string(),
-            })
-        })?;
+        built.request.scheduler = self.scheduler_choice(pod, c, &built, started)?;
         self.note_unread(pod, c, &built);
         if let Some(source) = built.source {
             tracing::info!(
@@ -137,9 +118,10 @@ impl<P: Placer> Engine<P> {
         c: &ContainerView,
         started: Instant,
     ) -> Result<Adjustment, EngineError> {
-        let adjustment =
+        let mut adjustment =
             build_adjustment(planned, self.placer.topology(), c, self.devices.as_ref())
                 .inspect_err(|_| self.count_rejection("device", started))?;
+        self.fit_mempolicy(&mut adjustment, &c.name);
         self.check_systemd_device_links(c, &adjustment.add_devices);
         Ok(adjustment)
     }
@@ -182,6 +164,76 @@ impl<P: Placer> Engine<P> {
 }
 
 impl<P: Placer> Engine<P> {
+    /// The scheduler's choice for `c`: a trusted scheduler's (`trusted_schedulers`) alone, its
+    /// devices narrowed to those an authoritative source gave the container. A choice is a
+    /// constraint of the request: a trusted scheduler's malformed value refuses the container
+    /// rather than letting the node decide on its own where the scheduler said. An untrusted
+    /// scheduler's annotations are ignored whole, with one log line and a count.
+    fn scheduler_choice(
+        &mut self,
+        pod: &PodView,
+        c: &ContainerView,
+        built: &Built,
+        started: Instant,
+    ) -> Result<Option<scheduler::SchedulerChoice>, EngineError> {
+        let read = scheduler::read_trusted(&pod.annotations, &self.config.trusted_schedulers)
+            .map_err(|e| {
+                let who = match &e {
+                    PlacementError::InvalidAnnotation { key, .. } => scheduler::owner_of(key),
+                    _ => None,
+                };
+                self.count_scheduler_choice(who.unwrap_or(Scheduler::Koordinator), "malformed");
+                self.count_rejection(e.reason(), started);
+                tracing::warn!(pod = %pod_name(pod), container = %c.name, "rejected: {e}");
+                EngineError::Rejected(Rejection {
+                    reason: e.reason().to_string(),
+                    message: e.to_string(),
+                    another_holds: false,
+                })
+            })?;
+        let first = !read.untrusted.is_empty() && self.pods.first_untrusted_note(&pod.id);
+        for s in &read.untrusted {
+            self.count_scheduler_choice(*s, "untrusted");
+            if !first {
+                continue;
+            }
+            tracing::warn!(
+                pod = %pod_name(pod),
+                container = %c.name,
+                scheduler = s.label(),
+                "ignored {} placement annotations: trusted_schedulers does not name {}",
+                s.label(),
+                s.label()
+            );
+        }
+        let Some(mut choice) = read.choice else {
+            return Ok(None);
+        };
+        // Only what the kubelet, a DRA claim or the runtime gave is the container's: GPUs the
+        // environment alone names are not, unless the administrator vouches for it.
+        let authoritative = built.source.is_some_and(|s| s.is_authoritative());
+        let req = &built.request;
+        let shared: &[String] = if authoritative { &req.shared_gpus } else { &[] };
+        let dropped = choice.narrow_to_given(
+            self.placer.topology(),
+            &req.allocated_gpus,
+            shared,
+            &req.allocated_nics,
+        );
+        if !dropped.is_empty() {
+            tracing::warn!(
+                pod = %pod_name(pod),
+                container = %c.name,
+                scheduler = choice.scheduler.label(),
+                "{}'s choice names devices the container was not given ({}): a choice only \
+                 narrows what the kubelet, a DRA claim or the runtime gave, never adds",
+                choice.scheduler.label(),
+                dropped.join(", ")
+            );
+        }
+        Ok(Some(choice).filter(|c| !c.is_empty()))
+    }
+
     /// Counts what became of a scheduler's choice (`nri_align_scheduler_choice_total`).
     fn count_scheduler_choice(&self, scheduler: Scheduler, outcome: &str) {
         if let Some(m) = &self.metrics {
@@ -209,6 +261,7 @@ pub(super) fn new_record(
         resources: ResourceSummary::of(req),
         cdi_names: super::claims::cdi_names(c),
         dra_claims: super::claims::dra_claims(c),
+        mempolicy_left_out: planned.mempolicy.is_some() && adjustment.memory_policy.is_none(),
         ..Record::default()
     }
 }

@@ -201,7 +201,7 @@ impl<P: Placer> Engine<P> {
             tracing::warn!(container = %c.name, "predecessor's decision not restorable, placed anew: {}", r.message);
             return None;
         }
-        let adjustment = match build_adjustment(
+        let mut adjustment = match build_adjustment(
             &a,
             self.placer.topology(),
             c,
@@ -214,6 +214,7 @@ impl<P: Placer> Engine<P> {
                 return None;
             }
         };
+        let mempolicy_left_out = self.fit_mempolicy(&mut adjustment, &c.name);
         self.doc.containers.insert(
             c.id.clone(),
             Record {
@@ -234,6 +235,7 @@ impl<P: Placer> Engine<P> {
                 // The decision taken over is the predecessor's, and so is what of it is a
                 // sibling's hold.
                 shared_devices: old.shared_devices.clone(),
+                mempolicy_left_out,
                 ..Record::default()
             },
         );

@@ -92,6 +92,8 @@ pub struct Engine<P: Placer> {
     /// Containers whose memory nodes moved after creation to follow CPUs another plugin set
     /// (`others.rs`); their new `cpuset.mems` goes with the next response that can carry it.
     mems_moved: std::collections::BTreeSet<String>,
+    /// Whether the runtime takes a memory policy (`mempolicy.rs`).
+    mempolicy: mempolicy::RuntimeMempolicy,
 }
 
 impl<P: Placer> Engine<P> {
@@ -123,6 +125,7 @@ impl<P: Placer> Engine<P> {
             on_outage: None,
             hotplug: None,
             mems_moved: Default::default(),
+            mempolicy: Default::default(),
         }
     }
 
@@ -203,6 +206,9 @@ impl<P: Placer> Engine<P> {
         if let Some(o) = &self.refusals {
             match &answer {
                 Ok(_) => o.admitted(&pod.namespace, &pod.name),
+                Err(EngineError::Rejected(r)) if r.another_holds => {
+                    o.refused_for_another(&pod.namespace, &pod.name)
+                }
                 Err(_) => o.refused(&pod.namespace, &pod.name, &pod.uid),
             }
         }
@@ -564,6 +570,7 @@ mod create;
 mod devlinks;
 mod hotplug;
 mod lifecycle;
+mod mempolicy;
 mod observe;
 mod others;
 mod others_mems;

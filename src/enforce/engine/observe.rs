@@ -39,6 +39,10 @@ pub trait RefusalObserver: Send {
     fn refused(&self, namespace: &str, name: &str, uid: &str);
     /// A container of the pod was admitted (or left alone).
     fn admitted(&self, namespace: &str, name: &str);
+    /// A container of the pod was refused because another container holds what it needs (a
+    /// device another pod claimed, a CPU a scheduler promised twice): the pod is not at fault,
+    /// and an eviction would punish it for another's claim.
+    fn refused_for_another(&self, namespace: &str, name: &str);
     /// The pod's sandbox was removed.
     fn removed(&self, namespace: &str, name: &str);
 }
@@ -54,6 +58,9 @@ pub(super) struct PodSet {
     ids: std::cell::OnceCell<Arc<[PodId]>>,
     /// Whether `pods` holds every pod of the node (a Synchronize was seen).
     complete: bool,
+    /// Sandboxes whose untrusted scheduler annotations were logged: one line per pod, not one
+    /// per container or restart. Forgotten with the pod.
+    untrusted_noted: std::collections::HashSet<String>,
 }
 
 impl PodSet {
@@ -77,8 +84,15 @@ impl PodSet {
         !self.pods.contains_key(&pod.id) && self.insert(pod)
     }
 
+    /// Whether sandbox `id`'s untrusted scheduler annotations are yet to be logged (`true` the
+    /// first time only).
+    pub(super) fn first_untrusted_note(&mut self, id: &str) -> bool {
+        self.untrusted_noted.insert(id.to_string())
+    }
+
     /// Forgets sandbox `id`; `true` when it was known.
     pub(super) fn remove(&mut self, id: &str) -> bool {
+        self.untrusted_noted.remove(id);
         let had = self.pods.remove(id).is_some();
         if had {
             self.ids = Default::default();
@@ -90,6 +104,8 @@ impl PodSet {
     /// was away go too), and complete from now on.
     pub(super) fn replace(&mut self, pods: &[PodView]) {
         self.pods = pods.iter().map(|p| (p.id.clone(), pod_id(p))).collect();
+        let live = &self.pods;
+        self.untrusted_noted.retain(|id| live.contains_key(id));
         self.ids = Default::default();
         self.complete = true;
     }

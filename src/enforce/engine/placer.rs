@@ -16,6 +16,9 @@ pub struct Rejection {
     pub reason: String,
     /// Full message.
     pub message: String,
+    /// Whether another container's hold on what this one needs caused it (a device or CPU it
+    /// holds): the refused pod is not the one at fault, and is never evicted for it.
+    pub another_holds: bool,
 }
 
 /// What the engine needs from the placement engine; `placement::Allocator` implements it
@@ -77,6 +80,7 @@ fn rejection(e: PlacementError) -> Rejection {
     Rejection {
         reason: e.reason().to_string(),
         message: e.to_string(),
+        another_holds: e.blames_another_container(),
     }
 }
 

@@ -9,6 +9,7 @@ use crate::enforce::container::{
     sorted, ContainerState, ContainerView, DeviceNode, DeviceRule, MountView, PodView,
     ResourcesView,
 };
+use crate::placement::{MemPolicy, MemoryPolicy};
 
 /// `PodSandbox` -> [`PodView`].
 pub fn pod_view(p: &api::PodSandbox) -> PodView {
@@ -158,8 +159,28 @@ pub fn container_adjustment(a: &Adjustment) -> api::ContainerAdjustment {
         linux: MessageField::some(api::LinuxContainerAdjustment {
             devices,
             resources: MessageField::some(resources),
+            memory_policy: a.memory_policy.as_ref().map(memory_policy).into(),
             ..Default::default()
         }),
+        ..Default::default()
+    }
+}
+
+/// [`MemoryPolicy`] -> `LinuxMemoryPolicy` (NRI v0.12; the engine sends one only to a runtime
+/// that carries it). No flags: the nodes are inside the container's `cpuset.mems`, and the
+/// kernel remaps them with it when the cpuset changes.
+fn memory_policy(p: &MemoryPolicy) -> api::LinuxMemoryPolicy {
+    let mode = match p.mode {
+        // `none` never reaches an adjustment; the kernel's default is what it means.
+        MemPolicy::None => api::MpolMode::MPOL_DEFAULT,
+        MemPolicy::Bind => api::MpolMode::MPOL_BIND,
+        MemPolicy::Interleave => api::MpolMode::MPOL_INTERLEAVE,
+        MemPolicy::PreferredMany => api::MpolMode::MPOL_PREFERRED_MANY,
+        MemPolicy::WeightedInterleave => api::MpolMode::MPOL_WEIGHTED_INTERLEAVE,
+    };
+    api::LinuxMemoryPolicy {
+        mode: mode.into(),
+        nodes: p.nodes.to_string(),
         ..Default::default()
     }
 }

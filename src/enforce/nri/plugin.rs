@@ -366,6 +366,11 @@ fn updates(u: &[CpusetUpdate]) -> Vec<ContainerUpdate> {
         .collect()
 }
 
+/// The first NRI release whose container adjustment carries a memory policy
+/// (`LinuxContainerAdjustment.memory_policy`).
+const NRI_MEMORY_POLICY: nri_protocol::version::SemVer =
+    nri_protocol::version::SemVer::new(0, 12, 0);
+
 #[async_trait]
 impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
     fn events(&self) -> EventMask {
@@ -374,6 +379,11 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
 
     async fn configure(&self, config: &str, runtime: &RuntimeInfo) -> HandlerResult<()> {
         tracing::info!(runtime = %runtime.name, version = %runtime.version, "configured by runtime");
+        // NRI v0.12 added the memory policy adjustment; an older runtime drops it unread.
+        self.engine().set_runtime_mempolicy(
+            &runtime.to_string(),
+            runtime.nri_at_least(NRI_MEMORY_POLICY),
+        );
         let parsed = Config::from_dropin(config, self.have_config_file)
             .map_err(|e| HandlerError::failed(e.to_string()))?;
         if let Some(cfg) = parsed {

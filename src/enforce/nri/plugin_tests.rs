@@ -381,6 +381,35 @@ fn removed_devices_use_the_dash_prefix() {
 }
 
 #[test]
+fn a_memory_policy_becomes_the_nri_v0_12_field() {
+    use crate::placement::{MemPolicy, MemoryPolicy};
+    let none = container_adjustment(&Adjustment::default());
+    assert!(none.linux.memory_policy.is_none());
+    for (mode, want) in [
+        (MemPolicy::Bind, api::MpolMode::MPOL_BIND),
+        (MemPolicy::Interleave, api::MpolMode::MPOL_INTERLEAVE),
+        (MemPolicy::PreferredMany, api::MpolMode::MPOL_PREFERRED_MANY),
+        (
+            MemPolicy::WeightedInterleave,
+            api::MpolMode::MPOL_WEIGHTED_INTERLEAVE,
+        ),
+    ] {
+        let adj = Adjustment {
+            memory_policy: Some(MemoryPolicy {
+                mode,
+                nodes: "0-1".parse().expect("nodes"),
+            }),
+            ..Default::default()
+        };
+        let out = container_adjustment(&adj);
+        let p = &out.linux.memory_policy;
+        assert_eq!(p.mode.enum_value(), Ok(want), "{mode}");
+        assert_eq!(p.nodes, "0-1");
+        assert!(p.flags.is_empty());
+    }
+}
+
+#[test]
 fn only_events_every_nri_release_knows_are_requested() {
     let mask = wanted_events();
     assert!(

@@ -156,6 +156,10 @@ pub struct Record {
     /// to, not held (`enforce/engine/claims.rs`). Shared GPUs are in the assignment.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared_devices: Vec<String>,
+    /// The assignment's memory policy was left out of the adjustment: the runtime's NRI
+    /// cannot carry one (`enforce/engine/mempolicy.rs`), so the container runs without it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mempolicy_left_out: bool,
 }
 
 /// How the reason of a record made from a running container begins. Versions before the

@@ -6,7 +6,10 @@
 //! A spec device is taken as injected when every device node its edits add (its own and the
 //! spec-level ones) is among the container's device nodes, at the same container path and
 //! with the same type and numbers: the spec's, else those of the node on the host, which the
-//! runtime takes too (so two devices one vendor puts at the same container path tell apart);
+//! runtime takes too (so two devices one vendor puts at the same container path tell apart),
+//! and at least one of them is not a shared control node (`/dev/nvidiactl`, `nvidia-uvm`, ...):
+//! every GPU container has those, so a device made of control nodes alone (or one that puts a
+//! GPU's host node at a control node's container path) would be matched to all of them;
 //! a device that adds no node is taken when every env entry its edits add is in the
 //! container's env. A device whose nodes
 //! are all part of a larger match is dropped: a MIG device's spec names its parent's node plus
@@ -19,6 +22,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::sysfs::is_control_path;
 use super::{CdiDevice, CdiIndex, SpecNode};
 use crate::host::devices::DeviceNode;
 
@@ -57,7 +61,8 @@ impl CdiIndex {
         };
         for dev in devices {
             for d in self.by_node.get(&dev.path).into_iter().flatten() {
-                if d.nodes.iter().all(|n| devices.iter().any(|c| same(n, c))) {
+                let own_node = d.nodes.iter().any(|n| !is_control_path(&n.path));
+                if own_node && d.nodes.iter().all(|n| devices.iter().any(|c| same(n, c))) {
                     push(d);
                 }
             }

@@ -137,3 +137,25 @@ fn devices_at_one_container_path_are_told_apart_by_their_host_nodes() {
         .match_injected(&[node("/dev/accel0", 1, 7)], &[])
         .is_empty());
 }
+
+#[test]
+fn a_device_of_control_nodes_alone_matches_no_container() {
+    // A GPU's host node put at the control node's container path, with the control node's
+    // numbers: every GPU container has /dev/nvidiactl, so before it matched all of them and
+    // they were answered with GPU 3's node.
+    const HOSTILE: &str = r#"{"cdiVersion": "0.6.0", "kind": "example.com/evil", "devices": [
+        {"name": "ctl", "containerEdits": {"deviceNodes": [
+          {"path": "/dev/nvidiactl", "hostPath": "/dev/nvidia3", "type": "c",
+           "major": 195, "minor": 255}]}},
+        {"name": "uvm", "containerEdits": {"deviceNodes": [
+          {"path": "/dev/nvidia-uvm", "type": "c", "major": 510, "minor": 0}]}}]}"#;
+    let (_d, idx) = index(&[("nvidia.json", NVIDIA), ("evil.json", HOSTILE)]);
+    let c = [
+        node("/dev/nvidia0", 195, 0),
+        node("/dev/nvidiactl", 195, 255),
+        node("/dev/nvidia-uvm", 510, 0),
+    ];
+    let mut got = names(&idx.match_injected(&c, &[]));
+    got.sort();
+    assert_eq!(got, ["nvidia.com/gpu=0", "nvidia.com/gpu=GPU-aaaa"]);
+}

@@ -62,14 +62,19 @@ pub fn is_dev_path(p: &str) -> bool {
     })
 }
 
+/// Whether `path` is a shared control node (or one under a control directory): given to
+/// every container of its kind, never an allocation.
+pub fn is_control_path(path: &str) -> bool {
+    CONTROL_NODES.iter().any(|c| {
+        path.strip_prefix(c)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    }) || path.starts_with("/dev/nvidia-caps-imex-channels/")
+}
+
 /// Maps `node` (its host path) to what it stands for on the host under `root`.
 pub fn map_node(root: &Path, node: &DeviceNode) -> NodeMap {
     let path = node.host();
-    if CONTROL_NODES
-        .iter()
-        .any(|c| path == *c || path.starts_with(&format!("{c}/")))
-        || path.starts_with("/dev/nvidia-caps-imex-channels/")
-    {
+    if is_control_path(path) {
         return NodeMap::Control;
     }
     if path.starts_with("/dev/nvidia-caps/") {

@@ -8,6 +8,14 @@
 //! that address holds more than the newcomer does: so the kubelet's probe, from an address of
 //! its own, is always served at once, while clients that already hold their share only trade
 //! places among themselves.
+//!
+//! The probe's address is not always its own: the kubelet probes from the node's address, which
+//! every host-network client on the node shares. So a newcomer from an address at its share
+//! takes the place of that address's oldest connection still waiting for its request (never
+//! one whose request is in and being answered): slow or idle connections make way for the
+//! newest, and a probe, which sends its request as soon as it is connected, is answered even
+//! while its own address holds its share of slow requests. Only when every connection of the
+//! address is being answered is the newcomer closed.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -32,13 +40,17 @@ struct Entry {
     peer: IpAddr,
     /// Ends the connection's task; set once the task is spawned.
     abort: Option<AbortHandle>,
+    /// Its request is in and being answered ([`Table::answering`]): not closed for a newcomer
+    /// of the same address.
+    answering: bool,
 }
 
 /// What to do with a new connection.
 pub(super) enum Admission {
     /// Serve it; its place is given back when the slot drops.
     Admitted(Slot),
-    /// Close it at once: its address holds its share already.
+    /// Close it at once: its address holds its share already, every connection of it being
+    /// answered.
     Refused,
 }
 
@@ -54,8 +66,9 @@ impl Table {
     }
 
     /// Admits a connection from `peer` when the address holds fewer than `per_peer` and the
-    /// table fewer than `total`, or when a connection of an address holding more than `peer`
-    /// does can be closed for it (that one is aborted here).
+    /// table fewer than `total`, or when a connection can be closed for it (aborted here): at
+    /// the address's share, its oldest one still waiting for its request; at the total, the
+    /// oldest of an address holding more than `peer` does.
     pub(super) fn admit(
         self: &Arc<Self>,
         peer: IpAddr,
@@ -65,23 +78,24 @@ impl Table {
         let mut t = self.lock();
         let held = t.per_peer.get(&peer).copied().unwrap_or(0);
         if held >= per_peer.max(1) {
-            return Admission::Refused;
-        }
-        if t.conns.len() >= total.max(1) {
+            match t.oldest_waiting_of(peer) {
+                Some(id) => t.close(id),
+                None => return Admission::Refused,
+            }
+        } else if t.conns.len() >= total.max(1) {
             match t.victim(held) {
-                Some(id) => {
-                    if let Some(e) = t.remove(id) {
-                        if let Some(abort) = e.abort {
-                            abort.abort();
-                        }
-                    }
-                }
+                Some(id) => t.close(id),
                 None => return Admission::Refused,
             }
         }
         let id = t.next_id;
         t.next_id += 1;
-        t.conns.insert(id, Entry { peer, abort: None });
+        let entry = Entry {
+            peer,
+            abort: None,
+            answering: false,
+        };
+        t.conns.insert(id, entry);
         *t.per_peer.entry(peer).or_insert(0) += 1;
         Admission::Admitted(Slot {
             table: self.clone(),
@@ -97,6 +111,14 @@ impl Table {
         match t.conns.get_mut(&id) {
             Some(e) => e.abort = Some(abort),
             None => abort.abort(),
+        }
+    }
+
+    /// Connection `id` has sent its request and is being answered: from now on it keeps its
+    /// place until it is done.
+    pub(super) fn answering(&self, id: u64) {
+        if let Some(e) = self.lock().conns.get_mut(&id) {
+            e.answering = true;
         }
     }
 
@@ -119,6 +141,23 @@ impl Inner {
             return None;
         }
         self.oldest_of(*peer)
+    }
+
+    /// The oldest connection of `peer` still waiting for its request.
+    fn oldest_waiting_of(&self, peer: IpAddr) -> Option<u64> {
+        self.conns
+            .iter()
+            .filter(|(_, e)| e.peer == peer && !e.answering)
+            .map(|(id, _)| *id)
+            .min()
+    }
+
+    /// Removes connection `id` and ends its task (or, not spawned yet, its task is ended as
+    /// it is handed over: [`Table::set_abort`]).
+    fn close(&mut self, id: u64) {
+        if let Some(abort) = self.remove(id).and_then(|e| e.abort) {
+            abort.abort();
+        }
     }
 
     fn oldest_of(&self, peer: IpAddr) -> Option<u64> {

@@ -306,6 +306,32 @@ async fn probes_are_answered_while_8_addresses_hold_16_slow_requests_each() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_are_answered_while_their_own_address_holds_its_share_of_slow_requests() {
+    let limits = ServeLimits::default();
+    let (addr, _m, _h, task) = start(limits).await;
+    // The node's address, shared by the kubelet's probes and every host-network client: 16
+    // slow requests from it, a byte every 200 ms, each held until the request time limit.
+    let mut slow = Vec::new();
+    for _ in 0..limits.max_per_peer {
+        let mut c = connect_from("127.0.0.1", addr).await;
+        let _ = c.write_all(b"GET /metrics HTTP/1.1\r\n").await;
+        slow.push(c);
+    }
+    let trickle = tokio::spawn(async move {
+        loop {
+            for c in slow.iter_mut() {
+                let _ = c.write_all(b"X").await;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    probes_answer_within_a_second(addr, 3).await;
+    trickle.abort();
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_are_answered_while_3000_idle_connections_are_open() {
     raise_fd_limit(8192);
     let (addr, _m, _h, task) = start(ServeLimits::default()).await;

@@ -247,7 +247,15 @@ impl Allocator {
 
     fn decide(&self, config: &PlacementConfig, req: &Request) -> Result<Plan, PlacementError> {
         let r = resolve(&self.ledger, config, req)?;
-        let plan = self.with_choice(&r, self.decide_resolved(config, req, &r)?);
+        let mut plan = self.decide_resolved(config, req, &r)?;
+        let a = &mut plan.assignment;
+        a.mempolicy = super::request::MemoryPolicy::for_container(
+            r.eff.mempolicy,
+            self.ledger.topo(),
+            &a.mems,
+            &a.numa_nodes,
+        );
+        let plan = self.with_choice(&r, plan);
         // Every path gives a shared container the pool (or its part on the container's
         // nodes); a hot-plug can leave it empty, and an empty cpuset is no cpuset at all to
         // the runtime: the container would run on every CPU, the exclusive ones included.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use super::error::PlacementError;
-use super::policy::{CpuPreference, NumaChoice, PlacementConfig, Policy, Scope};
+use super::policy::{CpuPreference, MemPolicy, NumaChoice, PlacementConfig, Policy, Scope};
 use crate::untrusted::{excerpt, quoted};
 
 /// The annotation domain.
@@ -39,9 +39,11 @@ pub struct Effective {
     pub mems: MemNodes,
     /// Which node a request that fits on one is packed onto.
     pub numa_choice: NumaChoice,
+    /// The memory policy the container starts with.
+    pub mempolicy: MemPolicy,
 }
 
-const KEYS: &str = "policy, scope, cpus, gpus, nics, mems, numa-choice";
+const KEYS: &str = "policy, scope, cpus, gpus, nics, mems, numa-choice, mempolicy";
 
 /// Longest annotation key Kubernetes accepts: a 253-byte DNS prefix, `/`, a 63-byte name.
 pub const MAX_KEY_BYTES: usize = 253 + 1 + 63;
@@ -64,6 +66,7 @@ pub fn effective(
         nics: None,
         mems: MemNodes::CpuNodes,
         numa_choice: config.numa_choice,
+        mempolicy: config.mempolicy,
     };
     // Pod-level values first, container-level ones after, so the container wins.
     let mut parsed = Vec::new();
@@ -162,6 +165,7 @@ fn apply(
         Setting::Cpus(c) => eff.cpus = c,
         Setting::Mems(m) => eff.mems = m,
         Setting::NumaChoice(n) => eff.numa_choice = n,
+        Setting::MemPolicy(m) => eff.mempolicy = m,
         Setting::Gpus(n) | Setting::Nics(n) => {
             let is_gpu = matches!(setting, Setting::Gpus(_));
             if !config.allow_device_annotations {
@@ -211,6 +215,7 @@ enum Setting {
     Nics(u32),
     Mems(MemNodes),
     NumaChoice(NumaChoice),
+    MemPolicy(MemPolicy),
 }
 
 fn parse_setting(what: &str, value: &str) -> Result<Setting, String> {
@@ -232,6 +237,7 @@ fn parse_setting(what: &str, value: &str) -> Result<Setting, String> {
         "gpus" => count(value).map(Setting::Gpus),
         "nics" => count(value).map(Setting::Nics),
         "numa-choice" => named(value).map(Setting::NumaChoice),
+        "mempolicy" => named(value).map(Setting::MemPolicy),
         "mems" => match value.trim() {
             "cpu-nodes" => Ok(Setting::Mems(MemNodes::CpuNodes)),
             "with-memory-only" => Ok(Setting::Mems(MemNodes::WithMemoryOnly)),

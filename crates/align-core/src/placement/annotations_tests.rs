@@ -120,3 +120,37 @@ fn device_annotations_need_the_admin() {
     let err = effective(&ann(&[("nics.nri-align.io/pod", "-1")]), "c", &cfg).expect_err("negative");
     assert!(err.to_string().contains("device count"), "{err}");
 }
+
+#[test]
+fn mempolicy_comes_from_the_node_then_the_pod_then_the_container() {
+    use crate::placement::policy::MemPolicy;
+    let cfg = PlacementConfig {
+        mempolicy: MemPolicy::Bind,
+        ..PlacementConfig::default()
+    };
+    let a = ann(&[
+        ("mempolicy.nri-align.io/pod", "interleave"),
+        ("mempolicy.nri-align.io/container.main", "preferred-many"),
+    ]);
+    assert_eq!(
+        effective(&a, "main", &cfg).expect("valid").mempolicy,
+        MemPolicy::PreferredMany
+    );
+    assert_eq!(
+        effective(&a, "side", &cfg).expect("valid").mempolicy,
+        MemPolicy::Interleave
+    );
+    assert_eq!(
+        effective(&BTreeMap::new(), "x", &cfg)
+            .expect("valid")
+            .mempolicy,
+        MemPolicy::Bind
+    );
+    let err = effective(&ann(&[("mempolicy.nri-align.io/pod", "spread")]), "c", &cfg)
+        .expect_err("bad value");
+    assert_eq!(
+        err.to_string(),
+        "invalid annotation mempolicy.nri-align.io/pod=\"spread\": expected one of: none bind \
+         interleave preferred-many weighted-interleave"
+    );
+}

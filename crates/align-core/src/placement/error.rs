@@ -222,6 +222,16 @@ pub enum PlacementError {
 }
 
 impl PlacementError {
+    /// Whether another live container's hold caused the refusal (a device or CPU it holds),
+    /// rather than what this container asks or how the node is set up.
+    pub fn blames_another_container(&self) -> bool {
+        match self {
+            Self::Conflict { .. } => true,
+            Self::SchedulerChoice(r) => !r.held.is_empty(),
+            _ => false,
+        }
+    }
+
     /// The short label metrics count this refusal under (`nri_align_rejections_total{reason}`).
     /// An exhaustive match, so a new variant cannot ship without a label.
     pub fn reason(&self) -> &'static str {

@@ -38,7 +38,8 @@ pub use choose::GpuSearch;
 pub use error::PlacementError;
 pub use ledger::NodeFree;
 pub use policy::{
-    CpuPreference, GpuMode, NumaChoice, PlacementConfig, Policy, SchedulerChoiceMode, Scope,
+    CpuPreference, GpuMode, MemPolicy, NumaChoice, PlacementConfig, Policy, SchedulerChoiceMode,
+    Scope,
 };
-pub use request::{Assignment, GenericDevice, PodInfo, PodTotals, Request};
+pub use request::{Assignment, GenericDevice, MemoryPolicy, PodInfo, PodTotals, Request};
 pub use scheduler::{Scheduler, SchedulerChoice};

@@ -78,6 +78,26 @@ pub enum NumaChoice {
     LeastAllocated,
 }
 
+/// The NUMA memory policy a container's threads start with (`mempolicy`): the kernel's
+/// `set_mempolicy(2)` modes, over the container's memory nodes. Applied by the OCI runtime from
+/// `linux.memoryPolicy` (runtime-spec v1.3.0), which NRI v0.12 lets a plugin set; runtimes
+/// that cannot take it run the container with the default (local, first-touch) policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemPolicy {
+    /// Set nothing: the kernel's default (allocate on the node the thread runs on).
+    #[default]
+    None,
+    /// `MPOL_BIND`: only from the container's memory nodes, failing over to none of the others.
+    Bind,
+    /// `MPOL_INTERLEAVE`: pages spread round-robin over the container's memory nodes.
+    Interleave,
+    /// `MPOL_PREFERRED_MANY`: from the container's CPU nodes first, any node after.
+    PreferredMany,
+    /// `MPOL_WEIGHTED_INTERLEAVE`: interleaved by the kernel's per-node weights.
+    WeightedInterleave,
+}
+
 /// What to do when the scheduler's choice (Koordinator's, Crane's) cannot be had on this node
 /// when the container is created (CPUs taken since, a zone too small after a race).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -128,6 +148,9 @@ pub struct PlacementConfig {
     /// Exclusive admissions taken from it move no shared container; see `placement::pool`.
     #[serde(default)]
     pub exclusive_headroom: u32,
+    /// The memory policy containers start with (`none`: the kernel's default).
+    #[serde(default)]
+    pub mempolicy: MemPolicy,
 }
 
 impl Default for PlacementConfig {
@@ -144,6 +167,7 @@ impl Default for PlacementConfig {
             scheduler_choice: SchedulerChoiceMode::Required,
             numa_choice: NumaChoice::BestFit,
             exclusive_headroom: 0,
+            mempolicy: MemPolicy::None,
         }
     }
 }
@@ -207,6 +231,13 @@ named_enum!(NumaChoice, "numa choice", [
     "least-allocated" => NumaChoice::LeastAllocated,
 ]);
 named_enum!(GpuMode, "gpu mode", ["remap" => GpuMode::Remap, "keep" => GpuMode::Keep]);
+named_enum!(MemPolicy, "mempolicy", [
+    "none" => MemPolicy::None,
+    "bind" => MemPolicy::Bind,
+    "interleave" => MemPolicy::Interleave,
+    "preferred-many" => MemPolicy::PreferredMany,
+    "weighted-interleave" => MemPolicy::WeightedInterleave,
+]);
 
 #[cfg(test)]
 #[path = "policy_tests.rs"]

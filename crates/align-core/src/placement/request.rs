@@ -74,6 +74,44 @@ pub struct GenericDevice {
 }
 
 /// What a container was given. Persisted in the state file, so fields only grow.
+/// A memory policy and the nodes it names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryPolicy {
+    /// The mode.
+    pub mode: super::policy::MemPolicy,
+    /// The nodes (`preferred-many`: the CPU nodes' memory, before the memory-only ones).
+    #[serde(serialize_with = "crate::topology::idset::serialize_as_list")]
+    pub nodes: NodeSet,
+}
+
+impl MemoryPolicy {
+    /// The policy of `mode` for a container given memory nodes `mems` and CPU nodes
+    /// `cpu_nodes` on `topo`; `None` for `none` or when it has no memory node.
+    pub fn for_container(
+        mode: super::policy::MemPolicy,
+        topo: &crate::topology::Topology,
+        mems: &NodeSet,
+        cpu_nodes: &NodeSet,
+    ) -> Option<Self> {
+        use super::policy::MemPolicy as M;
+        let nodes = match mode {
+            M::None => return None,
+            // With memory-only nodes in `mems` (HBM, CXL), the CPU nodes' own memory is what a
+            // thread should fill first; the kernel falls back to the rest.
+            M::PreferredMany => {
+                let own = topo.memory_nodes_for(cpu_nodes).intersection(mems);
+                if own.is_empty() {
+                    mems.clone()
+                } else {
+                    own
+                }
+            }
+            M::Bind | M::Interleave | M::WeightedInterleave => mems.clone(),
+        };
+        (!nodes.is_empty()).then_some(Self { mode, nodes })
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Assignment {
     /// Runtime container id.
@@ -123,6 +161,10 @@ pub struct Assignment {
     /// Whether the scheduler's choice was honoured, for a pod that carried one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler_choice: Option<ChoiceOutcome>,
+    /// The memory policy the container starts with, over which nodes (`mempolicy`); `None`
+    /// for the kernel's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mempolicy: Option<MemoryPolicy>,
 }
 
 /// What a whole pod asks for, when it is known before its first container is placed

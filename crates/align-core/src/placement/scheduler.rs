@@ -169,14 +169,95 @@ impl SchedulerChoice {
     }
 }
 
-/// Reads the scheduler's choice from a pod's annotations: `None` when no scheduler annotated
-/// the pod (or its annotations constrain nothing), an error naming the key when a value is
-/// malformed, oversized, or when both schedulers annotated it.
+/// Annotation key prefixes of each scheduler that writes a choice.
+const KOORDINATOR_PREFIX: &str = "scheduling.koordinator.sh/";
+const CRANE_PREFIX: &str = "topology.crane.io/";
+
+/// The schedulers whose choice annotations `annotations` carry (each once, Koordinator first),
+/// whether or not their values are well formed.
+pub fn annotated_by(annotations: &BTreeMap<String, String>) -> Vec<Scheduler> {
+    let koord = [KOORD_RESOURCE_STATUS, KOORD_DEVICE_ALLOCATED];
+    let crane = [
+        CRANE_TOPOLOGY_RESULT,
+        CRANE_CPU_POLICY,
+        CRANE_TOPOLOGY_AWARENESS,
+        CRANE_EXCLUDE_RESERVED,
+    ];
+    let mut out = Vec::new();
+    if koord.iter().any(|k| annotations.contains_key(*k)) {
+        out.push(Scheduler::Koordinator);
+    }
+    if crane.iter().any(|k| annotations.contains_key(*k)) {
+        out.push(Scheduler::Crane);
+    }
+    out
+}
+
+/// The scheduler that owns annotation `key`, if any (to label a malformed value).
+pub fn owner_of(key: &str) -> Option<Scheduler> {
+    if key.starts_with(KOORDINATOR_PREFIX) {
+        Some(Scheduler::Koordinator)
+    } else if key.starts_with(CRANE_PREFIX) {
+        Some(Scheduler::Crane)
+    } else {
+        None
+    }
+}
+
+/// What a pod's annotations say once the node's trust is applied.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TrustedRead {
+    /// The choice of a trusted scheduler, when one annotated the pod.
+    pub choice: Option<SchedulerChoice>,
+    /// Schedulers whose annotations the pod carries but the node does not trust: ignored
+    /// whole, malformed or not.
+    pub untrusted: Vec<Scheduler>,
+}
+
+/// Reads the choice of the schedulers in `trusted` only. Any pod author can write these
+/// annotations; only an admission policy or the scheduler's own webhook makes them the
+/// scheduler's word, and only the node's administrator knows whether one is in place. An
+/// untrusted scheduler's annotations are never read, so a malformed one refuses nothing.
+pub fn read_trusted(
+    annotations: &BTreeMap<String, String>,
+    trusted: &[Scheduler],
+) -> Result<TrustedRead, PlacementError> {
+    let present = annotated_by(annotations);
+    let (trusted_present, untrusted): (Vec<Scheduler>, Vec<Scheduler>) =
+        present.into_iter().partition(|s| trusted.contains(s));
+    let koord = if trusted_present.contains(&Scheduler::Koordinator) {
+        koordinator::read(annotations)?
+    } else {
+        None
+    };
+    let crane = if trusted_present.contains(&Scheduler::Crane) {
+        crane::read(annotations)?
+    } else {
+        None
+    };
+    Ok(TrustedRead {
+        choice: one_choice(koord, crane)?,
+        untrusted,
+    })
+}
+
+/// Reads the scheduler's choice from a pod's annotations, trusting every scheduler: `None`
+/// when no scheduler annotated the pod (or its annotations constrain nothing), an error naming
+/// the key when a value is malformed, oversized, or when both schedulers annotated it. The
+/// daemon reads through [`read_trusted`]; this is for offline tools (`simulate`) and tests.
 pub fn read(
     annotations: &BTreeMap<String, String>,
 ) -> Result<Option<SchedulerChoice>, PlacementError> {
     let koord = koordinator::read(annotations)?;
     let crane = crane::read(annotations)?;
+    one_choice(koord, crane)
+}
+
+/// At most one scheduler places a pod.
+fn one_choice(
+    koord: Option<SchedulerChoice>,
+    crane: Option<SchedulerChoice>,
+) -> Result<Option<SchedulerChoice>, PlacementError> {
     match (koord, crane) {
         (Some(_), Some(_)) => Err(PlacementError::InvalidAnnotation {
             key: KOORD_RESOURCE_STATUS.into(),
@@ -187,6 +268,62 @@ pub fn read(
         }),
         (Some(c), None) | (None, Some(c)) => Ok(Some(c).filter(|c| !c.is_empty())),
         (None, None) => Ok(None),
+    }
+}
+
+impl SchedulerChoice {
+    /// Keeps only the devices of the choice that the container was already given by an
+    /// authoritative source (the kubelet, a DRA claim, the runtime's injected devices):
+    /// `gpus` and `shared_gpus` by PCI bus id, `nics` by name as in `topo.nics`. A scheduler's
+    /// choice may pick among what the container has; it never grants a device, since the
+    /// annotation it came from is the pod's own to write. Returns what was dropped, in the
+    /// words of a log line (`GPU minor 0, RDMA 0000:04:00.0`); empty when nothing was.
+    pub fn narrow_to_given(
+        &mut self,
+        topo: &crate::topology::Topology,
+        gpus: &[String],
+        shared_gpus: &[String],
+        nics: &[String],
+    ) -> Vec<String> {
+        let gpu_given = |minor: &u32, list: &[&[String]]| {
+            topo.gpus
+                .iter()
+                .any(|g| g.minor == Some(*minor) && list.iter().any(|l| l.contains(&g.pci_bus_id)))
+        };
+        let nic_given = |bus: &String| {
+            topo.nics.iter().any(|n| {
+                n.pci_bus_id
+                    .as_deref()
+                    .is_some_and(|b| b.eq_ignore_ascii_case(bus))
+                    && nics.contains(&n.name)
+            })
+        };
+        let mut dropped = Vec::new();
+        let mut keep_minors = |list: &mut Vec<u32>, what: &str, from: &[&[String]]| {
+            list.retain(|m| {
+                let keep = gpu_given(m, from);
+                if !keep {
+                    dropped.push(format!("{what} {m}"));
+                }
+                keep
+            });
+        };
+        keep_minors(&mut self.gpu_minors, "GPU minor", &[gpus]);
+        keep_minors(
+            &mut self.shared_gpu_minors,
+            "shared GPU minor",
+            &[gpus, shared_gpus],
+        );
+        for (list, what) in [(&mut self.rdma, "RDMA"), (&mut self.vfs, "VF")] {
+            list.retain(|bus| {
+                let keep = nic_given(bus);
+                if !keep {
+                    dropped.push(format!("{what} {}", excerpt(bus)));
+                }
+                keep
+            });
+        }
+        dropped
     }
 }
 

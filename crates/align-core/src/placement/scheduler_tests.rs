@@ -564,3 +564,83 @@ fn the_refusal_fits_an_event_message_on_a_large_fragmented_host() {
     );
     assert!(msg.ends_with("place it elsewhere on this node"), "{msg}");
 }
+
+// Trust: a pod author can write any of these annotations.
+
+#[test]
+fn only_trusted_schedulers_are_read_and_the_others_are_named() {
+    let both = ann(&[
+        (KOORD_DEVICE_ALLOCATED, KOORD_DEVICES),
+        (CRANE_TOPOLOGY_RESULT, CRANE_RESULT),
+    ]);
+    assert_eq!(
+        annotated_by(&both),
+        vec![Scheduler::Koordinator, Scheduler::Crane]
+    );
+    // Nobody trusted (the default): nothing read, both named as untrusted.
+    let r = read_trusted(&both, &[]).expect("nothing read");
+    assert_eq!(r.choice, None);
+    assert_eq!(r.untrusted, vec![Scheduler::Koordinator, Scheduler::Crane]);
+    // One trusted: its choice alone, the other ignored (not "two schedulers placed it").
+    let r = read_trusted(&both, &[Scheduler::Crane]).expect("crane read");
+    assert_eq!(r.choice.map(|c| c.scheduler), Some(Scheduler::Crane));
+    assert_eq!(r.untrusted, vec![Scheduler::Koordinator]);
+    // An untrusted scheduler's malformed value refuses nothing: it is never parsed.
+    let bad = ann(&[(KOORD_RESOURCE_STATUS, r#"{"cpuset":"x"}"#)]);
+    assert_eq!(
+        read_trusted(&bad, &[]).expect("ignored").untrusted,
+        vec![Scheduler::Koordinator]
+    );
+    assert!(read_trusted(&bad, &[Scheduler::Koordinator]).is_err());
+    assert_eq!(owner_of(CRANE_CPU_POLICY), Some(Scheduler::Crane));
+    assert_eq!(owner_of("cpus.nri-align.io/pod"), None);
+}
+
+#[test]
+fn a_choice_keeps_only_the_devices_the_container_was_given() {
+    let topo = shipped("dgx-h100");
+    let (g4, g5) = (&topo.gpus[4], &topo.gpus[5]);
+    let nic = topo
+        .nics
+        .iter()
+        .find(|n| n.pci_bus_id.as_deref() == Some("0000:9a:00.0"))
+        .expect("nic")
+        .name
+        .clone();
+    let devices = format!(
+        r#"{{"gpu":[{{"minor":{}}},{{"minor":{}}}],"rdma":[{{"minor":0,"id":"0000:9a:00.0"}}]}}"#,
+        g4.minor.expect("minor"),
+        g5.minor.expect("minor")
+    );
+    let read = || {
+        read(&ann(&[(KOORD_DEVICE_ALLOCATED, &devices)]))
+            .expect("valid")
+            .expect("a choice")
+    };
+    // Given nothing: every device is dropped and named, the choice constrains nothing.
+    let mut c = read();
+    let dropped = c.narrow_to_given(&topo, &[], &[], &[]);
+    assert_eq!(dropped.len(), 3, "{dropped:?}");
+    assert!(
+        dropped.contains(&"RDMA 0000:9a:00.0".to_string()),
+        "{dropped:?}"
+    );
+    assert!(c.is_empty(), "{c:?}");
+    // Given GPU 4 and the NIC: the choice narrows to them; GPU 5 is dropped.
+    let mut c = read();
+    let dropped = c.narrow_to_given(&topo, std::slice::from_ref(&g4.pci_bus_id), &[], &[nic]);
+    assert_eq!(c.gpu_minors, vec![g4.minor.expect("minor")]);
+    assert_eq!(c.rdma, vec!["0000:9a:00.0"]);
+    assert_eq!(
+        dropped,
+        vec![format!("GPU minor {}", g5.minor.expect("minor"))]
+    );
+    // A GPU the container uses shared may be chosen shared, never held.
+    let mut c = read();
+    c.narrow_to_given(&topo, &[], std::slice::from_ref(&g5.pci_bus_id), &[]);
+    assert!(c.gpu_minors.is_empty());
+    let mut shared = read();
+    shared.shared_gpu_minors = std::mem::take(&mut shared.gpu_minors);
+    shared.narrow_to_given(&topo, &[], std::slice::from_ref(&g5.pci_bus_id), &[]);
+    assert_eq!(shared.shared_gpu_minors, vec![g5.minor.expect("minor")]);
+}

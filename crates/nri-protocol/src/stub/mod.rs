@@ -36,6 +36,7 @@
 //! connecting, registered, configured, synchronized; readiness for health checks and service
 //! managers is [`LinkState::is_ready`].
 
+mod event_bounds;
 mod handler;
 mod link;
 mod options;
@@ -55,8 +56,8 @@ use ttrpc::asynchronous::{Client, Server};
 pub use handler::{HandlerError, HandlerResult, Plugin};
 pub use link::{LinkPhase, LinkState};
 pub use options::{
-    Endpoint, KeptFields, StubError, StubOptions, SyncKeep, SyncLimits, DEFAULT_SOCKET_PATH,
-    ENV_PLUGIN_IDX, ENV_PLUGIN_NAME, ENV_PLUGIN_SOCKET,
+    Endpoint, EventLimits, KeptFields, StubError, StubOptions, SyncKeep, SyncLimits,
+    DEFAULT_SOCKET_PATH, ENV_PLUGIN_IDX, ENV_PLUGIN_NAME, ENV_PLUGIN_SOCKET,
 };
 
 use crate::api::{
@@ -338,10 +339,11 @@ impl Stub {
             handle: self.handle.clone(),
         };
         let mut server = Server::new()
-            .register_service(service::service_map(service))
+            .register_service(service::service_map(service, self.opts.event_limits))
             // A runtime whose calls can no longer be followed ends the session, like a hang-up.
             .add_listener(mux.service_listener(PLUGIN_SERVICE_CONN)?);
         server.start().await.map_err(StubError::Serve)?;
+        let server = ServingServer(server);
         let runtime = RuntimeClient::new(Client::new(mux.socket(RUNTIME_SERVICE_CONN)?));
         mux.unblock();
 
@@ -360,7 +362,7 @@ impl Stub {
         };
         mux.close();
         session.release();
-        server.shutdown().await.ok();
+        server.shutdown().await;
         end
     }
 
@@ -381,6 +383,31 @@ impl Stub {
             Ok(Err(err)) => Err(StubError::Register(err)),
             Err(_) => Err(StubError::RegisterTimeout(timeout)),
         }
+    }
+}
+
+/// The Plugin service's ttrpc server while it serves a session.
+///
+/// ttrpc 0.10's `Server::shutdown` must run to its end once begun: its `stop_listen` sends the
+/// accept task a channel and awaits the listener back on it, and the accept task unwraps that
+/// send (`server.rs`: `fd_tx.send(incoming).await.unwrap()`). A session abandoned in between
+/// (the stop signal as the runtime hangs up: [`Stub::run_until`] drops the session where it
+/// waits) dropped the receiver, and the accept task panicked. So the shutdown runs on a task of
+/// its own, which nothing that cancels the session reaches. A server dropped before its
+/// shutdown began is safe as it is: the accept task sees the stop channel closed and ends.
+struct ServingServer(Server);
+
+impl ServingServer {
+    /// Stops accepting, ends the server's connection and waits for its tasks (ttrpc bounds the
+    /// wait); finishes even if the caller is dropped meanwhile.
+    async fn shutdown(self) {
+        let mut server = self.0;
+        let done = tokio::spawn(async move {
+            if let Err(e) = server.shutdown().await {
+                tracing::debug!(error = %e, "stopping the Plugin service's ttrpc server");
+            }
+        });
+        let _ = done.await;
     }
 }
 

@@ -116,6 +116,34 @@ impl Default for SyncLimits {
     }
 }
 
+/// Bounds on every other request of the Plugin service that carries pods or containers
+/// (CreateContainer, UpdateContainer, the other container and pod events, StateChange). Each
+/// is counted on the wire before it is decoded (`event_bounds`); one over the bound fails with
+/// RESOURCE_EXHAUSTED (for CreateContainer the runtime then fails the creation with that
+/// message) and is never decoded.
+///
+/// The default leaves room for far more than a container holds: a pod in a namespace of a
+/// thousand services gets seven thousand service-link variables, a privileged container every
+/// device node of its host (a few thousand), the runtime's default seccomp profile about 400
+/// syscall names. At the bound the decoded request takes about 11 MiB at most (empty mounts,
+/// the dearest entries), against 348 MiB for 4 MiB of empty mounts unbounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventLimits {
+    /// Most entries of the request's repeated fields and maps, at every depth, together
+    /// (variables, arguments, mounts and their options, labels, annotations, hooks and their
+    /// arguments, device nodes and rules, namespaces, rlimits, CDI devices, sysctls, seccomp
+    /// syscalls, hugepage limits, pod IPs; a packed list counts one per byte).
+    pub max_entries: usize,
+}
+
+impl Default for EventLimits {
+    fn default() -> Self {
+        EventLimits {
+            max_entries: 65_536,
+        }
+    }
+}
+
 /// What the stub keeps of each pod and container of a Synchronize. The request is walked on
 /// the wire, never decoded whole: a runtime's Synchronize carries every environment variable,
 /// label, annotation and mount of every container on the node (tens of MiB within
@@ -164,6 +192,8 @@ pub struct StubOptions {
     pub sync_limits: SyncLimits,
     /// What is kept of each pod and container of a Synchronize.
     pub sync_keep: SyncKeep,
+    /// Bounds on the other requests that carry pods and containers.
+    pub event_limits: EventLimits,
 }
 
 impl StubOptions {
@@ -178,6 +208,7 @@ impl StubOptions {
             max_backoff: Duration::from_secs(5),
             sync_limits: SyncLimits::default(),
             sync_keep: SyncKeep::All,
+            event_limits: EventLimits::default(),
         }
     }
 

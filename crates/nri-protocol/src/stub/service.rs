@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use ttrpc::asynchronous::TtrpcContext;
 
+use super::event_bounds::{request_schema, BoundedMethod};
 use super::handler::{HandlerError, HandlerResult, Plugin};
-use super::options::{SyncKeep, SyncLimits};
+use super::options::{EventLimits, SyncKeep, SyncLimits};
 use super::sync_decode::{decode_chunk, DecodeError, Totals};
 use super::{RuntimeHandle, IN_EVENT_HANDLER};
 use crate::api::{
@@ -280,13 +281,31 @@ impl<P: Plugin> ttrpc::asynchronous::MethodHandler for SynchronizeMethod<P> {
 }
 
 /// The service map of `service`: the generated one, with [`SynchronizeMethod`] in place of the
-/// generated `Synchronize`.
+/// generated `Synchronize`, and every method whose request carries pods or containers behind
+/// a [`BoundedMethod`] counting it against `limits` before the generated handler decodes it.
 pub(crate) fn service_map<P: Plugin>(
     service: PluginService<P>,
+    limits: EventLimits,
 ) -> std::collections::HashMap<String, ttrpc::asynchronous::Service> {
+    let plugin_id = service.session.plugin_id.clone();
     let service = Arc::new(service);
     let mut map = services::create_plugin(service.clone());
     if let Some(s) = map.get_mut(services::PLUGIN_SERVICE) {
+        let generated = std::mem::take(&mut s.methods);
+        for (method, inner) in generated {
+            let Some(schema) = request_schema(&method) else {
+                s.methods.insert(method, inner);
+                continue;
+            };
+            let bounded = BoundedMethod {
+                inner,
+                method: method.clone(),
+                schema,
+                limits,
+                plugin_id: plugin_id.clone(),
+            };
+            s.methods.insert(method, Box::new(bounded));
+        }
         s.methods.insert(
             "Synchronize".to_string(),
             Box::new(SynchronizeMethod { service }),

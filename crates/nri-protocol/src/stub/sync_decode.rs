@@ -157,7 +157,7 @@ pub(crate) fn decode_chunk(
 
 /// A field's value, borrowed from the message.
 #[derive(Clone, Copy)]
-enum Value<'a> {
+pub(super) enum Value<'a> {
     Varint(u64),
     Bytes(&'a [u8]),
     /// A fixed-width value or a group, skipped.
@@ -166,7 +166,10 @@ enum Value<'a> {
 
 /// Calls `f` with each field of the encoded message `buf` in wire order; length-delimited
 /// values are slices of `buf`, nothing is copied.
-fn walk<'a>(buf: &'a [u8], mut f: impl FnMut(u32, Value<'a>) -> Result<()>) -> Result<()> {
+pub(super) fn walk<'a>(
+    buf: &'a [u8],
+    mut f: impl FnMut(u32, Value<'a>) -> Result<()>,
+) -> Result<()> {
     let mut is = CodedInputStream::from_bytes(buf);
     while let Some(tag) = is.read_raw_tag_or_eof()? {
         let field = tag >> 3;

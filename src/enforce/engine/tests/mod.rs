@@ -604,6 +604,7 @@ mod headroom;
 mod kubernetes;
 mod listing;
 mod logs;
+mod mempolicy;
 mod observe;
 mod others;
 mod privileged;

@@ -142,6 +142,12 @@ impl RefusalObserver for Refusals {
             .expect("lock")
             .push(format!("removed {namespace}/{name}"));
     }
+    fn refused_for_another(&self, namespace: &str, name: &str) {
+        self.0
+            .lock()
+            .expect("lock")
+            .push(format!("refused-for-another {namespace}/{name}"));
+    }
 }
 
 #[test]
