@@ -227,7 +227,14 @@ impl Placer for FakePlacer {
 pub(crate) struct AllDevices;
 impl DeviceLookup for AllDevices {
     fn lookup(&self, path: &str) -> Option<DeviceNode> {
-        let minor = crate::host::devices::nvidia_minor(path)?;
-        Some(node(path, 195, i64::from(minor)))
+        if let Some(minor) = crate::host::devices::nvidia_minor(path) {
+            return Some(node(path, 195, i64::from(minor)));
+        }
+        // `/dev/infiniband/uverbsN` is char 231:(192 + N) on Linux.
+        let n: i64 = crate::host::devices::uverbs_name(path)?
+            .strip_prefix("uverbs")?
+            .parse()
+            .ok()?;
+        Some(node(path, 231, 192 + n))
     }
 }

@@ -470,6 +470,14 @@ impl Metrics {
             .inc();
     }
 
+    /// Drops `device`'s series of `systemd_device_link_missing` once no live container
+    /// carries it, so that the label stays bounded by the devices of live containers.
+    pub fn forget_device_link_missing(&self, device: &str) {
+        self.device_link_missing.remove(&DeviceLabels {
+            device: device.to_string(),
+        });
+    }
+
     /// Counts a `/dev/char` link nri-align made.
     pub fn device_link_created(&self) {
         self.device_links_created.inc();

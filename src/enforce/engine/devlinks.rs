@@ -18,8 +18,13 @@
 //! reported instead: one warning per device with the fix, a counter per container, the
 //! `systemd_devices_at_risk` gauge and a `devices` line in `/readyz`, until the link exists
 //! (checked again at each container creation).
+//!
+//! The list holds the devices of live containers only: a device leaves it, with its counter
+//! series and its `/readyz` entry, once the last recorded container that carries it is gone
+//! (checked whenever the records are persisted). Otherwise every device path ever seen would
+//! stay, one series and one `/readyz` name each, for the life of the daemon.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::enforce::container::{ContainerView, DeviceNode};
 use crate::host::cgroup::{CgroupDriver, ContainerCgroup};
@@ -44,7 +49,7 @@ impl<P: Placer> Engine<P> {
         // Links made since (by nvidia-ctk, udev or an operator) take a device off the list.
         let devices = &self.devices;
         self.devices_at_risk
-            .retain(|_, d| !devices.systemd_can_name(d));
+            .retain(|_, d| !devices.systemd_can_name(&d.node));
         let mut missing = Vec::new();
         let spec = c.devices.iter().map(|d| (d, false));
         for (d, ours) in spec.chain(added.iter().map(|d| (d, true))) {
@@ -91,7 +96,14 @@ impl<P: Placer> Engine<P> {
 
     /// Warns once per device, counts the container and keeps `d` on the at-risk list.
     fn report_device_at_risk(&mut self, c: &ContainerView, d: &DeviceNode, why: &str) {
-        self.devices_at_risk.insert(d.path.clone(), d.clone());
+        self.devices_at_risk
+            .entry(d.path.clone())
+            .or_insert_with(|| AtRisk {
+                node: d.clone(),
+                holders: BTreeSet::new(),
+            })
+            .holders
+            .insert(c.id.clone());
         if let Some(m) = &self.metrics {
             m.device_link_missing(&d.path);
         }
@@ -116,6 +128,31 @@ impl<P: Placer> Engine<P> {
         );
     }
 
+    /// Drops from the at-risk list the containers no longer recorded, and the devices no
+    /// live container carries any more: their counter series, their `/readyz` name and their
+    /// warned mark go with them (a later container carrying one is warned about again).
+    pub(super) fn forget_gone_device_holders(&mut self) {
+        let records = &self.doc.containers;
+        let mut gone = Vec::new();
+        for (path, d) in self.devices_at_risk.iter_mut() {
+            d.holders.retain(|id| records.get(id).is_some());
+            if d.holders.is_empty() {
+                gone.push(path.clone());
+            }
+        }
+        if gone.is_empty() {
+            return;
+        }
+        for path in &gone {
+            self.devices_at_risk.remove(path);
+            self.device_links_warned.remove(path);
+            if let Some(m) = &self.metrics {
+                m.forget_device_link_missing(path);
+            }
+        }
+        self.publish_devices_at_risk();
+    }
+
     /// Sets the at-risk gauge and `/readyz`'s `devices` line from the list.
     fn publish_devices_at_risk(&self) {
         if let Some(m) = &self.metrics {
@@ -125,6 +162,13 @@ impl<P: Placer> Engine<P> {
             h.set_degraded("devices", devices_at_risk_line(&self.devices_at_risk));
         }
     }
+}
+
+/// A device node without its link, and the containers carrying it (by id).
+#[derive(Debug)]
+pub(super) struct AtRisk {
+    node: DeviceNode,
+    holders: BTreeSet<String>,
 }
 
 /// Why a device without its link was not linked, when nri-align did not try.
@@ -137,7 +181,7 @@ fn not_linked_why(ours: bool) -> String {
 }
 
 /// What `/readyz` says of the devices at risk, when there are any.
-fn devices_at_risk_line(at_risk: &BTreeMap<String, DeviceNode>) -> Option<String> {
+fn devices_at_risk_line(at_risk: &BTreeMap<String, AtRisk>) -> Option<String> {
     if at_risk.is_empty() {
         return None;
     }

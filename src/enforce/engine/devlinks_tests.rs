@@ -200,3 +200,63 @@ fn a_link_that_cannot_be_made_is_reported_at_risk() {
     );
     assert_eq!(health.degraded().len(), 1);
 }
+
+#[test]
+fn the_list_and_the_series_keep_only_devices_of_live_containers() {
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(crate::metrics::Health::default());
+    let mut e = Engine::new(
+        FakePlacer::new(),
+        Config::default(),
+        None,
+        Some(metrics.clone()),
+        Box::new(OneLink),
+    );
+    e.set_health(health.clone());
+    let pod = PodView {
+        id: "sb".into(),
+        namespace: "default".into(),
+        ..Default::default()
+    };
+    // Each container carries its own device without a link (a VFIO group of its own).
+    for i in 1..=50 {
+        let c = ContainerView {
+            devices: vec![node(&format!("/dev/vfio/{i}"), 240, i)],
+            ..gpu_ctr(&format!("c{i}"), &format!("{SCOPE}c{i}"), &[])
+        };
+        e.create_container(&pod, &c).expect("create");
+    }
+    assert!(metrics
+        .encode()
+        .contains("nri_align_systemd_devices_at_risk 50"));
+    for i in 1..50 {
+        e.release_container(&format!("c{i}"));
+    }
+    let text = metrics.encode();
+    let series = text
+        .lines()
+        .filter(|l| l.starts_with("nri_align_systemd_device_link_missing_total{"))
+        .collect::<Vec<_>>();
+    assert_eq!(
+        series,
+        vec!["nri_align_systemd_device_link_missing_total{device=\"/dev/vfio/50\"} 1"],
+        "{text}"
+    );
+    assert!(
+        text.contains("nri_align_systemd_devices_at_risk 1"),
+        "{text}"
+    );
+    let degraded = health.degraded();
+    assert_eq!(degraded.len(), 1, "{degraded:?}");
+    assert!(degraded[0].ends_with(": /dev/vfio/50"), "{degraded:?}");
+    assert_eq!(e.device_links_warned.len(), 1);
+    // The last one gone: nothing left to say.
+    e.release_container("c50");
+    let text = metrics.encode();
+    assert!(!text.contains("/dev/vfio/"), "{text}");
+    assert!(
+        text.contains("nri_align_systemd_devices_at_risk 0"),
+        "{text}"
+    );
+    assert!(health.degraded().is_empty());
+}

@@ -99,7 +99,9 @@ impl<P: Placer> Engine<P> {
         let before = self.placer.online();
         let mem_before = self.placer.mem_offline();
         let mem_offline = self.mem_offline_of(online);
-        if before == online.cpus && mem_before == mem_offline {
+        // The placer's online CPUs leave out those outside the containers' cpuset.
+        let outside = &self.placer.topology().outside_cpuset;
+        if before == online.cpus.difference(outside) && mem_before == mem_offline {
             return Vec::new();
         }
         let unknown = self.placer.set_online(&online.cpus, &mem_offline);

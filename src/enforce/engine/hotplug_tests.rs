@@ -330,3 +330,63 @@ fn node_resource_topology_follows_cpus_and_memory_going_and_coming_back() {
         triple(&node1_mem, &node1_mem, &node1_mem)
     );
 }
+
+#[test]
+fn a_shared_container_is_refused_while_only_exclusive_cpus_are_online() {
+    let t = tempfile::tempdir().expect("tmp");
+    let (mut e, m) = engine(t.path(), false);
+    assert_eq!(create(&mut e, "x", 3), "0-2");
+    assert_eq!(create(&mut e, "y", 3), "4-6");
+    assert_eq!(e.placer().shared_pool().to_string(), "3,7");
+    // The pool's CPUs go offline: only exclusively held CPUs are online.
+    set_online(t.path(), "0-2,4-6", "0-1");
+    e.poll_hotplug();
+    assert!(e.placer().shared_pool().is_empty());
+    let err = e
+        .create_container(&pod(), &ctr("s", 0))
+        .expect_err("no CPU to share: refused, never created without a cpuset");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("no shared cpu") && msg.contains("0-2,4-6"),
+        "{msg}"
+    );
+    assert!(!e.records().containers.contains_key("s"));
+    assert!(
+        m.encode()
+            .contains("nri_align_rejections_total{reason=\"no-shared-cpu\"} 1"),
+        "{}",
+        m.encode()
+    );
+    // A CPU back online: the next try (the kubelet retries) gets it.
+    set_online(t.path(), "0-2,4-7", "0-1");
+    e.poll_hotplug();
+    assert_eq!(create(&mut e, "s", 0), "7");
+}
+
+#[test]
+fn cpus_outside_the_containers_cpuset_are_no_hot_plug_and_never_given() {
+    let t = tempfile::tempdir().expect("tmp");
+    let mut topo = TopologyBuilder::new().sockets(2).cores(4).build();
+    topo.outside_cpuset = "6-7".parse().expect("set");
+    let config = Config::default();
+    let metrics = Arc::new(Metrics::new());
+    let alloc = Allocator::new(Arc::new(topo), config.placement.clone());
+    let mut e = Engine::new(
+        alloc,
+        config,
+        None,
+        Some(metrics.clone()),
+        Box::new(AllDevices),
+    );
+    // Every CPU is online: the ones outside the cpuset are no change, and stay out.
+    set_online(t.path(), "0-7", "0-1");
+    e.watch_hotplug(t.path());
+    assert!(e.poll_hotplug().is_empty());
+    assert_eq!(
+        metric(&metrics, "nri_align_topology_changes_total").as_deref(),
+        Some("0")
+    );
+    assert_eq!(create(&mut e, "s", 0), "0-5");
+    assert_eq!(create(&mut e, "x", 2), "4-5");
+    assert_eq!(e.placer().shared_pool().to_string(), "0-3");
+}

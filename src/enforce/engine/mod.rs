@@ -79,8 +79,9 @@ pub struct Engine<P: Placer> {
     kubelet_cpuset_pods: HashSet<String>,
     /// Devices already warned about for lacking a `/dev/char` link (`devlinks.rs`).
     device_links_warned: HashSet<String>,
-    /// Device nodes (by path) given to systemd-scoped containers that still lack the link.
-    devices_at_risk: std::collections::BTreeMap<String, crate::host::devices::DeviceNode>,
+    /// Device nodes (by path) given to live systemd-scoped containers that still lack the
+    /// link, with those containers.
+    devices_at_risk: std::collections::BTreeMap<String, devlinks::AtRisk>,
     /// Where `/readyz` lists what is degraded (the devices at risk), when served.
     health: Option<Arc<crate::metrics::Health>>,
     /// Called when state writes start failing (`persist.rs`): the daemon's retry timer.

@@ -64,6 +64,9 @@ impl<P: Placer> Engine<P> {
     /// when one succeeds again, not per event: a busy node with a full `/var` would otherwise
     /// add a log line per container to the disk that is full. The metrics follow it.
     pub(super) fn persist(&mut self) {
+        // Every change of the records is persisted: the one place to drop what only removed
+        // containers kept on the at-risk device list.
+        self.forget_gone_device_holders();
         let Some(store) = self.store.as_mut() else {
             self.doc.containers.clear_dirty();
             return;

@@ -57,8 +57,16 @@ pub fn find(topo: &Topology, c: &ContainerView, trust_env: bool) -> Result<Found
     kubelet_gpus(topo, c, &mut f)?;
     let cdi = super::cdi::cdi_devices(topo, c, &mut f)?;
     f.adopt(cdi, GpuSource::Cdi);
-    let nodes = node_devices(topo, c, &mut f)?;
-    f.adopt(nodes, GpuSource::DeviceNodes);
+    if super::privileged::privileged_shaped(topo, c) {
+        // Every host device is in its spec: none of them was allocated to it.
+        f.note(
+            "device nodes",
+            "a privileged container's: it is given every host device, none is held",
+        );
+    } else {
+        let nodes = node_devices(topo, c, &mut f)?;
+        f.adopt(nodes, GpuSource::DeviceNodes);
+    }
     if !f.any_gpu() {
         let mounted = mounted_gpus(topo, c, &mut f)?;
         f.adopt(mounted, GpuSource::VolumeMounts);

@@ -13,6 +13,7 @@ mod cdi;
 mod claims;
 mod devices;
 mod found;
+mod privileged;
 pub use cdi::{matched_back, resolve_cdi};
 pub use claims::{DeviceClaims, GenericClaim, GpuClaim, NicClaim, SpecDevices};
 pub use found::{GpuSource, Unread};

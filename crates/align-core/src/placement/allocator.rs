@@ -171,6 +171,9 @@ impl Allocator {
         // runs) stays the holder's: refusing the record would free its other CPUs under it.
         let mut known = self.ledger.online().clone();
         known.extend_from(&topo.offline_cpus);
+        // Likewise a CPU a record holds that is outside the containers' cpuset now (narrowed
+        // while nri-align was away): its holder keeps it rather than losing the rest.
+        known.extend_from(&topo.outside_cpuset);
         if !a.cpus.is_subset(&known) {
             return Err(PlacementError::Restore {
                 container: a.container_id.clone(),
@@ -252,7 +255,17 @@ impl Allocator {
             &a.mems,
             &a.numa_nodes,
         );
-        Ok(self.with_choice(&r, plan))
+        let plan = self.with_choice(&r, plan);
+        // Every path gives a shared container the pool (or its part on the container's
+        // nodes); a hot-plug can leave it empty, and an empty cpuset is no cpuset at all to
+        // the runtime: the container would run on every CPU, the exclusive ones included.
+        if !plan.assignment.exclusive && plan.assignment.cpus.is_empty() {
+            return Err(PlacementError::NoSharedCpu {
+                container: r.who.clone(),
+                online: self.ledger.online().to_string(),
+            });
+        }
+        Ok(plan)
     }
 
     /// The decision for a resolved request; the scheduler's choice, when there is one, is in

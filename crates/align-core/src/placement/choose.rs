@@ -350,7 +350,13 @@ impl<'a> Search<'a> {
     /// No GPU wanted: the best node set, and the NICs on it. GPUs used in shared mode and
     /// generic devices seed the set, as whole GPUs do in [`Search::best_with_gpus`].
     pub fn best_without_gpus(&self) -> Option<Candidate> {
-        if !self.r.shared_gpus.is_empty() || !self.r.device_nodes.is_empty() {
+        // NICs the device plugin or a CDI spec gave (kept, `fixed_nics`) seed the set too:
+        // chosen by amounts alone, the set could land on another node with a free NIC of its
+        // own, where the container's NIC is not.
+        if !self.r.shared_gpus.is_empty()
+            || !self.r.device_nodes.is_empty()
+            || !self.fixed_nics.is_empty()
+        {
             return self.around_gpus(Vec::new());
         }
         let topo = self.topo();
@@ -528,7 +534,18 @@ impl<'a> Search<'a> {
                 }
             }
         }
-        for &i in &self.r.device_nodes {
+        // Without GPUs, the fixed NICs' nodes are the seed's too (with GPUs the NICs pair
+        // with the GPU set, `nics::choose`, and the GPUs' nodes lead).
+        let fixed_nics = gpus
+            .is_empty()
+            .then(|| {
+                self.fixed_nics
+                    .iter()
+                    .filter_map(|n| self.ledger.nic_node(*n))
+            })
+            .into_iter()
+            .flatten();
+        for i in self.r.device_nodes.iter().copied().chain(fixed_nics) {
             if self.allowed[i] && !seed.contains(&i) {
                 seed.push(i);
             }

@@ -157,6 +157,21 @@ pub enum PlacementError {
         /// The shared pool before this request.
         pool: String,
     },
+    /// No CPU is left for a container without exclusive CPUs: every online CPU is held
+    /// exclusively, reserved or isolated (a hot-plug took the pool's last CPUs). Without a
+    /// cpuset it would run on every CPU, the exclusive ones included.
+    #[error(
+        "no shared cpu for {container}: the online CPUs ({online}) are all held exclusively, \
+         reserved or isolated, and a container without exclusive CPUs must not run on them; \
+         refused until a CPU comes back online or an exclusive container ends (the kubelet \
+         retries the creation)"
+    )]
+    NoSharedCpu {
+        /// `namespace/pod/container`.
+        container: String,
+        /// The online CPUs now.
+        online: String,
+    },
     /// A resource is already held by another live container.
     #[error("{resource} {id} is already held by container {holder}")]
     Conflict {
@@ -227,6 +242,7 @@ impl PlacementError {
             Self::Unalignable { .. } => "unalignable",
             Self::Insufficient { .. } => "insufficient",
             Self::SharedPoolExhausted { .. } => "shared-pool-exhausted",
+            Self::NoSharedCpu { .. } => "no-shared-cpu",
             Self::Conflict { .. } => "conflict",
             Self::UnknownDevice { .. } => "unknown-device",
             Self::SmtAlignment { .. } => "smt-alignment",

@@ -111,7 +111,8 @@ impl Ledger {
         let mut ledger = Self {
             nic_gpu: Arc::new(nic_gpu),
             eligible_nics: Arc::new(eligible_nics),
-            online: Arc::new(topo.online_cpus()),
+            // CPUs outside the containers' cpuset are as good as offline to placement.
+            online: Arc::new(topo.online_cpus().difference(&topo.outside_cpuset)),
             mem_offline: NodeSet::new(),
             totals: Arc::default(),
             topo,
@@ -194,7 +195,8 @@ impl Ledger {
         &self.reserved
     }
 
-    /// Online CPUs of the topology.
+    /// Online CPUs of the topology that containers may be given (those outside the
+    /// containers' cpuset, `Topology::outside_cpuset`, left out).
     pub fn online(&self) -> &CpuSet {
         &self.online
     }
@@ -209,7 +211,10 @@ impl Ledger {
     pub fn set_online(&mut self, cpus: &CpuSet, mem_offline: &NodeSet) -> CpuSet {
         let known: CpuSet = self.topo.cpus.iter().map(|c| c.id).collect();
         let unknown = cpus.difference(&known);
-        self.online = Arc::new(cpus.intersection(&known));
+        self.online = Arc::new(
+            cpus.intersection(&known)
+                .difference(&self.topo.outside_cpuset),
+        );
         self.mem_offline = mem_offline
             .iter()
             .filter(|id| self.topo.node_index(*id).is_some())

@@ -134,3 +134,20 @@ fn a_node_whose_memory_went_offline_takes_no_new_memory() {
     alloc.set_online(&topo.online_cpus(), &NodeSet::new());
     assert_eq!(alloc.free_by_node(), before);
 }
+
+#[test]
+fn cpus_outside_the_containers_cpuset_are_never_given() {
+    let mut topo = TopologyBuilder::new().sockets(2).cores(4).build();
+    topo.outside_cpuset = "5-7".parse().expect("set");
+    let topo = Arc::new(topo);
+    let mut alloc = Allocator::new(Arc::clone(&topo), PlacementConfig::default());
+    assert_eq!(alloc.shared_pool().to_string(), "0-4");
+    let x = alloc.place(&request(1, 4)).expect("placed");
+    assert_eq!(x.cpus.to_string(), "0-3");
+    // One CPU of node 1 may be given: the shared pool keeps none of its own then.
+    assert!(alloc.place(&request(2, 1)).is_err(), "the pool's last CPU");
+    assert_eq!(alloc.free_by_node()[1].offline_cpus.to_string(), "5-7");
+    // A hot-plug read (which lists every online CPU) keeps them out.
+    alloc.set_online(&topo.online_cpus(), &NodeSet::new());
+    assert_eq!(alloc.shared_pool().to_string(), "4");
+}

@@ -64,6 +64,22 @@ pub fn insufficient(
     }
 }
 
+/// The node sets a refusal says nothing fitted: the pod's nodes, one node, the narrowest width
+/// `restricted` admits, or, where the policy sets no width (`best-effort`'s limit is
+/// `usize::MAX`, never a number to print), the nodes that were searched.
+fn shape_text(ledger: &Ledger, shape: &Shape, allowed: &[bool]) -> String {
+    let searched: Vec<usize> = (0..allowed.len()).filter(|i| allowed[*i]).collect();
+    match (shape.pin, shape.limit) {
+        (Some(p), _) => format!("the pod's NUMA {}", fmt_nodes(p)),
+        (None, 1) => "one NUMA node".to_string(),
+        (None, _) if searched.len() < allowed.len() => {
+            format!("the allowed NUMA {}", fmt_nodes(&ledger.ids(&searched)))
+        }
+        (None, w) if w >= allowed.len() => "any number of NUMA nodes".to_string(),
+        (None, w) => format!("{w} NUMA nodes (the narrowest this request can be)"),
+    }
+}
+
 /// The host has the resources, but not on a node set the policy (or the pod's pin) accepts.
 /// `need` is the whole request (GPUs included); `allowed` marks the nodes that were searched.
 pub fn unalignable(
@@ -104,11 +120,7 @@ pub fn unalignable(
         // (e.g. the free GPUs sit on another node than the free CPUs).
         what.push("devices and cpus together");
     }
-    let shape_text = match (shape.pin, shape.limit) {
-        (Some(p), _) => format!("the pod's NUMA {}", fmt_nodes(p)),
-        (None, 1) => "one NUMA node".to_string(),
-        (None, w) => format!("{w} NUMA nodes (the narrowest this request can be)"),
-    };
+    let shape_text = shape_text(ledger, shape, allowed);
     let mut alternatives = Vec::new();
     let everywhere = vec![true; caps.len()];
     let without_gpus = Need {
@@ -156,3 +168,7 @@ pub fn unalignable(
         suggestion,
     }
 }
+
+#[cfg(test)]
+#[path = "reject_tests.rs"]
+mod tests;

@@ -18,6 +18,11 @@ pub struct Topology {
     pub offline_cpus: CpuSet,
     /// CPUs isolated from the scheduler (`isolcpus=`); placed on only when asked for exclusively.
     pub isolated_cpus: CpuSet,
+    /// Online CPUs outside the cpuset containers are created under (the `kubepods` cgroup's,
+    /// which systemd's `AllowedCPUs=` or a partitioned node can narrow): a container can never
+    /// run there, so they are never placed on, as if offline (`sysfs::cpuset`).
+    #[serde(default, skip_serializing_if = "CpuSet::is_empty")]
+    pub outside_cpuset: CpuSet,
     /// NUMA nodes sorted by id; a machine without NUMA information gets one node 0.
     pub numa_nodes: Vec<NumaNode>,
     /// PCI functions of interest (GPUs, NICs, RDMA devices, and the bridges above them).

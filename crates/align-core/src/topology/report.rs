@@ -46,6 +46,13 @@ fn summary(out: &mut String, topo: &Topology) {
     if !topo.isolated_cpus.is_empty() {
         let _ = writeln!(out, "Isolated CPUs: {}", topo.isolated_cpus);
     }
+    if !topo.outside_cpuset.is_empty() {
+        let _ = writeln!(
+            out,
+            "Outside the containers' cpuset (never placed on): {}",
+            topo.outside_cpuset
+        );
+    }
     out.push('\n');
 }
 

@@ -165,6 +165,7 @@ impl TopologyBuilder {
             cpus,
             offline_cpus: CpuSet::new(),
             isolated_cpus: self.isolated,
+            outside_cpuset: CpuSet::new(),
             numa_nodes,
             pci_devices: Vec::new(),
             gpus: Vec::new(),

@@ -621,6 +621,8 @@ mod logs;
 mod mempolicy;
 mod observe;
 mod others;
+mod privileged;
 mod props;
+mod rdma_cdi;
 mod restarts;
 mod scheduler;

@@ -333,6 +333,7 @@ impl Layout {
             cpus,
             offline_cpus: desc.offline_set(),
             isolated_cpus: desc.isolated_set(),
+            outside_cpuset: Default::default(),
             numa_nodes,
             pci_devices,
             gpus,

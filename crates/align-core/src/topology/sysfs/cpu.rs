@@ -86,7 +86,9 @@ fn read_cpu(dir: &Path, id: u32, online: &CpuSet) -> Cpu {
         id,
         package: read_u32(&topo.join("physical_package_id")).unwrap_or(0),
         die: read_u32(&topo.join("die_id")).unwrap_or(0),
-        core: read_u32(&topo.join("core_id")).unwrap_or(id),
+        // Without `core_id` (PS3, some ppc and s390 trees) the threads of one core still
+        // share their sibling list: the core is named after its first thread.
+        core: read_u32(&topo.join("core_id")).unwrap_or_else(|| siblings.first().unwrap_or(id)),
         numa_node: 0,
         l3_group: l3_group(&cpu_dir.join("cache")),
         thread_siblings: siblings,

@@ -10,6 +10,7 @@
 //! [`MAX_FILE`] bytes, ids to [`MAX_ID`], so a hostile tree cannot allocate gigabytes.
 
 mod cpu;
+mod cpuset;
 mod distance;
 mod numa;
 mod online;
@@ -82,6 +83,7 @@ pub fn read_host_checked(root: &Path) -> Result<(Topology, Vec<String>), Topolog
         numa_nodes,
         ..Topology::default()
     };
+    topo.outside_cpuset = cpuset::outside_cpuset(&fs, &topo.online_cpus());
     pci::read_devices(&fs, &mut topo);
     numa::warn_memoryless(&fs, &topo);
     Ok((topo, fs.warnings.into_inner()))
