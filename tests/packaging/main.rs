@@ -3,6 +3,7 @@
 
 mod cli_conventions;
 mod doc_paths;
+mod image_tag;
 mod kubernetes;
 mod kubernetes_security;
 mod monitoring;
