@@ -1,6 +1,7 @@
 //! What ships: the Kubernetes manifests, the systemd unit on a real containerd, and the command
 //! line's conventions (--version, --help, completions, man pages).
 
+mod alerts;
 mod cli_conventions;
 mod doc_paths;
 mod image_tag;
