@@ -33,6 +33,49 @@ image_tag() {
     printf '%s\n' "$tag"
 }
 
+# release_line VERSION -> the release a version belongs to: its core without pre-release or
+# build metadata (0.4.0-dev+0123abcd4567 and 0.4.0+0123abcd4567 -> 0.4.0). The base
+# kustomization's tag is the release line of this checkout's `nri-align --version`: the release
+# its manifests are written for (tests/packaging/image_tag.rs keeps them agreeing).
+release_line() {
+    local core="${1%%+*}"
+    printf '%s\n' "${core%%-*}"
+}
+
+# write_deploy_kustomization DIR REF [COMPONENT...]: the kustomization that deploys image REF
+# (REPOSITORY:TAG) with packaging/kubernetes and the named components of
+# packaging/kubernetes/components, written to DIR/kustomization.yaml (the folder made, the file
+# replaced). The `images:` entry sets every nri-align container, the components' too, because
+# they are rendered in the same kustomization. `kubectl apply -k DIR` then deploys exactly REF.
+write_deploy_kustomization() {
+    local dir="$1" ref="$2" base name tag c
+    shift 2
+    [[ "$ref" =~ ^[^:@[:space:]]+(:[0-9]+)?/[^:@[:space:]]+:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$ || "$ref" =~ ^[^:@/[:space:]]+:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$ ]] ||
+        die "image reference '$ref' is not REPOSITORY:TAG"
+    name="${ref%:*}" tag="${ref##*:}"
+    for c in "$@"; do
+        [[ -f "$ROOT_DIR/packaging/kubernetes/components/$c/kustomization.yaml" ]] ||
+            die "no component '$c' in packaging/kubernetes/components"
+    done
+    mkdir -p "$dir"
+    # kustomize takes only relative paths to other kustomizations.
+    base="$(realpath --relative-to="$dir" "$ROOT_DIR/packaging/kubernetes")"
+    {
+        printf '# Written by hack/build-image: packaging/kubernetes with the image it built.\n'
+        printf '# kubectl kustomize %s | grep image:    kubectl apply -k %s\n' "$dir" "$dir"
+        printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n'
+        printf 'resources:\n  - %s\n' "$base"
+        if [[ $# -gt 0 ]]; then
+            printf 'components:\n'
+            for c in "$@"; do printf '  - %s/components/%s\n' "$base" "$c"; done
+        fi
+        printf 'images:\n  - name: localhost/nri-align\n'
+        [[ "$name" == localhost/nri-align ]] || printf '    newName: %s\n' "$name"
+        printf '    newTag: "%s"\n' "$tag"
+    } >"$dir/kustomization.yaml.tmp"
+    mv "$dir/kustomization.yaml.tmp" "$dir/kustomization.yaml"
+}
+
 # flavor_suite FLAVOR -> Debian suite providing that containerd; empty for v2.3, which no
 # registry has (its build is located instead: containerd_locate).
 flavor_suite() {

@@ -179,6 +179,8 @@ fn image_suite(runtime: Runtime) {
             .arg(&binary)
             .arg("--out")
             .arg(&archive)
+            .arg("--kustomization")
+            .arg(scratch.path().join("kubernetes"))
             .args(["--ref", &agent.image]),
         "hack/build-image",
     );

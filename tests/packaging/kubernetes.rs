@@ -3,7 +3,7 @@
 //! kubernetes-validate from PyPI, pinned, in a venv under .cache/), and a broken copy does not;
 //! the kustomization lists exactly the resource files (and `kubectl kustomize`, where a kubectl
 //! is installed, renders exactly them); the DaemonSet has what a node agent needs and agrees with
-//! the ConfigMap's config, the image version and the mounts the image test runs with; the
+//! the ConfigMap's config and the mounts the image test runs with (the image: image_tag.rs); the
 //! rendered DaemonSet is unprivileged and opt-in (kubernetes_security.rs), and the GPU
 //! component adds NVML's devices on GPU nodes only.
 
@@ -167,20 +167,7 @@ fn daemonset_is_a_node_agent_that_matches_config_image_and_image_test() {
         agent.daemonset["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"].is_number()
     );
 
-    // The image is this version's, in the DaemonSet's file and in the kustomization's
-    // `images` (which sets the rendered tag).
-    let version = env!("CARGO_PKG_VERSION");
-    assert_eq!(agent.image, format!("localhost/nri-align:{version}"));
-    let k = load_one("kustomization.yaml", "Kustomization").expect("kustomization");
-    assert_eq!(
-        k["images"],
-        json!([{"name": "localhost/nri-align", "newTag": version}])
-    );
-    let file = load_one("daemonset/daemonset.yaml", "DaemonSet").expect("daemonset");
-    assert_eq!(
-        file["spec"]["template"]["spec"]["containers"][0]["image"],
-        json!(format!("localhost/nri-align:{version}"))
-    );
+    // The image and its tag: image_tag.rs.
 
     // The mounts the image test stands in for, each with its access.
     let mounts: Vec<(String, String, bool)> = agent
@@ -421,63 +408,4 @@ fn the_nrt_crd_component_adds_the_crd_and_nothing_else() {
         crds[0]["metadata"]
     );
     assert_eq!(crds[0]["spec"], crd["spec"], "the CRD as upstream ships it");
-}
-
-/// `image_tag` of hack/lib.sh (hack/build-image's and hack/release's tag) for `version`.
-fn image_tag(version: &str) -> std::process::Output {
-    Command::new("bash")
-        .arg("-c")
-        .arg("source \"$1/hack/lib.sh\" && image_tag \"$2\"")
-        .arg("image_tag")
-        .arg(repo_root())
-        .arg(version)
-        .output()
-        .expect("run bash")
-}
-
-/// The image tag is the version: this build's whole version (`+` written `_`, the only
-/// character of a semver an OCI tag refuses), and for a release the version alone, which is
-/// the kustomization's tag.
-#[test]
-fn the_image_tag_is_the_version() {
-    let out = Command::new(env!("CARGO_BIN_EXE_nri-align"))
-        .arg("--version")
-        .output()
-        .expect("nri-align --version");
-    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let version = line.strip_prefix("nri-align ").expect("version line");
-    let (core, revision) = version.split_once('+').expect("build metadata");
-    let tag = |v: &str| {
-        let out = image_tag(v);
-        assert!(
-            out.status.success(),
-            "{v}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
-    let oci_tag = |t: &str| {
-        t.len() <= 128
-            && t.bytes()
-                .next()
-                .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
-            && t.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
-    };
-    let this = tag(version);
-    assert!(oci_tag(&this), "{this}");
-    if core.contains('-') {
-        // Between releases: the whole version, so another revision is another tag.
-        assert_eq!(this, format!("{core}_{revision}"));
-        assert_ne!(this, env!("CARGO_PKG_VERSION"));
-    } else {
-        assert_eq!(this, core);
-    }
-    // The release of this package (what NRI_ALIGN_RELEASE=1 builds) is tagged as the
-    // kustomization says.
-    let release = tag(&format!("{}+{revision}", env!("CARGO_PKG_VERSION")));
-    let k = load_one("kustomization.yaml", "Kustomization").expect("kustomization");
-    assert_eq!(k["images"][0]["newTag"], json!(release));
-    // A version no tag can carry is refused, not mangled.
-    assert!(!image_tag("0.4.0-dev+a b").status.success());
 }

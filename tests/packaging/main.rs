@@ -2,8 +2,10 @@
 //! line's conventions (--version, --help, completions, man pages), and one rule of the
 //! source's layout (a container's devices are parsed once, in `src/enforce/inputs/`).
 
+mod alerts;
 mod cli_conventions;
 mod doc_paths;
+mod image_tag;
 mod kubernetes;
 mod kubernetes_security;
 mod monitoring;

@@ -196,3 +196,105 @@ fn the_dashboard_has_what_grafanas_dashboard_model_requires() {
         }
     }
 }
+
+/// The label that names a node: what components/monitoring's PodMonitor writes the pod's node
+/// name into, and what the dashboard and the alerts select and group by (`instance` is the
+/// host's address and port on the host network, which no operator recognises).
+const NODE_LABEL: &str = "node";
+
+#[test]
+fn the_dashboard_and_the_alerts_name_nodes_by_their_node_name() {
+    let dash: serde_json::Value =
+        serde_json::from_str(&monitoring("dashboard.json")).expect("JSON");
+    let vars = dash["templating"]["list"].as_array().expect("variables");
+    let var = vars
+        .iter()
+        .find(|v| v["label"] == "Node")
+        .expect("a Node variable");
+    assert_eq!(var["name"], NODE_LABEL);
+    assert_eq!(
+        var["definition"],
+        format!("label_values(nri_align_build_info, {NODE_LABEL})")
+    );
+    let filter = format!("{NODE_LABEL}=~\"${NODE_LABEL}\"");
+    for p in dash["panels"].as_array().expect("panels") {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            let expr = t["expr"].as_str().expect("expr");
+            assert!(expr.contains(&filter), "panel {}: {expr}", p["id"]);
+        }
+    }
+    for file in ["dashboard.json", "alerts.yaml", "alerts_test.yaml"] {
+        assert!(
+            !monitoring(file).contains("instance"),
+            "{file} still names nodes by `instance`"
+        );
+    }
+    let alerts = monitoring("alerts.yaml");
+    assert!(alerts.contains(&format!("$labels.{NODE_LABEL}")));
+    assert!(alerts.contains(&format!("by ({NODE_LABEL}")));
+}
+
+/// components/monitoring adds one PodMonitor and nothing else; it selects the pods of every
+/// nri-align DaemonSet (components/gpu's too) in their namespace, scrapes the port the
+/// DaemonSet names for metrics at /metrics, and writes the pod's node name into NODE_LABEL.
+#[test]
+fn the_monitoring_component_scrapes_every_nri_align_pod_labelled_by_node() {
+    use test_support::e2e::daemonset::render;
+    let Some(with) = render(&["components/gpu", "components/monitoring"]).expect("kustomize")
+    else {
+        eprintln!("kubectl not installed: components/monitoring not rendered");
+        return;
+    };
+    let without = render(&["components/gpu"])
+        .expect("kustomize")
+        .expect("rendered");
+    let (monitors, rest): (Vec<_>, Vec<_>) =
+        with.into_iter().partition(|o| o["kind"] == "PodMonitor");
+    assert_eq!(rest, without, "the component changes nothing else");
+    assert_eq!(monitors.len(), 1);
+    let pm = &monitors[0];
+    assert_eq!(pm["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(pm["metadata"]["namespace"], "nri-align");
+    assert_eq!(
+        pm["spec"]["namespaceSelector"]["matchNames"],
+        serde_json::json!(["nri-align"])
+    );
+    let selector = pm["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels");
+    let endpoints = pm["spec"]["podMetricsEndpoints"]
+        .as_array()
+        .expect("endpoints");
+    assert_eq!(endpoints.len(), 1);
+    let ep = &endpoints[0];
+    assert_eq!(ep["path"], "/metrics");
+    let daemonsets: Vec<_> = rest.iter().filter(|o| o["kind"] == "DaemonSet").collect();
+    assert_eq!(daemonsets.len(), 2);
+    for ds in daemonsets {
+        let template = &ds["spec"]["template"];
+        for (k, v) in selector {
+            assert_eq!(
+                &template["metadata"]["labels"][k], v,
+                "{}",
+                ds["metadata"]["name"]
+            );
+        }
+        let ports = template["spec"]["containers"][0]["ports"]
+            .as_array()
+            .expect("ports");
+        assert!(
+            ports.iter().any(|p| p["name"] == ep["port"]),
+            "{} has no port {}",
+            ds["metadata"]["name"],
+            ep["port"]
+        );
+    }
+    assert_eq!(
+        ep["relabelings"],
+        serde_json::json!([{
+            "action": "replace",
+            "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+            "targetLabel": NODE_LABEL,
+        }])
+    );
+}

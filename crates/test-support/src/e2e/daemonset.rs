@@ -70,11 +70,13 @@ pub fn render(components: &[&str]) -> HResult<Option<Vec<Value>>> {
     }
     fs::write(dir.path().join("kustomization.yaml"), text)
         .map_err(|e| HarnessError(format!("write overlay: {e}")))?;
-    let out = match Command::new("kubectl")
-        .arg("kustomize")
-        .arg(dir.path())
-        .output()
-    {
+    kustomize(dir.path())
+}
+
+/// The objects `kubectl kustomize DIR` renders (any kustomization: an overlay hack/build-image
+/// wrote, say). `Ok(None)` when no kubectl is installed; any other failure is an error.
+pub fn kustomize(dir: &std::path::Path) -> HResult<Option<Vec<Value>>> {
+    let out = match Command::new("kubectl").arg("kustomize").arg(dir).output() {
         Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return err(format!("run kubectl kustomize: {e}")),
