@@ -130,13 +130,34 @@ pub fn build_adjustment(
         memory_policy: a.mempolicy.clone(),
         ..Default::default()
     };
+    // A device that came through CDI is the runtime's to inject as its spec says (its nodes
+    // at the spec's container paths, its env): nri-align adds, removes and rewrites nothing
+    // of it, and aligns to it all the same.
     let chosen = chosen_gpus(a, topo)?;
-    let (wanted, optional) = wanted_nodes(a, topo, &chosen)?;
+    let given: Vec<&Gpu> = chosen
+        .iter()
+        .copied()
+        .filter(|g| !claims.gpu_from_cdi(&g.pci_bus_id))
+        .collect();
+    let (wanted, optional) = wanted_nodes(a, topo, &given, claims)?;
     let shared_nodes = shared_gpu_nodes(a, topo, claims, &wanted);
-    adj.visible_devices = wanted.iter().chain(&shared_nodes).cloned().collect();
+    let cdi_nodes = claims
+        .spec
+        .nodes
+        .iter()
+        .map(|d| &d.path)
+        .filter(|p| claims.spec.cdi_node_paths.contains(p) && !wanted.contains(p));
+    adj.visible_devices = wanted
+        .iter()
+        .chain(&shared_nodes)
+        .chain(cdi_nodes)
+        .cloned()
+        .collect();
     add_nodes(&mut adj, c, devs, &wanted, &optional)?;
     remove_unchosen(&mut adj, claims, &wanted, &shared_nodes);
-    set_gpu_env(&mut adj, a, claims, &chosen);
+    if !claims.any_gpu_from_cdi() {
+        set_gpu_env(&mut adj, a, claims, &chosen);
+    }
     let record = decision_record(a);
     adj.env.insert(DECISION_ENV.into(), record.clone());
     adj.annotations.insert(DECISION_KEY.into(), record);
@@ -169,6 +190,7 @@ fn wanted_nodes(
     a: &Assignment,
     topo: &Topology,
     chosen: &[&Gpu],
+    claims: &DeviceClaims,
 ) -> Result<(Vec<String>, Vec<&'static str>), AdjustError> {
     let mut wanted: Vec<String> = Vec::new();
     for g in chosen {
@@ -183,7 +205,9 @@ fn wanted_nodes(
     }
     // RDMA: every uverbs node of the chosen NICs, plus rdma_cm.
     let mut any_rdma = false;
-    for nic in topo.nics.iter().filter(|n| a.nics.contains(&n.name)) {
+    let given =
+        |n: &&crate::topology::Nic| a.nics.contains(&n.name) && !claims.nic_from_cdi(&n.name);
+    for nic in topo.nics.iter().filter(given) {
         wanted.extend(nic.uverbs.iter().map(|u| format!("/dev/infiniband/{u}")));
         any_rdma |= !nic.uverbs.is_empty();
     }
@@ -248,9 +272,10 @@ fn remove_unchosen(
     wanted: &[String],
     shared_nodes: &[String],
 ) {
-    // The spec's GPU and RDMA nodes, as `inputs` read them.
+    // The spec's GPU and RDMA nodes, as `inputs` read them; a CDI device's are the runtime's.
     for d in &claims.spec.nodes {
-        if !wanted.contains(&d.path) && !shared_nodes.contains(&d.path) {
+        let cdi = claims.spec.cdi_node_paths.contains(&d.path);
+        if !cdi && !wanted.contains(&d.path) && !shared_nodes.contains(&d.path) {
             adj.remove_devices.push(d.path.clone());
             adj.device_rules.push(DeviceRule {
                 allow: false,

@@ -82,6 +82,9 @@ pub struct SpecDevices {
     /// The DRA claim devices the kubelet listed (for the record, bounded like every list
     /// read from outside).
     pub dra_claims: Vec<KubeletClaimDevice>,
+    /// The container paths of the device nodes the resolved CDI devices add: the runtime's to
+    /// give as the spec says, so an adjustment never removes or replaces them.
+    pub cdi_node_paths: Vec<String>,
 }
 
 /// One container's devices, read once (see the module's words).
@@ -106,6 +109,26 @@ pub struct DeviceClaims {
 }
 
 impl DeviceClaims {
+    /// Whether GPU `bus_id` came through a CDI device: the runtime injects such a device as
+    /// its spec says, so nri-align adds, removes and rewrites nothing of it (no node, no env).
+    pub fn gpu_from_cdi(&self, bus_id: &str) -> bool {
+        self.gpus
+            .iter()
+            .any(|g| g.bus_id == bus_id && (g.source == GpuSource::Cdi || g.cdi_name.is_some()))
+    }
+
+    /// Whether NIC `name` came through a CDI device (see [`DeviceClaims::gpu_from_cdi`]).
+    pub fn nic_from_cdi(&self, name: &str) -> bool {
+        self.nics
+            .iter()
+            .any(|n| n.name == name && (n.source == GpuSource::Cdi || n.cdi_name.is_some()))
+    }
+
+    /// Whether any of its GPUs came through a CDI device.
+    pub fn any_gpu_from_cdi(&self) -> bool {
+        self.gpus.iter().any(|g| self.gpu_from_cdi(&g.bus_id))
+    }
+
     /// The claims of `c` from what the readers found.
     pub(super) fn of(c: &ContainerView, found: &Found) -> Self {
         let spec = SpecDevices::read(c);
@@ -228,6 +251,17 @@ impl SpecDevices {
                 .take(k8s_devices::MAX_ENTRIES)
                 .cloned()
                 .collect(),
+            cdi_node_paths: {
+                let mut paths: Vec<String> = c
+                    .cdi_resolved
+                    .iter()
+                    .flat_map(|d| d.nodes.iter().map(|n| n.path.clone()))
+                    .take(k8s_devices::MAX_ENTRIES)
+                    .collect();
+                paths.sort_unstable();
+                paths.dedup();
+                paths
+            },
         }
     }
 

@@ -610,6 +610,7 @@ fn a_container_started_behind_synchronize_is_adopted_into_the_pool() {
     );
 }
 
+mod cdi_devices;
 mod claims;
 mod consistency;
 mod diskfull;
