@@ -238,3 +238,34 @@ impl DeviceLookup for AllDevices {
         Some(node(path, 231, 192 + n))
     }
 }
+
+/// Gives `c` the DRA CPU driver's claim `uid` of `cpus` as a real node hands it: the claim's
+/// CDI device named by the kubelet's PodResources answer, its spec's env edit resolved, and the
+/// entry the runtime injected into the container's env.
+pub(crate) fn dra_cpu_claim(
+    c: &mut crate::enforce::container::ContainerView,
+    uid: &str,
+    cpus: &str,
+) {
+    let name = format!("dra.k8s.io/cpu={uid}");
+    let entry = format!("DRA_CPUSET_{uid}={cpus}");
+    c.kubelet_claims
+        .push(crate::enforce::container::KubeletClaimDevice {
+            claim: format!("default/{uid}"),
+            driver: "dra.cpu".into(),
+            pool: "node".into(),
+            device: format!("cpudev-{uid}"),
+            cdi_names: vec![name.clone()],
+        });
+    c.cdi_resolved.push(crate::host::cdi::CdiDevice {
+        name,
+        spec: "/var/run/cdi/dra.cpu.json".into(),
+        targets: Vec::new(),
+        unmapped: Vec::new(),
+        net_devices: Vec::new(),
+        env: vec![entry.clone()],
+        mounts: Vec::new(),
+        nodes: Vec::new(),
+    });
+    c.env.push(entry);
+}

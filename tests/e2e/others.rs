@@ -6,7 +6,8 @@
 //!    ("plugins ... both tried to set", containerd/nri `pkg/adaptation/result.go`);
 //! 2. after a reload with `leave_to_others: [cpus]` the same container is created, runs on
 //!    the other plugin's CPUs, and its memory nodes are nri-align's alignment to them; its
-//!    claim's CPUs (the driver's `DRA_CPUSET_<claimUID>` env) are recorded as held;
+//!    claim's CPUs (the driver's `DRA_CPUSET_<claimUID>` env, from the claim's CDI spec the
+//!    kubelet's PodResources answer names) are recorded as held;
 //! 3. with the other plugin after nri-align (index 90), the CPUs show at PostStartContainer:
 //!    the record follows them, the memory nodes too (the cgroup at once, the runtime's spec
 //!    with the next response, a `cpuset.mems`-only update).
@@ -25,7 +26,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use test_support::e2e::cpuset_plugin::CpusetPlugin;
-use test_support::e2e::kubelet::{KubeContainer, KubePod, Node, Resources};
+use test_support::e2e::kubelet::{ClaimDevice, DraClaim, KubeContainer, KubePod, Node, Resources};
 use test_support::e2e::suite::Enforced;
 use test_support::e2e::{wait_until, Pod, Runtime, UpOptions};
 use test_support::each_runtime;
@@ -62,36 +63,72 @@ fn assert_refused_as_both_set(e: &Enforced, sandbox: &Pod, pod: &KubePod, k: &No
     );
 }
 
+/// The CDI name dra-driver-cpu prepares the claim as (kind `dra.k8s.io/cpu`, a device per
+/// claim, `pkg/driver/cdi.go`).
+fn claim_cdi_name() -> String {
+    format!("dra.k8s.io/cpu={CLAIM}")
+}
+
+/// Writes the driver's CDI spec for the claim of `cpu` where nri-align reads specs, and waits
+/// for its watcher.
+fn install_claim_spec(e: &Enforced, cpu: u32) {
+    let spec = format!(
+        r#"{{"cdiVersion": "0.8.0", "kind": "dra.k8s.io/cpu", "devices": [
+            {{"name": "{CLAIM}", "containerEdits": {{"env": ["DRA_CPUSET_{CLAIM}={cpu}"]}}}}]}}"#
+    );
+    let dir = e.host.root.join("var/run/cdi");
+    std::fs::create_dir_all(&dir).expect("cdi dir");
+    std::fs::write(dir.join("dra.cpu.json"), spec).expect("spec");
+    // Within a second of the write (the watcher's bound), with room for a loaded machine.
+    std::thread::sleep(Duration::from_millis(1500));
+}
+
 fn pod(name: &str, cpu: u32) -> KubePod {
     KubePod::new("dra", name).container(
         KubeContainer::new("app")
             .resources(Resources::none().both("cpu", "1").both("memory", "64Mi"))
-            // What the driver's CDI spec injects for the claim.
+            .claim(DraClaim {
+                namespace: "dra".into(),
+                name: "cpus".into(),
+                devices: vec![ClaimDevice {
+                    driver: "dra.cpu".into(),
+                    pool: "node".into(),
+                    device: "cpudev0".into(),
+                    cdi_names: vec![claim_cdi_name()],
+                }],
+            })
+            // What the runtime injects from the claim's CDI spec.
             .env(&format!("DRA_CPUSET_{CLAIM}"), &cpu.to_string()),
     )
 }
 
 fn a_second_plugin_owning_cpus_is_left_them(rt: Runtime) {
-    let Some(e) =
-        Enforced::with_options(rt, "others", "e2e-others", (0, 0), "", UpOptions::default())
-    else {
+    let options = UpOptions {
+        cdi: true,
+        ..UpOptions::default()
+    };
+    let Some(e) = Enforced::with_kubelet(rt, "others", "e2e-others", (0, 0), "", options) else {
         return;
     };
     // The other plugin's CPU: the last one of the last node.
     let (node, cpus) = e.host.machine.nodes.iter().last().expect("a node");
     let cpu = *cpus.last().expect("a CPU");
+    install_claim_spec(&e, cpu);
+    let kubelet = e.kubelet.as_ref().expect("test kubelet");
     let other = CpusetPlugin::start(&e.rt.nri_socket(), "dra-cpus", "10", &cpu.to_string())
         .unwrap_or_else(|err| panic!("{}: second plugin: {err}", rt.name()));
     let k = Node::for_instance(&e.rt).expect("node");
 
     // 1. Both set cpuset.cpus: the runtime refuses the container.
     let both = pod("both", cpu);
+    kubelet.report(both.pod_resources());
     let sandbox = e.rt.run_kube_pod(&both, &k).expect("sandbox");
     assert_refused_as_both_set(&e, &sandbox, &both, &k, "two plugins setting cpuset.cpus");
 
     // 2. Left to the other plugin (a reload is enough: it holds for later creations).
     reload_with(&e, "leave_to_others: [cpus]\n");
     let left = pod("left", cpu);
+    kubelet.report(left.pod_resources());
     let sandbox = e.rt.run_kube_pod(&left, &k).expect("sandbox");
     let id =
         e.rt.create_kube_container(&sandbox, &left, &k, "app", 0)

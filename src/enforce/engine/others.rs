@@ -11,9 +11,12 @@
 //! from, first found wins:
 //!
 //! 1. the DRA CPU driver's CDI env `DRA_CPUSET_<claimUID>=<cpu list>`, one per claim
-//!    (dra-driver-cpu `pkg/driver/cdi.go` names the prefix, `pkg/driver/dra_hooks.go` writes
-//!    `fmt.Sprintf("%s_%s=%s", prefix, claim.UID, cpus)`): the runtime injects it before any
-//!    NRI plugin is called, so it is there whatever the plugins' order;
+//!    (dra-driver-cpu `pkg/driver/cdi.go` writes it as the only edit of the claim's device in
+//!    its CDI spec, `pkg/driver/dra_hooks.go` formats `prefix_claimUID=cpus`), read from the
+//!    spec of a CDI device the container was given by name (the CRI field, `cdi.k8s.io/`
+//!    annotations, the kubelet's PodResources claims), never from the container's env: a pod
+//!    spec can carry any `DRA_CPUSET_` entry, and accounting CPUs nobody gave would take them
+//!    from every other container;
 //! 2. the cpuset in the container's spec as nri-align sees it: the runtime hands each plugin
 //!    the container as the plugins before it adjusted it (containerd/nri
 //!    `pkg/adaptation/result.go` writes each claimed field into the request's container), so a
@@ -34,15 +37,12 @@ use super::{log_decision, pod_name, CreateOutcome, Engine, EngineError, Placer};
 use crate::config::LeftToOthers;
 use crate::enforce::adjust::{Adjustment, CpusetUpdate, MemsUpdate};
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
-use crate::enforce::inputs::Built;
+use crate::enforce::inputs::{Built, DeviceClaims};
 use crate::enforce::state::Record;
 use crate::placement::annotations::{effective, MemNodes};
 use crate::placement::numa::attached_memory_nodes;
 use crate::placement::{Assignment, PlacementConfig, Request};
 use crate::topology::{CpuSet, NodeSet, Topology};
-
-/// The prefix of the DRA CPU driver's per-claim env entries.
-pub const DRA_CPUSET_PREFIX: &str = "DRA_CPUSET_";
 
 /// Where the CPUs of a container whose cpuset is another plugin's come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,19 +56,12 @@ pub enum OthersCpus {
     Unknown,
 }
 
-/// The CPUs container `c` gets from another plugin, as far as the creation shows them.
-pub fn others_cpus(topo: &Topology, c: &ContainerView) -> OthersCpus {
+/// The CPUs container `c` (whose devices `claims` read) gets from another plugin, as far as
+/// the creation shows them: a DRA CPU claim's, from the CDI device the container was given
+/// ([`crate::enforce::inputs::SpecDevices::dra_cpusets`]), else the cpuset the runtime shows.
+pub fn others_cpus(topo: &Topology, c: &ContainerView, claims: &DeviceClaims) -> OthersCpus {
     let mut claimed: Option<CpuSet> = None;
-    for entry in &c.env {
-        let Some((key, value)) = entry.split_once('=') else {
-            continue;
-        };
-        let Some(claim) = key.strip_prefix(DRA_CPUSET_PREFIX) else {
-            continue;
-        };
-        if claim.is_empty() {
-            continue;
-        }
+    for value in &claims.spec.dra_cpusets {
         let Some(cpus) = super::reconcile::env_cpus(topo, value, &c.id) else {
             continue;
         };
@@ -269,7 +262,7 @@ impl<P: Placer> Engine<P> {
         self.reuse_finished(pod, c);
         let req = &built.request;
         let topo = self.placer.topology();
-        let cpus = others_cpus(topo, c);
+        let cpus = others_cpus(topo, c, &built.devices);
         let mode = mem_mode(&pod.annotations, &c.name, &self.config.placement);
         let mut a = decision(topo, self.config.placement.policy, req, &cpus, mode);
         if !a.aligned {

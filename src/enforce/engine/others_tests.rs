@@ -40,20 +40,58 @@ fn set(list: &str) -> CpuSet {
     list.parse().expect("cpu list")
 }
 
+/// The devices of `c` as the engine gets them.
+fn claims(t: &Topology, c: &ContainerView) -> crate::enforce::inputs::DeviceClaims {
+    crate::enforce::inputs::build(t, &Default::default(), c, false)
+        .expect("built")
+        .devices
+}
+
+/// `c` with the DRA CPU claims `(uid, cpus)`.
+fn claimed(mut c: ContainerView, given: &[(&str, &str)]) -> ContainerView {
+    for (uid, cpus) in given {
+        crate::enforce::testing::dra_cpu_claim(&mut c, uid, cpus);
+    }
+    c
+}
+
 #[test]
-fn the_claims_env_gives_the_cpus_before_the_reported_cpuset() {
+fn the_claims_cpus_come_before_the_reported_cpuset() {
     let t = host();
     // Two claims: their CPUs together, whatever cpuset the spec carries.
-    let c = ctr(
-        &["PATH=/bin", "DRA_CPUSET_uid-a=4-5", "DRA_CPUSET_uid-b=7"],
-        "0-7",
+    let c = claimed(
+        ctr(&["PATH=/bin"], "0-7"),
+        &[("uid-a", "4-5"), ("uid-b", "7")],
     );
-    assert_eq!(others_cpus(&t, &c), OthersCpus::Claimed(set("4-5,7")));
     assert_eq!(
-        others_cpus(&t, &ctr(&[], "1-2")),
+        others_cpus(&t, &c, &claims(&t, &c)),
+        OthersCpus::Claimed(set("4-5,7"))
+    );
+    let c = ctr(&[], "1-2");
+    assert_eq!(
+        others_cpus(&t, &c, &claims(&t, &c)),
         OthersCpus::Reported(set("1-2"))
     );
-    assert_eq!(others_cpus(&t, &ctr(&[], "")), OthersCpus::Unknown);
+    let c = ctr(&[], "");
+    assert_eq!(others_cpus(&t, &c, &claims(&t, &c)), OthersCpus::Unknown);
+}
+
+#[test]
+fn a_dra_cpuset_entry_no_claim_gave_is_never_a_claim() {
+    let t = host();
+    // The pod spec's own env: any pod may carry it.
+    let c = ctr(&["DRA_CPUSET_uid-a=0-7"], "0-3");
+    assert_eq!(
+        others_cpus(&t, &c, &claims(&t, &c)),
+        OthersCpus::Reported(set("0-3"))
+    );
+    // The same entry in a spec device nobody named (matched back from that env alone).
+    let mut c = claimed(ctr(&[], "0-3"), &[("uid-a", "0-7")]);
+    c.kubelet_claims.clear();
+    assert_eq!(
+        others_cpus(&t, &c, &claims(&t, &c)),
+        OthersCpus::Reported(set("0-3"))
+    );
 }
 
 #[test]
@@ -66,8 +104,10 @@ fn a_claim_env_this_host_cannot_have_is_ignored() {
         "DRA_CPUSET_uid-a",
         "DRA_CPUSET_x=a-b",
     ] {
+        let mut c = claimed(ctr(&[], "0-3"), &[("uid-a", "1")]);
+        c.cdi_resolved[0].env = vec![env.to_string()];
         assert_eq!(
-            others_cpus(&t, &ctr(&[env], "0-3")),
+            others_cpus(&t, &c, &claims(&t, &c)),
             OthersCpus::Reported(set("0-3")),
             "{env}"
         );

@@ -85,6 +85,12 @@ pub struct SpecDevices {
     /// The container paths of the device nodes the resolved CDI devices add: the runtime's to
     /// give as the spec says, so an adjustment never removes or replaces them.
     pub cdi_node_paths: Vec<String>,
+    /// The CPU lists of the DRA CPU driver's claims (`DRA_CPUSET_<claim>=<list>`), taken from
+    /// the env edits of the CDI devices the container was given by name (the CRI field,
+    /// `cdi.k8s.io/` annotations, the kubelet's claims), never from the container's own env:
+    /// a pod spec can carry any `DRA_CPUSET_` entry, and one matched back from that env alone
+    /// proves nothing either.
+    pub dra_cpusets: Vec<String>,
 }
 
 /// One container's devices, read once (see the module's words).
@@ -251,6 +257,7 @@ impl SpecDevices {
                 .take(k8s_devices::MAX_ENTRIES)
                 .cloned()
                 .collect(),
+            dra_cpusets: dra_cpusets(c),
             cdi_node_paths: {
                 let mut paths: Vec<String> = c
                     .cdi_resolved
@@ -269,6 +276,28 @@ impl SpecDevices {
     pub fn node_paths(&self) -> Vec<String> {
         self.nodes.iter().map(|d| d.path.clone()).collect()
     }
+}
+
+/// The prefix of the DRA CPU driver's per-claim env entries: kubernetes-sigs/dra-driver-cpu
+/// writes one CDI spec (`/var/run/cdi/<driver>.json`, kind `dra.k8s.io/cpu`) with a device per
+/// claim whose only edit is the env entry `DRA_CPUSET_<claim uid>=<cpu list>`
+/// (`pkg/driver/cdi.go`); the kubelet hands the container that device's CDI name.
+pub const DRA_CPUSET_PREFIX: &str = "DRA_CPUSET_";
+
+/// The CPU lists of the `DRA_CPUSET_` entries that named, resolved CDI devices of `c` add.
+fn dra_cpusets(c: &ContainerView) -> Vec<String> {
+    let matched_back = super::cdi::matched_back(c);
+    c.cdi_resolved
+        .iter()
+        .filter(|d| !matched_back.contains(&d.name.as_str()))
+        .flat_map(|d| d.env.iter())
+        .filter_map(|e| {
+            let (key, value) = e.split_once('=')?;
+            let claim = key.strip_prefix(DRA_CPUSET_PREFIX)?;
+            (!claim.is_empty()).then(|| value.to_string())
+        })
+        .take(k8s_devices::MAX_ENTRIES)
+        .collect()
 }
 
 /// Whether `path` is a GPU (`/dev/nvidiaN`) or RDMA (`/dev/infiniband/uverbsN`) node.

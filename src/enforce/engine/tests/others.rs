@@ -6,6 +6,7 @@ use super::kubernetes::{kctr, kpod, real};
 use super::*;
 use crate::config::{LeftField, LeftToOthers};
 use crate::enforce::adjust::MemsUpdate;
+use crate::enforce::testing::dra_cpu_claim;
 use crate::placement::Allocator;
 
 fn cpus_left() -> Config {
@@ -24,7 +25,7 @@ fn a_claims_cpus_are_recorded_held_and_memory_follows_them_without_a_cpuset() {
     let mut e = real(cpus_left(), "");
     let p = kpod("dra", "claimer", &[]);
     let mut c = kctr(&p, "c-1", "app", 2000, Some(2000));
-    c.env = vec!["DRA_CPUSET_0f1e-claim=5-6".into()];
+    dra_cpu_claim(&mut c, "0f1e-claim", "5-6");
     // What the other plugin (lower index) set before nri-align was asked.
     c.resources.cpuset_cpus = "5-6".into();
     let out = create(&mut e, &p, &c);
@@ -65,7 +66,7 @@ fn without_the_key_the_same_container_gets_a_cpuset_from_nri_align() {
     let mut e = real(Config::default(), "");
     let p = kpod("dra", "claimer", &[]);
     let mut c = kctr(&p, "c-1", "app", 2000, Some(2000));
-    c.env = vec!["DRA_CPUSET_0f1e-claim=5-6".into()];
+    dra_cpu_claim(&mut c, "0f1e-claim", "5-6");
     let out = create(&mut e, &p, &c);
     assert!(!out.adjustment.cpuset_cpus.is_empty());
 }
@@ -100,9 +101,9 @@ fn two_containers_of_a_pod_sharing_one_cpu_claim_are_both_admitted() {
     let mut e = real(cpus_left(), "");
     let p = kpod("dra", "pair", &[]);
     let mut a = kctr(&p, "a-1", "a", 1000, Some(1000));
-    a.env = vec!["DRA_CPUSET_shared-claim=2-3".into()];
+    dra_cpu_claim(&mut a, "shared-claim", "2-3");
     let mut b = kctr(&p, "b-1", "b", 1000, Some(1000));
-    b.env = a.env.clone();
+    dra_cpu_claim(&mut b, "shared-claim", "2-3");
     create(&mut e, &p, &a);
     let out = create(&mut e, &p, &b);
     assert_eq!(out.adjustment.cpuset_mems.to_string(), "0");
@@ -117,14 +118,13 @@ fn a_restarted_container_is_recorded_on_the_cpus_it_gets_now() {
     let mut e = real(cpus_left(), "");
     let p = kpod("dra", "claimer", &[]);
     let mut c = kctr(&p, "c-1", "app", 2000, Some(2000));
-    c.env = vec!["DRA_CPUSET_claim=1-2".into()];
+    dra_cpu_claim(&mut c, "claim", "1-2");
     create(&mut e, &p, &c);
     e.container_stopped("c-1");
-    let mut again = ContainerView {
+    let again = ContainerView {
         id: "c-2".into(),
         ..c.clone()
     };
-    again.env = vec!["DRA_CPUSET_claim=1-2".into()];
     create(&mut e, &p, &again);
     assert!(
         !e.records().containers.contains_key("c-1"),
@@ -426,4 +426,28 @@ fn memory_nodes_synchronize_lists_move_the_cpus_once_with_its_response() {
     listed.resources.cpuset_cpus = rec.assignment.cpus.to_string().into();
     let again = e.synchronize(std::slice::from_ref(&p), &[listed]);
     assert!(!again.iter().any(|u| u.container_id == "c-1"), "{again:?}");
+}
+
+#[test]
+fn a_pods_own_dra_cpuset_env_changes_no_accounting() {
+    let mut e = real(cpus_left(), "");
+    let free_before = e.placer().shared_pool();
+    // The pod spec's own entry, naming every CPU: no claim gave it.
+    let p = kpod("dra", "liar", &[]);
+    let mut c = kctr(&p, "c-1", "app", 1000, Some(1000));
+    c.env = vec!["DRA_CPUSET_anything=0-7".into()];
+    c.resources.cpuset_cpus = "0-7".into();
+    create(&mut e, &p, &c);
+    let rec = &e.records().containers["c-1"];
+    assert!(
+        !rec.assignment.exclusive,
+        "recorded shared, not as a claim's holder"
+    );
+    assert_eq!(e.placer().shared_pool(), free_before);
+    // The same entry the claim's CDI device gives is the claim's.
+    let q = kpod("dra", "claimer", &[]);
+    let mut d = kctr(&q, "d-1", "app", 1000, Some(1000));
+    dra_cpu_claim(&mut d, "real", "6");
+    create(&mut e, &q, &d);
+    assert!(e.records().containers["d-1"].assignment.exclusive);
 }
