@@ -248,7 +248,7 @@ pub fn render_with(report: &Report, nrt: &[NodeResourceTopology]) -> anyhow::Res
         for d in report.decisions.iter().filter(|d| d.step == step.step) {
             if d.admitted {
                 out.push_str(&format!(
-                    "  {} {}: cpus {} ({}) mems {}{}{} - {}\n",
+                    "  {} {}: cpus {} ({}) mems {}{}{} - {}{}\n",
                     d.pod,
                     d.container,
                     d.cpus,
@@ -264,7 +264,12 @@ pub fn render_with(report: &Report, nrt: &[NodeResourceTopology]) -> anyhow::Res
                     } else {
                         format!(" nics {}", d.nics.join(","))
                     },
-                    d.reason
+                    d.reason,
+                    if d.split.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" [split {}]", d.split)
+                    }
                 ));
             } else {
                 out.push_str(&format!(

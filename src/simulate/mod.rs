@@ -12,6 +12,7 @@ pub mod nic_plugin;
 pub mod optimum;
 pub mod paired;
 pub mod repack;
+pub mod split;
 pub mod workload;
 
 use workload::{bytes, cpu_milli, dra_devices};
@@ -94,6 +95,10 @@ pub struct Decision {
     pub gpu_link_score: u32,
     /// Why.
     pub reason: String,
+    /// How many of its CPUs, GPUs and NICs each node holds (`node 0: 60 cpus 4 gpus | ...`),
+    /// for a container with GPUs or NICs.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub split: String,
 }
 
 /// What one step left free.
@@ -466,6 +471,7 @@ pub fn replay_plugins(
                             aligned: a.aligned,
                             gpu_link_score: links.set_score(&idx),
                             reason: a.reason.clone(),
+                            split: split::device_split(&topo, &a),
                         });
                         placed.push(r.container_id.clone());
                     }
@@ -484,6 +490,7 @@ pub fn replay_plugins(
                             aligned: false,
                             gpu_link_score: 0,
                             reason: e,
+                            split: String::new(),
                         });
                         failed = Some(r.container_name.clone());
                         break;
