@@ -8,6 +8,7 @@
 pub mod baseline;
 pub mod churn;
 pub mod device_plugin;
+pub mod distribute;
 pub mod nic_plugin;
 pub mod optimum;
 pub mod paired;
@@ -201,6 +202,14 @@ impl Contender {
             )),
         })
     }
+    /// The same decision maker with the kubelet's CPU manager option
+    /// `distribute-cpus-across-numa` on or off (nri-align ignores it: its own is `cpu_spread`).
+    pub fn with_distribute_cpus(self, on: bool) -> Self {
+        match self {
+            Contender::Kubelet(k) => Contender::Kubelet(Box::new(k.with_distribute_cpus(on))),
+            other => other,
+        }
+    }
     /// Decides and records.
     pub fn place(&mut self, r: &Request) -> Result<Assignment, PlacementError> {
         match self {
@@ -390,8 +399,18 @@ pub fn replay_plugins(
     choice: GpuChoice,
     nic: NicPlugin,
 ) -> Result<Report, ReplayError> {
+    let d = Contender::with_plugins(strategy, Arc::clone(&topo), config, choice, nic)?;
+    replay_on(d, topo, workload, strategy)
+}
+
+/// Replays `workload` through the decision maker `d` (made for `strategy` on `topo`).
+pub fn replay_on(
+    mut d: Contender,
+    topo: Arc<Topology>,
+    workload: &Workload,
+    strategy: Strategy,
+) -> Result<Report, ReplayError> {
     let links = LinkTable::new(&topo);
-    let mut d = Contender::with_plugins(strategy, Arc::clone(&topo), config, choice, nic)?;
     let events: Vec<Event> = if workload.events.is_empty() {
         workload.pods.iter().map(|p| Event::add(&p.name)).collect()
     } else {
