@@ -183,7 +183,6 @@ fn desc(s: Shape) -> HostDesc {
             at: attach_switch(&format!("sw{}", g / 2)),
             mig: false,
             mig_devices: Vec::new(),
-            memory_node: None,
             uuid: None,
             nvlink_slots: None,
             memory_node: None,
