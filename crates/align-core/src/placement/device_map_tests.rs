@@ -61,7 +61,14 @@ fn eight_gpus_each_get_cpus_of_their_own_node() {
     }
     let env = a.device_map.gpu_cpus();
     assert_eq!(env.split(';').count(), 8, "{env}");
-    assert!(env.starts_with("0:"), "{env}");
+    // The example docs/usage.md shows.
+    assert!(
+        env.starts_with(
+            "0:0-6,112-118;1:7-14,119-126;2:15-21,127-133;3:22-29,134-141;4:56-62,168-174;"
+        ),
+        "{env}"
+    );
+    assert!(env.ends_with(";7:78-85,190-197"), "{env}");
     assert_eq!(a.device_map.gpu_mems().split(';').next(), Some("0:0"));
 }
 
