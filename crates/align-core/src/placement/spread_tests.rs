@@ -249,3 +249,24 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_device_whose_node_is_unknown_counts_on_no_node() {
+    // GPUs on node 0, node 1 and nowhere known: the split is 1:1, not 2:1 either way.
+    let mut topo = host_with_gpus(2, 1, 8, 1, &[0, 1, 0]);
+    topo.gpus[2].numa_node = None;
+    let topo = Arc::new(topo);
+    let config = PlacementConfig {
+        gpu_mode: GpuMode::Keep,
+        ..PlacementConfig::default()
+    };
+    let a = Allocator::new(topo.clone(), config)
+        .plan(&gpu_request(8, 3, &topo))
+        .expect("placed");
+    assert_eq!(
+        (on_node(&topo, &a, 0), on_node(&topo, &a, 1)),
+        (4, 4),
+        "{}",
+        a.cpus
+    );
+}
