@@ -13,6 +13,7 @@ use super::Exit;
 use crate::enforce::state::{Loaded, Record, StateStore};
 use crate::enforce::verify::offline_held;
 use crate::host::cgroup::{CgroupMounts, ContainerCgroup};
+use crate::placement::device_map::DeviceMap;
 use crate::topology::load::{load, Source};
 use crate::topology::picture::{render_svg, Holder, Overlay};
 use crate::topology::{read_online, IdSet};
@@ -73,6 +74,10 @@ pub struct Placement {
     /// CDI names they were prepared as; absent when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub claims: Vec<crate::enforce::container::KubeletClaimDevice>,
+    /// Each GPU's and NIC's CPUs and memory nodes, as the container's env gives them
+    /// (`NRI_ALIGN_GPU_CPUS`, ...); absent for a container without devices.
+    #[serde(skip_serializing_if = "DeviceMap::is_empty")]
+    pub device_map: DeviceMap,
 }
 
 /// Lists the recorded containers.
@@ -119,6 +124,9 @@ pub fn run(args: PlacementsArgs) -> anyhow::Result<()> {
             dash(&r.nics.join(",")),
             r.since.as_deref().unwrap_or("-")
         );
+        for line in map_lines(&r.device_map) {
+            println!("  {line}");
+        }
         // One line per DRA claim device under its container: which claim, and which device
         // of which driver's pool.
         for k in &r.claims {
@@ -271,7 +279,27 @@ fn placement(id: &str, rec: &Record, mounts: &CgroupMounts, online: Option<&IdSe
         offline_cpus: offline_held(rec, online).to_string(),
         since: cgroup_created(mounts, &rec.cgroups_path).map(rfc3339),
         claims: rec.dra_claims.clone(),
+        device_map: a.device_map.clone(),
     }
+}
+
+/// One line per GPU (by the ordinal CUDA gives it in the container) and per NIC: its CPUs and,
+/// for a GPU, its memory nodes.
+pub fn map_lines(map: &DeviceMap) -> Vec<String> {
+    let gpus = map.gpus.iter().map(|g| {
+        format!(
+            "gpu {} ({}): cpus {} mems {}",
+            g.ordinal,
+            g.pci_bus_id,
+            dash(&g.cpus.to_string()),
+            dash(&g.mems.to_string())
+        )
+    });
+    let nics = map
+        .nics
+        .iter()
+        .map(|n| format!("nic {}: cpus {}", n.name, dash(&n.cpus.to_string())));
+    gpus.chain(nics).collect()
 }
 
 /// When the container's cgroup directory was made: its birth time where the filesystem keeps

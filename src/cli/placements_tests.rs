@@ -26,6 +26,7 @@ fn devices_the_drawn_host_lacks_are_said_not_dropped() {
         offline_cpus: String::new(),
         since: None,
         claims: Vec::new(),
+        device_map: DeviceMap::default(),
     };
     let here = topo.gpus[0].pci_bus_id.clone();
     let lines = not_on_host(
@@ -42,4 +43,26 @@ fn devices_the_drawn_host_lacks_are_said_not_dropped() {
             "ml/train/cuda holds NIC eth-gone that this host does not have: not drawn",
         ]
     );
+}
+
+#[test]
+fn the_device_map_has_a_line_per_gpu_and_nic() {
+    use crate::placement::device_map::{GpuShare, NicShare};
+    let map = DeviceMap {
+        gpus: vec![GpuShare {
+            ordinal: 0,
+            pci_bus_id: "0000:1b:00.0".into(),
+            cpus: "0-3".parse().expect("set"),
+            mems: "0".parse().expect("set"),
+        }],
+        nics: vec![NicShare {
+            name: "ib0".into(),
+            cpus: IdSet::new(),
+        }],
+    };
+    assert_eq!(
+        map_lines(&map),
+        ["gpu 0 (0000:1b:00.0): cpus 0-3 mems 0", "nic ib0: cpus -"]
+    );
+    assert!(map_lines(&DeviceMap::default()).is_empty());
 }

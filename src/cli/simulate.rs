@@ -48,6 +48,11 @@ pub struct SimulateArgs {
     /// among them) or `per-nic` (one exclusive unit per NIC, the SR-IOV plugin over PFs).
     #[arg(long, default_value = "shared", value_parser = ["shared", "sriov", "per-nic"])]
     pub kubelet_nic_plugin: String,
+    /// The kubelet strategy's CPU manager with the `distribute-cpus-across-numa` policy option:
+    /// a container's exclusive CPUs spread evenly over its NUMA nodes, not packed (nri-align's
+    /// counterpart is `cpu_spread`).
+    #[arg(long)]
+    pub kubelet_distribute_cpus: bool,
     /// VFs per RDMA NIC with --kubelet-nic-plugin sriov.
     #[arg(long, default_value_t = simulate::nic_plugin::DEFAULT_VFS_PER_PF)]
     pub kubelet_sriov_vfs: u32,
@@ -130,14 +135,15 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let text = crate::untrusted::read_to_string(workload, crate::untrusted::MAX_DOCUMENT_BYTES)
         .with_context(|| format!("reading workload {}", workload.display()))?;
     let wl = Workload::parse(&text).with_context(|| format!("in {}", workload.display()))?;
-    let report = simulate::replay_plugins(
+    let contender = simulate::Contender::with_plugins(
+        strategy,
         Arc::clone(&topo),
         config.placement.clone(),
-        &wl,
-        strategy,
         choice,
         nic,
-    )?;
+    )?
+    .with_distribute_cpus(args.kubelet_distribute_cpus);
+    let report = simulate::replay_on(contender, Arc::clone(&topo), &wl, strategy)?;
     let nrt = match &args.nrt {
         Some(node) => report
             .steps
@@ -248,7 +254,7 @@ pub fn render_with(report: &Report, nrt: &[NodeResourceTopology]) -> anyhow::Res
         for d in report.decisions.iter().filter(|d| d.step == step.step) {
             if d.admitted {
                 out.push_str(&format!(
-                    "  {} {}: cpus {} ({}) mems {}{}{} - {}\n",
+                    "  {} {}: cpus {} ({}) mems {}{}{} - {}{}\n",
                     d.pod,
                     d.container,
                     d.cpus,
@@ -264,7 +270,12 @@ pub fn render_with(report: &Report, nrt: &[NodeResourceTopology]) -> anyhow::Res
                     } else {
                         format!(" nics {}", d.nics.join(","))
                     },
-                    d.reason
+                    d.reason,
+                    if d.split.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" [split {}]", d.split)
+                    }
                 ));
             } else {
                 out.push_str(&format!(

@@ -146,6 +146,9 @@ fn print_check(c: &ContainerCheck) {
         println!("            unchecked: {}", printable(u));
     }
     print_memory(c);
+    for line in super::placements::map_lines(&c.device_map) {
+        println!("            {line}");
+    }
     if !c.offline_cpus.is_empty() {
         println!(
             "            offline: CPUs {} it holds are offline (it keeps its other CPUs)",

@@ -5,7 +5,7 @@
 
 /// Every top-level key of a configuration file, in the order `config show` writes them (it
 /// leaves out the PodResources details when the lookup is off).
-pub const CONFIG_KEYS: [&str; 32] = [
+pub const CONFIG_KEYS: [&str; 33] = [
     "policy",
     "scope",
     "reserved_cpus",
@@ -16,6 +16,7 @@ pub const CONFIG_KEYS: [&str; 32] = [
     "full_pcpus_only",
     "exclusive_headroom",
     "mempolicy",
+    "cpu_spread",
     "exempt_namespaces",
     "exclusive_annotation_namespaces",
     "isolated_namespaces",

@@ -18,6 +18,7 @@
 //! full_pcpus_only: false       # exclusive CPUs only as whole cores
 //! exclusive_headroom: 0        # free CPUs per NUMA node kept out of the shared pool (0: off)
 //! mempolicy: none              # none | bind | interleave | preferred-many | weighted-interleave
+//! cpu_spread: by-device        # by-device | even | pack: exclusive CPUs over a container's nodes
 //! exempt_namespaces: []        # namespaces never aligned: shared pool, or reserved_cpus when set
 //! exclusive_annotation_namespaces: []  # may ask cpus: exclusive|isolated without Guaranteed
 //! isolated_namespaces: []      # only these may ask cpus: isolated (default: nobody)
@@ -55,7 +56,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::placement::{
-    GpuMode, MemPolicy, NumaChoice, PlacementConfig, Policy, Scheduler, SchedulerChoiceMode, Scope,
+    CpuSpread, GpuMode, MemPolicy, NumaChoice, PlacementConfig, Policy, Scheduler,
+    SchedulerChoiceMode, Scope,
 };
 use crate::untrusted;
 
@@ -174,6 +176,7 @@ struct RawConfig {
     trusted_schedulers: Vec<String>,
     numa_choice: Option<NumaChoice>,
     mempolicy: Option<MemPolicy>,
+    cpu_spread: Option<CpuSpread>,
     allow_device_annotations: Option<bool>,
     full_pcpus_only: Option<bool>,
     exclusive_headroom: Option<u32>,
@@ -393,6 +396,7 @@ impl Config {
             numa_choice: raw.numa_choice.unwrap_or_default(),
             mempolicy: raw.mempolicy.unwrap_or_default(),
             exclusive_headroom: exclusive_headroom(raw.exclusive_headroom).map_err(&invalid)?,
+            cpu_spread: raw.cpu_spread.unwrap_or_default(),
         };
         let metrics_address = match raw.metrics_address.as_deref().map(str::trim) {
             None | Some("") => None,

@@ -45,6 +45,7 @@ impl Config {
         put(&mut m, "full_pcpus_only", p.full_pcpus_only);
         put(&mut m, "exclusive_headroom", p.exclusive_headroom);
         put(&mut m, "mempolicy", enum_value(&p.mempolicy));
+        put(&mut m, "cpu_spread", enum_value(&p.cpu_spread));
         put(&mut m, "exempt_namespaces", list(&self.exempt_namespaces));
         put(
             &mut m,

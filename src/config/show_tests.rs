@@ -61,6 +61,7 @@ fn any_config_text() -> impl proptest::strategy::Strategy<Value = String> {
                 "weighted-interleave",
             ],
         ),
+        pick("cpu_spread", &["by-device", "even", "pack"]),
         pick("exempt_namespaces", &["[]", "[kube-system, monitoring]"]),
         pick("exclusive_annotation_namespaces", &["[]", "[batch]"]),
         pick("isolated_namespaces", &["[]", "[rt]"]),

@@ -241,3 +241,20 @@ fn evict_refused_after_is_off_by_default_read_as_a_duration_and_bounded() {
         );
     }
 }
+
+#[test]
+fn cpu_spread_defaults_to_by_device_and_names_the_valid_values() {
+    use crate::placement::CpuSpread;
+    let c = Config::parse("", "t").expect("empty");
+    assert_eq!(c.placement.cpu_spread, CpuSpread::ByDevice);
+    let c = Config::parse("cpu_spread: even\n", "t").expect("valid");
+    assert_eq!(c.placement.cpu_spread, CpuSpread::Even);
+    assert!(c.to_yaml().contains("cpu_spread: even"), "{}", c.to_yaml());
+    let err = Config::parse("cpu_spread: sideways\n", "t")
+        .expect_err("unknown value")
+        .to_string();
+    assert!(
+        err.contains("by-device") && err.contains("even") && err.contains("pack"),
+        "{err}"
+    );
+}

@@ -25,6 +25,12 @@ use crate::host::devices::DeviceLookup;
 pub const DECISION_KEY: &str = "nri-align.io/decision";
 /// Env var carrying the decision inside the container.
 pub const DECISION_ENV: &str = "NRI_ALIGN_DECISION";
+/// Env var with each GPU's CPUs, `ORD:CPULIST;...` by CUDA ordinal.
+pub const GPU_CPUS_ENV: &str = "NRI_ALIGN_GPU_CPUS";
+/// Env var with each GPU's memory nodes, `ORD:NODELIST;...`.
+pub const GPU_MEMS_ENV: &str = "NRI_ALIGN_GPU_MEMS";
+/// Env var with each NIC's CPUs, `NAME:CPULIST;...`.
+pub const NIC_CPUS_ENV: &str = "NRI_ALIGN_NIC_CPUS";
 /// NVIDIA control nodes added with any GPU, when the host has them.
 pub const NVIDIA_CONTROL_NODES: [&str; 3] =
     ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"];
@@ -99,9 +105,9 @@ pub enum AdjustError {
     MissingNode(String),
 }
 
-/// One-line decision record (env and annotation).
+/// One-line decision record (env and annotation), with the per-device map when there is one.
 pub fn decision_record(a: &Assignment) -> String {
-    format!(
+    let mut record = format!(
         "policy={} cpus={} exclusive={} mems={} nodes={} gpus={} nics={} aligned={}",
         a.policy,
         a.cpus,
@@ -111,7 +117,32 @@ pub fn decision_record(a: &Assignment) -> String {
         a.gpus.join(","),
         a.nics.join(","),
         a.aligned
-    )
+    );
+    let map = &a.device_map;
+    if !map.gpus.is_empty() {
+        record.push_str(&format!(
+            " gpu_cpus={} gpu_mems={}",
+            map.gpu_cpus(),
+            map.gpu_mems()
+        ));
+    }
+    if !map.nics.is_empty() {
+        record.push_str(&format!(" nic_cpus={}", map.nic_cpus()));
+    }
+    record
+}
+
+/// The per-device map's env entries (see `placement::device_map`): one per kind of device the
+/// container was given.
+fn set_device_map_env(adj: &mut Adjustment, a: &Assignment) {
+    let map = &a.device_map;
+    if !map.gpus.is_empty() {
+        adj.env.insert(GPU_CPUS_ENV.into(), map.gpu_cpus());
+        adj.env.insert(GPU_MEMS_ENV.into(), map.gpu_mems());
+    }
+    if !map.nics.is_empty() {
+        adj.env.insert(NIC_CPUS_ENV.into(), map.nic_cpus());
+    }
 }
 
 /// Builds the adjustment of container `c` (whose devices `claims` read) for decision `a`: the
@@ -158,6 +189,7 @@ pub fn build_adjustment(
     if !claims.any_gpu_from_cdi() {
         set_gpu_env(&mut adj, a, claims, &chosen);
     }
+    set_device_map_env(&mut adj, a);
     let record = decision_record(a);
     adj.env.insert(DECISION_ENV.into(), record.clone());
     adj.annotations.insert(DECISION_KEY.into(), record);

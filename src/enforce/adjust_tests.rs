@@ -163,3 +163,45 @@ fn cpu_only_decision_touches_no_devices_and_missing_nodes_fail() {
     .expect_err("missing");
     assert_eq!(err, AdjustError::MissingNode("/dev/nvidia0".into()));
 }
+
+#[test]
+fn the_device_map_goes_in_the_env_and_the_record() {
+    use crate::placement::device_map::{DeviceMap, GpuShare, NicShare};
+    let mut a = decision(&["0000:1b:00.0", "0000:3b:00.0"], &["ib0"]);
+    a.cpus = "2-5".parse().expect("set");
+    a.device_map = DeviceMap {
+        gpus: vec![
+            GpuShare {
+                ordinal: 0,
+                pci_bus_id: "0000:1b:00.0".into(),
+                cpus: "2-3".parse().expect("set"),
+                mems: "0".parse().expect("set"),
+            },
+            GpuShare {
+                ordinal: 1,
+                pci_bus_id: "0000:3b:00.0".into(),
+                cpus: "4-5".parse().expect("set"),
+                mems: "0".parse().expect("set"),
+            },
+        ],
+        nics: vec![NicShare {
+            name: "ib0".into(),
+            cpus: "2-5".parse().expect("set"),
+        }],
+    };
+    let c = ContainerView::default();
+    let mut devs = host();
+    devs.0.insert("/dev/nvidia1", node("/dev/nvidia1", 195, 1));
+    let adj = build_adjustment(&a, &gpu_topology(), &c, &devs).expect("ok");
+    assert_eq!(adj.env[GPU_CPUS_ENV], "0:2-3;1:4-5");
+    assert_eq!(adj.env[GPU_MEMS_ENV], "0:0;1:0");
+    assert_eq!(adj.env[NIC_CPUS_ENV], "ib0:2-5");
+    let record = &adj.annotations[DECISION_KEY];
+    assert!(
+        record.ends_with(" gpu_cpus=0:2-3;1:4-5 gpu_mems=0:0;1:0 nic_cpus=ib0:2-5"),
+        "{record}"
+    );
+    // Without devices, no map entries.
+    let adj = build_adjustment(&decision(&[], &[]), &gpu_topology(), &c, &host()).expect("ok");
+    assert!(!adj.env.contains_key(GPU_CPUS_ENV) && !adj.env.contains_key(NIC_CPUS_ENV));
+}

@@ -23,6 +23,7 @@ use crate::enforce::state::{Record, StateDoc};
 use crate::host::cgroup::{CgroupMounts, ContainerCgroup};
 use crate::host::devices::{nvidia_minor, uverbs_name, visible_devices};
 use crate::host::procfs::{dev_of, status, status_field, task_mempolicy, ContainerKey, ProcIndex};
+use crate::placement::device_map::DeviceMap;
 use crate::topology::{read_online, IdSet};
 
 /// How one container compares.
@@ -73,6 +74,10 @@ pub struct ContainerCheck {
     /// decision is in force, the memory was placed before or despite it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote_memory: Option<RemoteMemory>,
+    /// Each GPU's and NIC's CPUs and memory nodes as the container's env gives them
+    /// (`NRI_ALIGN_GPU_CPUS`, ...); absent for a container without devices.
+    #[serde(skip_serializing_if = "DeviceMap::is_empty")]
+    pub device_map: DeviceMap,
 }
 
 /// How `verify` judges what it finds.
@@ -164,6 +169,7 @@ fn check_one(id: &str, rec: &Record, root: &Path, view: &View, offline: &IdSet) 
         memory: None,
         threads: Vec::new(),
         remote_memory: None,
+        device_map: a.device_map.clone(),
     };
     // The container's processes are those in its cgroup (from the cgroups path the runtime
     // gave, either driver), compared component by component: never a process whose path merely
@@ -194,6 +200,7 @@ fn check_one(id: &str, rec: &Record, root: &Path, view: &View, offline: &IdSet) 
     );
     check_processes(&mut check.problems, root, &check.pids, rec);
     check_mempolicy(&mut check, root, first, rec);
+    check_map(&mut check.problems, rec);
     if let Some(first) = first {
         check_devices(&mut check.problems, root, first, rec);
     }
@@ -230,6 +237,28 @@ fn observe_memory(
             view.options.remote_memory_threshold,
         )
     });
+}
+
+/// The per-device map the container's env holds names only CPUs it has: the env is written
+/// once, at creation, so an exclusive container whose CPUs moved since (a CPU replaced after
+/// it went offline) reads a map that sends its workers elsewhere. A shared container's map
+/// follows the pool no more than its env does, and is not compared.
+fn check_map(problems: &mut Vec<String>, rec: &Record) {
+    let a = &rec.assignment;
+    if !a.exclusive || rec.applied_cpus.is_empty() {
+        return;
+    }
+    let mut named = IdSet::new();
+    for g in &a.device_map.gpus {
+        named.extend_from(&g.cpus);
+    }
+    let outside = named.difference(&rec.applied_cpus);
+    if !outside.is_empty() {
+        problems.push(format!(
+            "NRI_ALIGN_GPU_CPUS names CPUs {outside} the container does not have (cpuset {})",
+            rec.applied_cpus
+        ));
+    }
 }
 
 /// A container none of whose processes this /proc shows (no hostPID): whether its cgroup

@@ -373,3 +373,44 @@ fn an_unreadable_numa_stat_is_named_and_the_rest_is_checked() {
         "{unchecked}"
     );
 }
+
+#[test]
+fn the_device_map_is_reported_and_a_stale_one_is_drift() {
+    use crate::placement::device_map::{DeviceMap, GpuShare};
+    let t = tempfile::tempdir().expect("tmp");
+    host(
+        t.path(),
+        "abc",
+        "2-3",
+        "2",
+        &["/dev/nvidia1", "/dev/nvidiactl", "/dev/null"],
+    );
+    let mut d = doc("abc");
+    let share = |cpus: &str| GpuShare {
+        ordinal: 0,
+        pci_bus_id: "0000:1b:00.0".into(),
+        cpus: cpus.parse().expect("set"),
+        mems: "0".parse().expect("set"),
+    };
+    d.containers
+        .get_mut("abc")
+        .expect("abc")
+        .assignment
+        .device_map = DeviceMap {
+        gpus: vec![share("2-3")],
+        nics: Vec::new(),
+    };
+    let r = verify(&d, t.path());
+    assert_eq!(r[0].verdict, Verdict::Ok, "{:?}", r[0].problems);
+    assert_eq!(r[0].device_map.gpu_cpus(), "0:2-3");
+    // The CPUs moved after creation (one replaced); the env's map still names the old one.
+    d.containers
+        .get_mut("abc")
+        .expect("abc")
+        .assignment
+        .device_map
+        .gpus = vec![share("1-2")];
+    let r = verify(&d, t.path());
+    let all = r[0].problems.join("\n");
+    assert!(all.contains("NRI_ALIGN_GPU_CPUS names CPUs 1"), "{all}");
+}

@@ -60,6 +60,8 @@ pub struct KubeletBaseline {
     gpu_choice: GpuChoice,
     nic_plugin: NicPlugin,
     nic_units: NicUnits,
+    /// The CPU manager's `distribute-cpus-across-numa` option (see `distribute.rs`).
+    distribute_cpus: bool,
 }
 
 impl KubeletBaseline {
@@ -101,6 +103,7 @@ impl KubeletBaseline {
             gpu_choice: GpuChoice::default(),
             nic_plugin: NicPlugin::default(),
             nic_units: NicUnits::default(),
+            distribute_cpus: false,
             ledger: Ledger::new(topology, config.reserved_cpus.clone()),
             config,
             nodes,
@@ -112,6 +115,12 @@ impl KubeletBaseline {
     /// The same baseline with its device plugin picking GPUs by `choice`.
     pub fn with_gpu_choice(mut self, choice: GpuChoice) -> Self {
         self.gpu_choice = choice;
+        self
+    }
+
+    /// The same baseline with the CPU manager's `distribute-cpus-across-numa` option `on`.
+    pub fn with_distribute_cpus(mut self, on: bool) -> Self {
+        self.distribute_cpus = on;
         self
     }
 
@@ -382,10 +391,12 @@ impl KubeletBaseline {
         let on_mask = |n: Option<usize>| n.is_some_and(|i| in_mask.contains(&i));
         if r.exclusive {
             let free = self.ledger.free_cpus();
-            let mut cpus = take_lowest(topo, &free.intersection(&local_cpus), r.cpus);
+            // The static policy: the hint's CPUs first, then the rest, each by its take.
+            let aligned = free.intersection(&local_cpus);
+            let mut cpus = self.take(&aligned, r.cpus.min(aligned.len() as u32));
             if (cpus.len() as u32) < r.cpus {
                 let rest = free.difference(&cpus);
-                cpus.extend_from(&take_lowest(topo, &rest, r.cpus - cpus.len() as u32));
+                cpus.extend_from(&self.take(&rest, r.cpus - cpus.len() as u32));
             }
             if (cpus.len() as u32) < r.cpus {
                 return Err(PlacementError::Insufficient {
@@ -446,6 +457,27 @@ impl KubeletBaseline {
             }
         );
         Ok((a, units))
+    }
+}
+
+impl KubeletBaseline {
+    /// The CPU manager's `takeByTopology`: distributed over NUMA nodes with
+    /// `distribute-cpus-across-numa` (CPU groups of a core under `full-pcpus-only`), else
+    /// packed.
+    fn take(&self, avail: &CpuSet, k: u32) -> CpuSet {
+        let topo = self.ledger.topo();
+        if self.distribute_cpus {
+            let group = if self.config.full_pcpus_only {
+                crate::placement::cpus::threads_per_core(topo)
+            } else {
+                1
+            };
+            let packed = |a: &CpuSet, n: u32| take_lowest(topo, a, n);
+            if let Some(c) = super::distribute::take_distributed(topo, avail, k, group, packed) {
+                return c;
+            }
+        }
+        take_lowest(topo, avail, k)
     }
 }
 

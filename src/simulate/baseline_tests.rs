@@ -11,3 +11,31 @@ fn merge_prefers_preferred_then_narrow_then_low() {
         (0b11, false)
     );
 }
+
+#[test]
+fn distribute_cpus_across_numa_splits_a_two_node_container_evenly() {
+    let topo = Arc::new(crate::topology::testing::shipped("dgx-h100"));
+    let config = PlacementConfig {
+        reserved_cpus: kubelet_reserved(&topo, 2),
+        ..PlacementConfig::default()
+    };
+    let mut req = crate::placement::Request {
+        container_id: "c".into(),
+        container_name: "main".into(),
+        cpu_request_milli: 120_000,
+        cpu_limit_milli: Some(120_000),
+        // No memory limit: the memory provider's one-node hint would narrow the CPUs' mask.
+        memory_limit_bytes: None,
+        ..Default::default()
+    };
+    req.allocated_gpus = topo.gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
+    let on = |a: &Assignment, id: u32| a.cpus.intersection_len(&topo.node(id).expect("node").cpus);
+    let mut packed = KubeletBaseline::new(topo.clone(), config.clone()).expect("baseline");
+    let a = packed.place(&req).expect("placed");
+    assert!(on(&a, 0) > 100, "{}", a.cpus);
+    let mut spread = KubeletBaseline::new(topo.clone(), config)
+        .expect("baseline")
+        .with_distribute_cpus(true);
+    let a = spread.place(&req).expect("placed");
+    assert_eq!((on(&a, 0), on(&a, 1)), (60, 60), "{}", a.cpus);
+}

@@ -8,10 +8,12 @@
 pub mod baseline;
 pub mod churn;
 pub mod device_plugin;
+pub mod distribute;
 pub mod nic_plugin;
 pub mod optimum;
 pub mod paired;
 pub mod repack;
+pub mod split;
 pub mod workload;
 
 use workload::{bytes, cpu_milli, dra_devices};
@@ -94,6 +96,10 @@ pub struct Decision {
     pub gpu_link_score: u32,
     /// Why.
     pub reason: String,
+    /// How many of its CPUs, GPUs and NICs each node holds (`node 0: 60 cpus 4 gpus | ...`),
+    /// for a container with GPUs or NICs.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub split: String,
 }
 
 /// What one step left free.
@@ -195,6 +201,14 @@ impl Contender {
                     .with_nic_plugin(nic),
             )),
         })
+    }
+    /// The same decision maker with the kubelet's CPU manager option
+    /// `distribute-cpus-across-numa` on or off (nri-align ignores it: its own is `cpu_spread`).
+    pub fn with_distribute_cpus(self, on: bool) -> Self {
+        match self {
+            Contender::Kubelet(k) => Contender::Kubelet(Box::new(k.with_distribute_cpus(on))),
+            other => other,
+        }
     }
     /// Decides and records.
     pub fn place(&mut self, r: &Request) -> Result<Assignment, PlacementError> {
@@ -385,8 +399,18 @@ pub fn replay_plugins(
     choice: GpuChoice,
     nic: NicPlugin,
 ) -> Result<Report, ReplayError> {
+    let d = Contender::with_plugins(strategy, Arc::clone(&topo), config, choice, nic)?;
+    replay_on(d, topo, workload, strategy)
+}
+
+/// Replays `workload` through the decision maker `d` (made for `strategy` on `topo`).
+pub fn replay_on(
+    mut d: Contender,
+    topo: Arc<Topology>,
+    workload: &Workload,
+    strategy: Strategy,
+) -> Result<Report, ReplayError> {
     let links = LinkTable::new(&topo);
-    let mut d = Contender::with_plugins(strategy, Arc::clone(&topo), config, choice, nic)?;
     let events: Vec<Event> = if workload.events.is_empty() {
         workload.pods.iter().map(|p| Event::add(&p.name)).collect()
     } else {
@@ -466,6 +490,7 @@ pub fn replay_plugins(
                             aligned: a.aligned,
                             gpu_link_score: links.set_score(&idx),
                             reason: a.reason.clone(),
+                            split: split::device_split(&topo, &a),
                         });
                         placed.push(r.container_id.clone());
                     }
@@ -484,6 +509,7 @@ pub fn replay_plugins(
                             aligned: false,
                             gpu_link_score: 0,
                             reason: e,
+                            split: String::new(),
                         });
                         failed = Some(r.container_name.clone());
                         break;

@@ -196,6 +196,11 @@ impl<P: Placer> Engine<P> {
         a.container_id = c.id.clone();
         if !a.exclusive {
             a.cpus = self.placer.shared_on(&a.numa_nodes);
+            // The restarted container's env gets the map of the pool as it is now.
+            if !a.device_map.is_empty() {
+                a.device_map =
+                    crate::placement::device_map::DeviceMap::of(self.placer.topology(), &a);
+            }
         }
         if let Err(r) = self.placer.restore(a.clone()) {
             tracing::warn!(container = %c.name, "predecessor's decision not restorable, placed anew: {}", r.message);

@@ -21,6 +21,7 @@ fn host() -> Topology {
         name: None,
         mig_enabled: None,
         mig_devices: Vec::new(),
+        memory_node: None,
     }];
     t
 }

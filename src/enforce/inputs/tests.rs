@@ -14,6 +14,7 @@ pub(crate) fn gpu_topology() -> Topology {
         name: None,
         mig_enabled: None,
         mig_devices: Vec::new(),
+        memory_node: None,
     };
     Topology {
         gpus: vec![gpu(0, "0000:1b:00.0"), gpu(1, "0000:3b:00.0")],

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::choose::{Candidate, GpuSearch, Search};
 use super::cpus;
+use super::device_map::DeviceMap;
 use super::error::{fmt_bytes, fmt_nodes, PlacementError};
 use super::gpus::LinkTable;
 use super::ledger::{Ledger, NodeFree};
@@ -21,6 +22,7 @@ use super::reject;
 use super::request::{Assignment, PodTotals, Request};
 use super::resolve::{resolve, Resolved};
 use super::scheduler::ChoiceOutcome;
+use super::spread;
 use crate::topology::{CpuSet, NodeSet, Topology};
 
 /// Owns the live allocations and decides placements.
@@ -255,7 +257,7 @@ impl Allocator {
             &a.mems,
             &a.numa_nodes,
         );
-        let plan = self.with_choice(&r, plan);
+        let mut plan = self.with_choice(&r, plan);
         // Every path gives a shared container the pool (or its part on the container's
         // nodes); a hot-plug can leave it empty, and an empty cpuset is no cpuset at all to
         // the runtime: the container would run on every CPU, the exclusive ones included.
@@ -265,6 +267,8 @@ impl Allocator {
                 online: self.ledger.online().to_string(),
             });
         }
+        let a = &mut plan.assignment;
+        a.device_map = DeviceMap::of(self.ledger.topo(), a);
         Ok(plan)
     }
 
@@ -421,7 +425,7 @@ impl Allocator {
             let everywhere = vec![true; caps.len()];
             let nodes = numa::choose(topo, &caps, &everywhere, &need, r.eff.numa_choice)
                 .ok_or_else(|| reject::insufficient(&self.ledger, config, r, &caps))?;
-            a.cpus = self.pick_cpus(config, &caps, &nodes, r)?;
+            a.cpus = self.pick_cpus(config, &caps, &nodes, r, None)?;
         } else {
             a.cpus = self.ledger.shared_pool();
         }
@@ -444,17 +448,17 @@ impl Allocator {
         caps: &[Cap],
         nodes: &[usize],
         r: &Resolved,
+        shares: Option<&[u32]>,
     ) -> Result<CpuSet, PlacementError> {
-        let avail = nodes.iter().map(|i| &caps[*i].avail);
+        let avail: Vec<&CpuSet> = nodes.iter().map(|i| &caps[*i].avail).collect();
         // The headroom first: CPUs taken from it move no shared container.
         let pool = self.ledger.shared_pool();
-        let picked = cpus::pick_outside(
-            self.ledger.topo(),
-            avail,
-            &pool,
-            r.cpus,
-            config.full_pcpus_only,
-        )
+        let topo = self.ledger.topo();
+        let whole = config.full_pcpus_only;
+        let picked = match shares {
+            Some(s) => cpus::pick_shares_outside(topo, &avail, s, &pool, whole),
+            None => cpus::pick_outside(topo, avail, &pool, r.cpus, whole),
+        }
         .ok_or_else(|| reject::insufficient(&self.ledger, config, r, caps))?;
         if r.isolated {
             // Isolated CPUs are never in the shared pool: taking them cannot empty it.
@@ -526,7 +530,8 @@ impl Allocator {
         let caps = search.caps();
         a.numa_nodes = self.ledger.ids(&c.nodes);
         a.cpus = if r.exclusive {
-            self.pick_cpus(config, caps, &c.nodes, r)?
+            let shares = spread::node_shares(&self.ledger, r, &c.nodes, &c.gpus, &c.nics, caps);
+            self.pick_cpus(config, caps, &c.nodes, r, shares.as_deref())?
         } else {
             self.ledger.shared_on(&a.numa_nodes)
         };

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use super::error::PlacementError;
-use super::policy::{CpuPreference, MemPolicy, NumaChoice, PlacementConfig, Policy, Scope};
+use super::policy::{
+    CpuPreference, CpuSpread, MemPolicy, NumaChoice, PlacementConfig, Policy, Scope,
+};
 use crate::untrusted::{excerpt, quoted};
 
 /// The annotation domain.
@@ -41,9 +43,11 @@ pub struct Effective {
     pub numa_choice: NumaChoice,
     /// The memory policy the container starts with.
     pub mempolicy: MemPolicy,
+    /// How its exclusive CPUs split over its nodes.
+    pub cpu_spread: CpuSpread,
 }
 
-const KEYS: &str = "policy, scope, cpus, gpus, nics, mems, numa-choice, mempolicy";
+const KEYS: &str = "policy, scope, cpus, gpus, nics, mems, numa-choice, mempolicy, cpu-spread";
 
 /// Longest annotation key Kubernetes accepts: a 253-byte DNS prefix, `/`, a 63-byte name.
 pub const MAX_KEY_BYTES: usize = 253 + 1 + 63;
@@ -67,6 +71,7 @@ pub fn effective(
         mems: MemNodes::CpuNodes,
         numa_choice: config.numa_choice,
         mempolicy: config.mempolicy,
+        cpu_spread: config.cpu_spread,
     };
     // Pod-level values first, container-level ones after, so the container wins.
     let mut parsed = Vec::new();
@@ -166,6 +171,7 @@ fn apply(
         Setting::Mems(m) => eff.mems = m,
         Setting::NumaChoice(n) => eff.numa_choice = n,
         Setting::MemPolicy(m) => eff.mempolicy = m,
+        Setting::CpuSpread(c) => eff.cpu_spread = c,
         Setting::Gpus(n) | Setting::Nics(n) => {
             let is_gpu = matches!(setting, Setting::Gpus(_));
             if !config.allow_device_annotations {
@@ -216,6 +222,7 @@ enum Setting {
     Mems(MemNodes),
     NumaChoice(NumaChoice),
     MemPolicy(MemPolicy),
+    CpuSpread(CpuSpread),
 }
 
 fn parse_setting(what: &str, value: &str) -> Result<Setting, String> {
@@ -238,6 +245,7 @@ fn parse_setting(what: &str, value: &str) -> Result<Setting, String> {
         "nics" => count(value).map(Setting::Nics),
         "numa-choice" => named(value).map(Setting::NumaChoice),
         "mempolicy" => named(value).map(Setting::MemPolicy),
+        "cpu-spread" => named(value).map(Setting::CpuSpread),
         "mems" => match value.trim() {
             "cpu-nodes" => Ok(Setting::Mems(MemNodes::CpuNodes)),
             "with-memory-only" => Ok(Setting::Mems(MemNodes::WithMemoryOnly)),

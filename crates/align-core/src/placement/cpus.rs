@@ -89,15 +89,42 @@ pub fn pick_outside<'a>(
         avail_by_node,
         k,
         whole_only,
-        |topo, avail, take, whole| {
-            let spare = avail.difference(pool);
-            if capacity(topo, &spare, whole) >= take {
-                pick_in_node(topo, &spare, take, whole)
-            } else {
-                pick_in_node(topo, avail, take, whole)
-            }
-        },
+        |topo, avail, take, whole| take_outside(topo, avail, pool, take, whole),
     )
+}
+
+/// Takes `shares[j]` CPUs from the `j`th of `avail_by_node`, each node's share picked as
+/// [`pick_outside`] picks it (headroom first, whole cores, best-fit L3 group): the split
+/// `cpu_spread` asked for (see `placement::spread`). `None` when a node cannot give its share.
+pub fn pick_shares_outside(
+    topo: &Topology,
+    avail_by_node: &[&CpuSet],
+    shares: &[u32],
+    pool: &CpuSet,
+    whole_only: bool,
+) -> Option<CpuSet> {
+    let mut out = CpuSet::new();
+    for (avail, take) in avail_by_node.iter().zip(shares) {
+        if *take == 0 {
+            continue;
+        }
+        if capacity(topo, avail, whole_only) < *take {
+            return None;
+        }
+        out.extend_from(&take_outside(topo, avail, pool, *take, whole_only));
+    }
+    Some(out)
+}
+
+/// `take` CPUs of one node: from its free CPUs outside the shared `pool` when they hold them,
+/// else from all its free CPUs.
+fn take_outside(topo: &Topology, avail: &CpuSet, pool: &CpuSet, take: u32, whole: bool) -> CpuSet {
+    let spare = avail.difference(pool);
+    if capacity(topo, &spare, whole) >= take {
+        pick_in_node(topo, &spare, take, whole)
+    } else {
+        pick_in_node(topo, avail, take, whole)
+    }
 }
 
 /// [`pick`] with the way one node's CPUs are taken given (the tests give the straightforward

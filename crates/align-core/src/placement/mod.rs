@@ -15,6 +15,7 @@ pub mod annotations;
 mod best_sets;
 mod choose;
 pub mod cpus;
+pub mod device_map;
 pub mod error;
 pub mod gpus;
 pub mod ledger;
@@ -29,6 +30,7 @@ pub mod reject;
 pub mod request;
 pub mod resolve;
 pub mod scheduler;
+pub mod spread;
 #[cfg(test)]
 mod test_requests;
 mod twins;
@@ -38,8 +40,8 @@ pub use choose::GpuSearch;
 pub use error::PlacementError;
 pub use ledger::NodeFree;
 pub use policy::{
-    CpuPreference, GpuMode, MemPolicy, NumaChoice, PlacementConfig, Policy, SchedulerChoiceMode,
-    Scope,
+    CpuPreference, CpuSpread, GpuMode, MemPolicy, NumaChoice, PlacementConfig, Policy,
+    SchedulerChoiceMode, Scope,
 };
 pub use request::{Assignment, GenericDevice, MemoryPolicy, PodInfo, PodTotals, Request};
 pub use scheduler::{Scheduler, SchedulerChoice};

@@ -98,6 +98,23 @@ pub enum MemPolicy {
     WeightedInterleave,
 }
 
+/// How a container's exclusive CPUs are split over the NUMA nodes it was given
+/// (`cpu_spread`), when those are more than one. The kubelet's counterpart is the CPU
+/// manager's `distribute-cpus-across-numa` option.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CpuSpread {
+    /// Where the container's GPUs, NICs or other devices sit on more than one node, each
+    /// device's node gets a share in proportion to the devices there (see
+    /// `placement::spread`); otherwise as [`CpuSpread::Pack`].
+    #[default]
+    ByDevice,
+    /// An equal share on each of the container's nodes.
+    Even,
+    /// The first node filled before the next.
+    Pack,
+}
+
 /// What to do when the scheduler's choice (Koordinator's, Crane's) cannot be had on this node
 /// when the container is created (CPUs taken since, a zone too small after a race).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -151,6 +168,9 @@ pub struct PlacementConfig {
     /// The memory policy containers start with (`none`: the kernel's default).
     #[serde(default)]
     pub mempolicy: MemPolicy,
+    /// How exclusive CPUs are split over a container's nodes.
+    #[serde(default)]
+    pub cpu_spread: CpuSpread,
 }
 
 impl Default for PlacementConfig {
@@ -168,6 +188,7 @@ impl Default for PlacementConfig {
             numa_choice: NumaChoice::BestFit,
             exclusive_headroom: 0,
             mempolicy: MemPolicy::None,
+            cpu_spread: CpuSpread::ByDevice,
         }
     }
 }
@@ -229,6 +250,11 @@ named_enum!(NumaChoice, "numa choice", [
     "best-fit" => NumaChoice::BestFit,
     "most-allocated" => NumaChoice::MostAllocated,
     "least-allocated" => NumaChoice::LeastAllocated,
+]);
+named_enum!(CpuSpread, "cpu spread", [
+    "by-device" => CpuSpread::ByDevice,
+    "even" => CpuSpread::Even,
+    "pack" => CpuSpread::Pack,
 ]);
 named_enum!(GpuMode, "gpu mode", ["remap" => GpuMode::Remap, "keep" => GpuMode::Keep]);
 named_enum!(MemPolicy, "mempolicy", [

@@ -165,6 +165,14 @@ pub struct Assignment {
     /// for the kernel's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mempolicy: Option<MemoryPolicy>,
+    /// Each GPU's and NIC's CPUs and memory nodes, as the container's env gives them
+    /// ([`DeviceMap`](super::device_map::DeviceMap)); empty for a container without devices
+    /// and in records written before the map existed.
+    #[serde(
+        default,
+        skip_serializing_if = "super::device_map::DeviceMap::is_empty"
+    )]
+    pub device_map: super::device_map::DeviceMap,
 }
 
 /// What a whole pod asks for, when it is known before its first container is placed

@@ -39,6 +39,9 @@ pub struct Resolved {
     /// Node indices of the generic devices (`Request::generic_devices`), each once: the
     /// chosen nodes must hold them, as they must hold the GPUs.
     pub device_nodes: Vec<usize>,
+    /// Each generic device by name with its node index (`None`: the host does not say), for
+    /// the CPU split by device (`placement::spread`).
+    pub generic_nodes: Vec<(String, Option<usize>)>,
     /// `namespace/pod/container`.
     pub who: String,
     /// The scheduler's choice, checked: what the search must hold.
@@ -111,6 +114,18 @@ pub fn resolve(
     let gpu_count = alloc_gpus.len().max(eff.gpus.unwrap_or(0) as usize);
     let nic_count = alloc_nics.len().max(eff.nics.unwrap_or(0) as usize);
     let device_nodes = generic_device_nodes(ledger, req);
+    let generic_nodes = req
+        .generic_devices
+        .iter()
+        .map(|d| {
+            // Where the request does not say, the topology may (its node resolved through
+            // the function's local_cpulist).
+            let node = d
+                .numa_node
+                .or_else(|| ledger.topo().pci(&d.pci_bus_id)?.numa_node);
+            (d.name.clone(), node.and_then(|n| ledger.device_node(n)))
+        })
+        .collect();
     Ok(Resolved {
         eff,
         exclusive,
@@ -123,6 +138,7 @@ pub fn resolve(
         nic_count,
         alloc_nics,
         device_nodes,
+        generic_nodes,
         who,
         choice,
         overridden,

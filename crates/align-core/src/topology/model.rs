@@ -153,6 +153,11 @@ pub struct Gpu {
     /// container given one of them is aligned to this GPU.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mig_devices: Vec<MigDevice>,
+    /// The memory-only NUMA node holding this GPU's own memory, on coherent platforms that
+    /// online it (Grace Hopper, GB200 in NUMA mode; the driver's `numa_status`); `None` where
+    /// GPU memory is not a NUMA node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_node: Option<u32>,
 }
 
 /// One MIG device (a GPU instance with a compute instance) of a GPU.

@@ -145,6 +145,7 @@ pub fn enrich(topo: &mut Topology, lib: Option<&Path>) -> Result<NvmlStatus, Nvm
                 name: None,
                 mig_enabled: None,
                 mig_devices: Vec::new(),
+                memory_node: None,
             });
         gpu.index = index;
         gpu.uuid = Some(dev.uuid().map_err(q("UUID", index))?);

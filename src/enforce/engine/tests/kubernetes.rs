@@ -32,6 +32,7 @@ pub(super) fn host(isolated: &str) -> Topology {
             name: None,
             mig_enabled: None,
             mig_devices: Vec::new(),
+            memory_node: None,
         })
         .collect();
     t

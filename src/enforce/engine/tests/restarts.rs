@@ -177,3 +177,31 @@ fn a_container_recorded_as_running_then_resized_keeps_its_decision_when_it_resta
         events(&e)
     );
 }
+
+/// The CPUs a decision's per-GPU map names, together.
+fn map_cpus(a: &crate::placement::Assignment) -> crate::topology::CpuSet {
+    let mut all = crate::topology::CpuSet::new();
+    for g in &a.device_map.gpus {
+        all.extend_from(&g.cpus);
+    }
+    all
+}
+
+#[test]
+fn a_shared_container_restarted_after_the_pool_moved_gets_the_map_of_the_pool_now() {
+    let mut e = real(Config::default(), "7");
+    let p = kpod("ml", "infer", &[]);
+    let mut c = kctr(&p, "s-0", "cuda", 500, None);
+    kubelet_gpu(&mut c, "GPU-0aaa");
+    e.create_container(&p, &c).expect("create").expect("placed");
+    let before = e.records().containers["s-0"].assignment.clone();
+    assert!(!before.exclusive);
+    assert_eq!(map_cpus(&before), before.cpus);
+    // An exclusive container takes CPUs of the shared one's node out of the pool.
+    let q = kpod("ml", "batch", &[]);
+    let d = kctr(&q, "x-0", "batch", 2000, Some(2000));
+    e.create_container(&q, &d).expect("create").expect("placed");
+    let after = restart(&mut e, &p, &c, "s-1");
+    assert_ne!(after.cpus, before.cpus, "the pool under it moved");
+    assert_eq!(map_cpus(&after), after.cpus);
+}

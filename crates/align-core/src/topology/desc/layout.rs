@@ -298,6 +298,7 @@ impl Layout {
                     name: Some(g.name.clone()),
                     mig_enabled: Some(g.mig),
                     mig_devices: super::mig::mig_devices(desc, i),
+                    memory_node: g.memory_node,
                 }
             })
             .collect();

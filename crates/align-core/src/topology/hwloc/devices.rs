@@ -64,6 +64,7 @@ impl Walk {
                         .and_then(|o| o.model.clone()),
                     mig_enabled: None,
                     mig_devices: Vec::new(),
+                    memory_node: None,
                 }
             })
             .collect();

@@ -97,6 +97,7 @@ pub(super) fn read_devices(fs: &SysFs, topo: &mut Topology) {
                 name: info.and_then(|i| i.model.clone()),
                 mig_enabled: None,
                 mig_devices: Vec::new(),
+                memory_node: info.and_then(|i| i.memory_node),
             }
         })
         .collect();
