@@ -105,28 +105,33 @@ fn spec_files(dir: &Path, budget: &mut usize, skipped: &mut Vec<Skipped>) -> Vec
     files
 }
 
-/// One file, bounded: a link is followed only where it ends (a loop fails with `ELOOP`), only
-/// regular files are read, and never more than the size cap.
+/// One file, bounded and never waited on: a link is resolved where it ends (a loop fails with
+/// `ELOOP`; the reference library reads specs through links too), the file it ends at is
+/// opened non-blocking without following a link again and checked on the descriptor
+/// (`fstat`), so a FIFO or a device node, even one swapped in after the path was resolved, is
+/// skipped, never waited on or read; never more than the size cap is read.
 fn read(file: &Path) -> Result<Spec, String> {
-    let md = std::fs::metadata(file).map_err(|e| {
+    let real = std::fs::canonicalize(file).map_err(|e| {
         if e.raw_os_error() == Some(nix::libc::ELOOP) {
             "symlink loop".to_string()
         } else {
             format!("cannot be read: {e}")
         }
     })?;
-    if !md.is_file() {
-        return Err("not a regular file".into());
+    let f = crate::untrusted::open_regular(&real, true).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidInput => e.to_string(),
+        _ => format!("cannot be read: {e}"),
+    })?;
+    let len = f
+        .metadata()
+        .map_err(|e| format!("cannot be read: {e}"))?
+        .len();
+    if len > MAX_SPEC_BYTES as u64 {
+        return Err(format!("{len} bytes, over the {MAX_SPEC_BYTES}-byte cap"));
     }
-    if md.len() > MAX_SPEC_BYTES as u64 {
-        return Err(format!(
-            "{} bytes, over the {MAX_SPEC_BYTES}-byte cap",
-            md.len()
-        ));
-    }
-    let mut bytes = Vec::with_capacity(md.len() as usize);
-    std::fs::File::open(file)
-        .and_then(|f| f.take(MAX_SPEC_BYTES as u64 + 1).read_to_end(&mut bytes))
+    let mut bytes = Vec::with_capacity(len as usize);
+    f.take(MAX_SPEC_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot be read: {e}"))?;
     let name = file
         .file_name()

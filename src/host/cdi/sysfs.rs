@@ -175,7 +175,8 @@ fn pci_behind(root: &Path, link: &Path) -> Option<PciFunction> {
 /// (root complex, then the bridges down to the function).
 pub fn pci_function(root: &Path, bus: &str) -> PciFunction {
     let dev: PathBuf = root.join(format!("sys/bus/pci/devices/{bus}"));
-    let numa_node = std::fs::read_to_string(dev.join("numa_node"))
+    // A regular file only: a FIFO in place of the attribute is not waited on.
+    let numa_node = crate::untrusted::read_regular(&dev.join("numa_node"), 64)
         .ok()
         .and_then(|s| s.trim().parse::<i64>().ok())
         .and_then(|n| u32::try_from(n).ok());
