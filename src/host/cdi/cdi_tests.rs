@@ -308,3 +308,67 @@ fn a_spec_written_after_start_is_picked_up_within_a_second() {
         seen = now;
     }
 }
+
+/// `f` on a thread: its result, or a failure if it has not returned within five seconds (a
+/// scan that waits on a FIFO never would).
+fn promptly<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("the scan blocked on a FIFO")
+}
+
+fn mkfifo(path: &Path) {
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("mkfifo");
+}
+
+#[test]
+fn a_fifo_is_skipped_never_waited_on() {
+    let h = Host::new();
+    h.write("etc/cdi/example.json", ACCEL_JSON);
+    // A FIFO as a spec, one behind a link, and one in place of a sysfs attribute read while
+    // mapping the accelerator's node.
+    mkfifo(&h.root().join("etc/cdi/fifo.yaml"));
+    mkfifo(&h.root().join("etc/cdi/target"));
+    symlink("target", h.root().join("etc/cdi/linked.json")).expect("link");
+    let numa = h
+        .root()
+        .join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/numa_node");
+    std::fs::remove_file(&numa).expect("rm");
+    mkfifo(&numa);
+    let root = h.root().to_path_buf();
+    let s = promptly(move || scan(&root, &Host::dirs()));
+    for f in ["fifo.yaml", "linked.json"] {
+        let k = s
+            .skipped
+            .iter()
+            .find(|k| k.file.ends_with(f))
+            .unwrap_or_else(|| panic!("{f} not skipped: {:?}", s.skipped));
+        assert!(k.why.contains("FIFO"), "{k:?}");
+    }
+    // The spec itself is read; the function's NUMA node is unknown, not waited for.
+    let fn0 = s.index.get("example.com/accel=fn0").expect("read");
+    assert_eq!(pci(fn0), [("0000:01:00.0".to_string(), None)]);
+}
+
+#[test]
+fn a_spec_of_aliases_is_skipped_in_one_line_before_it_expands() {
+    let h = Host::new();
+    h.write("etc/cdi/example.json", ACCEL_JSON);
+    let mut laughs =
+        "cdiVersion: 0.5.0\nkind: v.com/c\nl0: &l0 [\"A=b\", \"A=b\", \"A=b\", \"A=b\", \"A=b\", \"A=b\", \"A=b\", \"A=b\", \"A=b\", \"A=b\"]\n".to_string();
+    for i in 1..=8 {
+        let row = vec![format!("*l{}", i - 1); 10].join(", ");
+        laughs.push_str(&format!("l{i}: &l{i} [{row}]\n"));
+    }
+    laughs.push_str("devices:\n- name: a\n  containerEdits:\n    env: *l8\n");
+    h.write("etc/cdi/bomb.yaml", &laughs);
+    let s = scan(h.root(), &Host::dirs());
+    assert_eq!(s.skipped.len(), 1, "{:?}", s.skipped);
+    assert!(s.skipped[0].file.ends_with("bomb.yaml"));
+    assert!(s.skipped[0].why.contains("YAML aliases"), "{:?}", s.skipped);
+    assert!(!s.skipped[0].why.contains('\n'));
+    assert_eq!(s.index.len(), 4);
+}

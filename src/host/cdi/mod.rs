@@ -129,13 +129,14 @@ impl CdiIndex {
     /// The known devices among `names`, each once, in the order first named.
     pub fn resolve<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Vec<CdiDevice> {
         let mut out: Vec<CdiDevice> = Vec::new();
+        // A set of the names taken, not a scan of `out` per name: linear in the names.
+        let mut taken: std::collections::HashSet<&str> = std::collections::HashSet::new();
         for n in names {
             let n = n.trim();
-            if out.iter().any(|d| d.name == n) {
-                continue;
-            }
-            if let Some(d) = self.devices.get(n) {
-                out.push(CdiDevice::clone(d));
+            if let Some((name, d)) = self.devices.get_key_value(n) {
+                if taken.insert(name.as_str()) {
+                    out.push(CdiDevice::clone(d));
+                }
             }
         }
         out
