@@ -149,8 +149,10 @@ fn by_numbers(root: &Path, node: &DeviceNode) -> NodeMap {
 /// major and minor number: what a runtime fills in where the spec leaves them out (the
 /// reference library stats the host path the same way). `None` when it is no device node.
 pub fn host_numbers(root: &Path, node: &DeviceNode) -> Option<(bool, i64, i64)> {
-    let full = root.join(node.host().trim_start_matches('/'));
-    let md = std::fs::metadata(full).ok()?;
+    // Links followed as the host follows them, never out of its `/dev`.
+    let rel = node.host().strip_prefix("/dev/")?;
+    let full = crate::host::devpath::resolve(&root.join("dev"), rel)?;
+    let md = std::fs::symlink_metadata(full).ok()?;
     let ft = md.file_type();
     let (major, minor) = (
         i64::from(nix::sys::stat::major(md.rdev()) as u32),
