@@ -372,3 +372,108 @@ fn a_spec_of_aliases_is_skipped_in_one_line_before_it_expands() {
     assert!(!s.skipped[0].why.contains('\n'));
     assert_eq!(s.index.len(), 4);
 }
+
+#[test]
+fn specs_past_the_total_caps_are_skipped_one_line_each_and_counted() {
+    let h = Host::new();
+    // Enough claim specs of 4,000 devices each to pass the total device cap.
+    let per_spec = 4_000;
+    let files = MAX_TOTAL_DEVICES / per_spec + 2;
+    for f in 0..files {
+        let mut spec = format!("cdiVersion: 0.5.0\nkind: v{f}.com/c\ndevices:\n");
+        for d in 0..per_spec {
+            spec.push_str(&format!(
+                "- name: d{d}\n  containerEdits:\n    env: [A={d}]\n"
+            ));
+        }
+        h.write(&format!("etc/cdi/s{f:02}.yaml"), &spec);
+    }
+    let metrics = CdiMetrics::default();
+    let r = CdiRegistry::with_metrics(h.root(), &Host::dirs(), metrics.clone());
+    let kept = MAX_TOTAL_DEVICES / per_spec;
+    assert_eq!(r.snapshot().len(), kept * per_spec);
+    let skipped = r.skipped.read().expect("lock").clone();
+    assert_eq!(skipped.len(), files - kept, "{skipped:?}");
+    assert!(skipped
+        .iter()
+        .all(|k| k.why.contains("total cap") && !k.why.contains('\n')));
+    assert_eq!(metrics.over_cap.get(), (files - kept) as i64);
+    assert_eq!(metrics.devices.get(), (kept * per_spec) as i64);
+}
+
+#[test]
+fn the_bytes_cap_is_checked_from_the_size_before_a_file_is_read() {
+    let h = Host::new();
+    h.write("etc/cdi/example.json", ACCEL_JSON);
+    // Files of a little under 1 MiB (a valid spec padded with a comment) until the total
+    // byte cap is passed: the later ones are skipped unread.
+    let pad = "#".repeat(1000);
+    let line = format!("{pad}\n");
+    let body = line.repeat(1000);
+    let count = (MAX_TOTAL_SPEC_BYTES as usize) / body.len() + 2;
+    for f in 0..count {
+        h.write(
+            &format!("var/run/cdi/p{f:02}.yaml"),
+            &format!("cdiVersion: 0.5.0\nkind: p{f}.com/c\ndevices:\n- name: a\n  containerEdits:\n    env: [A=1]\n{body}"),
+        );
+    }
+    let s = scan(h.root(), &Host::dirs());
+    assert!(s.over_cap >= 2, "{}", s.over_cap);
+    assert_eq!(s.files_read as usize + s.over_cap as usize, count + 1);
+    assert!(s.index.get("example.com/accel=fn0").is_some());
+}
+
+/// A watcher stalled in a rescan (here: the test holds the lock the rescan needs) is noticed,
+/// reported and replaced; one that ends is replaced too; both clear once a watcher runs.
+#[test]
+fn a_stalled_or_ended_watcher_is_noticed_and_replaced() {
+    let h = Host::new();
+    let metrics = CdiMetrics::default();
+    let r = CdiRegistry::with_metrics(h.root(), &Host::dirs(), metrics.clone());
+    let timing = WatchTiming {
+        idle_check: Duration::from_millis(50),
+        stall_after: Duration::from_millis(400),
+        check_every: Duration::from_millis(50),
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let held = r.skipped.write().expect("lock");
+    r.watch_guarded(timing, move |why| {
+        let _ = tx.send(why);
+    })
+    .expect("watch");
+    let said = rx.recv_timeout(Duration::from_secs(10)).expect("noticed");
+    let why = said.expect("degraded");
+    assert!(
+        why.contains("no progress") && why.contains("another was started"),
+        "{why}"
+    );
+    assert_eq!(metrics.watcher_up.get(), 0);
+    assert!(metrics.watcher_restarts.get() >= 1);
+    drop(held);
+    // Once a watcher runs again: well again, and the new watcher sees a new spec.
+    loop {
+        let next = rx.recv_timeout(Duration::from_secs(10)).expect("recovers");
+        if next.is_none() {
+            break;
+        }
+    }
+    assert_eq!(metrics.watcher_up.get(), 1);
+    let seen = r.rescans();
+    h.write("etc/cdi/example.json", ACCEL_JSON);
+    let start = Instant::now();
+    while r.snapshot().get("example.com/accel=fn0").is_none() {
+        assert!(start.elapsed() < Duration::from_secs(5), "not picked up");
+        r.wait_rescan(seen, Duration::from_millis(200));
+    }
+    // The running watcher ends (replaced, as far as it can tell): noticed and replaced too.
+    let restarts = metrics.watcher_restarts.get();
+    r.generation
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let why = loop {
+        if let Some(w) = rx.recv_timeout(Duration::from_secs(10)).expect("noticed") {
+            break w;
+        }
+    };
+    assert!(why.contains("ended"), "{why}");
+    assert!(metrics.watcher_restarts.get() > restarts);
+}

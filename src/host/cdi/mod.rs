@@ -20,12 +20,16 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+mod guard;
 mod injected;
+mod metrics;
 mod scan;
 pub mod sysfs;
 mod watch;
 
-pub use scan::{scan, Scan, Skipped, MAX_SPEC_FILES};
+pub use metrics::CdiMetrics;
+pub use scan::{scan, Scan, Skipped, MAX_SPEC_FILES, MAX_TOTAL_DEVICES, MAX_TOTAL_SPEC_BYTES};
+pub use watch::WatchTiming;
 
 /// The directories read when the configuration names none (relative to the host root).
 pub const DEFAULT_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
@@ -156,11 +160,23 @@ pub struct CdiRegistry {
     /// spec can wait for the rescan that follows instead of guessing a delay.
     rescans: Mutex<u64>,
     rescanned: Condvar,
+    metrics: CdiMetrics,
+    /// When the registry was made: the origin of `beat_ms`.
+    origin: std::time::Instant,
+    /// Milliseconds after `origin` of the watcher's last sign of life.
+    beat_ms: AtomicU64,
+    /// The watcher that should run: one that finds a later number here ends.
+    generation: AtomicU64,
 }
 
 impl CdiRegistry {
     /// A registry of the specs in `dirs` under `root`, read once now.
     pub fn new(root: &Path, dirs: &[PathBuf]) -> Arc<Self> {
+        Self::with_metrics(root, dirs, CdiMetrics::default())
+    }
+
+    /// [`CdiRegistry::new`], counting in `metrics`.
+    pub fn with_metrics(root: &Path, dirs: &[PathBuf], metrics: CdiMetrics) -> Arc<Self> {
         let r = Arc::new(CdiRegistry {
             root: root.to_path_buf(),
             dirs: dirs.to_vec(),
@@ -169,6 +185,10 @@ impl CdiRegistry {
             skipped: RwLock::new(Vec::new()),
             rescans: Mutex::new(0),
             rescanned: Condvar::new(),
+            metrics,
+            origin: std::time::Instant::now(),
+            beat_ms: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
         });
         r.rescan();
         r
@@ -200,9 +220,12 @@ impl CdiRegistry {
             for k in s.skipped.iter().filter(|k| !old.contains(k)) {
                 tracing::warn!(file = %k.file.display(), "CDI spec skipped: {}", k.why);
             }
+            self.metrics.skipped.set(gauge(s.skipped.len()));
             *old = s.skipped;
         }
         tracing::debug!(devices = s.index.len(), "CDI specs read");
+        self.metrics.devices.set(gauge(s.index.len()));
+        self.metrics.over_cap.set(gauge(s.over_cap));
         let new = Arc::new(s.index);
         match self.index.write() {
             Ok(mut g) => *g = new,
@@ -233,7 +256,30 @@ impl CdiRegistry {
     /// registry is the watcher's last owner. Runs on a thread of its own: a rescan reads files
     /// and must never stall the runtime's calls.
     pub fn watch(self: &Arc<Self>) -> std::io::Result<std::thread::JoinHandle<()>> {
-        watch::spawn(Arc::clone(self))
+        watch::spawn(Arc::clone(self), WatchTiming::default())
+    }
+
+    /// [`CdiRegistry::watch`], with a guard thread that notices a watcher that ended or made
+    /// no progress for `timing.stall_after`, starts another, and reports it: `degraded` gets
+    /// the reason (or `None` once a watcher runs again), the metrics count the restart.
+    pub fn watch_guarded(
+        self: &Arc<Self>,
+        timing: WatchTiming,
+        degraded: impl Fn(Option<String>) + Send + 'static,
+    ) -> std::io::Result<()> {
+        guard::spawn_guarded(Arc::clone(self), timing, Box::new(degraded))
+    }
+
+    /// The watcher is alive and at work now.
+    fn beat(&self) {
+        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.beat_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Time since the watcher's last sign of life.
+    fn since_beat(&self) -> Duration {
+        let last = Duration::from_millis(self.beat_ms.load(Ordering::Relaxed));
+        self.origin.elapsed().saturating_sub(last)
     }
 
     fn watched_dirs(&self) -> Vec<PathBuf> {
@@ -242,6 +288,11 @@ impl CdiRegistry {
             .map(|d| self.root.join(d.strip_prefix("/").unwrap_or(d)))
             .collect()
     }
+}
+
+/// A count as a gauge's value.
+fn gauge(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

@@ -14,6 +14,16 @@ use super::{CdiDevice, CdiIndex, CdiTarget, SpecNode};
 /// Most spec files read in all (a node with a claim per container has a few hundred).
 pub const MAX_SPEC_FILES: usize = 16_384;
 
+/// Most spec bytes read in one scan, all files together: what bounds the index's memory (a
+/// device holds about what its part of the spec says). NVIDIA's spec of an 8-GPU host with
+/// every MIG profile is under 100 KiB, a claim's spec a few KiB: this leaves room for
+/// hundreds of those and keeps the index (twice, while a rescan replaces it) well inside
+/// the DaemonSet's memory limit.
+pub const MAX_TOTAL_SPEC_BYTES: u64 = 16 << 20;
+
+/// Most devices kept from all spec files together.
+pub const MAX_TOTAL_DEVICES: usize = 16_384;
+
 /// A spec file not used, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skipped {
@@ -32,20 +42,44 @@ pub struct Scan {
     pub skipped: Vec<Skipped>,
     /// Spec files read (opened and parsed).
     pub files_read: u64,
+    /// Files skipped because the total caps were reached ([`MAX_TOTAL_SPEC_BYTES`],
+    /// [`MAX_TOTAL_DEVICES`]); each is in `skipped` too.
+    pub over_cap: u64,
+}
+
+/// What a scan has left of the total caps.
+struct Totals {
+    bytes: u64,
+    devices: usize,
+}
+
+/// Why a file is not used: broken, or over the total caps (counted apart, for the metric).
+enum Refused {
+    Broken(String),
+    OverCap(String),
 }
 
 /// Reads the specs of `dirs` (absolute, taken under `root`); later directories take precedence.
 pub fn scan(root: &Path, dirs: &[PathBuf]) -> Scan {
     let mut out = Scan::default();
     let mut budget = MAX_SPEC_FILES;
+    let mut totals = Totals {
+        bytes: MAX_TOTAL_SPEC_BYTES,
+        devices: MAX_TOTAL_DEVICES,
+    };
     for dir in dirs {
         let full = root.join(dir.strip_prefix("/").unwrap_or(dir));
         let mut here: HashMap<String, Arc<CdiDevice>> = HashMap::new();
         let mut conflicts: Vec<String> = Vec::new();
         for file in spec_files(&full, &mut budget, &mut out.skipped) {
-            let spec = match read(&file) {
+            let spec = match read(&file, &mut totals) {
                 Ok(s) => s,
-                Err(why) => {
+                Err(Refused::Broken(why)) => {
+                    out.skipped.push(Skipped { file, why });
+                    continue;
+                }
+                Err(Refused::OverCap(why)) => {
+                    out.over_cap += 1;
                     out.skipped.push(Skipped { file, why });
                     continue;
                 }
@@ -110,7 +144,41 @@ fn spec_files(dir: &Path, budget: &mut usize, skipped: &mut Vec<Skipped>) -> Vec
 /// opened non-blocking without following a link again and checked on the descriptor
 /// (`fstat`), so a FIFO or a device node, even one swapped in after the path was resolved, is
 /// skipped, never waited on or read; never more than the size cap is read.
-fn read(file: &Path) -> Result<Spec, String> {
+fn read(file: &Path, totals: &mut Totals) -> Result<Spec, Refused> {
+    let over = || {
+        Refused::OverCap(format!(
+            "over the total cap of {MAX_TOTAL_SPEC_BYTES} bytes or {MAX_TOTAL_DEVICES} devices \
+             across spec files"
+        ))
+    };
+    // The file's bytes are checked from its size, before it is read; its devices once parsed,
+    // before they are mapped and kept.
+    let (spec, len) = read_spec(file, totals.bytes, over)?;
+    if spec.devices.len() > totals.devices {
+        return Err(over());
+    }
+    totals.bytes -= len;
+    totals.devices -= spec.devices.len();
+    Ok(spec)
+}
+
+/// One file's spec and its size in bytes; `over` when it is larger than `bytes_left`.
+fn read_spec(
+    file: &Path,
+    bytes_left: u64,
+    over: impl FnOnce() -> Refused,
+) -> Result<(Spec, u64), Refused> {
+    let (f, len) = open_spec(file).map_err(Refused::Broken)?;
+    if len > bytes_left {
+        return Err(over());
+    }
+    parse_spec(file, f, len)
+        .map(|spec| (spec, len))
+        .map_err(Refused::Broken)
+}
+
+/// The spec file opened, and its size.
+fn open_spec(file: &Path) -> Result<(std::fs::File, u64), String> {
     let real = std::fs::canonicalize(file).map_err(|e| {
         if e.raw_os_error() == Some(nix::libc::ELOOP) {
             "symlink loop".to_string()
@@ -129,8 +197,14 @@ fn read(file: &Path) -> Result<Spec, String> {
     if len > MAX_SPEC_BYTES as u64 {
         return Err(format!("{len} bytes, over the {MAX_SPEC_BYTES}-byte cap"));
     }
+    Ok((f, len))
+}
+
+/// The spec in `f` (`file`, `len` bytes), validated, its device nodes under `/dev`.
+fn parse_spec(file: &Path, f: std::fs::File, len: u64) -> Result<Spec, String> {
     let mut bytes = Vec::with_capacity(len as usize);
-    f.take(MAX_SPEC_BYTES as u64 + 1)
+    // No more than its size said (a file that grew since is cut, and refused as a bad spec).
+    f.take(len)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot be read: {e}"))?;
     let name = file
