@@ -477,3 +477,54 @@ fn a_stalled_or_ended_watcher_is_noticed_and_replaced() {
     assert!(why.contains("ended"), "{why}");
     assert!(metrics.watcher_restarts.get() > restarts);
 }
+
+/// Start-up with 1,000 large spec files (100 KiB, 1,000 NVIDIA-style devices each; 100 MB in
+/// all): the first read of the registry, as `run` makes it, with its time and the growth of the
+/// process's peak memory printed. The total caps bound it: 16 MiB are parsed, the rest is
+/// skipped from its size. Release only (a debug build parses YAML ten times slower):
+/// `cargo test --release -p nri-align --lib start_up_with_1000_large_specs -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement: run in release by hand"]
+fn start_up_with_1000_large_specs() {
+    let h = Host::new();
+    let mut body = String::new();
+    for d in 0..1_000 {
+        body.push_str(&format!(
+            "- name: gpu{d}\n  containerEdits:\n    env: [NVIDIA_VISIBLE_DEVICES={d}]\n    \
+             deviceNodes:\n    - path: /dev/nvidia{d}\n      type: c\n      major: 195\n      \
+             minor: {d}\n"
+        ));
+    }
+    for f in 0..1_000 {
+        let dir = if f % 2 == 0 { "etc/cdi" } else { "var/run/cdi" };
+        h.write(
+            &format!("{dir}/s{f:04}.yaml"),
+            &format!("cdiVersion: 0.5.0\nkind: v{f}.com/gpu\ndevices:\n{body}"),
+        );
+    }
+    let hwm = || {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmHWM:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    let before = hwm();
+    let start = Instant::now();
+    let r = CdiRegistry::new(h.root(), &Host::dirs());
+    let took = start.elapsed();
+    let grew = hwm().saturating_sub(before);
+    let skipped = r.skipped.read().expect("lock").len();
+    println!(
+        "1,000 specs of {} bytes: first read {took:?}, {} devices, {skipped} files skipped, \
+         peak memory +{} MiB",
+        body.len(),
+        r.snapshot().len(),
+        grew / 1024
+    );
+    assert!(r.snapshot().len() <= MAX_TOTAL_DEVICES);
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}

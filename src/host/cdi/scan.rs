@@ -151,30 +151,32 @@ fn read(file: &Path, totals: &mut Totals) -> Result<Spec, Refused> {
              across spec files"
         ))
     };
-    // The file's bytes are checked from its size, before it is read; its devices once parsed,
-    // before they are mapped and kept.
-    let (spec, len) = read_spec(file, totals.bytes, over)?;
+    // The file's bytes are checked from its size, before it is read, and count once it is
+    // read whatever comes of it (they bound the scan's parsing work as well as the index);
+    // its devices once parsed, before they are mapped and kept.
+    if totals.devices == 0 {
+        return Err(over());
+    }
+    let spec = read_spec(file, &mut totals.bytes, over)?;
     if spec.devices.len() > totals.devices {
         return Err(over());
     }
-    totals.bytes -= len;
     totals.devices -= spec.devices.len();
     Ok(spec)
 }
 
-/// One file's spec and its size in bytes; `over` when it is larger than `bytes_left`.
+/// One file's spec, its size counted against `bytes_left` (`over` when larger).
 fn read_spec(
     file: &Path,
-    bytes_left: u64,
+    bytes_left: &mut u64,
     over: impl FnOnce() -> Refused,
-) -> Result<(Spec, u64), Refused> {
+) -> Result<Spec, Refused> {
     let (f, len) = open_spec(file).map_err(Refused::Broken)?;
-    if len > bytes_left {
+    if len > *bytes_left {
         return Err(over());
     }
-    parse_spec(file, f, len)
-        .map(|spec| (spec, len))
-        .map_err(Refused::Broken)
+    *bytes_left -= len;
+    parse_spec(file, f, len).map_err(Refused::Broken)
 }
 
 /// The spec file opened, and its size.
