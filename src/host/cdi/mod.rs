@@ -3,10 +3,14 @@
 //! looks names up.
 //!
 //! Spec files are read from the configured directories (`cdi_spec_dirs`, under the host root)
-//! when the daemon starts and again within a second of any change to them (an inotify watch,
-//! `watch.rs`); a lookup never reads a file. A spec that cannot be used (unparseable, over the
-//! size cap, a symlink loop, a device node outside `/dev`) is skipped with one log line, and
-//! its devices are unknown: a container naming them is placed as if CDI had not named them.
+//! when the daemon starts (once its capabilities are dropped) and again within a second of any
+//! change to them (an inotify watch, `watch.rs`, whose thread a guard replaces when it ends or
+//! stalls, `guard.rs`); a lookup never reads a file. A spec that cannot be used (unparseable,
+//! aliases that expand beyond its size, over the size cap or past the total caps of all files
+//! together, a symlink loop, not a regular file, a device node outside `/dev`) is skipped with
+//! one log line, and its devices are unknown: a container naming them is placed as if CDI had
+//! not named them. Files are opened non-blocking and checked with `fstat`: a FIFO is never
+//! waited on.
 //!
 //! As in the reference library (cncf-tags/container-device-interface `pkg/cdi/cache.go`), a
 //! later directory takes precedence over an earlier one, and a device two files of one
