@@ -528,3 +528,38 @@ fn start_up_with_1000_large_specs() {
     assert!(r.snapshot().len() <= MAX_TOTAL_DEVICES);
     assert!(took < Duration::from_secs(2), "{took:?}");
 }
+
+/// A rescan takes over the devices of the files that did not change (the same `Arc`s: the
+/// index it replaces and the new one share them, never two full copies) and reads only the
+/// changed ones.
+#[test]
+fn a_rescan_shares_the_unchanged_files_devices_with_the_index_it_replaces() {
+    let h = Host::new();
+    h.write("etc/cdi/example.json", ACCEL_JSON);
+    h.write(
+        "var/run/cdi/k8s.gpu.nvidia.com-claim_0c3a.yaml",
+        NVIDIA_CLAIM,
+    );
+    let r = CdiRegistry::new(h.root(), &Host::dirs());
+    assert_eq!(r.files_read(), 2);
+    let before = r.snapshot();
+    r.rescan();
+    let after = r.snapshot();
+    assert_eq!(r.files_read(), 2, "nothing changed: nothing read");
+    let fn0 = "example.com/accel=fn0";
+    let gpu = "k8s.gpu.nvidia.com/claim=0c3a-gpu-1";
+    assert!(Arc::ptr_eq(
+        before.get(fn0).expect("fn0"),
+        after.get(fn0).expect("fn0")
+    ));
+    // A changed file is read again; the other's devices stay shared.
+    h.write("etc/cdi/example.json", &ACCEL_JSON.replace("fn0", "fn1"));
+    r.rescan();
+    let changed = r.snapshot();
+    assert_eq!(r.files_read(), 3);
+    assert!(changed.get(fn0).is_none() && changed.get("example.com/accel=fn1").is_some());
+    assert!(Arc::ptr_eq(
+        before.get(gpu).expect("gpu"),
+        changed.get(gpu).expect("gpu")
+    ));
+}

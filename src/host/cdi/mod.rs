@@ -27,12 +27,16 @@ use serde::{Deserialize, Serialize};
 mod guard;
 mod injected;
 mod metrics;
+mod reuse;
 mod scan;
 pub mod sysfs;
 mod watch;
 
 pub use metrics::CdiMetrics;
-pub use scan::{scan, Scan, Skipped, MAX_SPEC_FILES, MAX_TOTAL_DEVICES, MAX_TOTAL_SPEC_BYTES};
+pub use reuse::FileDevices;
+pub use scan::{
+    scan, scan_after, Scan, Skipped, MAX_SPEC_FILES, MAX_TOTAL_DEVICES, MAX_TOTAL_SPEC_BYTES,
+};
 pub use watch::WatchTiming;
 
 /// The directories read when the configuration names none (relative to the host root).
@@ -165,6 +169,8 @@ pub struct CdiRegistry {
     rescans: Mutex<u64>,
     rescanned: Condvar,
     metrics: CdiMetrics,
+    /// Each used file's devices at the last scan: what the next one takes over unchanged.
+    files: Mutex<FileDevices>,
     /// When the registry was made: the origin of `beat_ms`.
     origin: std::time::Instant,
     /// Milliseconds after `origin` of the watcher's last sign of life.
@@ -190,6 +196,7 @@ impl CdiRegistry {
             rescans: Mutex::new(0),
             rescanned: Condvar::new(),
             metrics,
+            files: Mutex::new(FileDevices::new()),
             origin: std::time::Instant::now(),
             beat_ms: AtomicU64::new(0),
             generation: AtomicU64::new(0),
@@ -206,7 +213,8 @@ impl CdiRegistry {
         }
     }
 
-    /// How many spec files were read since start (each rescan reads every file again).
+    /// How many spec files were read since start (a rescan reads again only the files that
+    /// changed).
     pub fn files_read(&self) -> u64 {
         self.files_read.load(Ordering::Relaxed)
     }
@@ -214,7 +222,11 @@ impl CdiRegistry {
     /// Reads every spec again and swaps the index in. Each skipped file is logged once, when it
     /// is first seen broken (not on every later rescan).
     pub fn rescan(&self) {
-        let s = scan(&self.root, &self.dirs);
+        // Only the watcher rescans (and `new`, before it starts): the lock is never waited on.
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        let s = scan_after(&self.root, &self.dirs, &files);
+        *files = s.files;
+        drop(files);
         self.files_read.fetch_add(s.files_read, Ordering::Relaxed);
         {
             let mut old = match self.skipped.write() {
