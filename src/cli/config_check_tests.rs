@@ -5,7 +5,7 @@ use crate::cli::exit_code;
 
 /// Nested aliases (the "billion laughs"): 10^9 strings from under a KiB of text.
 fn laughs(key: &str) -> String {
-    let mut text = format!("{key}: &l0 [{}]\n", vec!["\"lol\""; 10].join(", "));
+    let mut text = format!("{key}: &l0 [{}]\n", ["\"lol\""; 10].join(", "));
     for i in 1..=9 {
         let row = vec![format!("*l{}", i - 1); 10].join(", ");
         text.push_str(&format!("x{i}: &l{i} [{row}]\n"));

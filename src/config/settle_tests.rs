@@ -132,7 +132,7 @@ fn a_last_good_this_host_cannot_take_is_not_used_either() {
 
 /// Nested aliases (the "billion laughs"): 10^9 strings from under a KiB of text.
 fn laughs() -> String {
-    let mut text = format!("policy: &l0 [{}]\n", vec!["\"lol\""; 10].join(", "));
+    let mut text = format!("policy: &l0 [{}]\n", ["\"lol\""; 10].join(", "));
     for i in 1..=9 {
         let row = vec![format!("*l{}", i - 1); 10].join(", ");
         text.push_str(&format!("x{i}: &l{i} [{row}]\n"));

@@ -251,10 +251,7 @@ fn a_config_file_whose_aliases_expand_beyond_its_size_is_refused() {
     for _ in 0..50_000 {
         long.push_str("- *s\n");
     }
-    let mut laughs = format!(
-        "exempt_namespaces: &l0 [{}]\n",
-        vec!["\"lol\""; 10].join(", ")
-    );
+    let mut laughs = format!("exempt_namespaces: &l0 [{}]\n", ["\"lol\""; 10].join(", "));
     for i in 1..=9 {
         let row = vec![format!("*l{}", i - 1); 10].join(", ");
         laughs.push_str(&format!("x{i}: &l{i} [{row}]\n"));

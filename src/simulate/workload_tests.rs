@@ -106,7 +106,7 @@ fn dra_devices_must_be_functions_of_the_topology_and_not_gpus() {
 
 #[test]
 fn a_workload_of_nested_aliases_is_refused_before_it_expands() {
-    let mut text = format!("x0: &l0 [{}]\n", vec!["\"lol\""; 10].join(", "));
+    let mut text = format!("x0: &l0 [{}]\n", ["\"lol\""; 10].join(", "));
     for i in 1..=9 {
         let row = vec![format!("*l{}", i - 1); 10].join(", ");
         text.push_str(&format!("x{i}: &l{i} [{row}]\n"));

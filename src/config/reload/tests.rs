@@ -207,7 +207,7 @@ async fn a_swapped_configmap_is_reloaded_and_a_bad_one_keeps_the_old_config() {
     }
     assert_eq!(r.policy(), Some(Policy::Restricted));
     // Nested aliases (10^9 strings from a few hundred bytes): refused before they expand.
-    let mut bomb = format!("policy: &l0 [{}]\n", vec!["\"lol\""; 10].join(", "));
+    let mut bomb = format!("policy: &l0 [{}]\n", ["\"lol\""; 10].join(", "));
     for i in 1..=9 {
         let row = vec![format!("*l{}", i - 1); 10].join(", ");
         bomb.push_str(&format!("x{i}: &l{i} [{row}]\n"));

@@ -64,7 +64,7 @@ enum Refused {
 
 /// A file's devices: read now, or taken over from the scan before.
 enum Got {
-    Read(Spec, Stamp),
+    Read(Box<Spec>, Stamp),
     Same(Stamp, Vec<Arc<CdiDevice>>),
 }
 
@@ -222,7 +222,7 @@ fn read_spec(
         return Ok(Got::Same(stamp, devs.clone()));
     }
     let spec = parse_spec(file, &bytes).map_err(Refused::Broken)?;
-    Ok(Got::Read(spec, stamp))
+    Ok(Got::Read(Box::new(spec), stamp))
 }
 
 /// The spec file opened, and its size.
