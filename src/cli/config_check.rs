@@ -102,6 +102,14 @@ fn configmap_sections(path: &Path, bytes: &[u8]) -> anyhow::Result<Option<Input>
         #[serde(default)]
         data: std::collections::BTreeMap<String, String>,
     }
+    // Before the manifest's strings are copied out: a manifest of aliases is refused whole.
+    if let Err(e) = crate::untrusted::yaml::check_bytes(bytes) {
+        return Err(Exit {
+            code: 1,
+            message: format!("invalid config {}: {e}", path.display()),
+        }
+        .into());
+    }
     let Ok(m) = serde_yaml_ng::from_slice::<Manifest>(bytes) else {
         return Ok(None);
     };
@@ -152,7 +160,11 @@ fn identity(args: &CheckArgs) -> anyhow::Result<Identity> {
 
 fn check(args: CheckArgs) -> anyhow::Result<()> {
     let who = identity(&args).map_err(could_not)?;
-    let input = read_input(&args.file).map_err(could_not)?;
+    // A file that does not parse is the configuration's fault (1), not the check's (2).
+    let input = read_input(&args.file).map_err(|e| match e.downcast::<Exit>() {
+        Ok(exit) => exit.into(),
+        Err(e) => could_not(e),
+    })?;
     let source = match (&args.host, &args.host_root) {
         (Some(desc), _) => crate::topology::load::Source::Description(desc.clone()),
         (None, Some(root)) => crate::topology::load::Source::HostRoot(root.clone()),
@@ -234,3 +246,7 @@ fn check(args: CheckArgs) -> anyhow::Result<()> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "config_check_tests.rs"]
+mod tests;

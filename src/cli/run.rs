@@ -215,9 +215,11 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     let (config, sections) = fleet::settle_or_check(config, fleet, &topology, &state_dir)?;
     let nrt_metrics = crate::nrt::metrics::NrtMetrics::default();
     let evict_metrics = crate::evict::EvictMetrics::default();
+    let cdi_metrics = crate::host::cdi::CdiMetrics::default();
     let metrics = Arc::new(Metrics::new_with(|r| {
         nrt_metrics.register(r);
         evict_metrics.register(r);
+        cdi_metrics.register(r);
     }));
     // The kubeconfig and its certificates are read now, before capabilities go.
     let nrt = NrtPlan::prepare(&args, &config, &topology, &host_root)?;
@@ -226,7 +228,8 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     let allocator = Allocator::new(Arc::clone(&topology), config.placement.clone());
     let topo = Arc::clone(&topology);
     let kubelet = kubelet_source(&config);
-    let cdi = cdi_registry(&config, &host_root);
+    // Read once the capabilities are gone (below): a hostile spec is parsed without them.
+    let cdi_dirs = config.cdi_spec_dirs.clone();
     let mut engine = Engine::new(
         allocator,
         config,
@@ -252,12 +255,9 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     // path is enough.
     let caps = drop_capabilities(&[]).context("dropping capabilities")?;
     tracing::info!(kept = ?caps.kept, dropped = caps.dropped.len(), bounding = caps.bounding_dropped, "capabilities dropped");
-    // The watcher is a thread: started after the capabilities went, as every thread is.
-    if let Err(e) = cdi.as_ref().map(|r| r.watch()).transpose() {
-        tracing::warn!("CDI spec directories not watched ({e}): specs written later are not seen");
-    }
-
     let health = Arc::new(Health::default());
+    // The first read of the specs, and the watcher (a thread), after the capabilities went.
+    let cdi = cdi_registry(&cdi_dirs, &host_root, cdi_metrics, &health);
     fleet::report_start(&health, &metrics, sections.as_ref(), args.config.is_some());
     engine.set_health(health.clone());
     if let Some(addr) = metrics_address {
@@ -323,17 +323,27 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     })
 }
 
-/// The CDI spec registry of the configured directories under `host_root`, read now (the
-/// caller starts its watcher); `None` when no directory is configured.
+/// The CDI spec registry of `dirs` under `host_root`, read now, with its guarded watcher
+/// (a watcher that ends or stalls marks `/readyz` degraded and is replaced); `None` when no
+/// directory is configured.
 fn cdi_registry(
-    config: &Config,
+    dirs: &[PathBuf],
     host_root: &std::path::Path,
+    metrics: crate::host::cdi::CdiMetrics,
+    health: &Arc<crate::metrics::Health>,
 ) -> Option<Arc<crate::host::cdi::CdiRegistry>> {
-    if config.cdi_spec_dirs.is_empty() {
+    if dirs.is_empty() {
         return None;
     }
-    let r = crate::host::cdi::CdiRegistry::new(host_root, &config.cdi_spec_dirs);
-    tracing::info!(dirs = ?config.cdi_spec_dirs, devices = r.snapshot().len(), "reading CDI specs");
+    let r = crate::host::cdi::CdiRegistry::with_metrics(host_root, dirs, metrics);
+    tracing::info!(dirs = ?dirs, devices = r.snapshot().len(), "reading CDI specs");
+    let health = Arc::clone(health);
+    let watched = r.watch_guarded(crate::host::cdi::WatchTiming::default(), move |why| {
+        health.set_degraded("cdi", why)
+    });
+    if let Err(e) = watched {
+        tracing::warn!("CDI spec directories not watched ({e}): specs written later are not seen");
+    }
     Some(r)
 }
 

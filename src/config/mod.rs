@@ -355,6 +355,12 @@ impl Config {
         let raw: RawConfig = if text.trim().is_empty() {
             RawConfig::default()
         } else {
+            // Aliases are refused before they expand: a bomb in a file or a ConfigMap section
+            // is a bad config like any other (the last good one stays).
+            untrusted::yaml::check(text).map_err(|e| ConfigError::Parse {
+                origin: origin.to_string(),
+                message: e.to_string(),
+            })?;
             // serde repeats a bad value whole: keep the message's start and end only.
             serde_yaml_ng::from_str(text).map_err(|e| {
                 let e = e.to_string();

@@ -179,3 +179,14 @@ fn a_sections_missing_start_up_keys_come_from_the_default() {
     let (same, taken) = inherit_startup_keys(b"policy: none\n", b"metrics_address: [\n");
     assert_eq!((same.as_slice(), taken.len()), (&b"policy: none\n"[..], 0));
 }
+
+#[test]
+fn an_alias_bomb_in_the_default_section_lends_nothing() {
+    let mut laughs = format!("metrics_address: &l0 [{}]\n", ["\"lol\""; 10].join(", "));
+    for i in 1..=9 {
+        let row = vec![format!("*l{}", i - 1); 10].join(", ");
+        laughs.push_str(&format!("x{i}: &l{i} [{row}]\n"));
+    }
+    let (same, taken) = inherit_startup_keys(b"policy: none\n", laughs.as_bytes());
+    assert_eq!((same.as_slice(), taken.len()), (&b"policy: none\n"[..], 0));
+}

@@ -131,3 +131,30 @@ fn a_last_good_this_host_cannot_take_is_not_used_either() {
         "{why}"
     );
 }
+
+/// Nested aliases (the "billion laughs"): 10^9 strings from under a KiB of text.
+fn laughs() -> String {
+    let mut text = format!("policy: &l0 [{}]\n", ["\"lol\""; 10].join(", "));
+    for i in 1..=9 {
+        let row = vec![format!("*l{}", i - 1); 10].join(", ");
+        text.push_str(&format!("x{i}: &l{i} [{row}]\n"));
+    }
+    text
+}
+
+#[test]
+fn a_section_of_aliases_is_refused_unexpanded_and_the_last_good_runs() {
+    let topo = small();
+    let state = state_dir();
+    keep_last_good(state.path(), &section("default", "policy: restricted\n")).expect("kept");
+    let bomb = section("node.n1", &laughs());
+    let s = settle(Ok(Some(bomb)), &topo, state.path());
+    assert_eq!(s.source, Source::LastGood);
+    assert_eq!(s.config.placement.policy, Policy::Restricted);
+    let why = s.degraded.expect("degraded");
+    assert!(
+        why.contains("/cfg/node.n1") && why.contains("YAML aliases"),
+        "{why}"
+    );
+    assert!(!why.contains('\n'), "one line: {why}");
+}

@@ -258,3 +258,29 @@ fn cpu_spread_defaults_to_by_device_and_names_the_valid_values() {
         "{err}"
     );
 }
+
+/// Both shapes of alias bomb in a configuration file, under the 1 MiB cap: refused with the
+/// file named, before anything is expanded (the daemon aborted at ~2.9 GiB on the first).
+#[test]
+fn a_config_file_whose_aliases_expand_beyond_its_size_is_refused() {
+    let t = tempfile::tempdir().expect("tmp");
+    let mut long = format!("x: &s \"{}\"\nexempt_namespaces:\n", "n".repeat(256 << 10));
+    for _ in 0..50_000 {
+        long.push_str("- *s\n");
+    }
+    let mut laughs = format!("exempt_namespaces: &l0 [{}]\n", ["\"lol\""; 10].join(", "));
+    for i in 1..=9 {
+        let row = vec![format!("*l{}", i - 1); 10].join(", ");
+        laughs.push_str(&format!("x{i}: &l{i} [{row}]\n"));
+    }
+    for (name, text) in [("long.yaml", long), ("laughs.yaml", laughs)] {
+        assert!(text.len() as u64 <= crate::untrusted::MAX_CONFIG_BYTES);
+        let path = t.path().join(name);
+        std::fs::write(&path, &text).expect("write");
+        let err = Config::load(&path).expect_err("a bomb").to_string();
+        assert!(err.contains(name) && err.contains("YAML aliases"), "{err}");
+        assert!(!err.contains('\n'), "{err}");
+        // As the runtime's drop-in too.
+        assert!(Config::from_dropin(&text, false).is_err());
+    }
+}

@@ -73,6 +73,9 @@ pub enum LinkError {
         /// Minor number.
         minor: i64,
     },
+    /// The host's `/dev/char` (`/dev/block`) is a symbolic link: not written through.
+    #[error("{0} is a symbolic link: no link is made through it")]
+    LinkedDir(PathBuf),
     /// Something else sits at the link's path (a dangling or foreign link, a file).
     #[error("{0} exists but does not lead to the node")]
     Occupied(PathBuf),
@@ -97,12 +100,18 @@ impl HostDevices {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into() }
     }
+
+    /// The host's `/dev`.
+    fn dev(&self) -> PathBuf {
+        self.root.join("dev")
+    }
 }
 
 impl DeviceLookup for HostDevices {
     fn lookup(&self, path: &str) -> Option<DeviceNode> {
-        let full = self.root.join(path.trim_start_matches('/'));
-        let md = std::fs::metadata(&full).ok()?;
+        // Links are followed as the host follows them, never out of its `/dev`.
+        let full = super::devpath::resolve(&self.dev(), path.strip_prefix("/dev/")?)?;
+        let md = std::fs::symlink_metadata(&full).ok()?;
         let ft = md.file_type();
         let kind = if ft.is_char_device() {
             "c"
@@ -130,8 +139,10 @@ impl DeviceLookup for HostDevices {
             _ => return true,
         };
         let rel = format!("{dir}/{}:{}", node.major, node.minor);
-        // `exists` follows the link, as runc's os.Stat does: a dangling link does not count.
-        self.root.join("dev").join(&rel).exists() || self.root.join("sys/dev").join(&rel).exists()
+        // Followed as runc's os.Stat does (a dangling link does not count), but only within
+        // the host's `/dev`: a `/dev/char` that is a link elsewhere names nothing.
+        super::devpath::resolve(&self.dev(), &rel).is_some()
+            || self.root.join("sys/dev").join(&rel).exists()
     }
 
     fn create_systemd_link(&self, node: &DeviceNode) -> Result<PathBuf, LinkError> {
@@ -164,13 +175,19 @@ impl DeviceLookup for HostDevices {
                 })
             }
         }
-        let parent = self.root.join("dev").join(dir);
+        let parent = self.dev().join(dir);
         let link = parent.join(format!("{}:{}", node.major, node.minor));
         let io = |source| LinkError::Io {
             link: link.clone(),
             source,
         };
-        if !parent.is_dir() {
+        // Never written through a link: a `/dev/char` that leads elsewhere (`/etc`, out of
+        // the host root) would get the new link there.
+        let parent_md = std::fs::symlink_metadata(&parent);
+        if parent_md.as_ref().is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(LinkError::LinkedDir(parent));
+        }
+        if !parent_md.is_ok_and(|m| m.is_dir()) {
             // udev makes /dev/char 0755; the daemon's umask (0077) would make it root-only.
             std::fs::create_dir(&parent).map_err(io)?;
             std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o755))
@@ -181,11 +198,14 @@ impl DeviceLookup for HostDevices {
             Ok(()) => Ok(link),
             // Made meanwhile (udev, nvidia-ctk, another nri-align): fine when it leads there.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let leads_there = std::fs::metadata(&link).is_ok_and(|m| {
-                    let rdev = m.rdev();
-                    i64::from(nix::sys::stat::major(rdev) as u32) == node.major
-                        && i64::from(nix::sys::stat::minor(rdev) as u32) == node.minor
-                });
+                let rel = format!("{dir}/{}:{}", node.major, node.minor);
+                let leads_there = super::devpath::resolve(&self.dev(), &rel)
+                    .and_then(|real| std::fs::symlink_metadata(real).ok())
+                    .is_some_and(|m| {
+                        let rdev = m.rdev();
+                        i64::from(nix::sys::stat::major(rdev) as u32) == node.major
+                            && i64::from(nix::sys::stat::minor(rdev) as u32) == node.minor
+                    });
                 if leads_there {
                     Ok(link)
                 } else {

@@ -37,12 +37,10 @@ fn systemd_can_name_a_device_with_a_dev_char_link_or_a_sys_dev_char_entry() {
     assert!(!host.systemd_can_name(&node(9)), "dangling link");
 }
 
-/// A fake host root whose `/dev/nvidia0` is the real `/dev/null` (char 1:3) through a
-/// link, since a test cannot make device nodes; `lookup` follows links as runc's stat does.
+/// A fake host root whose `/dev/nvidia0` is a null device (char 1:3).
 fn root_with_gpu_stand_in() -> (tempfile::TempDir, DeviceNode) {
     let t = tempfile::tempdir().expect("tmp");
-    std::fs::create_dir_all(t.path().join("dev")).expect("mkdir");
-    std::os::unix::fs::symlink("/dev/null", t.path().join("dev/nvidia0")).expect("stand-in");
+    crate::host::testing::char_node(t.path(), "dev/nvidia0", 1, 3);
     let node = HostDevices::new(t.path())
         .lookup("/dev/nvidia0")
         .expect("stand-in node");
@@ -127,4 +125,49 @@ fn only_numbered_gpu_and_uverbs_nodes_are_named() {
     assert_eq!(nvidia_minor("/dev/nvidia"), None);
     assert_eq!(uverbs_name("/dev/infiniband/uverbs1"), Some("uverbs1"));
     assert_eq!(uverbs_name("/dev/infiniband/rdma_cm"), None);
+}
+
+/// Under a host root, links are the host's: an absolute target is the host's path, and a link
+/// out of its `/dev` (to the daemon's `/dev/null`, up with `..`, to `/etc`) leads nowhere.
+#[test]
+fn lookups_never_follow_a_link_out_of_the_hosts_dev() {
+    let t = tempfile::tempdir().expect("tmp");
+    let dev = t.path().join("dev");
+    std::fs::create_dir_all(dev.join("dri")).expect("mkdir");
+    std::os::unix::fs::symlink("/dev/null", dev.join("nvidia0")).expect("link");
+    std::os::unix::fs::symlink("../../../../../dev/null", dev.join("nvidia1")).expect("link");
+    std::os::unix::fs::symlink("/etc", dev.join("infiniband")).expect("link");
+    let host = HostDevices::new(t.path());
+    for path in ["/dev/nvidia0", "/dev/nvidia1", "/dev/infiniband/uverbs0"] {
+        assert_eq!(host.lookup(path), None, "{path}");
+    }
+    // Links within the host's `/dev` are followed, absolute ones taken under the root.
+    crate::host::testing::char_node(t.path(), "dev/null", 1, 3);
+    std::os::unix::fs::symlink("../renderD128", dev.join("dri/by-path")).expect("link");
+    crate::host::testing::char_node(t.path(), "dev/renderD128", 226, 128);
+    let n = host.lookup("/dev/nvidia0").expect("the host's /dev/null");
+    assert_eq!((n.major, n.minor), (1, 3));
+    let r = host.lookup("/dev/dri/by-path").expect("within /dev");
+    assert_eq!(
+        (r.major, r.minor, r.path.as_str()),
+        (226, 128, "/dev/dri/by-path")
+    );
+}
+
+/// A host `/dev/char` that is a link is neither written through nor believed.
+#[test]
+fn a_dev_char_that_is_a_link_is_not_followed() {
+    let (t, node) = root_with_gpu_stand_in();
+    let elsewhere = tempfile::tempdir().expect("tmp");
+    std::os::unix::fs::symlink("../nvidia0", elsewhere.path().join("1:3")).expect("link");
+    std::os::unix::fs::symlink(elsewhere.path(), t.path().join("dev/char")).expect("link");
+    let host = HostDevices::new(t.path());
+    assert!(!host.systemd_can_name(&node));
+    let err = host.create_systemd_link(&node).expect_err("through a link");
+    assert!(matches!(err, LinkError::LinkedDir(_)), "{err}");
+    assert_eq!(
+        std::fs::read_dir(elsewhere.path()).expect("dir").count(),
+        1,
+        "nothing written there"
+    );
 }

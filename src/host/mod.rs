@@ -10,6 +10,7 @@ pub mod caps;
 pub mod cdi;
 pub mod cgroup;
 pub mod devices;
+pub mod devpath;
 pub mod files;
 pub mod memloc;
 pub mod perms;

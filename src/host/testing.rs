@@ -47,3 +47,18 @@ pub(crate) fn container_host(root: &Path, id: &str, cg_cpus: &str, allowed: &str
     }
     write(root, "proc/77/cgroup", "5:cpuset:/other\n");
 }
+
+/// A character device node `major:minor` at `root/rel` (a fake host's `/dev/nvidia0` that is
+/// the real null device). mknod needs CAP_MKNOD, as the daemon suite's GPU roots do: a link to
+/// the daemon's own `/dev/null` would not do, since a host's `/dev` is never left.
+pub(crate) fn char_node(root: &Path, rel: &str, major: u64, minor: u64) {
+    let p = root.join(rel);
+    fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    nix::sys::stat::mknod(
+        &p,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+        nix::sys::stat::makedev(major, minor),
+    )
+    .unwrap_or_else(|e| panic!("mknod {rel} (needs CAP_MKNOD): {e}"));
+}

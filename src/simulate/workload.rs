@@ -168,6 +168,7 @@ impl Workload {
             crate::untrusted::MAX_DOCUMENT_BYTES,
         )
         .map_err(WorkloadError::TooLarge)?;
+        crate::untrusted::yaml::check(text).map_err(|e| WorkloadError::TooLarge(e.to_string()))?;
         let w: Workload = serde_yaml_ng::from_str(text)?;
         // Events name pods: two pods with one name would make `remove` ambiguous.
         for (i, p) in w.pods.iter().enumerate() {

@@ -103,3 +103,15 @@ fn dra_devices_must_be_functions_of_the_topology_and_not_gpus() {
         assert!(e.to_string().contains(why), "{e}");
     }
 }
+
+#[test]
+fn a_workload_of_nested_aliases_is_refused_before_it_expands() {
+    let mut text = format!("x0: &l0 [{}]\n", ["\"lol\""; 10].join(", "));
+    for i in 1..=9 {
+        let row = vec![format!("*l{}", i - 1); 10].join(", ");
+        text.push_str(&format!("x{i}: &l{i} [{row}]\n"));
+    }
+    text.push_str("pods: *l9\n");
+    let err = Workload::parse(&text).expect_err("a bomb").to_string();
+    assert!(err.contains("YAML aliases"), "{err}");
+}

@@ -62,7 +62,7 @@ fn exported(body: &str) -> BTreeSet<String> {
 
 /// The families the daemon's registry declares: `register("NAME", "help", metric)` in the
 /// files of src/metrics and src/evict/metrics.rs (under `nri_align_`), the NodeResourceTopology
-/// ones under `nri_align_nrt_`,
+/// ones under `nri_align_nrt_`, the CDI spec registry's under `nri_align_cdi_`,
 /// with the kind read from the metric's type a few lines below.
 fn registered() -> BTreeSet<String> {
     let mut out = BTreeSet::new();
@@ -75,6 +75,7 @@ fn registered() -> BTreeSet<String> {
         .collect();
     files.push((root.join("src/nrt/metrics.rs"), "nri_align_nrt_"));
     files.push((root.join("src/evict/metrics.rs"), "nri_align_"));
+    files.push((root.join("src/host/cdi/metrics.rs"), "nri_align_cdi_"));
     for (file, prefix) in files {
         let text = std::fs::read_to_string(&file).expect("metrics source");
         let mut rest = text.as_str();

@@ -9,6 +9,8 @@ use std::fmt::Write as _;
 use std::io::Read;
 use std::path::Path;
 
+pub mod yaml;
+
 /// Bytes of a bad value an error message repeats; the rest is replaced by an ellipsis and the
 /// full length.
 pub const ECHO_BYTES: usize = 64;
@@ -116,6 +118,61 @@ pub enum ReadError {
 /// file that grows, or a device, cannot make the daemon allocate without end).
 pub fn read_to_string(path: &Path, limit: u64) -> Result<String, ReadError> {
     let file = std::fs::File::open(path)?;
+    let mut text = String::new();
+    file.take(limit.saturating_add(1))
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > limit {
+        return Err(ReadError::TooLarge { limit });
+    }
+    Ok(text)
+}
+
+/// Opens `path` for reading only if it is a regular file, without ever waiting: opened
+/// non-blocking (a FIFO in place of a sysfs attribute or a spec file would otherwise block the
+/// open until a writer comes), then checked on the open descriptor (`fstat`), so a FIFO, a
+/// socket or a device node swapped in after a check of the path is refused all the same.
+/// Symbolic links are followed; `nofollow` refuses one as the last component instead
+/// (`ELOOP`). Reads of a regular file never block, whatever its flags.
+pub fn open_regular(path: &Path, nofollow: bool) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
+    if nofollow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", file_kind(&kind)),
+        ));
+    }
+    Ok(file)
+}
+
+/// What a file that is not regular is, in words.
+fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device node"
+    } else {
+        "a special file"
+    }
+}
+
+/// Like [`read_to_string`], for a file that must be regular ([`open_regular`], links
+/// followed): a sysfs attribute, a spec file. Never waits on a FIFO or opens a device.
+pub fn read_regular(path: &Path, limit: u64) -> Result<String, ReadError> {
+    let file = open_regular(path, false)?;
     let mut text = String::new();
     file.take(limit.saturating_add(1))
         .read_to_string(&mut text)?;

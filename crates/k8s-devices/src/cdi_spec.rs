@@ -182,6 +182,9 @@ pub enum SpecError {
         /// The limit.
         limit: usize,
     },
+    /// YAML whose aliases expand beyond the size the file may reach.
+    #[error("spec refused: {0}")]
+    Expansion(#[from] align_core::untrusted::yaml::ExpansionError),
     /// Not JSON or YAML of the spec's shape.
     #[error("spec does not parse: {0}")]
     Parse(String),
@@ -210,6 +213,8 @@ pub fn parse(bytes: &[u8], format: Format) -> Result<Spec, SpecError> {
     let spec: Spec = match format {
         Format::Json => serde_json::from_slice(bytes).map_err(|e| SpecError::Parse(short(&e)))?,
         Format::Yaml => {
+            // The size cap above does not bound what aliases expand to.
+            align_core::untrusted::yaml::check_bytes(bytes)?;
             serde_yaml_ng::from_slice(bytes).map_err(|e| SpecError::Parse(short(&e)))?
         }
     };

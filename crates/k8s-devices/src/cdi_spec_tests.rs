@@ -148,3 +148,33 @@ fn formats_come_from_the_extension() {
     assert_eq!(split_kind("a.com/b"), Some(("a.com", "b")));
     assert_eq!(split_kind("a.com/"), None);
 }
+
+/// The two shapes of alias bomb, inside a spec that is otherwise valid: under the size cap,
+/// refused before anything is expanded.
+#[test]
+fn specs_whose_aliases_expand_beyond_their_size_are_refused() {
+    // One long env entry anchored once and aliased by every device (a 300 KiB string aliased
+    // 185,000 times took a daemon to 2.9 GiB; this is the same shape, smaller).
+    let mut long = format!(
+        "cdiVersion: 0.5.0\nkind: v.com/c\nx: &e \"A={}\"\ndevices:\n",
+        "x".repeat(256 << 10)
+    );
+    for i in 0..3_000 {
+        long.push_str(&format!(
+            "- name: d{i}\n  containerEdits:\n    env: [*e, *e, *e, *e, *e, *e, *e, *e]\n"
+        ));
+    }
+    assert!(long.len() <= MAX_SPEC_BYTES, "{} bytes", long.len());
+    // Nested aliases: a few hundred bytes for 10^9 env entries.
+    let mut laughs = "cdiVersion: 0.5.0\nkind: v.com/c\nl0: &l0 [\"A=b\", \"A=b\", \"A=b\", \"A=b\", \"A=b\", \"A=b\", \"A=b\", \"A=b\", \"A=b\", \"A=b\"]\n".to_string();
+    for i in 1..=8 {
+        let row = vec![format!("*l{}", i - 1); 10].join(", ");
+        laughs.push_str(&format!("l{i}: &l{i} [{row}]\n"));
+    }
+    laughs.push_str("devices:\n- name: a\n  containerEdits:\n    env: *l8\n");
+    for text in [long, laughs] {
+        let err = parse(text.as_bytes(), Format::Yaml).expect_err("a bomb");
+        assert!(matches!(err, SpecError::Expansion(_)), "{err}");
+        assert!(err.to_string().contains("YAML aliases"), "{err}");
+    }
+}

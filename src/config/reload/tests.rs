@@ -206,6 +206,20 @@ async fn a_swapped_configmap_is_reloaded_and_a_bad_one_keeps_the_old_config() {
         other => panic!("{other:?}"),
     }
     assert_eq!(r.policy(), Some(Policy::Restricted));
+    // Nested aliases (10^9 strings from a few hundred bytes): refused before they expand.
+    let mut bomb = format!("policy: &l0 [{}]\n", ["\"lol\""; 10].join(", "));
+    for i in 1..=9 {
+        let row = vec![format!("*l{}", i - 1); 10].join(", ");
+        bomb.push_str(&format!("x{i}: &l{i} [{row}]\n"));
+    }
+    vol.swap(&bomb);
+    match r.next().await {
+        Outcome::Rejected(Trigger::FileChanged, why) => {
+            assert!(why.contains("YAML aliases"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(r.policy(), Some(Policy::Restricted));
     // An event that does not change the file again (a new file beside it) reports nothing.
     std::fs::write(vol.dir.path().join("unrelated"), "x").expect("write");
     r.quiet_for(Duration::from_millis(500)).await;

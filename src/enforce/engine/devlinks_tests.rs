@@ -86,8 +86,7 @@ fn engine_on_root(
     DeviceNode,
 ) {
     let t = tempfile::tempdir().expect("tmp");
-    std::fs::create_dir_all(t.path().join("dev")).expect("mkdir");
-    std::os::unix::fs::symlink("/dev/null", t.path().join("dev/nvidia0")).expect("stand-in");
+    crate::host::testing::char_node(t.path(), "dev/nvidia0", 1, 3);
     let host = crate::host::devices::HostDevices::new(t.path());
     let gpu = host.lookup("/dev/nvidia0").expect("stand-in");
     let metrics = Arc::new(Metrics::new());

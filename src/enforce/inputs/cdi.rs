@@ -9,6 +9,8 @@
 //! (no spec on this host, or a spec that was skipped) falls back to what its name alone says
 //! for NVIDIA's device-plugin vendors, and is otherwise noted, never refused.
 
+use std::collections::{HashMap, HashSet};
+
 use k8s_devices::cdi::{self, QualifiedName};
 use k8s_devices::nvidia;
 
@@ -63,8 +65,9 @@ pub fn resolve_cdi(
     let mut out = index.resolve(raw_names(c, claims).take(max));
     let devices = &c.devices[..c.devices.len().min(max)];
     let env = &c.env[..c.env.len().min(max)];
+    let mut seen: HashSet<String> = out.iter().map(|d| d.name.clone()).collect();
     for d in index.match_injected(devices, env) {
-        if !out.iter().any(|o| o.name == d.name) {
+        if seen.insert(d.name.clone()) {
             out.push(CdiDevice::clone(&d));
         }
     }
@@ -74,7 +77,7 @@ pub fn resolve_cdi(
 /// The names of the devices in `c.cdi_resolved` that no source named: those matched back
 /// from what the runtime injected.
 pub fn matched_back(c: &ContainerView) -> Vec<&str> {
-    let named: Vec<&str> = raw_names(c, &c.kubelet_claims)
+    let named: HashSet<&str> = raw_names(c, &c.kubelet_claims)
         .take(k8s_devices::MAX_ENTRIES)
         .map(str::trim)
         .collect();
@@ -115,15 +118,11 @@ fn cdi_names(c: &ContainerView, f: &mut Found) -> Vec<(String, QualifiedName)> {
             }
         }
     }
-    // One name reached by two routes (the CRI field and a claim) is one device.
-    let mut seen: Vec<QualifiedName> = Vec::new();
-    names.retain(|(_, q)| {
-        let new = !seen.contains(q);
-        if new {
-            seen.push(q.clone());
-        }
-        new
-    });
+    // One name reached by two routes (the CRI field and a claim) is one device. A set, not a
+    // scan of the names kept: a runtime or kubelet may send tens of thousands of names, and
+    // this runs under the engine lock.
+    let mut seen: HashSet<QualifiedName> = HashSet::with_capacity(names.len());
+    names.retain(|(_, q)| seen.insert(q.clone()));
     names
 }
 
@@ -136,18 +135,26 @@ pub(super) fn cdi_devices(
 ) -> Result<Found, RequestError> {
     let mut gpus = Found::default();
     let names = cdi_names(c, f);
+    let by_resolved: HashMap<&str, &CdiDevice> = c
+        .cdi_resolved
+        .iter()
+        .map(|d| (d.name.as_str(), d))
+        .collect();
+    let mut named: HashSet<String> = HashSet::with_capacity(names.len());
     for (origin, q) in &names {
         let name = q.to_string();
-        if let Some(d) = c.cdi_resolved.iter().find(|d| d.name == name) {
+        if let Some(d) = by_resolved.get(name.as_str()) {
             if resolved(topo, c, origin, d, f, &mut gpus)? {
+                named.insert(name);
                 continue;
             }
         }
+        named.insert(name);
         by_name(topo, c, origin, q, f, &mut gpus)?;
     }
     // The devices no name named: matched back from what the runtime injected.
     for d in &c.cdi_resolved {
-        if !names.iter().any(|(_, q)| q.to_string() == d.name) {
+        if !named.contains(&d.name) {
             resolved(topo, c, INJECTED, d, f, &mut gpus)?;
         }
     }

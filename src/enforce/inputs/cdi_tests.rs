@@ -190,3 +190,36 @@ fn devices_matched_back_from_what_the_runtime_injected_are_aligned() {
     c.cdi_devices = vec!["example.com/accel=fn0".into()];
     assert_eq!(matched_back(&c), ["k8s.gpu.nvidia.com/claim=u1-gpu-1"]);
 }
+
+/// 50,000 names from the runtime and the kubelet, each device named twice: deduplicated in
+/// one pass (a set), each kept once in the order first named. (A scan of the names kept per
+/// name took 9.3 s here, under the engine lock.)
+#[test]
+fn fifty_thousand_names_are_deduplicated_in_order() {
+    let distinct: Vec<String> = (0..25_000)
+        .map(|i| format!("example.com/accel=d{i}"))
+        .collect();
+    let c = ContainerView {
+        cdi_devices: distinct.clone(),
+        kubelet_claims: vec![KubeletClaimDevice {
+            claim: "c".into(),
+            driver: "example.com".into(),
+            pool: "p".into(),
+            device: "d".into(),
+            cdi_names: distinct.iter().rev().cloned().collect(),
+        }],
+        ..Default::default()
+    };
+    let mut f = Found::default();
+    let names = cdi_names(&c, &mut f);
+    assert_eq!(names.len(), distinct.len());
+    assert!(names
+        .iter()
+        .zip(&distinct)
+        .all(|((origin, q), d)| origin == "CDI device" && q.to_string() == *d));
+    // Through the whole source: one note per device, not per name.
+    let mut f = Found::default();
+    let gpus = cdi_devices(&gpu_topology(), &c, &mut f).expect("read");
+    assert!(!gpus.any_gpu());
+    assert_eq!(f.unread.len(), distinct.len());
+}

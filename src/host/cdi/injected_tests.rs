@@ -114,10 +114,9 @@ fn devices_at_one_container_path_are_told_apart_by_their_host_nodes() {
         {"name": "a", "containerEdits": {"deviceNodes": [{"path": "/dev/accel0", "hostPath": "/dev/a"}]}},
         {"name": "b", "containerEdits": {"deviceNodes": [{"path": "/dev/accel0", "hostPath": "/dev/b"}]}}]}"#;
     let dir = tempfile::tempdir().expect("tempdir");
-    // The host nodes: /dev/null (char 1:3) and /dev/zero (char 1:5) of this machine.
-    std::fs::create_dir_all(dir.path().join("dev")).expect("mkdir");
-    std::os::unix::fs::symlink("/dev/null", dir.path().join("dev/a")).expect("link");
-    std::os::unix::fs::symlink("/dev/zero", dir.path().join("dev/b")).expect("link");
+    // The host nodes: a null device (char 1:3) and a zero device (char 1:5).
+    crate::host::testing::char_node(dir.path(), "dev/a", 1, 3);
+    crate::host::testing::char_node(dir.path(), "dev/b", 1, 5);
     let cdi = dir.path().join("etc/cdi");
     std::fs::create_dir_all(&cdi).expect("mkdir");
     std::fs::write(cdi.join("accel.json"), SHARED_PATH).expect("write");

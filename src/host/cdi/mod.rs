@@ -3,10 +3,14 @@
 //! looks names up.
 //!
 //! Spec files are read from the configured directories (`cdi_spec_dirs`, under the host root)
-//! when the daemon starts and again within a second of any change to them (an inotify watch,
-//! `watch.rs`); a lookup never reads a file. A spec that cannot be used (unparseable, over the
-//! size cap, a symlink loop, a device node outside `/dev`) is skipped with one log line, and
-//! its devices are unknown: a container naming them is placed as if CDI had not named them.
+//! when the daemon starts (once its capabilities are dropped) and again within a second of any
+//! change to them (an inotify watch, `watch.rs`, whose thread a guard replaces when it ends or
+//! stalls, `guard.rs`); a lookup never reads a file. A spec that cannot be used (unparseable,
+//! aliases that expand beyond its size, over the size cap or past the total caps of all files
+//! together, a symlink loop, not a regular file, a device node outside `/dev`) is skipped with
+//! one log line, and its devices are unknown: a container naming them is placed as if CDI had
+//! not named them. Files are opened non-blocking and checked with `fstat`: a FIFO is never
+//! waited on.
 //!
 //! As in the reference library (cncf-tags/container-device-interface `pkg/cdi/cache.go`), a
 //! later directory takes precedence over an earlier one, and a device two files of one
@@ -20,12 +24,20 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+mod guard;
 mod injected;
+mod metrics;
+mod reuse;
 mod scan;
 pub mod sysfs;
 mod watch;
 
-pub use scan::{scan, Scan, Skipped, MAX_SPEC_FILES};
+pub use metrics::CdiMetrics;
+pub use reuse::FileDevices;
+pub use scan::{
+    scan, scan_after, Scan, Skipped, MAX_SPEC_FILES, MAX_TOTAL_DEVICES, MAX_TOTAL_SPEC_BYTES,
+};
+pub use watch::WatchTiming;
 
 /// The directories read when the configuration names none (relative to the host root).
 pub const DEFAULT_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
@@ -129,13 +141,14 @@ impl CdiIndex {
     /// The known devices among `names`, each once, in the order first named.
     pub fn resolve<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Vec<CdiDevice> {
         let mut out: Vec<CdiDevice> = Vec::new();
+        // A set of the names taken, not a scan of `out` per name: linear in the names.
+        let mut taken: std::collections::HashSet<&str> = std::collections::HashSet::new();
         for n in names {
             let n = n.trim();
-            if out.iter().any(|d| d.name == n) {
-                continue;
-            }
-            if let Some(d) = self.devices.get(n) {
-                out.push(CdiDevice::clone(d));
+            if let Some((name, d)) = self.devices.get_key_value(n) {
+                if taken.insert(name.as_str()) {
+                    out.push(CdiDevice::clone(d));
+                }
             }
         }
         out
@@ -155,11 +168,25 @@ pub struct CdiRegistry {
     /// spec can wait for the rescan that follows instead of guessing a delay.
     rescans: Mutex<u64>,
     rescanned: Condvar,
+    metrics: CdiMetrics,
+    /// Each used file's devices at the last scan: what the next one takes over unchanged.
+    files: Mutex<FileDevices>,
+    /// When the registry was made: the origin of `beat_ms`.
+    origin: std::time::Instant,
+    /// Milliseconds after `origin` of the watcher's last sign of life.
+    beat_ms: AtomicU64,
+    /// The watcher that should run: one that finds a later number here ends.
+    generation: AtomicU64,
 }
 
 impl CdiRegistry {
     /// A registry of the specs in `dirs` under `root`, read once now.
     pub fn new(root: &Path, dirs: &[PathBuf]) -> Arc<Self> {
+        Self::with_metrics(root, dirs, CdiMetrics::default())
+    }
+
+    /// [`CdiRegistry::new`], counting in `metrics`.
+    pub fn with_metrics(root: &Path, dirs: &[PathBuf], metrics: CdiMetrics) -> Arc<Self> {
         let r = Arc::new(CdiRegistry {
             root: root.to_path_buf(),
             dirs: dirs.to_vec(),
@@ -168,6 +195,11 @@ impl CdiRegistry {
             skipped: RwLock::new(Vec::new()),
             rescans: Mutex::new(0),
             rescanned: Condvar::new(),
+            metrics,
+            files: Mutex::new(FileDevices::new()),
+            origin: std::time::Instant::now(),
+            beat_ms: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
         });
         r.rescan();
         r
@@ -181,7 +213,8 @@ impl CdiRegistry {
         }
     }
 
-    /// How many spec files were read since start (each rescan reads every file again).
+    /// How many spec files were read since start (a rescan reads again only the files that
+    /// changed).
     pub fn files_read(&self) -> u64 {
         self.files_read.load(Ordering::Relaxed)
     }
@@ -189,7 +222,11 @@ impl CdiRegistry {
     /// Reads every spec again and swaps the index in. Each skipped file is logged once, when it
     /// is first seen broken (not on every later rescan).
     pub fn rescan(&self) {
-        let s = scan(&self.root, &self.dirs);
+        // Only the watcher rescans (and `new`, before it starts): the lock is never waited on.
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        let s = scan_after(&self.root, &self.dirs, &files);
+        *files = s.files;
+        drop(files);
         self.files_read.fetch_add(s.files_read, Ordering::Relaxed);
         {
             let mut old = match self.skipped.write() {
@@ -199,9 +236,12 @@ impl CdiRegistry {
             for k in s.skipped.iter().filter(|k| !old.contains(k)) {
                 tracing::warn!(file = %k.file.display(), "CDI spec skipped: {}", k.why);
             }
+            self.metrics.skipped.set(gauge(s.skipped.len()));
             *old = s.skipped;
         }
         tracing::debug!(devices = s.index.len(), "CDI specs read");
+        self.metrics.devices.set(gauge(s.index.len()));
+        self.metrics.over_cap.set(gauge(s.over_cap));
         let new = Arc::new(s.index);
         match self.index.write() {
             Ok(mut g) => *g = new,
@@ -232,7 +272,30 @@ impl CdiRegistry {
     /// registry is the watcher's last owner. Runs on a thread of its own: a rescan reads files
     /// and must never stall the runtime's calls.
     pub fn watch(self: &Arc<Self>) -> std::io::Result<std::thread::JoinHandle<()>> {
-        watch::spawn(Arc::clone(self))
+        watch::spawn(Arc::clone(self), WatchTiming::default())
+    }
+
+    /// [`CdiRegistry::watch`], with a guard thread that notices a watcher that ended or made
+    /// no progress for `timing.stall_after`, starts another, and reports it: `degraded` gets
+    /// the reason (or `None` once a watcher runs again), the metrics count the restart.
+    pub fn watch_guarded(
+        self: &Arc<Self>,
+        timing: WatchTiming,
+        degraded: impl Fn(Option<String>) + Send + 'static,
+    ) -> std::io::Result<()> {
+        guard::spawn_guarded(Arc::clone(self), timing, Box::new(degraded))
+    }
+
+    /// The watcher is alive and at work now.
+    fn beat(&self) {
+        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.beat_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Time since the watcher's last sign of life.
+    fn since_beat(&self) -> Duration {
+        let last = Duration::from_millis(self.beat_ms.load(Ordering::Relaxed));
+        self.origin.elapsed().saturating_sub(last)
     }
 
     fn watched_dirs(&self) -> Vec<PathBuf> {
@@ -241,6 +304,11 @@ impl CdiRegistry {
             .map(|d| self.root.join(d.strip_prefix("/").unwrap_or(d)))
             .collect()
     }
+}
+
+/// A count as a gauge's value.
+fn gauge(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

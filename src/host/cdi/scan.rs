@@ -8,11 +8,22 @@ use std::sync::Arc;
 
 use k8s_devices::cdi_spec::{self, ContainerEdits, Format, Spec, MAX_SPEC_BYTES};
 
+use super::reuse::{FileDevices, Stamp};
 use super::sysfs::{self, NodeMap};
 use super::{CdiDevice, CdiIndex, CdiTarget, SpecNode};
 
 /// Most spec files read in all (a node with a claim per container has a few hundred).
 pub const MAX_SPEC_FILES: usize = 16_384;
+
+/// Most spec bytes read in one scan, all files together: what bounds the index's memory (a
+/// device holds about what its part of the spec says). NVIDIA's spec of an 8-GPU host with
+/// every MIG profile is under 100 KiB, a claim's spec a few KiB: this leaves room for
+/// hundreds of those and keeps the index well inside the DaemonSet's memory limit (a rescan
+/// shares the unchanged files' devices with the index it replaces, `reuse.rs`).
+pub const MAX_TOTAL_SPEC_BYTES: u64 = 16 << 20;
+
+/// Most devices kept from all spec files together.
+pub const MAX_TOTAL_DEVICES: usize = 16_384;
 
 /// A spec file not used, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,26 +43,75 @@ pub struct Scan {
     pub skipped: Vec<Skipped>,
     /// Spec files read (opened and parsed).
     pub files_read: u64,
+    /// Files skipped because the total caps were reached ([`MAX_TOTAL_SPEC_BYTES`],
+    /// [`MAX_TOTAL_DEVICES`]); each is in `skipped` too.
+    pub over_cap: u64,
+    /// The devices of each file used, for the next scan to take over where it is unchanged.
+    pub files: FileDevices,
+}
+
+/// What a scan has left of the total caps.
+struct Totals {
+    bytes: u64,
+    devices: usize,
+}
+
+/// Why a file is not used: broken, or over the total caps (counted apart, for the metric).
+enum Refused {
+    Broken(String),
+    OverCap(String),
+}
+
+/// A file's devices: read now, or taken over from the scan before.
+enum Got {
+    Read(Box<Spec>, Stamp),
+    Same(Stamp, Vec<Arc<CdiDevice>>),
 }
 
 /// Reads the specs of `dirs` (absolute, taken under `root`); later directories take precedence.
 pub fn scan(root: &Path, dirs: &[PathBuf]) -> Scan {
+    scan_after(root, dirs, &FileDevices::new())
+}
+
+/// [`scan`], taking over the devices of the files of `before` (the previous scan's
+/// [`Scan::files`]) that have not changed since.
+pub fn scan_after(root: &Path, dirs: &[PathBuf], before: &FileDevices) -> Scan {
     let mut out = Scan::default();
     let mut budget = MAX_SPEC_FILES;
+    let mut totals = Totals {
+        bytes: MAX_TOTAL_SPEC_BYTES,
+        devices: MAX_TOTAL_DEVICES,
+    };
     for dir in dirs {
         let full = root.join(dir.strip_prefix("/").unwrap_or(dir));
         let mut here: HashMap<String, Arc<CdiDevice>> = HashMap::new();
         let mut conflicts: Vec<String> = Vec::new();
         for file in spec_files(&full, &mut budget, &mut out.skipped) {
-            let spec = match read(&file) {
-                Ok(s) => s,
-                Err(why) => {
+            let devs = match read(&file, &mut totals, before.get(&file)) {
+                Ok(Got::Same(stamp, devs)) => {
+                    out.files.insert(file.clone(), (stamp, devs.clone()));
+                    devs
+                }
+                Ok(Got::Read(spec, stamp)) => {
+                    out.files_read += 1;
+                    let devs: Vec<Arc<CdiDevice>> = devices(root, &file, &spec)
+                        .into_iter()
+                        .map(Arc::new)
+                        .collect();
+                    out.files.insert(file.clone(), (stamp, devs.clone()));
+                    devs
+                }
+                Err(Refused::Broken(why)) => {
+                    out.skipped.push(Skipped { file, why });
+                    continue;
+                }
+                Err(Refused::OverCap(why)) => {
+                    out.over_cap += 1;
                     out.skipped.push(Skipped { file, why });
                     continue;
                 }
             };
-            out.files_read += 1;
-            for d in devices(root, &file, &spec) {
+            for d in devs {
                 if here.contains_key(&d.name) {
                     conflicts.push(d.name.clone());
                     out.skipped.push(Skipped {
@@ -63,7 +123,7 @@ pub fn scan(root: &Path, dirs: &[PathBuf]) -> Scan {
                         ),
                     });
                 } else {
-                    here.insert(d.name.clone(), Arc::new(d));
+                    here.insert(d.name.clone(), d);
                 }
             }
         }
@@ -105,35 +165,97 @@ fn spec_files(dir: &Path, budget: &mut usize, skipped: &mut Vec<Skipped>) -> Vec
     files
 }
 
-/// One file, bounded: a link is followed only where it ends (a loop fails with `ELOOP`), only
-/// regular files are read, and never more than the size cap.
-fn read(file: &Path) -> Result<Spec, String> {
-    let md = std::fs::metadata(file).map_err(|e| {
+/// One file, bounded and never waited on: a link is resolved where it ends (a loop fails with
+/// `ELOOP`; the reference library reads specs through links too), the file it ends at is
+/// opened non-blocking without following a link again and checked on the descriptor
+/// (`fstat`), so a FIFO or a device node, even one swapped in after the path was resolved, is
+/// skipped, never waited on or read; never more than the size cap is read.
+fn read(
+    file: &Path,
+    totals: &mut Totals,
+    before: Option<&(Stamp, Vec<Arc<CdiDevice>>)>,
+) -> Result<Got, Refused> {
+    let over = || {
+        Refused::OverCap(format!(
+            "over the total cap of {MAX_TOTAL_SPEC_BYTES} bytes or {MAX_TOTAL_DEVICES} devices \
+             across spec files"
+        ))
+    };
+    // The file's bytes are checked from its size, before it is read, and count once it is
+    // read whatever comes of it (they bound the scan's parsing work as well as the index);
+    // its devices once parsed, before they are mapped and kept.
+    if totals.devices == 0 {
+        return Err(over());
+    }
+    let got = read_spec(file, &mut totals.bytes, over, before)?;
+    let count = match &got {
+        Got::Read(spec, _) => spec.devices.len(),
+        Got::Same(_, devs) => devs.len(),
+    };
+    if count > totals.devices {
+        return Err(over());
+    }
+    totals.devices -= count;
+    Ok(got)
+}
+
+/// One file's spec (or its devices of `before`, when its bytes are the same), its size counted
+/// against `bytes_left` (`over` when larger).
+fn read_spec(
+    file: &Path,
+    bytes_left: &mut u64,
+    over: impl FnOnce() -> Refused,
+    before: Option<&(Stamp, Vec<Arc<CdiDevice>>)>,
+) -> Result<Got, Refused> {
+    let (f, len) = open_spec(file).map_err(Refused::Broken)?;
+    if len > *bytes_left {
+        return Err(over());
+    }
+    *bytes_left -= len;
+    let mut bytes = Vec::with_capacity(len as usize);
+    // No more than its size said (a file that grew since is cut, and refused as a bad spec).
+    f.take(len)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Refused::Broken(format!("cannot be read: {e}")))?;
+    let stamp = Stamp::of(&bytes);
+    if let Some((_, devs)) = before.filter(|(then, _)| *then == stamp) {
+        return Ok(Got::Same(stamp, devs.clone()));
+    }
+    let spec = parse_spec(file, &bytes).map_err(Refused::Broken)?;
+    Ok(Got::Read(Box::new(spec), stamp))
+}
+
+/// The spec file opened, and its size.
+fn open_spec(file: &Path) -> Result<(std::fs::File, u64), String> {
+    let real = std::fs::canonicalize(file).map_err(|e| {
         if e.raw_os_error() == Some(nix::libc::ELOOP) {
             "symlink loop".to_string()
         } else {
             format!("cannot be read: {e}")
         }
     })?;
-    if !md.is_file() {
-        return Err("not a regular file".into());
+    let f = crate::untrusted::open_regular(&real, true).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidInput => e.to_string(),
+        _ => format!("cannot be read: {e}"),
+    })?;
+    let len = f
+        .metadata()
+        .map_err(|e| format!("cannot be read: {e}"))?
+        .len();
+    if len > MAX_SPEC_BYTES as u64 {
+        return Err(format!("{len} bytes, over the {MAX_SPEC_BYTES}-byte cap"));
     }
-    if md.len() > MAX_SPEC_BYTES as u64 {
-        return Err(format!(
-            "{} bytes, over the {MAX_SPEC_BYTES}-byte cap",
-            md.len()
-        ));
-    }
-    let mut bytes = Vec::with_capacity(md.len() as usize);
-    std::fs::File::open(file)
-        .and_then(|f| f.take(MAX_SPEC_BYTES as u64 + 1).read_to_end(&mut bytes))
-        .map_err(|e| format!("cannot be read: {e}"))?;
+    Ok((f, len))
+}
+
+/// The spec in `bytes` (of `file`), validated, its device nodes under `/dev`.
+fn parse_spec(file: &Path, bytes: &[u8]) -> Result<Spec, String> {
     let name = file
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or_default();
     let format = Format::of(name).unwrap_or(Format::Yaml);
-    let spec = cdi_spec::parse(&bytes, format).map_err(|e| e.to_string())?;
+    let spec = cdi_spec::parse(bytes, format).map_err(|e| e.to_string())?;
     let all_nodes = std::iter::once(&spec.container_edits)
         .chain(spec.devices.iter().map(|d| &d.container_edits))
         .flat_map(|e| e.device_nodes.iter());

@@ -154,8 +154,10 @@ fn by_numbers(root: &Path, node: &DeviceNode) -> NodeMap {
 /// major and minor number: what a runtime fills in where the spec leaves them out (the
 /// reference library stats the host path the same way). `None` when it is no device node.
 pub fn host_numbers(root: &Path, node: &DeviceNode) -> Option<(bool, i64, i64)> {
-    let full = root.join(node.host().trim_start_matches('/'));
-    let md = std::fs::metadata(full).ok()?;
+    // Links followed as the host follows them, never out of its `/dev`.
+    let rel = node.host().strip_prefix("/dev/")?;
+    let full = crate::host::devpath::resolve(&root.join("dev"), rel)?;
+    let md = std::fs::symlink_metadata(full).ok()?;
     let ft = md.file_type();
     let (major, minor) = (
         i64::from(nix::sys::stat::major(md.rdev()) as u32),
@@ -180,7 +182,8 @@ fn pci_behind(root: &Path, link: &Path) -> Option<PciFunction> {
 /// (root complex, then the bridges down to the function).
 pub fn pci_function(root: &Path, bus: &str) -> PciFunction {
     let dev: PathBuf = root.join(format!("sys/bus/pci/devices/{bus}"));
-    let numa_node = std::fs::read_to_string(dev.join("numa_node"))
+    // A regular file only: a FIFO in place of the attribute is not waited on.
+    let numa_node = crate::untrusted::read_regular(&dev.join("numa_node"), 64)
         .ok()
         .and_then(|s| s.trim().parse::<i64>().ok())
         .and_then(|n| u32::try_from(n).ok());

@@ -14,6 +14,7 @@
 
 use std::os::fd::AsFd;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -28,8 +29,31 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// How often a missing directory is looked for.
 const DIR_CHECK: Duration = Duration::from_secs(1);
 /// How often the thread wakes with every directory watched and no event: only to notice that
-/// the registry was dropped (never, in the daemon).
+/// the registry was dropped (never, in the daemon) and to show it is alive.
 const IDLE_CHECK: Duration = Duration::from_secs(60);
+
+/// How the watcher and its guard keep time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchTiming {
+    /// How long the watcher sleeps with nothing to do; it shows it is alive at each wake.
+    pub idle_check: Duration,
+    /// How long without a sign of life before the guard counts the watcher stalled.
+    pub stall_after: Duration,
+    /// How often the guard looks.
+    pub check_every: Duration,
+}
+
+impl Default for WatchTiming {
+    /// Stalled after three idle wakes missed (a rescan itself takes well under a second with
+    /// the total caps), looked at every ten seconds.
+    fn default() -> Self {
+        WatchTiming {
+            idle_check: IDLE_CHECK,
+            stall_after: IDLE_CHECK * 3,
+            check_every: Duration::from_secs(10),
+        }
+    }
+}
 
 fn flags() -> AddWatchFlags {
     AddWatchFlags::IN_CREATE
@@ -42,18 +66,30 @@ fn flags() -> AddWatchFlags {
         | AddWatchFlags::IN_ONLYDIR
 }
 
-/// Starts the watcher thread of `registry`; it ends once the registry is dropped elsewhere.
-pub(super) fn spawn(registry: Arc<CdiRegistry>) -> std::io::Result<std::thread::JoinHandle<()>> {
+/// Starts the watcher thread of `registry`; it ends once the registry is dropped elsewhere,
+/// or once another watcher replaced it (the registry's generation moved on).
+pub(super) fn spawn(
+    registry: Arc<CdiRegistry>,
+    timing: WatchTiming,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
     let dirs = registry.watched_dirs();
+    let generation = registry.generation.load(Ordering::Relaxed);
+    registry.beat();
     let weak = Arc::downgrade(&registry);
     drop(registry);
     std::thread::Builder::new()
         .name("cdi-watch".into())
-        .spawn(move || run(&inotify, &dirs, &weak))
+        .spawn(move || run(&inotify, &dirs, &weak, timing.idle_check, generation))
 }
 
-fn run(inotify: &Inotify, dirs: &[PathBuf], registry: &Weak<CdiRegistry>) {
+fn run(
+    inotify: &Inotify,
+    dirs: &[PathBuf],
+    registry: &Weak<CdiRegistry>,
+    idle_check: Duration,
+    generation: u64,
+) {
     let mut watched: Vec<Option<WatchDescriptor>> = vec![None; dirs.len()];
     // A file written between the registry's first read and these watches would be missed:
     // one rescan once they are in place.
@@ -68,14 +104,19 @@ fn run(inotify: &Inotify, dirs: &[PathBuf], registry: &Weak<CdiRegistry>) {
         } else if missing {
             DIR_CHECK.saturating_sub(last_check.elapsed())
         } else {
-            IDLE_CHECK
+            idle_check
         };
-        if wait_readable(inotify, wait) {
+        if wait_readable(inotify, wait.min(idle_check)) {
             std::thread::sleep(SETTLE);
         }
         let Some(r) = registry.upgrade() else {
             return;
         };
+        if r.generation.load(Ordering::Relaxed) != generation {
+            // Replaced by the guard after a stall: the newer watcher does the work.
+            return;
+        }
+        r.beat();
         let mut changed = fresh;
         fresh = false;
         loop {
@@ -111,6 +152,7 @@ fn run(inotify: &Inotify, dirs: &[PathBuf], registry: &Weak<CdiRegistry>) {
         }
         if changed {
             r.rescan();
+            r.beat();
         }
     }
 }

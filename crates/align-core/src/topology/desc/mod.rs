@@ -302,6 +302,14 @@ pub enum DescError {
         /// Underlying error.
         source: serde_yaml_ng::Error,
     },
+    /// YAML aliases that expand beyond what the text may.
+    #[error("host description {path}: {source}")]
+    Expansion {
+        /// File refused.
+        path: PathBuf,
+        /// The bound it broke.
+        source: crate::untrusted::yaml::ExpansionError,
+    },
     /// The description parsed but is inconsistent.
     #[error("host description {name:?}: {reason}")]
     Invalid {
@@ -390,6 +398,10 @@ impl HostDesc {
             path: path.clone(),
             source,
         })?;
+        crate::untrusted::yaml::check(&text).map_err(|source| DescError::Expansion {
+            path: path.clone(),
+            source,
+        })?;
         let desc: HostDesc =
             serde_yaml_ng::from_str(&text).map_err(|source| DescError::Parse { path, source })?;
         desc.validate()?;
@@ -398,6 +410,10 @@ impl HostDesc {
 
     /// Parses and validates a description from YAML or JSON text.
     pub fn from_yaml(text: &str) -> Result<HostDesc, DescError> {
+        crate::untrusted::yaml::check(text).map_err(|source| DescError::Expansion {
+            path: PathBuf::from("<text>"),
+            source,
+        })?;
         let desc: HostDesc = serde_yaml_ng::from_str(text).map_err(|source| DescError::Parse {
             path: PathBuf::from("<text>"),
             source,

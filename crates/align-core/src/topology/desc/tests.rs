@@ -82,6 +82,16 @@ fn inconsistent_descriptions_are_rejected_with_a_reason() {
         HostDesc::from_yaml("name: t\nsockets: 1\n"),
         Err(DescError::Parse { .. })
     ));
+    // Nested aliases: refused before they expand.
+    let mut laughs = format!("name: &l0 [{}]\n", ["\"lol\""; 10].join(", "));
+    for i in 1..=9 {
+        let row = vec![format!("*l{}", i - 1); 10].join(", ");
+        laughs.push_str(&format!("x{i}: &l{i} [{row}]\n"));
+    }
+    assert!(matches!(
+        HostDesc::from_yaml(&laughs),
+        Err(DescError::Expansion { .. })
+    ));
 }
 
 #[test]

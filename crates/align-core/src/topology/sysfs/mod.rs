@@ -134,10 +134,11 @@ impl SysFs {
 
 /// The content of a small file, at most [`MAX_FILE`] bytes, without the whitespace and NUL
 /// bytes around it (some kernels and sysfs snapshots pad attributes with NULs: `0-3\0\0`).
-/// `None` when missing, unreadable, too long or not text.
+/// `None` when missing, unreadable, too long, not text or not a regular file (sysfs
+/// attributes are regular files: a FIFO put in place of one is never waited on).
 pub(crate) fn read_str(path: &Path) -> Option<String> {
     let mut buf = Vec::new();
-    fs::File::open(path)
+    crate::untrusted::open_regular(path, false)
         .ok()?
         .take(MAX_FILE + 1)
         .read_to_end(&mut buf)

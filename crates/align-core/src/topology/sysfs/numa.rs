@@ -370,7 +370,7 @@ pub(super) fn node_hugepages(fs: &SysFs, node: u32) -> Vec<HugePages> {
 
 /// `Node 0 MemTotal:  123 kB` from a node's meminfo.
 fn node_memory(path: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = crate::untrusted::read_regular(path, super::MAX_FILE).ok()?;
     text.lines().find_map(|line| {
         let (_, rest) = line.split_once("MemTotal:")?;
         kb_value(rest)
@@ -379,7 +379,7 @@ fn node_memory(path: &Path) -> Option<u64> {
 
 /// `MemTotal:  123 kB` from /proc/meminfo.
 fn meminfo_total(path: &Path, key: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = crate::untrusted::read_regular(path, super::MAX_FILE).ok()?;
     text.lines()
         .find_map(|line| kb_value(line.strip_prefix(key)?))
 }

@@ -103,7 +103,8 @@ pub fn read_online(root: &Path) -> Result<Online, OnlineError> {
 
 /// The list in `path` with ids below `limit`; `None` when the file does not exist.
 fn read_list(path: &Path, limit: u32) -> Result<Option<IdSet>, OnlineError> {
-    let text = match untrusted::read_to_string(path, MAX_FILE) {
+    // A regular file only: a FIFO in place of `online` must not block the engine.
+    let text = match untrusted::read_regular(path, MAX_FILE) {
         Ok(t) => t,
         Err(untrusted::ReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
             return Ok(None)

@@ -88,3 +88,31 @@ fn a_directory_in_place_of_the_file_is_unreadable() {
     let e = read_online(t.path()).expect_err("dir");
     assert_eq!(e.kind(), "unreadable", "{e}");
 }
+
+/// `f` on a thread: its result, or a failure if it has not returned within five seconds (a
+/// read that waits on a FIFO never would).
+fn promptly<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(5))
+        .expect("the read blocked on a FIFO")
+}
+
+#[test]
+fn a_fifo_in_place_of_online_is_refused_without_waiting() {
+    let t = tree(None, Some("0"), None);
+    let fifo = t.path().join("sys/devices/system/cpu/online");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("mkfifo");
+    let root = t.path().to_path_buf();
+    let e = promptly(move || read_online(&root)).expect_err("a FIFO");
+    assert_eq!(e.kind(), "unreadable", "{e}");
+    assert!(e.to_string().contains("FIFO"), "{e}");
+    // The same for the attributes the topology reader reads (`read_str`).
+    let cpu0 = t.path().join("sys/devices/system/cpu/cpu0");
+    std::fs::create_dir_all(&cpu0).expect("mkdir");
+    let online = cpu0.join("online");
+    nix::unistd::mkfifo(&online, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("mkfifo");
+    assert_eq!(promptly(move || super::super::read_str(&online)), None);
+}

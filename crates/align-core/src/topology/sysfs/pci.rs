@@ -392,7 +392,9 @@ fn nvidia_proc_info(fs: &SysFs) -> BTreeMap<String, NvidiaInfo> {
         return out;
     };
     for e in entries.flatten() {
-        let Ok(text) = fs::read_to_string(e.path().join("information")) else {
+        let Ok(text) =
+            crate::untrusted::read_regular(&e.path().join("information"), super::MAX_FILE)
+        else {
             continue;
         };
         let mut info = NvidiaInfo::default();
@@ -410,14 +412,15 @@ fn nvidia_proc_info(fs: &SysFs) -> BTreeMap<String, NvidiaInfo> {
                 _ => {}
             }
         }
-        info.memory_node = fs::read_to_string(e.path().join("numa_status"))
-            .ok()
-            .and_then(|t| {
-                t.lines().find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    (k.trim() == "Node").then(|| v.trim().parse().ok())?
-                })
-            });
+        info.memory_node =
+            crate::untrusted::read_regular(&e.path().join("numa_status"), super::MAX_FILE)
+                .ok()
+                .and_then(|t| {
+                    t.lines().find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        (k.trim() == "Node").then(|| v.trim().parse().ok())?
+                    })
+                });
         if let Some(bus) = bus {
             out.insert(bus, info);
         }
