@@ -18,6 +18,7 @@ mod guest;
 mod hotplug;
 mod hotplug_qmp;
 mod kubepods;
+mod spread;
 mod unit;
 
 use guest::{guest, list, Facts, Guest, Ids, Seen};
