@@ -115,19 +115,26 @@ pub struct DeviceClaims {
 }
 
 impl DeviceClaims {
-    /// Whether GPU `bus_id` came through a CDI device: the runtime injects such a device as
-    /// its spec says, so nri-align adds, removes and rewrites nothing of it (no node, no env).
+    /// Whether GPU `bus_id` came through a CDI device the spec registry resolved: the runtime
+    /// injects such a device as its spec says, so nri-align adds, removes and rewrites nothing
+    /// of it (no node, no env). An NVIDIA device plugin's CDI name read by its name alone (no
+    /// spec on this host) is the device plugin's GPU like any other.
     pub fn gpu_from_cdi(&self, bus_id: &str) -> bool {
         self.gpus
             .iter()
-            .any(|g| g.bus_id == bus_id && (g.source == GpuSource::Cdi || g.cdi_name.is_some()))
+            .any(|g| g.bus_id == bus_id && self.resolved(g.cdi_name.as_deref()))
     }
 
-    /// Whether NIC `name` came through a CDI device (see [`DeviceClaims::gpu_from_cdi`]).
+    /// Whether NIC `name` came through a resolved CDI device (see [`DeviceClaims::gpu_from_cdi`]).
     pub fn nic_from_cdi(&self, name: &str) -> bool {
         self.nics
             .iter()
-            .any(|n| n.name == name && (n.source == GpuSource::Cdi || n.cdi_name.is_some()))
+            .any(|n| n.name == name && self.resolved(n.cdi_name.as_deref()))
+    }
+
+    /// Whether `cdi_name` is one the spec registry resolved for the container.
+    fn resolved(&self, cdi_name: Option<&str>) -> bool {
+        cdi_name.is_some_and(|n| self.spec.cdi_names.iter().any(|r| r == n))
     }
 
     /// Whether any of its GPUs came through a CDI device.
