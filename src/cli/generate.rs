@@ -35,8 +35,8 @@ pub enum What {
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     match args.what {
         What::Completions { shell } => {
-            let mut cmd = super::Cli::command();
-            clap_complete::generate(shell, &mut cmd, "nri-align", &mut std::io::stdout());
+            use std::io::Write;
+            std::io::stdout().write_all(&completions(shell))?;
             Ok(())
         }
         What::Man { dir } => {
@@ -48,14 +48,37 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Writes `nri-align.8` and `nri-align-SUB.8` for every visible subcommand into `dir`;
-/// returns the files written.
+/// The completion script of `shell`.
+///
+/// clap_complete's bash script for a binary whose name has a hyphen dispatches to
+/// `nri__align__subcmd__…` but names its cases `nri__subcmd__align__subcmd__…`
+/// (clap-rs/clap#6421), so nothing past the first word completed: the cases are renamed to
+/// what the dispatch sets.
+pub fn completions(shell: clap_complete::Shell) -> Vec<u8> {
+    let mut cmd = super::Cli::command();
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "nri-align", &mut out);
+    if shell != clap_complete::Shell::Bash {
+        return out;
+    }
+    String::from_utf8_lossy(&out)
+        .replace("nri__subcmd__align", "nri__align")
+        .into_bytes()
+}
+
+/// Writes `nri-align.8` and a page for every visible subcommand, nested ones included
+/// (`nri-align-config.8`, `nri-align-config-check.8`), into `dir`: each page's list of
+/// subcommands names pages that exist. Returns the files written.
 pub fn man_pages(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("mkdir {}", dir.display()))?;
     let mut cmd = super::Cli::command().disable_help_subcommand(true);
     cmd.build();
     let mut pages = vec![cmd.clone()];
-    pages.extend(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
+    let mut next: Vec<clap::Command> = visible_subcommands(&cmd);
+    while let Some(sub) = next.pop() {
+        next.extend(visible_subcommands(&sub));
+        pages.push(sub);
+    }
     let mut written = Vec::new();
     for page in pages {
         let man = clap_mangen::Man::new(page)
@@ -69,4 +92,12 @@ pub fn man_pages(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         written.push(path);
     }
     Ok(written)
+}
+
+/// The subcommands of `cmd` a man page is written for (not hidden, not `help`).
+fn visible_subcommands(cmd: &clap::Command) -> Vec<clap::Command> {
+    cmd.get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+        .cloned()
+        .collect()
 }

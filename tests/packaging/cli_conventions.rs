@@ -121,6 +121,44 @@ fn completions_name_every_subcommand() {
     }
 }
 
+/// What the bash completion offers for the words `line` (the last one being completed), run
+/// in a real bash with the generated script sourced.
+fn bash_completes(script: &Path, line: &[&str]) -> String {
+    let words = line
+        .iter()
+        .map(|w| format!("'{w}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let cword = line.len() - 1;
+    let prev = if cword > 0 { line[cword - 1] } else { "" };
+    let program = format!(
+        "source '{}'; COMP_WORDS=({words}); COMP_CWORD={cword}; \
+         _nri__align nri-align '{}' '{prev}'; echo \"${{COMPREPLY[*]}}\"",
+        script.display(),
+        line[cword]
+    );
+    let out = Command::new("bash")
+        .args(["-c", &program])
+        .output()
+        .expect("bash");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn bash_completes_past_the_first_word() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let script = dir.path().join("nri-align.bash");
+    std::fs::write(&script, nri_align(&["generate", "completions", "bash"]).stdout)
+        .expect("script");
+    assert!(bash_completes(&script, &["nri-align", "conf"]).contains("config"));
+    // Before, every word after the first completed nothing (the script's cases were named
+    // apart from what its dispatch set).
+    assert_eq!(bash_completes(&script, &["nri-align", "config", ""]), "check help");
+    let run = bash_completes(&script, &["nri-align", "run", "--state-"]);
+    assert!(run.contains("--state-dir"), "{run}");
+}
+
 fn groff_warnings(page: &Path) -> String {
     let out = Command::new("groff")
         .args(["-man", "-Tutf8", "-ww", "-z"])
@@ -154,6 +192,23 @@ fn man_pages_exist_for_every_subcommand_and_render_cleanly() {
         "the page names the build"
     );
     assert!(!dir.path().join("nri-align-generate.8").exists());
+    // Every page another names (`nri-align-config(8)` lists `nri-align-config-check(8)`) is
+    // written.
+    for entry in std::fs::read_dir(dir.path()).expect("pages") {
+        let text = std::fs::read_to_string(entry.expect("page").path())
+            .expect("page")
+            .replace("\\-", "-");
+        for (i, _) in text.match_indices("nri-align-") {
+            let name: String = text[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            if text[i + name.len()..].starts_with("(8)") {
+                let page = dir.path().join(format!("{name}.8"));
+                assert!(page.exists(), "a page names {name}(8), which is not written");
+            }
+        }
+    }
 }
 
 /// A reader that closes the pipe after one byte, as `| head -c1` does: the command ends quietly

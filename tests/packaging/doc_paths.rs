@@ -118,3 +118,30 @@ fn the_scan_finds_paths_and_strips_suffixes() {
     assert!(exists(&root, "tests/e2e_*.rs"));
     assert!(!exists(&root, "src/no_such_file.rs"));
 }
+
+/// docs/usage.md lists the shipped host descriptions by name: exactly those of
+/// `packaging/hosts/` (which the binary builds in), so a new host is never missing there.
+#[test]
+fn docs_usage_names_every_shipped_host_description() {
+    let usage = std::fs::read_to_string(repo().join("docs/usage.md")).expect("docs/usage.md");
+    let start = usage
+        .find("Shipped descriptions")
+        .expect("the host list of docs/usage.md");
+    let end = usage[start..]
+        .find("See `docs/emulated-hosts.md`")
+        .map_or(usage.len(), |e| start + e);
+    let listed: std::collections::BTreeSet<String> = code_spans(&usage[start..end])
+        .into_iter()
+        .map(|(_, word)| word)
+        .filter(|w| !w.contains(' ') && !w.contains('/'))
+        .collect();
+    let shipped: std::collections::BTreeSet<String> =
+        std::fs::read_dir(repo().join("packaging/hosts"))
+            .expect("packaging/hosts")
+            .filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                name.strip_suffix(".yaml").map(String::from)
+            })
+            .collect();
+    assert_eq!(listed, shipped, "docs/usage.md's host list");
+}

@@ -71,6 +71,11 @@ fn registered() -> BTreeSet<String> {
         .expect("src/metrics")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        // Tests register stand-in families of their own.
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            name != "tests.rs" && !name.ends_with("_tests.rs")
+        })
         .map(|p| (p, "nri_align_"))
         .collect();
     files.push((root.join("src/nrt/metrics.rs"), "nri_align_nrt_"));
@@ -297,5 +302,43 @@ fn the_monitoring_component_scrapes_every_nri_align_pod_labelled_by_node() {
             "sourceLabels": ["__meta_kubernetes_pod_node_name"],
             "targetLabel": NODE_LABEL,
         }])
+    );
+}
+
+#[test]
+fn docs_usage_lists_every_metric_the_daemon_registers_once() {
+    let usage = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/usage.md"))
+        .expect("docs/usage.md");
+    let start = usage
+        .find("- Prometheus (`metrics_address`):")
+        .expect("the metric list of docs/usage.md");
+    let end = usage[start + 2..]
+        .find("\n- ")
+        .map_or(usage.len(), |e| start + 2 + e);
+    let list = &usage[start..end];
+    // Each name once: the list is what an operator reads to find a metric.
+    let mut seen = BTreeSet::new();
+    let mut rest = list;
+    while let Some(at) = rest.find("nri_align_") {
+        let tail = &rest[at..];
+        let len = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        assert!(seen.insert(&tail[..len]), "{} is listed twice", &tail[..len]);
+        rest = &tail[len..];
+    }
+    // The families, as registered (a family's series carry `_total` and the like).
+    let family = |name: &str| {
+        ["_total", "_bucket", "_sum", "_count", "_info"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name)
+            .to_string()
+    };
+    let listed: BTreeSet<String> = names_used(list).iter().map(|n| family(n)).collect();
+    assert_eq!(
+        listed,
+        registered(),
+        "docs/usage.md's metric list and the registered families differ"
     );
 }
