@@ -307,8 +307,9 @@ fn the_monitoring_component_scrapes_every_nri_align_pod_labelled_by_node() {
 
 #[test]
 fn docs_usage_lists_every_metric_the_daemon_registers_once() {
-    let usage = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/usage.md"))
-        .expect("docs/usage.md");
+    let usage =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/usage.md"))
+            .expect("docs/usage.md");
     let start = usage
         .find("- Prometheus (`metrics_address`):")
         .expect("the metric list of docs/usage.md");
@@ -324,7 +325,11 @@ fn docs_usage_lists_every_metric_the_daemon_registers_once() {
         let len = tail
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .unwrap_or(tail.len());
-        assert!(seen.insert(&tail[..len]), "{} is listed twice", &tail[..len]);
+        assert!(
+            seen.insert(&tail[..len]),
+            "{} is listed twice",
+            &tail[..len]
+        );
         rest = &tail[len..];
     }
     // The families, as registered (a family's series carry `_total` and the like).
