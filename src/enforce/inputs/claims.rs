@@ -137,9 +137,11 @@ impl DeviceClaims {
         cdi_name.is_some_and(|n| self.spec.cdi_names.iter().any(|r| r == n))
     }
 
-    /// Whether any of its GPUs came through a CDI device.
+    /// Whether any of its GPUs came through a resolved CDI device.
     pub fn any_gpu_from_cdi(&self) -> bool {
-        self.gpus.iter().any(|g| self.gpu_from_cdi(&g.bus_id))
+        self.gpus
+            .iter()
+            .any(|g| self.resolved(g.cdi_name.as_deref()))
     }
 
     /// The claims of `c` from what the readers found.
@@ -293,6 +295,10 @@ pub const DRA_CPUSET_PREFIX: &str = "DRA_CPUSET_";
 
 /// The CPU lists of the `DRA_CPUSET_` entries that named, resolved CDI devices of `c` add.
 fn dra_cpusets(c: &ContainerView) -> Vec<String> {
+    // Most containers have no CDI device: no name set to build on their create.
+    if c.cdi_resolved.is_empty() {
+        return Vec::new();
+    }
     let matched_back = super::cdi::matched_back(c);
     c.cdi_resolved
         .iter()

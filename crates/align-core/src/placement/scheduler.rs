@@ -248,9 +248,7 @@ pub fn read_trusted(
 pub fn read(
     annotations: &BTreeMap<String, String>,
 ) -> Result<Option<SchedulerChoice>, PlacementError> {
-    let koord = koordinator::read(annotations)?;
-    let crane = crane::read(annotations)?;
-    one_choice(koord, crane)
+    read_trusted(annotations, &[Scheduler::Koordinator, Scheduler::Crane]).map(|r| r.choice)
 }
 
 /// At most one scheduler places a pod.

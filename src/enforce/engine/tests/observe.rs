@@ -121,7 +121,7 @@ fn a_reload_tells_the_observer_the_new_configuration() {
 }
 
 /// What the refusal observer heard, in order.
-struct Refusals(Arc<Mutex<Vec<String>>>);
+pub(super) struct Refusals(pub(super) Arc<Mutex<Vec<String>>>);
 
 impl RefusalObserver for Refusals {
     fn refused(&self, namespace: &str, name: &str, uid: &str) {

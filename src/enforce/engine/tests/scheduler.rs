@@ -232,36 +232,11 @@ fn an_untrusted_malformed_annotation_refuses_nothing_and_is_logged_once_per_pod(
     assert!(!e.pods.first_untrusted_note(&p.id));
 }
 
-/// What the refusal observer heard.
-struct Heard(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
-
-impl crate::enforce::engine::RefusalObserver for Heard {
-    fn refused(&self, namespace: &str, name: &str, _uid: &str) {
-        self.0
-            .lock()
-            .expect("lock")
-            .push(format!("refused {namespace}/{name}"));
-    }
-    fn admitted(&self, namespace: &str, name: &str) {
-        self.0
-            .lock()
-            .expect("lock")
-            .push(format!("admitted {namespace}/{name}"));
-    }
-    fn removed(&self, _namespace: &str, _name: &str) {}
-    fn refused_for_another(&self, namespace: &str, name: &str) {
-        self.0
-            .lock()
-            .expect("lock")
-            .push(format!("another {namespace}/{name}"));
-    }
-}
-
 #[test]
 fn a_refusal_another_pods_hold_caused_never_counts_towards_eviction() {
     let mut e = real(trusting(&[Scheduler::Koordinator]), "");
     let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    e.set_refusal_observer(Box::new(Heard(heard.clone())));
+    e.set_refusal_observer(Box::new(super::observe::Refusals(heard.clone())));
     let first = kpod(
         "ns",
         "first",
@@ -283,6 +258,10 @@ fn a_refusal_another_pods_hold_caused_never_counts_towards_eviction() {
         .expect_err("too big");
     assert_eq!(
         *heard.lock().expect("lock"),
-        vec!["admitted ns/first", "another ns/late", "refused ns/big"]
+        vec![
+            "admitted ns/first",
+            "refused-for-another ns/late",
+            "refused ns/big uid-ns-big"
+        ]
     );
 }
