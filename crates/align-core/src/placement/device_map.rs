@@ -58,6 +58,10 @@ pub struct NicShare {
 impl DeviceMap {
     /// The map of decision `a` on `topo`.
     pub fn of(topo: &Topology, a: &Assignment) -> DeviceMap {
+        // Most decisions hold no GPU or NIC: no per-node split of their CPUs to make.
+        if a.gpus.is_empty() && a.nics.is_empty() {
+            return DeviceMap::default();
+        }
         let mut chosen: Vec<&Gpu> = topo
             .gpus
             .iter()
