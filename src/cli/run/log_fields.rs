@@ -26,26 +26,8 @@ impl<'w> FormatFields<'w> for PrintableFields {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use super::*;
-
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend_from_slice(buf);
-            Ok(buf.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::enforce::testing::LogLines as Lines;
 
     #[test]
     fn names_with_terminal_escapes_are_logged_escaped() {
@@ -62,8 +44,7 @@ mod tests {
             let _in = span.enter();
             tracing::info!(pod = %pod, id = ?name, "container {name} admitted");
         });
-        let text = String::from_utf8_lossy(&lines.0.lock().unwrap_or_else(|p| p.into_inner()))
-            .into_owned();
+        let text = lines.text();
         assert_eq!(text.lines().count(), 1, "{text:?}");
         let raw: Vec<char> = text
             .trim_end_matches('\n')

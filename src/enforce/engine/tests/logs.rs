@@ -1,35 +1,10 @@
 //! Log volume per creation: a container whose inputs hold a thousand bad device references
 //! writes one line per kind of problem, and the metric carries the count.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use super::kubernetes::{events, kctr, kpod, real};
 use super::*;
 
-/// Log lines written through the test subscriber.
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Lines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Lines {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
-    }
-}
+use crate::enforce::testing::LogLines as Lines;
 
 #[test]
 fn a_thousand_unknown_visible_devices_write_one_warning_with_the_count() {
