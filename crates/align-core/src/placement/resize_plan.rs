@@ -1,5 +1,5 @@
 //! The allocator's side of an in-place resize: the new request resolved as at admission, the
-//! CPUs chosen by [`resize`](super::super::resize) next to what the container holds, memory
+//! CPUs chosen by `placement::resize` next to what the container holds, memory
 //! nodes widened to follow them, its devices untouched, and a refusal that says what is free
 //! next to it.
 

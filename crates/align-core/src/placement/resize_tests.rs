@@ -205,6 +205,23 @@ fn a_refused_resize_says_what_is_free_next_to_it_and_leaves_it_as_it_was() {
 }
 
 #[test]
+fn a_grow_past_its_node_widens_its_memory_nodes_and_a_shrink_never_narrows_them() {
+    let mut a = alloc(Policy::BestEffort);
+    let held = a.place(&request(1, 7)).expect("placed");
+    assert_eq!(held.mems.to_string(), "0");
+    let h = Holding::admitted_with(&held.cpus);
+    let grown = resize_to(&mut a, 1, 9, &h).expect("grown");
+    let rec = a.ledger().get("c1").cloned().expect("held");
+    assert_eq!(
+        (rec.numa_nodes.to_string(), rec.mems.to_string()),
+        ("0-1".into(), "0-1".into())
+    );
+    resize_to(&mut a, 1, 7, &h.after(&grown)).expect("shrunk");
+    let rec = a.ledger().get("c1").cloned().expect("held");
+    assert_eq!((rec.cpus, rec.mems.to_string()), (held.cpus, "0-1".into()));
+}
+
+#[test]
 fn a_shared_container_or_one_turning_shared_is_not_resized_in_place() {
     let mut a = alloc(Policy::BestEffort);
     let held = a.place(&request(1, 0)).expect("shared").cpus;
