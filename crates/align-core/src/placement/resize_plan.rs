@@ -6,12 +6,12 @@
 use super::super::cpus;
 use super::super::error::{fmt_bytes, fmt_nodes, PlacementError, ResizeRefusal};
 use super::super::ledger::Ledger;
-use super::super::policy::{GpuMode, PlacementConfig, Policy};
+use super::super::policy::{GpuMode, PlacementConfig, Policy, ResizeShrink};
 use super::super::request::{Assignment, MemoryPolicy, Request};
 use super::super::resize::{self, GrowRoom, Holding};
 use super::super::resolve::{resolve, Resolved};
 use super::{Allocator, Plan};
-use crate::topology::{CpuSet, NodeSet};
+use crate::topology::{CpuSet, NodeSet, Topology};
 
 impl Allocator {
     /// Plans resizing container `req.container_id`, which holds `held`, to what `req` asks,
@@ -66,57 +66,24 @@ impl Allocator {
         held: &Holding,
     ) -> Result<Plan, PlacementError> {
         let topo = self.ledger.topo();
-        let whole_only = self.config.full_pcpus_only;
-        let had = held.cpus.len() as u32;
         let within = match r.eff.policy {
             // The policy admitted it on these nodes: a grow stays on them.
             Policy::SingleNumaNode | Policy::Restricted => Some(nodes_of(old, &held.cpus, topo)),
             Policy::None | Policy::BestEffort => None,
         };
-        let free = without.free_cpus_for(r.isolated).difference(&held.cpus);
-        let refusal = |problem: String, fits: String| {
-            refuse(topo, r, old, held, &free, within.as_ref(), problem, fits)
+        let near = Near {
+            topo,
+            r,
+            old,
+            held,
+            free: without.free_cpus_for(r.isolated).difference(&held.cpus),
+            within,
+            whole_only: self.config.full_pcpus_only,
         };
-        let cpus = if r.cpus > had {
-            let room = GrowRoom {
-                free: &free,
-                pool: &self.ledger.shared_pool(),
-                within: within.as_ref(),
-                whole_only,
-            };
-            let fit = most_fit(topo, held, &free, within.as_ref(), whole_only, r.isolated);
-            let added = resize::grow(topo, &held.cpus, r.cpus - had, room).filter(|a| {
-                r.isolated
-                    || !free
-                        .difference(a)
-                        .difference(&topo.isolated_cpus)
-                        .is_empty()
-            });
-            let Some(added) = added else {
-                return Err(refusal(
-                    format!("{} more CPU(s) do not fit next to them", r.cpus - had),
-                    format!("ask for at most {fit}, or free CPUs on its NUMA nodes"),
-                ));
-            };
-            held.cpus.union(&added)
+        let cpus = if r.cpus > held.cpus.len() as u32 {
+            near.grown(&self.ledger.shared_pool())?
         } else {
-            let anchors = device_nodes(without, old);
-            match resize::shrink(topo, held, had - r.cpus, self.config.resize_shrink, &anchors, whole_only) {
-                Ok(given) => held.cpus.difference(&given),
-                Err(short) => {
-                    return Err(refusal(
-                        format!(
-                            "it was admitted with {} CPU(s) and gives back only CPUs added since (resize_shrink: {})",
-                            held.admitted.len(),
-                            self.config.resize_shrink
-                        ),
-                        format!(
-                            "ask for at least {}, or set resize_shrink: any",
-                            had.saturating_sub(short.can_give)
-                        ),
-                    ))
-                }
-            }
+            near.shrunk(self.config.resize_shrink, &device_nodes(without, old))?
         };
         let a = widened(topo, old, &cpus, r.memory);
         let order: Vec<usize> = a
@@ -131,7 +98,7 @@ impl Allocator {
                 .split_memory(&order, a.memory_bytes)
                 .ok_or_else(|| {
                     let free_mem: u64 = order.iter().map(|i| without.free_mem(*i)).sum();
-                    refusal(
+                    near.refuse(
                         format!(
                             "memory {} does not fit on NUMA {}",
                             fmt_bytes(a.memory_bytes),
@@ -148,15 +115,124 @@ impl Allocator {
     }
 }
 
+/// One resize's view of the host: the request, what the container holds and the free CPUs
+/// it may grow on.
+struct Near<'a> {
+    topo: &'a Topology,
+    r: &'a Resolved,
+    old: &'a Assignment,
+    held: &'a Holding,
+    /// Free CPUs of the container's kind, its own excluded.
+    free: CpuSet,
+    /// Nodes it may grow on (`None`: any).
+    within: Option<NodeSet>,
+    whole_only: bool,
+}
+
+impl Near<'_> {
+    /// The CPUs after a grow: every CPU held and the nearest free ones, the shared pool
+    /// keeping one CPU.
+    fn grown(&self, pool: &CpuSet) -> Result<CpuSet, PlacementError> {
+        let (topo, r, held) = (self.topo, self.r, self.held);
+        let more = r.cpus - held.cpus.len() as u32;
+        let room = GrowRoom {
+            free: &self.free,
+            pool,
+            within: self.within.as_ref(),
+            whole_only: self.whole_only,
+        };
+        let added = resize::grow(topo, &held.cpus, more, room).filter(|a| {
+            let shareable_left = self.free.difference(a).difference(&topo.isolated_cpus);
+            r.isolated || !shareable_left.is_empty()
+        });
+        match added {
+            Some(added) => Ok(held.cpus.union(&added)),
+            None => Err(self.refuse(
+                format!("{more} more CPU(s) do not fit next to them"),
+                format!(
+                    "ask for at most {}, or free CPUs on its NUMA nodes",
+                    self.most_fit()
+                ),
+            )),
+        }
+    }
+
+    /// The CPUs after a shrink under `mode`, giving back those farthest from `anchors` when
+    /// it reaches the admitted ones.
+    fn shrunk(&self, mode: ResizeShrink, anchors: &NodeSet) -> Result<CpuSet, PlacementError> {
+        let held = self.held;
+        let had = held.cpus.len() as u32;
+        let fewer = had - self.r.cpus;
+        match resize::shrink(self.topo, held, fewer, mode, anchors, self.whole_only) {
+            Ok(given) => Ok(held.cpus.difference(&given)),
+            Err(short) => Err(self.refuse(
+                format!(
+                    "it was admitted with {} CPU(s) and gives back only CPUs added since \
+                     (resize_shrink: {mode})",
+                    held.admitted.len()
+                ),
+                format!(
+                    "ask for at least {}, or set resize_shrink: any",
+                    had.saturating_sub(short.can_give)
+                ),
+            )),
+        }
+    }
+
+    /// The most CPUs the container could have next to what it holds.
+    fn most_fit(&self) -> u32 {
+        let topo = self.topo;
+        let near = free_within(topo, &self.free, self.within.as_ref());
+        let mut n = cpus::capacity(topo, &near, self.whole_only);
+        // The shared pool keeps one CPU when every shareable free CPU is next to it.
+        let shareable = self.free.difference(&topo.isolated_cpus);
+        if !self.r.isolated && !shareable.is_empty() && shareable.is_subset(&near) {
+            let core = if self.whole_only {
+                cpus::threads_per_core(topo)
+            } else {
+                1
+            };
+            n = n.saturating_sub(core);
+        }
+        self.held.cpus.len() as u32 + n
+    }
+
+    /// The refusal: `problem`, what the container holds and what is free next to it, `fits`.
+    fn refuse(&self, problem: String, fits: String) -> PlacementError {
+        let topo = self.topo;
+        let near: Vec<String> = resize::nearest_nodes(topo, &self.held.cpus, self.within.as_ref())
+            .into_iter()
+            .filter_map(|id| {
+                let on = self.free.intersection(&topo.node(id)?.cpus);
+                Some(if on.is_empty() {
+                    format!("node {id}: 0")
+                } else {
+                    format!("node {id}: {} ({on})", on.len())
+                })
+            })
+            .collect();
+        PlacementError::Resize(Box::new(ResizeRefusal {
+            container: self.r.who.clone(),
+            policy: self.r.eff.policy,
+            had: self.held.cpus.len() as u32,
+            asked: self.r.cpus,
+            problem,
+            held: self.held.cpus.to_string(),
+            nodes: fmt_nodes(&nodes_of(self.old, &self.held.cpus, topo)),
+            free_near: if near.is_empty() {
+                "none".into()
+            } else {
+                near.join(", ")
+            },
+            fits,
+        }))
+    }
+}
+
 /// `old` with CPUs `cpus`: its NUMA and memory nodes widened to the nodes of `cpus` (never
 /// narrowed), its memory accounted as the new limit `memory` where it was bound, its devices
 /// as they were.
-fn widened(
-    topo: &crate::topology::Topology,
-    old: &Assignment,
-    cpus: &CpuSet,
-    memory: u64,
-) -> Assignment {
+fn widened(topo: &Topology, old: &Assignment, cpus: &CpuSet, memory: u64) -> Assignment {
     let cpu_nodes = cpu_nodes(topo, cpus);
     let mut numa_nodes = old.numa_nodes.clone();
     if !numa_nodes.is_empty() {
@@ -188,34 +264,7 @@ fn widened(
     }
 }
 
-/// The most CPUs the container could have next to what it holds.
-fn most_fit(
-    topo: &crate::topology::Topology,
-    held: &Holding,
-    free: &CpuSet,
-    within: Option<&NodeSet>,
-    whole_only: bool,
-    isolated: bool,
-) -> u32 {
-    let near = free_within(topo, free, within);
-    let mut n = cpus::capacity(topo, &near, whole_only);
-    // The shared pool keeps one CPU when every shareable free CPU is next to it.
-    let shareable = free.difference(&topo.isolated_cpus);
-    if !isolated && !shareable.is_empty() && shareable.is_subset(&near) {
-        n = n.saturating_sub(if whole_only {
-            cpus::threads_per_core(topo)
-        } else {
-            1
-        });
-    }
-    held.cpus.len() as u32 + n
-}
-
-fn free_within(
-    topo: &crate::topology::Topology,
-    free: &CpuSet,
-    within: Option<&NodeSet>,
-) -> CpuSet {
+fn free_within(topo: &Topology, free: &CpuSet, within: Option<&NodeSet>) -> CpuSet {
     match within {
         None => free.clone(),
         Some(w) => free
@@ -229,47 +278,8 @@ fn free_within(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn refuse(
-    topo: &crate::topology::Topology,
-    r: &Resolved,
-    old: &Assignment,
-    held: &Holding,
-    free: &CpuSet,
-    within: Option<&NodeSet>,
-    problem: String,
-    fits: String,
-) -> PlacementError {
-    let near: Vec<String> = resize::nearest_nodes(topo, &held.cpus, within)
-        .into_iter()
-        .filter_map(|id| {
-            let on = free.intersection(&topo.node(id)?.cpus);
-            Some(if on.is_empty() {
-                format!("node {id}: 0")
-            } else {
-                format!("node {id}: {} ({on})", on.len())
-            })
-        })
-        .collect();
-    PlacementError::Resize(Box::new(ResizeRefusal {
-        container: r.who.clone(),
-        policy: r.eff.policy,
-        had: held.cpus.len() as u32,
-        asked: r.cpus,
-        problem,
-        held: held.cpus.to_string(),
-        nodes: fmt_nodes(&nodes_of(old, &held.cpus, topo)),
-        free_near: if near.is_empty() {
-            "none".into()
-        } else {
-            near.join(", ")
-        },
-        fits,
-    }))
-}
-
 /// The container's NUMA nodes: those it was aligned on, else those of its CPUs.
-fn nodes_of(old: &Assignment, cpus: &CpuSet, topo: &crate::topology::Topology) -> NodeSet {
+fn nodes_of(old: &Assignment, cpus: &CpuSet, topo: &Topology) -> NodeSet {
     if old.numa_nodes.is_empty() {
         cpu_nodes(topo, cpus)
     } else {
@@ -277,7 +287,7 @@ fn nodes_of(old: &Assignment, cpus: &CpuSet, topo: &crate::topology::Topology) -
     }
 }
 
-fn cpu_nodes(topo: &crate::topology::Topology, cpus: &CpuSet) -> NodeSet {
+fn cpu_nodes(topo: &Topology, cpus: &CpuSet) -> NodeSet {
     topo.cpus
         .iter()
         .filter(|c| cpus.contains(c.id))

@@ -95,7 +95,8 @@ fn a_shrink_gives_back_the_newest_additions_and_stops_at_the_admitted_cpus() {
     assert_eq!(given, set("2"), "2 was added last");
     let given = shrink(&topo, &held, 2, ResizeShrink::Admitted, &none, false).expect("fits");
     assert_eq!(given, set("2-3"));
-    let short = shrink(&topo, &held, 3, ResizeShrink::Admitted, &none, false).unwrap_err();
+    let short =
+        shrink(&topo, &held, 3, ResizeShrink::Admitted, &none, false).expect_err("below admitted");
     assert_eq!(short.can_give, 2);
 }
 
@@ -187,7 +188,7 @@ fn a_refused_resize_says_what_is_free_next_to_it_and_leaves_it_as_it_was() {
     let mut a = alloc(Policy::SingleNumaNode);
     let held = a.place(&request(1, 6)).expect("placed").cpus;
     let h = Holding::admitted_with(&held);
-    let err = resize_to(&mut a, 1, 9, &h).unwrap_err();
+    let err = resize_to(&mut a, 1, 9, &h).expect_err("too big");
     let msg = err.to_string();
     assert_eq!(err.reason(), "resize");
     assert!(
@@ -196,7 +197,9 @@ fn a_refused_resize_says_what_is_free_next_to_it_and_leaves_it_as_it_was() {
     );
     assert!(msg.contains("free next to them: node 0: 2"), "{msg}");
     assert!(msg.contains("ask for at most 8"), "{msg}");
-    let err = resize_to(&mut a, 1, 4, &h).unwrap_err().to_string();
+    let err = resize_to(&mut a, 1, 4, &h)
+        .expect_err("below admitted")
+        .to_string();
     assert!(
         err.contains("admitted with 6 CPU(s)") && err.contains("resize_shrink: any"),
         "{err}"
