@@ -568,6 +568,37 @@ impl Guest {
         out
     }
 
+    /// nri-align's configuration made `PLUGIN_CONFIG` followed by `extra` and reloaded (SIGHUP
+    /// to the process, `systemctl reload` of the unit); returns once the daemon says it
+    /// reloaded. `reconfigure("")` puts the guest's own configuration back.
+    pub fn reconfigure(&self, extra: &str) {
+        let text = format!("{PLUGIN_CONFIG}{extra}");
+        let reloads = || {
+            self.plugin
+                .output()
+                .matches("configuration reloaded")
+                .count()
+        };
+        let before = reloads();
+        match &self.plugin {
+            Daemon::Process(p) => {
+                std::fs::write(self.ctrd.dir().join("nri-align.yaml"), &text)
+                    .expect("write the config");
+                let pid = nix::unistd::Pid::from_raw(i32::try_from(p.pid()).expect("a pid"));
+                nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("SIGHUP");
+            }
+            Daemon::Unit { .. } => {
+                unit::write_config(&text).expect("write the config");
+                unit::reload().expect("systemctl reload");
+            }
+        }
+        assert!(
+            Guest::wait(60, || reloads() > before),
+            "nri-align never said it reloaded:\n{}",
+            self.plugin_tail(20)
+        );
+    }
+
     /// Runs `nri-align verify` on the guest's state; its output.
     pub fn verify(&self) -> (bool, String) {
         let out = std::process::Command::new(nri_align_bin())

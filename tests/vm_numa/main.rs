@@ -18,6 +18,8 @@ mod guest;
 mod hotplug;
 mod hotplug_qmp;
 mod kubepods;
+mod moved;
+mod resize;
 mod spread;
 mod unit;
 
