@@ -31,10 +31,6 @@ impl<P: Placer> Engine<P> {
                 return Some(Err(EngineError::Rejected(r)));
             }
         };
-        if a.mems != old.assignment.mems {
-            // Widened to the nodes of the added CPUs: sent with this update's response.
-            self.mems_moved.insert(c.id.clone());
-        }
         let mut rec = Record {
             applied_cpus: a.cpus.clone(),
             resources: ResourceSummary::of(req),
@@ -58,6 +54,12 @@ impl<P: Placer> Engine<P> {
         started: Instant,
     ) -> Vec<CpusetUpdate> {
         let a = rec.assignment.clone();
+        // Memory nodes that changed (widened to a grow's added CPUs, or a decision made anew)
+        // go out with this update's response, unless another plugin owns them.
+        if !self.config.leave_to_others.mems && !a.mems.is_empty() && a.mems != old.assignment.mems
+        {
+            self.mems_moved.insert(c.id.clone());
+        }
         let mut updates: Vec<_> = CpusetUpdate::if_moved(&c.id, &a.cpus, &old.applied_cpus)
             .into_iter()
             .collect();

@@ -18,6 +18,10 @@ fn set(s: &str) -> CpuSet {
 fn engine(shrink: ResizeShrink, store: Option<StateStore>) -> Engine<Allocator> {
     let mut c = Config::default();
     c.placement.resize_shrink = shrink;
+    engine_with(c, store)
+}
+
+fn engine_with(c: Config, store: Option<StateStore>) -> Engine<Allocator> {
     let topo = TopologyBuilder::new()
         .sockets(2)
         .cores(8)
@@ -157,4 +161,34 @@ fn a_record_from_before_resizes_treats_its_cpus_as_admitted() {
     let rec: crate::enforce::state::Record = serde_json::from_str(line).expect("old record");
     let h = rec.holding();
     assert_eq!((h.admitted, h.added), (set("5-6"), Vec::new()));
+}
+
+#[test]
+fn a_grow_onto_another_node_widens_the_memory_nodes_unless_another_plugin_owns_them() {
+    for left in [false, true] {
+        let mut c = Config::default();
+        c.leave_to_others.mems = left;
+        let mut e = engine_with(c, None);
+        create(&mut e, "s", 0);
+        create(&mut e, "x", 6);
+        let before = e.records().containers["x"].assignment.mems.clone();
+        e.take_mems_updates();
+        resize(&mut e, "x", 10).expect("grown onto node 1");
+        let rec = &e.records().containers["x"];
+        assert!(rec.applied_cpus.len() == 10, "{}", rec.applied_cpus);
+        let sent = e.take_mems_updates();
+        if left {
+            assert!(
+                sent.iter().all(|u| u.container_id != "x"),
+                "memory nodes another plugin owns are never sent: {sent:?}"
+            );
+        } else {
+            assert_eq!(before.to_string(), "0");
+            let x = sent
+                .iter()
+                .find(|u| u.container_id == "x")
+                .unwrap_or_else(|| panic!("the widened memory nodes are sent: {sent:?}"));
+            assert_eq!(x.mems.to_string(), "0-1");
+        }
+    }
 }
