@@ -92,6 +92,9 @@ pub struct Engine<P: Placer> {
     /// Containers whose memory nodes moved after creation to follow CPUs another plugin set
     /// (`others.rs`); their new `cpuset.mems` goes with the next response that can carry it.
     mems_moved: std::collections::BTreeSet<String>,
+    /// Containers whose CFS quota goes with the next response that can carry it, with the
+    /// quota (`quota.rs`).
+    quota_moved: std::collections::BTreeMap<String, i64>,
     /// Whether the runtime takes a memory policy (`mempolicy.rs`).
     mempolicy: mempolicy::RuntimeMempolicy,
 }
@@ -125,6 +128,7 @@ impl<P: Placer> Engine<P> {
             on_outage: None,
             hotplug: None,
             mems_moved: Default::default(),
+            quota_moved: Default::default(),
             mempolicy: Default::default(),
         }
     }
@@ -266,6 +270,8 @@ impl<P: Placer> Engine<P> {
         let planned = P::planned(&plan);
         let adjustment = self.adjustment_for(planned, c, &built.devices, started)?;
         let rec = create::new_record(planned, pod, c, &adjustment, &built);
+        let mut adjustment = adjustment;
+        adjustment.cpu_quota = self.quota_at_create(&rec);
         let updates = self.commit_create(pod, c, plan, rec, started)?;
         Ok(Some(CreateOutcome {
             adjustment,
@@ -274,9 +280,22 @@ impl<P: Placer> Engine<P> {
     }
 
     /// Re-evaluates a container after a CRI resource update. Returns the updates to send (the
-    /// container itself when its CPUs move, and shared-pool members). GPUs and NICs never
-    /// change on a running container: the decision is re-made in `keep` mode.
+    /// container itself when its CPUs move, and shared-pool members); the container's CFS
+    /// quota, where the kubelet's is not the one it should have, waits in
+    /// [`Engine::take_quota_updates`]. GPUs and NICs never change on a running container:
+    /// the decision is re-made in `keep` mode.
     pub fn update_container(
+        &mut self,
+        pod: &PodView,
+        c: &ContainerView,
+        new: &ResourcesView,
+    ) -> Result<Vec<CpusetUpdate>, EngineError> {
+        let updates = self.update_decided(pod, c, new)?;
+        self.quota_after_update(c, new);
+        Ok(updates)
+    }
+
+    fn update_decided(
         &mut self,
         pod: &PodView,
         c: &ContainerView,
@@ -332,6 +351,7 @@ impl<P: Placer> Engine<P> {
             resources: ResourceSummary::of(&req),
             // A decision nri-align made for the new request, whatever the record was.
             found_running: false,
+            kubelet_cpu_quota: new.cpu_quota.or(old.kubelet_cpu_quota),
             ..old
         };
         self.doc.containers.insert(c.id.clone(), rec);
@@ -399,8 +419,10 @@ impl<P: Placer> Engine<P> {
         if let Some(s) = self.store.as_mut() {
             s.set_fsync(config.state_fsync);
         }
+        let quota_before = self.config.exclusive_cpu_quota;
         self.config = config;
         self.config_changed();
+        self.quota_after_reload(quota_before);
         let updates = self.follow_pool(None);
         self.persist();
         self.refresh_free();
@@ -429,6 +451,7 @@ impl<P: Placer> Engine<P> {
     fn drop_record(&mut self, id: &str) {
         self.doc.containers.remove(id);
         self.mems_moved.remove(id);
+        self.quota_moved.remove(id);
         self.placer.release(id);
         self.persist();
         self.refresh_free();
@@ -568,6 +591,7 @@ mod others_mems;
 mod persist;
 pub mod placer;
 mod pool;
+pub mod quota;
 pub mod reconcile;
 mod recovery;
 

@@ -13,8 +13,8 @@ use nri_protocol::stub::{HandlerError, HandlerResult, Plugin};
 use nri_protocol::version::RuntimeInfo;
 
 use super::convert::{
-    container_adjustment, container_update_mems, container_update_to, container_view, pod_view,
-    resources_view,
+    container_adjustment, container_update_mems, container_update_quota, container_update_to,
+    container_view, pod_view, resources_view, set_update_quota,
 };
 use super::node_facts::{node_facts, Sources};
 use crate::config::Config;
@@ -232,6 +232,13 @@ impl<P: Placer> AlignPlugin<P> {
             match cpu {
                 Some(cpu) => cpu.mems = mems,
                 None => out.push(container_update_mems(&m.container_id, mems)),
+            }
+        }
+        for q in engine.take_quota_updates() {
+            // In the same update as the container's cpuset, when it has one.
+            match out.iter_mut().find(|u| u.container_id == q.container_id) {
+                Some(u) => set_update_quota(u, q.quota),
+                None => out.push(container_update_quota(&q.container_id, q.quota)),
             }
         }
         out

@@ -1,0 +1,162 @@
+//! The CFS quota of containers with exclusive or isolated CPUs.
+//!
+//! A container that holds its CPUs alone gains nothing from a CFS quota: it cannot take
+//! another container's time, and a quota equal to its CPU count still throttles it whenever
+//! its threads' bursts meet a period boundary. The kubelet's static CPU manager therefore runs
+//! such containers without one (`DisableCPUQuotaWithExclusiveCPUs`, docs/kubernetes-node.md);
+//! with the CPU manager at `none`, as nri-align requires, the kubelet keeps the quota, so
+//! nri-align does that part of the job under `exclusive_cpu_quota: disable` (the default).
+//!
+//! What a container should run with is decided from its record alone ([`wanted`]): no quota
+//! (`-1`) for exclusive CPUs, else the kubelet's quota the record remembers
+//! ([`Record::kubelet_cpu_quota`]), since the runtime's spec says `-1` once nri-align set it.
+//! It is sent in the creation's adjustment, with the answer to every CRI update of the
+//! container (the kubelet's update carries its own quota, which would otherwise come back),
+//! after a restart (Synchronize) to every container that runs with another, and to every
+//! exclusive container when the key is changed by a reload.
+
+use super::{Engine, Placer};
+use crate::config::ExclusiveCpuQuota;
+use crate::enforce::container::{ContainerView, ResourcesView};
+use crate::enforce::state::Record;
+
+/// `cpu.quota` meaning none: runc writes `-1` to `cpu.cfs_quota_us` (v1) and `max` to
+/// `cpu.max` (v2).
+pub const NO_QUOTA: i64 = -1;
+
+/// A quota-only update of a container, sent with the next response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaUpdate {
+    /// Container id.
+    pub container_id: String,
+    /// The new `cpu.quota` (microseconds per period; [`NO_QUOTA`]: none).
+    pub quota: i64,
+}
+
+/// The quota the container of `rec` should run with under `setting`; `None`: whatever it runs
+/// with (an exempt container, or a shared one whose kubelet quota is not known).
+pub fn wanted(rec: &Record, setting: ExclusiveCpuQuota) -> Option<i64> {
+    if rec.exempt {
+        return None;
+    }
+    if rec.assignment.exclusive && setting == ExclusiveCpuQuota::Disable {
+        return Some(NO_QUOTA);
+    }
+    rec.kubelet_cpu_quota.map(as_sent)
+}
+
+/// A quota as sent to the runtime: the kubelet's "no limit" (unset, `0` or negative) is
+/// [`NO_QUOTA`], since `0` in an update means "no change" to runc.
+fn as_sent(quota: i64) -> i64 {
+    if quota > 0 {
+        quota
+    } else {
+        NO_QUOTA
+    }
+}
+
+/// Whether a container running with `has` (its spec's `cpu.quota`) runs with `want`: every
+/// value that is no limit is the same.
+fn runs_with(has: Option<i64>, want: i64) -> bool {
+    as_sent(has.unwrap_or(NO_QUOTA)) == want
+}
+
+impl<P: Placer> Engine<P> {
+    /// The quota a container decided as `rec` is created with; `None`: the kubelet's. Nothing
+    /// where another plugin owns the CPUs (`leave_to_others: [cpus]`): what its CPUs are is
+    /// that plugin's to say.
+    pub(super) fn quota_at_create(&self, rec: &Record) -> Option<i64> {
+        if self.config.leave_to_others.cpus || !rec.assignment.exclusive {
+            return None;
+        }
+        wanted(rec, self.config.exclusive_cpu_quota).filter(|q| *q == NO_QUOTA)
+    }
+
+    /// After a CRI update of container `c` to `new`: the record remembers the kubelet's new
+    /// quota, and the container gets the quota it should have where the kubelet's would not
+    /// be it (exclusive CPUs), or where it runs with another (back from exclusive to shared).
+    pub(super) fn quota_after_update(&mut self, c: &ContainerView, new: &ResourcesView) {
+        if self.config.leave_to_others.cpus {
+            return;
+        }
+        let Some(mut rec) = self.doc.containers.get_mut(&c.id) else {
+            return;
+        };
+        // An update without a quota leaves the container's as it was: so does the record.
+        if new.cpu_quota.is_some() && rec.kubelet_cpu_quota != new.cpu_quota {
+            rec.kubelet_cpu_quota = new.cpu_quota;
+        }
+        let want = wanted(&rec, self.config.exclusive_cpu_quota);
+        drop(rec);
+        let Some(want) = want else {
+            return;
+        };
+        // The kubelet's update sets its quota: -1 must ride along; and a container that ran
+        // without one (exclusive until now) gets the kubelet's back, said explicitly, even
+        // where the update leaves it out.
+        let ran_without = runs_with(c.resources.cpu_quota, NO_QUOTA) && want != NO_QUOTA;
+        if !runs_with(new.cpu_quota, want) || ran_without {
+            self.queue_quota(&c.id, want);
+        }
+        self.persist();
+    }
+
+    /// After Synchronize: records made before the kubelet's quota was remembered learn it
+    /// from what runs (nri-align had not changed it), and every live container that runs with
+    /// another quota than it should gets it.
+    pub(super) fn quota_after_restart(&mut self, live: &[ContainerView]) {
+        if self.config.leave_to_others.cpus {
+            return;
+        }
+        for c in live.iter().filter(|c| c.state.is_live()) {
+            let Some(mut rec) = self.doc.containers.get_mut(&c.id) else {
+                continue;
+            };
+            // Where the record has no kubelet quota, nri-align never set one: what runs is
+            // the kubelet's.
+            if rec.kubelet_cpu_quota.is_none() && c.resources.cpu_quota.is_some() {
+                rec.kubelet_cpu_quota = c.resources.cpu_quota;
+            }
+            let want = wanted(&rec, self.config.exclusive_cpu_quota);
+            drop(rec);
+            if let Some(want) = want.filter(|w| !runs_with(c.resources.cpu_quota, *w)) {
+                tracing::info!(container = %c.id, quota = want, "CFS quota put back in line with the record");
+                self.queue_quota(&c.id, want);
+            }
+        }
+    }
+
+    /// After a reload that changed `exclusive_cpu_quota`: every live exclusive container gets
+    /// the quota the new setting gives it (the kubelet's back under `keep`, where known).
+    pub(super) fn quota_after_reload(&mut self, before: ExclusiveCpuQuota) {
+        let now = self.config.exclusive_cpu_quota;
+        if now == before || self.config.leave_to_others.cpus {
+            return;
+        }
+        let changed: Vec<(String, i64)> = self
+            .doc
+            .containers
+            .iter()
+            .filter(|(_, r)| r.assignment.exclusive && !r.stopped)
+            .filter_map(|(id, r)| Some((id.clone(), wanted(r, now)?)))
+            .collect();
+        for (id, q) in changed {
+            self.queue_quota(&id, q);
+        }
+    }
+
+    fn queue_quota(&mut self, id: &str, quota: i64) {
+        self.quota_moved.insert(id.to_string(), quota);
+    }
+
+    /// The quota updates waiting for a response, each container once (the last one wins).
+    pub fn take_quota_updates(&mut self) -> Vec<QuotaUpdate> {
+        std::mem::take(&mut self.quota_moved)
+            .into_iter()
+            .map(|(container_id, quota)| QuotaUpdate {
+                container_id,
+                quota,
+            })
+            .collect()
+    }
+}
