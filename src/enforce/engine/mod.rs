@@ -95,6 +95,8 @@ pub struct Engine<P: Placer> {
     /// Containers whose CFS quota goes with the next response that can carry it, with the
     /// quota (`quota.rs`).
     quota_moved: std::collections::BTreeMap<String, i64>,
+    /// Pod cgroups whose CFS quota is to be written, by sandbox id (`quota.rs`).
+    pod_quota_moved: std::collections::BTreeMap<String, quota::PodQuotaWrite>,
     /// Whether the runtime takes a memory policy (`mempolicy.rs`).
     mempolicy: mempolicy::RuntimeMempolicy,
 }
@@ -129,6 +131,7 @@ impl<P: Placer> Engine<P> {
             hotplug: None,
             mems_moved: Default::default(),
             quota_moved: Default::default(),
+            pod_quota_moved: Default::default(),
             mempolicy: Default::default(),
         }
     }
@@ -237,6 +240,9 @@ impl<P: Placer> Engine<P> {
             // One place for every way a creation is answered (placed, restarted, exempt):
             // what another plugin owns never leaves nri-align.
             others::strip_left(&mut o.adjustment, self.config.leave_to_others);
+            if o.adjustment.cpu_quota.is_some() {
+                self.queue_pod_quota(&pod.id, Some(pod), false);
+            }
         }
         Ok(out)
     }
@@ -290,8 +296,12 @@ impl<P: Placer> Engine<P> {
         c: &ContainerView,
         new: &ResourcesView,
     ) -> Result<Vec<CpusetUpdate>, EngineError> {
+        let was_exclusive = self.is_exclusive(&c.id);
         let updates = self.update_decided(pod, c, new)?;
         self.quota_after_update(c, new);
+        if was_exclusive || self.is_exclusive(&c.id) {
+            self.queue_pod_quota(&pod.id, Some(pod), was_exclusive);
+        }
         Ok(updates)
     }
 
@@ -445,6 +455,14 @@ impl<P: Placer> Engine<P> {
         if first && totals != PodTotals::default() {
             self.placer.expect_pod(&pod.uid, totals);
         }
+    }
+
+    /// Whether container `id` has a record holding exclusive CPUs.
+    fn is_exclusive(&self, id: &str) -> bool {
+        self.doc
+            .containers
+            .get(id)
+            .is_some_and(|r| r.assignment.exclusive)
     }
 
     /// Forgets container `id` in the records and the placer together, and persists that.

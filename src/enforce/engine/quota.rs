@@ -14,11 +14,20 @@
 //! container (the kubelet's update carries its own quota, which would otherwise come back),
 //! after a restart (Synchronize) to every container that runs with another, and to every
 //! exclusive container when the key is changed by a reload.
+//!
+//! The pod's cgroup has a quota of its own (the sum of its containers' limits), which would
+//! throttle the exclusive container just the same. The kubelet lifts it where *any* container
+//! of the pod holds exclusive CPUs (its `podHasExclusiveCPUs`): the pod's shared containers
+//! stay bounded by their own quotas. No NRI message carries the pod's cgroup, so nri-align
+//! writes it ([`PodQuotaWrite`], applied by the plugin through `host::cgroup`) at the same
+//! moments, and puts the kubelet's value back where the pod no longer has exclusive CPUs, or
+//! under `keep`; only over no quota, never over one the kubelet wrote.
 
 use super::{Engine, Placer};
 use crate::config::ExclusiveCpuQuota;
-use crate::enforce::container::{ContainerView, ResourcesView};
+use crate::enforce::container::{ContainerView, PodView, ResourcesView};
 use crate::enforce::state::Record;
+use crate::host::cgroup::PodQuota;
 
 /// `cpu.quota` meaning none: runc writes `-1` to `cpu.cfs_quota_us` (v1) and `max` to
 /// `cpu.max` (v2).
@@ -31,6 +40,17 @@ pub struct QuotaUpdate {
     pub container_id: String,
     /// The new `cpu.quota` (microseconds per period; [`NO_QUOTA`]: none).
     pub quota: i64,
+}
+
+/// A pod cgroup's CFS quota to write: the cgroup is the parent of a container's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodQuotaWrite {
+    /// The pod's UID (its cgroup's name holds it).
+    pub pod_uid: String,
+    /// `linux.cgroups_path` of one of its containers.
+    pub cgroups_path: String,
+    /// What to make of the quota.
+    pub want: PodQuota,
 }
 
 /// The quota the container of `rec` should run with under `setting`; `None`: whatever it runs
@@ -104,7 +124,7 @@ impl<P: Placer> Engine<P> {
     /// After Synchronize: records made before the kubelet's quota was remembered learn it
     /// from what runs (nri-align had not changed it), and every live container that runs with
     /// another quota than it should gets it.
-    pub(super) fn quota_after_restart(&mut self, live: &[ContainerView]) {
+    pub(super) fn quota_after_restart(&mut self, pods: &[PodView], live: &[ContainerView]) {
         if self.config.leave_to_others.cpus {
             return;
         }
@@ -124,6 +144,21 @@ impl<P: Placer> Engine<P> {
                 self.queue_quota(&c.id, want);
             }
         }
+        // Each pod with exclusive CPUs: lifted, or under `keep` the kubelet's put back.
+        for p in pods {
+            if self.pod_has_exclusive(&p.id) {
+                self.queue_pod_quota(&p.id, Some(p), true);
+            }
+        }
+    }
+
+    fn pod_has_exclusive(&self, sandbox_id: &str) -> bool {
+        self.doc
+            .containers
+            .pod_containers(sandbox_id)
+            .iter()
+            .filter_map(|id| self.doc.containers.get(id))
+            .any(|r| r.assignment.exclusive && !r.stopped)
     }
 
     /// After a reload that changed `exclusive_cpu_quota`: every live exclusive container gets
@@ -140,9 +175,73 @@ impl<P: Placer> Engine<P> {
             .filter(|(_, r)| r.assignment.exclusive && !r.stopped)
             .filter_map(|(id, r)| Some((id.clone(), wanted(r, now)?)))
             .collect();
+        let pods: std::collections::BTreeSet<String> = self
+            .doc
+            .containers
+            .iter()
+            .filter(|(id, _)| changed.iter().any(|(c, _)| c == *id))
+            .map(|(_, r)| r.pod_sandbox_id.clone())
+            .collect();
         for (id, q) in changed {
             self.queue_quota(&id, q);
         }
+        for p in pods {
+            self.queue_pod_quota(&p, None, true);
+        }
+    }
+
+    /// Queues the pod cgroup write pod sandbox `sandbox_id` needs now that one of its
+    /// containers changed: the quota lifted while any live container of it holds exclusive
+    /// CPUs (under `disable`), else, where `was_lifted` may be true, the kubelet's put back
+    /// (where there is none: see [`PodQuota::PutBack`]). `pod`: its view, when the event had
+    /// one (the pod's resources there are the kubelet's sum).
+    pub(super) fn queue_pod_quota(
+        &mut self,
+        sandbox_id: &str,
+        pod: Option<&PodView>,
+        was_lifted: bool,
+    ) {
+        if self.config.leave_to_others.cpus {
+            return;
+        }
+        let recs: Vec<&Record> = self
+            .doc
+            .containers
+            .pod_containers(sandbox_id)
+            .iter()
+            .filter_map(|id| self.doc.containers.get(id))
+            .filter(|r| !r.stopped && !r.exempt)
+            .collect();
+        let Some(first) = recs.iter().find(|r| !r.cgroups_path.is_empty()) else {
+            return;
+        };
+        let exclusive = recs.iter().any(|r| r.assignment.exclusive);
+        let want = if exclusive && self.config.exclusive_cpu_quota == ExclusiveCpuQuota::Disable {
+            PodQuota::Lift
+        } else if was_lifted {
+            match kubelet_pod_quota(pod, &recs) {
+                Some(q) => PodQuota::PutBack(q),
+                None => return,
+            }
+        } else {
+            return;
+        };
+        let write = PodQuotaWrite {
+            pod_uid: pod
+                .map(|p| p.uid.clone())
+                .filter(|u| !u.is_empty())
+                .unwrap_or_else(|| first.assignment.pod_uid.clone()),
+            cgroups_path: first.cgroups_path.clone(),
+            want,
+        };
+        self.pod_quota_moved.insert(sandbox_id.to_string(), write);
+    }
+
+    /// The pod cgroup writes waiting to be made, each pod once (the last one wins).
+    pub fn take_pod_quota_writes(&mut self) -> Vec<PodQuotaWrite> {
+        std::mem::take(&mut self.pod_quota_moved)
+            .into_values()
+            .collect()
     }
 
     fn queue_quota(&mut self, id: &str, quota: i64) {
@@ -159,4 +258,22 @@ impl<P: Placer> Engine<P> {
             })
             .collect()
     }
+}
+
+/// The quota the kubelet gives the pod of `recs` (its live containers): the pod's resources
+/// where the runtime passed them (`LinuxPodSandbox.pod_resources`, the kubelet's sum), else
+/// the sum of its containers' quotas where every one has one (the kubelet sets none on the pod
+/// otherwise). Its period is taken to be theirs. `None`: none, or not known.
+fn kubelet_pod_quota(pod: Option<&PodView>, recs: &[&Record]) -> Option<i64> {
+    let from_pod = pod
+        .and_then(|p| p.resources.as_ref())
+        .and_then(|r| r.cpu_quota)
+        .filter(|q| *q > 0);
+    if from_pod.is_some() {
+        return from_pod;
+    }
+    recs.iter()
+        .map(|r| r.kubelet_cpu_quota.filter(|q| *q > 0))
+        .try_fold(0i64, |sum, q| q.map(|q| sum.saturating_add(q)))
+        .filter(|sum| *sum > 0)
 }

@@ -4,7 +4,8 @@
 
 use super::*;
 use crate::config::ExclusiveCpuQuota;
-use crate::enforce::engine::quota::{QuotaUpdate, NO_QUOTA};
+use crate::enforce::engine::quota::{PodQuotaWrite, QuotaUpdate, NO_QUOTA};
+use crate::host::cgroup::PodQuota;
 
 fn keep() -> Config {
     Config {
@@ -222,4 +223,101 @@ fn a_shared_container_without_a_limit_is_created_as_the_kubelet_asked() {
     s.resources.cpu_quota = Some(NO_QUOTA);
     let out = e.create_container(&pod("a"), &s).expect("ok").expect("adj");
     assert_eq!(out.adjustment.cpu_quota, None);
+}
+
+/// Container `id` of pod `a` with `cores` Guaranteed CPUs, in its pod's cgroup.
+fn in_pod(id: &str, cores: i64) -> ContainerView {
+    let mut c = ctr(id, "a", cores, &[]);
+    c.cgroups_path = format!("/kubepods/poduid-a/{id}");
+    c
+}
+
+fn pod_write(want: PodQuota) -> Vec<PodQuotaWrite> {
+    vec![PodQuotaWrite {
+        pod_uid: "uid-a".into(),
+        cgroups_path: "/kubepods/poduid-a/x1".into(),
+        want,
+    }]
+}
+
+#[test]
+fn a_pod_with_an_exclusive_container_has_its_quota_lifted_as_the_kubelet_does() {
+    let mut e = engine(None, Config::default());
+    e.create_container(&pod("a"), &in_pod("x1", 2)).expect("ok");
+    assert_eq!(e.take_pod_quota_writes(), pod_write(PodQuota::Lift));
+    // A shared sibling changes nothing: any exclusive container lifts the pod's quota.
+    let mut s = in_pod("s1", 0);
+    s.resources.cpu_quota = Some(50_000);
+    e.create_container(&pod("a"), &s).expect("ok");
+    assert!(e.take_pod_quota_writes().is_empty());
+}
+
+#[test]
+fn a_pod_without_exclusive_cpus_or_under_keep_is_left_alone() {
+    let mut e = engine(None, Config::default());
+    e.create_container(&pod("a"), &in_pod("s1", 0)).expect("ok");
+    assert!(e.take_pod_quota_writes().is_empty());
+    let mut e = engine(None, keep());
+    e.create_container(&pod("a"), &in_pod("x1", 2)).expect("ok");
+    assert!(e.take_pod_quota_writes().is_empty());
+}
+
+#[test]
+fn the_pods_quota_comes_back_when_its_last_exclusive_container_turns_shared() {
+    let mut e = engine(None, Config::default());
+    let c = in_pod("x1", 2);
+    e.create_container(&pod("a"), &c).expect("ok");
+    e.take_pod_quota_writes();
+    let shared = ResourcesView {
+        cpu_shares: Some(1536),
+        cpu_quota: Some(200_000),
+        cpu_period: Some(100_000),
+        ..Default::default()
+    };
+    let now = as_running(&e, &c, Some(NO_QUOTA));
+    e.update_container(&pod("a"), &now, &shared)
+        .expect("resize");
+    // The sum of its containers' quotas (the runtime passed no pod resources).
+    assert_eq!(
+        e.take_pod_quota_writes(),
+        pod_write(PodQuota::PutBack(200_000))
+    );
+    // With the pod's resources, the kubelet's own sum.
+    let mut e = engine(None, Config::default());
+    let mut p = pod("a");
+    p.resources = Some(ResourcesView {
+        cpu_quota: Some(250_000),
+        ..Default::default()
+    });
+    e.create_container(&p, &c).expect("ok");
+    e.take_pod_quota_writes();
+    let now = as_running(&e, &c, Some(NO_QUOTA));
+    e.update_container(&p, &now, &shared).expect("resize");
+    assert_eq!(
+        e.take_pod_quota_writes(),
+        pod_write(PodQuota::PutBack(250_000))
+    );
+}
+
+#[test]
+fn a_restart_lifts_the_pods_quota_again_or_under_keep_puts_it_back() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = || Some(StateStore::open(dir.path()).expect("store"));
+    let mut first = engine(store(), Config::default());
+    let x1 = in_pod("x1", 2);
+    first.create_container(&pod("a"), &x1).expect("ok");
+    let live = vec![as_running(&first, &x1, Some(NO_QUOTA))];
+    drop(first);
+    let mut second = engine(store(), Config::default());
+    second.start();
+    second.synchronize(&[pod("a")], &live);
+    assert_eq!(second.take_pod_quota_writes(), pod_write(PodQuota::Lift));
+    drop(second);
+    let mut third = engine(store(), keep());
+    third.start();
+    third.synchronize(&[pod("a")], &live);
+    assert_eq!(
+        third.take_pod_quota_writes(),
+        pod_write(PodQuota::PutBack(200_000))
+    );
 }
