@@ -18,6 +18,7 @@ mod guest;
 mod hotplug;
 mod hotplug_qmp;
 mod kubepods;
+mod quota;
 mod spread;
 mod unit;
 
