@@ -99,16 +99,23 @@ impl<P: Placer> Engine<P> {
         if self.config.leave_to_others.cpus {
             return;
         }
-        let Some(mut rec) = self.doc.containers.get_mut(&c.id) else {
+        let Some(had) = self.doc.containers.get(&c.id).map(|r| r.kubelet_cpu_quota) else {
             return;
         };
         // An update without a quota leaves the container's as it was: so does the record.
-        if new.cpu_quota.is_some() && rec.kubelet_cpu_quota != new.cpu_quota {
-            rec.kubelet_cpu_quota = new.cpu_quota;
+        if new.cpu_quota.is_some() && had != new.cpu_quota {
+            if let Some(mut rec) = self.doc.containers.get_mut(&c.id) {
+                rec.kubelet_cpu_quota = new.cpu_quota;
+            }
+            self.persist();
         }
-        let want = wanted(&rec, self.config.exclusive_cpu_quota);
-        drop(rec);
-        let Some(want) = want else {
+        let setting = self.config.exclusive_cpu_quota;
+        let Some(want) = self
+            .doc
+            .containers
+            .get(&c.id)
+            .and_then(|r| wanted(r, setting))
+        else {
             return;
         };
         // The kubelet's update sets its quota: -1 must ride along; and a container that ran
@@ -118,7 +125,6 @@ impl<P: Placer> Engine<P> {
         if !runs_with(new.cpu_quota, want) || ran_without {
             self.queue_quota(&c.id, want);
         }
-        self.persist();
     }
 
     /// After Synchronize: records made before the kubelet's quota was remembered learn it
@@ -129,16 +135,22 @@ impl<P: Placer> Engine<P> {
             return;
         }
         for c in live.iter().filter(|c| c.state.is_live()) {
-            let Some(mut rec) = self.doc.containers.get_mut(&c.id) else {
+            let Some(had) = self.doc.containers.get(&c.id).map(|r| r.kubelet_cpu_quota) else {
                 continue;
             };
             // Where the record has no kubelet quota, nri-align never set one: what runs is
-            // the kubelet's.
-            if rec.kubelet_cpu_quota.is_none() && c.resources.cpu_quota.is_some() {
-                rec.kubelet_cpu_quota = c.resources.cpu_quota;
+            // the kubelet's. (Synchronize persists after this.)
+            if had.is_none() && c.resources.cpu_quota.is_some() {
+                if let Some(mut rec) = self.doc.containers.get_mut(&c.id) {
+                    rec.kubelet_cpu_quota = c.resources.cpu_quota;
+                }
             }
-            let want = wanted(&rec, self.config.exclusive_cpu_quota);
-            drop(rec);
+            let setting = self.config.exclusive_cpu_quota;
+            let want = self
+                .doc
+                .containers
+                .get(&c.id)
+                .and_then(|r| wanted(r, setting));
             if let Some(want) = want.filter(|w| !runs_with(c.resources.cpu_quota, *w)) {
                 tracing::info!(container = %c.id, quota = want, "CFS quota put back in line with the record");
                 self.queue_quota(&c.id, want);
