@@ -5,7 +5,7 @@
 
 /// Every top-level key of a configuration file, in the order `config show` writes them (it
 /// leaves out the PodResources details when the lookup is off).
-pub const CONFIG_KEYS: [&str; 34] = [
+pub const CONFIG_KEYS: [&str; 35] = [
     "policy",
     "scope",
     "reserved_cpus",
@@ -32,6 +32,7 @@ pub const CONFIG_KEYS: [&str; 34] = [
     "create_dev_char_links",
     "state_dir",
     "state_fsync",
+    "exclusive_cpu_quota",
     "replace_offlined_cpus",
     "verify_remote_memory_threshold",
     "metrics_address",

@@ -32,6 +32,7 @@
 //! create_dev_char_links: true  # link /dev/char/MAJ:MIN to device nodes handed out (systemd driver)
 //! state_dir: /var/lib/nri-align   # default: --state-dir
 //! state_fsync: false           # fdatasync every state write before answering the runtime
+//! exclusive_cpu_quota: disable # disable | keep: the CFS quota of exclusive-CPU containers
 //! replace_offlined_cpus: false # give a container a free CPU for an exclusive one gone offline
 //! verify_remote_memory_threshold: 50  # percent off its nodes that flags a container's memory
 //! metrics_address: null        # e.g. "127.0.0.1:9464"; default: no metrics endpoint
@@ -153,6 +154,19 @@ pub enum ConfigError {
     },
 }
 
+/// What becomes of the CFS quota of a container given exclusive or isolated CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExclusiveCpuQuota {
+    /// No quota (`-1`): the CPUs are the container's alone, so a quota could only throttle it
+    /// for nothing; what the kubelet's `DisableCPUQuotaWithExclusiveCPUs` does for the CPUs
+    /// of its static CPU manager, which nri-align replaces.
+    #[default]
+    Disable,
+    /// The kubelet's quota stays, as before this key existed.
+    Keep,
+}
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -195,6 +209,7 @@ struct RawConfig {
     create_dev_char_links: Option<bool>,
     state_dir: Option<PathBuf>,
     state_fsync: Option<bool>,
+    exclusive_cpu_quota: Option<ExclusiveCpuQuota>,
     replace_offlined_cpus: Option<bool>,
     verify_remote_memory_threshold: Option<u8>,
     metrics_address: Option<String>,
@@ -283,6 +298,8 @@ pub struct Config {
     /// default: the state only has to outlive the plugin and runtime processes
     /// (`enforce/state`), and an fsync cost milliseconds per decision on a VM disk.
     pub state_fsync: bool,
+    /// The CFS quota of containers with exclusive or isolated CPUs (`enforce/quota.rs`).
+    pub exclusive_cpu_quota: ExclusiveCpuQuota,
     /// When an exclusive CPU of a running container goes offline, give the container a free
     /// CPU of its nodes instead. Off by default: the container keeps its other CPUs and is
     /// reported, since a silent replacement changes what a latency-sensitive workload runs on.
@@ -333,6 +350,7 @@ impl Default for Config {
             create_dev_char_links: true,
             state_dir: None,
             state_fsync: false,
+            exclusive_cpu_quota: ExclusiveCpuQuota::Disable,
             replace_offlined_cpus: false,
             verify_remote_memory_threshold: memloc::DEFAULT_REMOTE_MEMORY_THRESHOLD,
             metrics_address: None,
@@ -472,6 +490,7 @@ impl Config {
             create_dev_char_links: raw.create_dev_char_links.unwrap_or(true),
             state_dir: raw.state_dir,
             state_fsync: raw.state_fsync.unwrap_or(false),
+            exclusive_cpu_quota: raw.exclusive_cpu_quota.unwrap_or_default(),
             replace_offlined_cpus: raw.replace_offlined_cpus.unwrap_or(false),
             verify_remote_memory_threshold,
             metrics_address,

@@ -92,6 +92,11 @@ impl Config {
         put(&mut m, "create_dev_char_links", self.create_dev_char_links);
         put(&mut m, "state_dir", path(self.state_dir.as_deref()));
         put(&mut m, "state_fsync", self.state_fsync);
+        put(
+            &mut m,
+            "exclusive_cpu_quota",
+            enum_value(&self.exclusive_cpu_quota),
+        );
         put(&mut m, "replace_offlined_cpus", self.replace_offlined_cpus);
         put(
             &mut m,

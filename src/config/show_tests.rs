@@ -92,6 +92,7 @@ fn any_config_text() -> impl proptest::strategy::Strategy<Value = String> {
         pick("create_dev_char_links", &["true", "false"]),
         pick("state_dir", &["null", "/var/lib/nri-align"]),
         pick("state_fsync", &["true", "false"]),
+        pick("exclusive_cpu_quota", &["disable", "keep"]),
         pick("replace_offlined_cpus", &["true", "false"]),
         pick("verify_remote_memory_threshold", &["0", "50", "99"]),
         pick(

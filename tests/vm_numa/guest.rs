@@ -532,11 +532,16 @@ impl Guest {
     /// Anonymous memory of a cgroup per node, in bytes (`anon N0=... N1=...` of
     /// memory.numa_stat).
     pub fn anon_by_node(cgroup: &Path) -> BTreeMap<u32, u64> {
+        Self::numa_stat(cgroup, "anon")
+    }
+
+    /// Bytes per node of one line (`anon`, `file`, `shmem`) of a cgroup v2 `memory.numa_stat`.
+    pub fn numa_stat(cgroup: &Path, key: &str) -> BTreeMap<u32, u64> {
         let text = read(cgroup.join("memory.numa_stat"));
         let line = text
             .lines()
-            .find(|l| l.starts_with("anon "))
-            .unwrap_or_else(|| panic!("no anon line in {}/memory.numa_stat", cgroup.display()));
+            .find(|l| l.strip_prefix(key).is_some_and(|r| r.starts_with(' ')))
+            .unwrap_or_else(|| panic!("no {key} line in {}/memory.numa_stat", cgroup.display()));
         line.split_whitespace()
             .skip(1)
             .filter_map(|kv| {

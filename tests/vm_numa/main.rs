@@ -19,6 +19,7 @@ mod hotplug;
 mod hotplug_qmp;
 mod kubepods;
 mod moved;
+mod quota;
 mod resize;
 mod spread;
 mod unit;

@@ -1,18 +1,19 @@
 //! Where a container's memory lives after its memory nodes moved under it, as `nri-align
 //! verify` reports it. With `leave_to_others: [mems]`, another plugin owns `cpuset.mems`: the
-//! container starts without memory nodes set (nri-align places its CPU, the memory goes where
-//! it is first touched, next to that CPU), then the owner moves them (here through the CRI's
+//! container starts without memory nodes set (nri-align places its CPU; memory goes where it
+//! is first touched, next to that CPU), then the owner moves them (here through the CRI's
 //! `UpdateContainerResources`, as the kubelet carries a memory manager's choice) and nri-align
-//! moves the CPUs after them. What was touched before stays where it was on cgroup v1
-//! (`cpuset.memory_migrate` is 0 unless set): verify shows that remote share and flags it. On
-//! cgroup v2 the kernel migrates a cgroup's pages when its `cpuset.mems` changes: verify then
-//! shows the memory on its new node.
+//! moves the CPU after them. The kernel moves the processes' own pages with `cpuset.mems` on
+//! cgroup v2 (and on v1 only with `cpuset.memory_migrate`), never data in page cache or tmpfs
+//! that no process maps: the 40 MiB the container wrote to `/dev/shm` before the move stay on
+//! the first node, and verify reports them as the remote share and flags it.
 
 use crate::guest::{guest, list, Guest, Ids};
 use crate::kubepods::Qos;
 use test_support::e2e::ContainerSpec;
 
-const FILL: u64 = 64 << 20;
+/// Written to the container's `/dev/shm` (a 64 MiB tmpfs): shmem, `file` in `memory.numa_stat`.
+const FILL: u64 = 40 << 20;
 
 /// Puts the guest's configuration back when the test ends, passed or not.
 struct Restore<'a>(&'a Guest);
@@ -35,7 +36,7 @@ fn t14_memory_left_behind_by_a_move_is_reported_as_remote() {
         .command(&[
             "sh",
             "-c",
-            "dd if=/dev/zero bs=64M count=1 2>/dev/null | sleep 3600",
+            "dd if=/dev/zero of=/dev/shm/data bs=1M count=40 2>/dev/null; sleep 3600",
         ]);
     let pod = g.pod("moved", Qos::Guaranteed, &[]);
     let id = g.run(&pod, &writer);
@@ -44,14 +45,14 @@ fn t14_memory_left_behind_by_a_move_is_reported_as_remote() {
     assert_eq!(first.len(), 1, "one CPU, one node: {s}");
     let first = *first.iter().next().expect("a node");
     let touched = Guest::wait(180, || {
-        Guest::anon_by_node(&s.cgroup)
+        Guest::numa_stat(&s.cgroup, "shmem")
             .get(&first)
             .is_some_and(|b| *b >= FILL)
     });
     assert!(
         touched,
-        "the 64 MiB never showed on node {first}, next to its CPU: {:?}",
-        Guest::anon_by_node(&s.cgroup)
+        "the 40 MiB in /dev/shm never showed on node {first}, next to its CPU: {:?}",
+        Guest::numa_stat(&s.cgroup, "shmem")
     );
 
     // The owner of cpuset.mems moves it to the node farthest from the first.
@@ -92,43 +93,27 @@ fn t14_memory_left_behind_by_a_move_is_reported_as_remote() {
         g.plugin_tail(20)
     );
 
-    let v2 = s.cgroup.join("cgroup.controllers").exists();
-    let stat = Guest::anon_by_node(&s.cgroup);
+    let stat = Guest::numa_stat(&s.cgroup, "file");
     let checks = g.verify_json();
     let check = checks
         .as_array()
         .and_then(|a| a.iter().find(|c| c["id"] == id.as_str()))
         .unwrap_or_else(|| panic!("{id} not in verify's report: {checks}"));
+    eprintln!("moved from node {first} to {to}: memory.numa_stat file {stat:?}; verify: {check}");
     let memory = &check["memory"];
-    let on = |node: u32| {
-        memory["bytes_per_node"][node.to_string()]
+    assert!(
+        memory["bytes_per_node"][first.to_string()]
             .as_u64()
             .unwrap_or(0)
-    };
-    eprintln!(
-        "moved from node {first} to {to} (cgroup v{}): memory.numa_stat anon {stat:?}; verify: {check}",
-        if v2 { 2 } else { 1 }
+            >= FILL
+            && memory["local_percent"].as_u64().unwrap_or(100) <= 10,
+        "verify shows the data on node {first}, off the container's node {to}: {check}"
     );
-    if v2 {
-        assert!(
-            on(to) >= FILL
-                && memory["local_percent"].as_u64().unwrap_or(0) >= 90
-                && check["remote_memory"].is_null(),
-            "cgroup v2 migrates the pages with cpuset.mems: verify shows them on node {to}: \
-             {check}"
-        );
-    } else {
-        let remote = &check["remote_memory"];
-        assert!(
-            on(first) >= FILL && memory["local_percent"].as_u64().unwrap_or(100) <= 10,
-            "cgroup v1 leaves the pages on node {first}: verify shows them there, off the \
-             container's node {to}: {check}"
-        );
-        assert!(
-            remote["remote_percent"].as_u64().unwrap_or(0) >= 90,
-            "verify flags the remote share of a container moved after it touched its memory \
-             (CPUs {}): {check}",
-            list(&moved.cpus)
-        );
-    }
+    let remote = &check["remote_memory"];
+    assert!(
+        remote["remote_percent"].as_u64().unwrap_or(0) >= 90,
+        "verify flags the remote share of a container moved after it wrote its data (CPUs {}): \
+         {check}",
+        list(&moved.cpus)
+    );
 }

@@ -92,6 +92,11 @@ pub struct Engine<P: Placer> {
     /// Containers whose memory nodes moved after creation to follow CPUs another plugin set
     /// (`others.rs`); their new `cpuset.mems` goes with the next response that can carry it.
     mems_moved: std::collections::BTreeSet<String>,
+    /// Containers whose CFS quota goes with the next response that can carry it, with the
+    /// quota (`quota.rs`).
+    quota_moved: std::collections::BTreeMap<String, i64>,
+    /// Pod cgroups whose CFS quota is to be written, by sandbox id (`quota.rs`).
+    pod_quota_moved: std::collections::BTreeMap<String, quota::PodQuotaWrite>,
     /// Whether the runtime takes a memory policy (`mempolicy.rs`).
     mempolicy: mempolicy::RuntimeMempolicy,
 }
@@ -125,6 +130,8 @@ impl<P: Placer> Engine<P> {
             on_outage: None,
             hotplug: None,
             mems_moved: Default::default(),
+            quota_moved: Default::default(),
+            pod_quota_moved: Default::default(),
             mempolicy: Default::default(),
         }
     }
@@ -233,6 +240,9 @@ impl<P: Placer> Engine<P> {
             // One place for every way a creation is answered (placed, restarted, exempt):
             // what another plugin owns never leaves nri-align.
             others::strip_left(&mut o.adjustment, self.config.leave_to_others);
+            if o.adjustment.cpu_quota.is_some() {
+                self.queue_pod_quota(&pod.id, Some(pod), false);
+            }
         }
         Ok(out)
     }
@@ -266,6 +276,8 @@ impl<P: Placer> Engine<P> {
         let planned = P::planned(&plan);
         let adjustment = self.adjustment_for(planned, c, &built.devices, started)?;
         let rec = create::new_record(planned, pod, c, &adjustment, &built);
+        let mut adjustment = adjustment;
+        adjustment.cpu_quota = self.quota_at_create(&rec);
         let updates = self.commit_create(pod, c, plan, rec, started)?;
         Ok(Some(CreateOutcome {
             adjustment,
@@ -274,11 +286,28 @@ impl<P: Placer> Engine<P> {
     }
 
     /// Re-evaluates a container after a CRI resource update (an in-place resize). Returns the
-    /// updates to send (the container itself when its CPUs change, and shared-pool members).
-    /// GPUs and NICs never change on a running container. Exclusive CPUs are resized in place
-    /// (`resize.rs`): a grow keeps every CPU held, a shrink gives back only CPUs added since
-    /// admission, and a refusal leaves the container as it was.
+    /// updates to send (the container itself when its CPUs change, and shared-pool members);
+    /// the container's CFS quota, where the kubelet's is not the one it should have, waits in
+    /// [`Engine::take_quota_updates`]. GPUs and NICs never change on a running container.
+    /// Exclusive CPUs are resized in place (`resize.rs`): a grow keeps every CPU held, a
+    /// shrink gives back only CPUs added since admission, and a refusal leaves the container
+    /// as it was.
     pub fn update_container(
+        &mut self,
+        pod: &PodView,
+        c: &ContainerView,
+        new: &ResourcesView,
+    ) -> Result<Vec<CpusetUpdate>, EngineError> {
+        let was_exclusive = self.is_exclusive(&c.id);
+        let updates = self.update_decided(pod, c, new)?;
+        self.quota_after_update(c, new);
+        if was_exclusive || self.is_exclusive(&c.id) {
+            self.queue_pod_quota(&pod.id, Some(pod), was_exclusive);
+        }
+        Ok(updates)
+    }
+
+    fn update_decided(
         &mut self,
         pod: &PodView,
         c: &ContainerView,
@@ -335,6 +364,7 @@ impl<P: Placer> Engine<P> {
             resources: ResourceSummary::of(&req),
             // A decision nri-align made for the new request, whatever the record was.
             found_running: false,
+            kubelet_cpu_quota: new.cpu_quota.or(old.kubelet_cpu_quota),
             ..old.clone()
         };
         Ok(self.record_update(pod, c, &old, rec.readmitted(), started))
@@ -394,8 +424,10 @@ impl<P: Placer> Engine<P> {
         if let Some(s) = self.store.as_mut() {
             s.set_fsync(config.state_fsync);
         }
+        let quota_before = self.config.exclusive_cpu_quota;
         self.config = config;
         self.config_changed();
+        self.quota_after_reload(quota_before);
         let updates = self.follow_pool(None);
         self.persist();
         self.refresh_free();
@@ -420,10 +452,19 @@ impl<P: Placer> Engine<P> {
         }
     }
 
+    /// Whether container `id` has a record holding exclusive CPUs.
+    fn is_exclusive(&self, id: &str) -> bool {
+        self.doc
+            .containers
+            .get(id)
+            .is_some_and(|r| r.assignment.exclusive)
+    }
+
     /// Forgets container `id` in the records and the placer together, and persists that.
     fn drop_record(&mut self, id: &str) {
         self.doc.containers.remove(id);
         self.mems_moved.remove(id);
+        self.quota_moved.remove(id);
         self.placer.release(id);
         self.persist();
         self.refresh_free();
@@ -563,6 +604,7 @@ mod others_mems;
 mod persist;
 pub mod placer;
 mod pool;
+pub mod quota;
 pub mod reconcile;
 mod recovery;
 mod resize;

@@ -175,6 +175,13 @@ pub struct Record {
     /// newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub added_cpus: Vec<u32>,
+    /// The CFS quota the kubelet asked for (`cpu.quota` of the container's resources at its
+    /// creation or last update; `None`: none given or not known). The runtime's spec no
+    /// longer says it once nri-align disabled the quota of exclusive CPUs, so it is kept here
+    /// to give it back when the container turns shared or the quota is kept again
+    /// (`enforce/engine/quota.rs`), across restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet_cpu_quota: Option<i64>,
 }
 
 /// How the reason of a record made from a running container begins. Versions before the

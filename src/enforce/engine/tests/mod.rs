@@ -624,6 +624,7 @@ mod observe;
 mod others;
 mod privileged;
 mod props;
+mod quota;
 mod rdma_cdi;
 mod resize;
 mod restarts;
