@@ -377,15 +377,20 @@ impl<'a> Search<'a> {
         Some(self.candidate(nodes, Vec::new(), nics))
     }
 
+    /// The GPUs the search must take: the device plugin's under `keep`, a scheduler's choice.
+    fn fixed_gpus(&self) -> Vec<usize> {
+        if self.keep || self.r.choice.as_ref().is_some_and(|h| !h.gpus.is_empty()) {
+            self.r.alloc_gpus.clone()
+        } else {
+            Vec::new()
+        }
+    }
+
     /// GPUs wanted: every candidate GPU set with the nodes grown around it and its NICs; the
     /// best by [`Rank`], ties to the lowest GPU indices. `Err` when no GPU set exists at all.
     pub fn best_with_gpus(&self) -> Result<Option<Candidate>, PlacementError> {
         let r = self.r;
-        let must = if self.keep || r.choice.as_ref().is_some_and(|h| !h.gpus.is_empty()) {
-            r.alloc_gpus.clone()
-        } else {
-            Vec::new()
-        };
+        let must = self.fixed_gpus();
         // GPUs the device plugin gave are kept whatever their mode; others only when
         // choosable (never one in MIG mode).
         let free: Vec<usize> = self
@@ -590,6 +595,11 @@ impl<'a> Search<'a> {
                 limit: self.limit,
             },
             &self.full_need,
+            &super::given::Fixed {
+                gpus: &self.fixed_gpus(),
+                nics: &self.fixed_nics,
+                keep: self.keep,
+            },
         )
     }
 }
