@@ -54,7 +54,8 @@ struct Rank {
     admissible: bool,
     /// Fewer GPU pairs without NVLink.
     fewer_unlinked_pairs: Reverse<usize>,
-    /// Interconnect score of the set plus the look-ahead of what it leaves.
+    /// Interconnect score of the set's GPUs on a node together plus the look-ahead of what it
+    /// leaves (per node too, see `LinkTable::set_score_in_nodes`).
     link_score: u32,
     /// Fewer nodes.
     fewer_nodes: Reverse<usize>,
@@ -438,7 +439,7 @@ impl<'a> Search<'a> {
             if !known {
                 let ahead = look.exact(&s);
                 let bound = Rank {
-                    link_score: bound.own_links.saturating_add(ahead),
+                    link_score: self.links.set_score_in_nodes(&s).saturating_add(ahead),
                     ..bound
                 };
                 bounds.push((bound, order, true, s));
@@ -481,7 +482,7 @@ impl<'a> Search<'a> {
             let bound = Rank {
                 admissible: true,
                 fewer_unlinked_pairs: Reverse(gpus::unlinked_pairs(self.links, &s)),
-                link_score: own_links.saturating_add(ahead),
+                link_score: self.links.set_score_in_nodes(&s).saturating_add(ahead),
                 fewer_nodes: Reverse(0),
                 closer_nodes: Reverse(0),
                 keeps_idle_nodes: Reverse(numa::idle_opened(self.ledger, &self.idle_nodes, &s)),
