@@ -28,8 +28,10 @@ pub struct NodeOffer {
     pub memory_bytes: u64,
     /// Free GPUs.
     pub gpus: u32,
-    /// Free NICs.
+    /// NICs no container uses (the `free:` state's count).
     pub nics: u32,
+    /// NICs other containers use, which this one may share (NICs are never held alone).
+    pub nics_in_use: u32,
 }
 
 /// Why the scheduler's choice cannot be had. The message's first line stands alone in a
@@ -152,7 +154,10 @@ pub enum PlacementError {
         policy: Policy,
         /// Resources that could not be aligned (`cpu`, `memory`, `gpu`, `nic`).
         what: String,
-        /// "one NUMA node", "2 NUMA nodes", "the pod's NUMA nodes 0-1".
+        /// "one NUMA node", "2 NUMA nodes", "the pod's NUMA nodes 0-1", followed by the
+        /// devices the search could not move, with their nodes and who gave them (`: the
+        /// device plugin gave GPU … on node 1 and NIC … on node 0, and gpu_mode: keep does not
+        /// move them`). One field: the error stays small enough to return by value.
         shape: String,
         /// What was asked.
         asked: Box<Ask>,
@@ -162,7 +167,7 @@ pub enum PlacementError {
         suggestion: String,
     },
     /// The host has not enough free resources at all, whatever the alignment.
-    #[error("not enough free {resource} for {container}: asked {asked}, {free} free on the host")]
+    #[error("not enough free {resource} for {container}: asked {asked}, {free} on the host")]
     Insufficient {
         /// `namespace/pod/container`.
         container: String,
@@ -170,7 +175,8 @@ pub enum PlacementError {
         resource: String,
         /// Amount asked (human units).
         asked: String,
-        /// Amount free (human units).
+        /// Amount free (human units, `32 free`; NICs, which containers share, as
+        /// `2 in all (1 unused)`).
         free: String,
     },
     /// Exclusive CPUs would take the last CPU of the shared pool.
@@ -332,9 +338,16 @@ fn fmt_ask(a: &Ask) -> String {
     )
 }
 
+/// The free counts of the `free:` state (NICs unused by any container), then the NICs in use
+/// that a container may still share: "nics 1" alone would read as a free NIC the state lacks.
 fn fmt_offer(o: &NodeOffer) -> String {
+    let shared = if o.nics_in_use > 0 {
+        format!(" (+{} in use, shareable)", o.nics_in_use)
+    } else {
+        String::new()
+    };
     format!(
-        "{} had free cpu {}, memory {}, gpus {}, nics {}",
+        "{} had free cpu {}, memory {}, gpus {}, nics {}{shared}",
         o.node,
         o.cpus,
         fmt_bytes(o.memory_bytes),

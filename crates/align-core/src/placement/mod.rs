@@ -17,6 +17,7 @@ mod choose;
 pub mod cpus;
 pub mod device_map;
 pub mod error;
+mod given;
 pub mod gpus;
 pub mod ledger;
 mod lookahead;
