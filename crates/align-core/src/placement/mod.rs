@@ -18,6 +18,7 @@ pub mod cpus;
 pub mod device_map;
 pub mod error;
 pub mod gpus;
+pub mod hugepages;
 pub mod ledger;
 mod lookahead;
 pub mod nics;
@@ -38,6 +39,7 @@ mod twins;
 pub use allocator::{Allocator, Plan};
 pub use choose::GpuSearch;
 pub use error::PlacementError;
+pub use hugepages::{HugePageNeed, HugePagesHeld};
 pub use ledger::NodeFree;
 pub use policy::{
     CpuPreference, CpuSpread, GpuMode, MemPolicy, NumaChoice, PlacementConfig, Policy,

@@ -4,6 +4,7 @@
 
 use super::annotations::DOMAIN;
 use super::error::{fmt_bytes, fmt_nodes, Ask, PlacementError};
+use super::hugepages;
 use super::ledger::Ledger;
 use super::nics;
 use super::numa::{self, Cap, Need};
@@ -36,6 +37,8 @@ pub fn insufficient(
         .fold(0, u64::saturating_add);
     let free_gpu = ledger.free_gpus().len();
     let nics = nics::eligible(ledger).len();
+    let cpu_nodes: Vec<usize> = (0..caps.len()).filter(|i| caps[*i].has_cpus).collect();
+    let huge_short = hugepages::short(caps, &cpu_nodes, &r.hugepages);
     let (resource, asked, free) = if r.exclusive && free_cpu < r.cpus {
         let what = if config.full_pcpus_only {
             "whole-core cpu"
@@ -45,6 +48,12 @@ pub fn insufficient(
         (what, r.cpus.to_string(), free_cpu.to_string())
     } else if free_mem < r.memory {
         ("memory", fmt_bytes(r.memory), fmt_bytes(free_mem))
+    } else if let Some((h, free)) = huge_short {
+        (
+            "huge pages",
+            hugepages::fmt_pages(h.size_kb, h.pages),
+            hugepages::fmt_pages(h.size_kb, free),
+        )
     } else if free_gpu < r.gpu_count {
         ("gpu", r.gpu_count.to_string(), free_gpu.to_string())
     } else if nics < r.nic_count {
@@ -96,29 +105,37 @@ pub fn unalignable(
         memory_bytes: need.memory,
         gpus: need.gpus,
         nics: need.nics,
+        hugepages: need.hugepages.clone(),
     };
-    let mut what = Vec::new();
+    let mut what: Vec<String> = Vec::new();
     let mut reduce = Vec::new();
     if best.cpus < asked.cpus {
-        what.push("cpu");
+        what.push("cpu".into());
         reduce.push(format!("cpu to {}", best.cpus));
     }
     if best.memory_bytes < asked.memory_bytes {
-        what.push("memory");
+        what.push("memory".into());
         reduce.push(format!("memory to {}", fmt_bytes(best.memory_bytes)));
     }
     if best.gpus < asked.gpus {
-        what.push("gpus");
+        what.push("gpus".into());
         reduce.push(format!("gpus to {}", best.gpus));
     }
     if best.nics < asked.nics {
-        what.push("nics");
+        what.push("nics".into());
         reduce.push(format!("nics to {}", best.nics));
+    }
+    // The page size and what the best node has free of it: pages of one node are not another's.
+    for (h, (_, free)) in asked.hugepages.iter().zip(&best.hugepages) {
+        if *free < h.pages {
+            what.push(h.resource());
+            reduce.push(format!("{} to {free} pages", h.resource()));
+        }
     }
     if what.is_empty() {
         // Every amount fits the best node on its own; the devices' locality is what failed
         // (e.g. the free GPUs sit on another node than the free CPUs).
-        what.push("devices and cpus together");
+        what.push("devices and cpus together".into());
     }
     let shape_text = shape_text(ledger, shape, allowed);
     let mut alternatives = Vec::new();

@@ -24,6 +24,8 @@ pub struct Resolved {
     pub cpus: u32,
     /// Memory limit (0 = none).
     pub memory: u64,
+    /// Huge pages per size, merged by size, none empty.
+    pub hugepages: Vec<super::hugepages::HugePageNeed>,
     /// GPUs wanted.
     pub gpu_count: usize,
     /// GPUs the device plugin allocated to this container alone (indices).
@@ -131,6 +133,7 @@ pub fn resolve(
         exclusive,
         cpus,
         memory: req.memory_limit_bytes.unwrap_or(0),
+        hugepages: super::hugepages::merged(&req.hugepages),
         gpu_count,
         alloc_gpus,
         shared_gpus,
