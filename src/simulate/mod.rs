@@ -309,6 +309,16 @@ fn requests(
             ),
             None => None,
         };
+        let mut hugepages = Vec::new();
+        for (size_kb, key, q) in [
+            (2048, "hugepages-2Mi", &c.hugepages_2mi),
+            (1 << 20, "hugepages-1Gi", &c.hugepages_1gi),
+        ] {
+            if let Some(q) = q {
+                let b = bytes(q).ok_or_else(|| bad(key, q, "bytes with Ki/Mi/Gi/Ti"))?;
+                hugepages.extend(crate::placement::HugePageNeed::of_limit(size_kb, b));
+            }
+        }
         let mut short = None;
         if c.gpus as usize > free_gpus.len() {
             short = Some(format!(
@@ -354,6 +364,7 @@ fn requests(
                 Vec::new()
             },
             scheduler,
+            hugepages,
         };
         out.push((request, short));
     }

@@ -134,6 +134,7 @@ fn run(topo: Topology, mode: GpuMode, ops: Vec<Op>) {
                     shared_gpus: Vec::new(),
                     generic_devices: Vec::new(),
                     scheduler: None,
+                    hugepages: Vec::new(),
                 };
                 if a.place(&r).is_ok() {
                     live.push(id);
