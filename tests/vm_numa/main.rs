@@ -16,6 +16,7 @@ mod devices;
 mod devlinks;
 mod guest;
 mod hotplug;
+mod hugepages;
 mod hotplug_qmp;
 mod kubepods;
 mod spread;
