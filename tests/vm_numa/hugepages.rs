@@ -80,10 +80,15 @@ fn t11_a_container_asking_more_huge_pages_than_a_node_has_left_lands_on_the_othe
     let b = g.run(&p2, &asking("huge-b", 6));
     let sb = g.seen(&b);
     eprintln!("huge-b (6 pages): {sb}");
+    // What the runtime put in the spec (and so passed to NRI).
+    let spec = g.ctrd.cri().inspect(&b).expect("inspect");
+    let limits = &spec["info"]["runtimeSpec"]["linux"]["resources"]["hugepageLimits"];
+    eprintln!("huge-b's spec hugepageLimits: {limits}");
     assert_eq!(
         sb.mems,
         Ids::from([other]),
-        "huge-b's pages can only come from node {other} (node {home} has 4 left)\n  seen: {sb}"
+        "huge-b's pages can only come from node {other} (node {home} has 4 left)\n  seen: {sb}\n  \
+         spec hugepageLimits: {limits}"
     );
     assert!(
         sb.cpus.is_subset(&f.node_cpus[&other]),
