@@ -561,18 +561,26 @@ pub fn replay_on(
     Ok(report)
 }
 
-/// One line per node: `node 0: cpu 32 mem 200Gi gpu 2 nic 1`.
+/// One line per node: `node 0: cpu 32 mem 200Gi gpu 2 nic 1`, then the free pages of each
+/// huge page size the node has (`hugepages-2Mi 256`).
 pub fn format_free(free: &[NodeFree]) -> String {
     free.iter()
         .map(|n| {
-            format!(
+            let mut line = format!(
                 "node {}: cpu {} mem {} gpu {} nic {}",
                 n.node,
                 n.cpus.len(),
                 fmt_bytes(n.memory_bytes),
                 n.gpus.len(),
                 n.nics.len()
-            )
+            );
+            for (size_kb, _, pages) in &n.hugepages {
+                line.push_str(&format!(
+                    " {} {pages}",
+                    crate::placement::hugepages::resource_name(*size_kb)
+                ));
+            }
+            line
         })
         .collect::<Vec<_>>()
         .join(" | ")
