@@ -42,6 +42,9 @@ pub struct NodeFree {
     pub hugepages: Vec<(u64, u64, u64)>,
 }
 
+/// Huge pages to record: pages by (node index, page size in KiB).
+type HeldPages = Vec<((usize, u64), u64)>;
+
 /// The live allocations.
 #[derive(Debug, Clone)]
 pub struct Ledger {
@@ -531,8 +534,8 @@ impl Ledger {
 
     /// Whether the huge pages `a` holds are free on their nodes; the pages by (node index, page
     /// size) to record.
-    fn check_huge(&self, a: &Assignment) -> Result<Vec<((usize, u64), u64)>, PlacementError> {
-        let mut huge: Vec<((usize, u64), u64)> = Vec::new();
+    fn check_huge(&self, a: &Assignment) -> Result<HeldPages, PlacementError> {
+        let mut huge: HeldPages = Vec::new();
         for h in &a.hugepages {
             let refuse = |reason: String| PlacementError::Restore {
                 container: a.container_id.clone(),

@@ -3,7 +3,7 @@
 //! from the choice itself so the engine reads as the algorithm.
 
 use super::annotations::DOMAIN;
-use super::error::{fmt_bytes, fmt_nodes, Ask, PlacementError};
+use super::error::{fmt_bytes, fmt_nodes, Ask, NodeOffer, PlacementError};
 use super::hugepages;
 use super::ledger::Ledger;
 use super::nics;
@@ -107,31 +107,7 @@ pub fn unalignable(
         nics: need.nics,
         hugepages: need.hugepages.clone(),
     };
-    let mut what: Vec<String> = Vec::new();
-    let mut reduce = Vec::new();
-    if best.cpus < asked.cpus {
-        what.push("cpu".into());
-        reduce.push(format!("cpu to {}", best.cpus));
-    }
-    if best.memory_bytes < asked.memory_bytes {
-        what.push("memory".into());
-        reduce.push(format!("memory to {}", fmt_bytes(best.memory_bytes)));
-    }
-    if best.gpus < asked.gpus {
-        what.push("gpus".into());
-        reduce.push(format!("gpus to {}", best.gpus));
-    }
-    if best.nics < asked.nics {
-        what.push("nics".into());
-        reduce.push(format!("nics to {}", best.nics));
-    }
-    // The page size and what the best node has free of it: pages of one node are not another's.
-    for (h, (_, free)) in asked.hugepages.iter().zip(&best.hugepages) {
-        if *free < h.pages {
-            what.push(h.resource());
-            reduce.push(format!("{} to {free} pages", h.resource()));
-        }
-    }
+    let (mut what, reduce) = shortfalls(&asked, &best);
     if what.is_empty() {
         // Every amount fits the best node on its own; the devices' locality is what failed
         // (e.g. the free GPUs sit on another node than the free CPUs).
@@ -184,6 +160,37 @@ pub fn unalignable(
         best: Box::new(best),
         suggestion,
     }
+}
+
+/// What the best node lacks of what was asked (`cpu`, `memory`, `gpus`, `nics`,
+/// `hugepages-2Mi`), and how far each would have to shrink to fit it.
+fn shortfalls(asked: &Ask, best: &NodeOffer) -> (Vec<String>, Vec<String>) {
+    let mut what: Vec<String> = Vec::new();
+    let mut reduce = Vec::new();
+    if best.cpus < asked.cpus {
+        what.push("cpu".into());
+        reduce.push(format!("cpu to {}", best.cpus));
+    }
+    if best.memory_bytes < asked.memory_bytes {
+        what.push("memory".into());
+        reduce.push(format!("memory to {}", fmt_bytes(best.memory_bytes)));
+    }
+    if best.gpus < asked.gpus {
+        what.push("gpus".into());
+        reduce.push(format!("gpus to {}", best.gpus));
+    }
+    if best.nics < asked.nics {
+        what.push("nics".into());
+        reduce.push(format!("nics to {}", best.nics));
+    }
+    // The page size and what the best node has free of it: pages of one node are not another's.
+    for (h, (_, free)) in asked.hugepages.iter().zip(&best.hugepages) {
+        if *free < h.pages {
+            what.push(h.resource());
+            reduce.push(format!("{} to {free} pages", h.resource()));
+        }
+    }
+    (what, reduce)
 }
 
 #[cfg(test)]

@@ -53,6 +53,21 @@ pub struct Resolved {
     pub overridden: Option<(Scheduler, String)>,
 }
 
+/// Each generic device of `req` by name with its node index (`None`: the host does not say).
+fn generic_nodes(ledger: &Ledger, req: &Request) -> Vec<(String, Option<usize>)> {
+    req.generic_devices
+        .iter()
+        .map(|d| {
+            // Where the request does not say, the topology may (its node resolved through
+            // the function's local_cpulist).
+            let node = d
+                .numa_node
+                .or_else(|| ledger.topo().pci(&d.pci_bus_id)?.numa_node);
+            (d.name.clone(), node.and_then(|n| ledger.device_node(n)))
+        })
+        .collect()
+}
+
 /// Resolves annotations, the Guaranteed rule and the devices of a request.
 pub fn resolve(
     ledger: &Ledger,
@@ -116,18 +131,7 @@ pub fn resolve(
     let gpu_count = alloc_gpus.len().max(eff.gpus.unwrap_or(0) as usize);
     let nic_count = alloc_nics.len().max(eff.nics.unwrap_or(0) as usize);
     let device_nodes = generic_device_nodes(ledger, req);
-    let generic_nodes = req
-        .generic_devices
-        .iter()
-        .map(|d| {
-            // Where the request does not say, the topology may (its node resolved through
-            // the function's local_cpulist).
-            let node = d
-                .numa_node
-                .or_else(|| ledger.topo().pci(&d.pci_bus_id)?.numa_node);
-            (d.name.clone(), node.and_then(|n| ledger.device_node(n)))
-        })
-        .collect();
+    let generic_nodes = generic_nodes(ledger, req);
     Ok(Resolved {
         eff,
         exclusive,
