@@ -19,6 +19,7 @@
 //! exclusive_headroom: 0        # free CPUs per NUMA node kept out of the shared pool (0: off)
 //! mempolicy: none              # none | bind | interleave | preferred-many | weighted-interleave
 //! cpu_spread: by-device        # by-device | even | pack: exclusive CPUs over a container's nodes
+//! resize_shrink: admitted     # admitted | any: what an in-place shrink may give back
 //! exempt_namespaces: []        # namespaces never aligned: shared pool, or reserved_cpus when set
 //! exclusive_annotation_namespaces: []  # may ask cpus: exclusive|isolated without Guaranteed
 //! isolated_namespaces: []      # only these may ask cpus: isolated (default: nobody)
@@ -56,7 +57,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::placement::{
-    CpuSpread, GpuMode, MemPolicy, NumaChoice, PlacementConfig, Policy, Scheduler,
+    CpuSpread, GpuMode, MemPolicy, NumaChoice, PlacementConfig, Policy, ResizeShrink, Scheduler,
     SchedulerChoiceMode, Scope,
 };
 use crate::untrusted;
@@ -177,6 +178,7 @@ struct RawConfig {
     numa_choice: Option<NumaChoice>,
     mempolicy: Option<MemPolicy>,
     cpu_spread: Option<CpuSpread>,
+    resize_shrink: Option<ResizeShrink>,
     allow_device_annotations: Option<bool>,
     full_pcpus_only: Option<bool>,
     exclusive_headroom: Option<u32>,
@@ -403,6 +405,7 @@ impl Config {
             mempolicy: raw.mempolicy.unwrap_or_default(),
             exclusive_headroom: exclusive_headroom(raw.exclusive_headroom).map_err(&invalid)?,
             cpu_spread: raw.cpu_spread.unwrap_or_default(),
+            resize_shrink: raw.resize_shrink.unwrap_or_default(),
         };
         let metrics_address = match raw.metrics_address.as_deref().map(str::trim) {
             None | Some("") => None,

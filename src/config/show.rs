@@ -46,6 +46,7 @@ impl Config {
         put(&mut m, "exclusive_headroom", p.exclusive_headroom);
         put(&mut m, "mempolicy", enum_value(&p.mempolicy));
         put(&mut m, "cpu_spread", enum_value(&p.cpu_spread));
+        put(&mut m, "resize_shrink", enum_value(&p.resize_shrink));
         put(&mut m, "exempt_namespaces", list(&self.exempt_namespaces));
         put(
             &mut m,

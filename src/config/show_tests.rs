@@ -62,6 +62,7 @@ fn any_config_text() -> impl proptest::strategy::Strategy<Value = String> {
             ],
         ),
         pick("cpu_spread", &["by-device", "even", "pack"]),
+        pick("resize_shrink", &["admitted", "any"]),
         pick("exempt_namespaces", &["[]", "[kube-system, monitoring]"]),
         pick("exclusive_annotation_namespaces", &["[]", "[batch]"]),
         pick("isolated_namespaces", &["[]", "[rt]"]),

@@ -18,6 +18,7 @@ mod observe;
 mod others;
 mod plugin;
 mod required_plugins;
+mod resize;
 mod scheduler;
 mod soak;
 

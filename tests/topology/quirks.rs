@@ -168,11 +168,30 @@ fn an_offline_nodes_column_left_in_the_online_rows_falls_back_too() {
     put(root, &format!("{NODE}/has_cpu"), b"1\n");
     put(root, &format!("{NODE}/has_memory"), b"1\n");
     let (topo, warnings) = read_host_checked(root).expect("an offline node refused the host");
-    let ids: Vec<u32> = topo.numa_nodes.iter().map(|n| n.id).collect();
-    assert_eq!(ids, vec![1]);
-    assert_eq!(topo.numa_nodes[0].distances, vec![10]);
     assert!(
         warnings.iter().any(|w| w.contains("node1/distance")),
+        "{warnings:?}"
+    );
+    // The CPUs still link to node0 (`cpuN/node0`): node 0 is kept with them and no memory, so
+    // they never count as local to node 1's memory, and its containers get memory node 1.
+    let ids: Vec<u32> = topo.numa_nodes.iter().map(|n| n.id).collect();
+    assert_eq!(ids, vec![0, 1]);
+    let node0 = &topo.numa_nodes[0];
+    assert_eq!(node0.memory_bytes, 0);
+    assert!(!node0.cpus.is_empty() && node0.cpus.is_disjoint(&topo.numa_nodes[1].cpus));
+    assert!(topo
+        .cpus
+        .iter()
+        .filter(|c| node0.cpus.contains(c.id))
+        .all(|c| c.numa_node == 0));
+    assert_eq!(node0.distances, vec![10, 20]);
+    assert_eq!(topo.numa_nodes[1].distances, vec![20, 10]);
+    let just_node0: NodeSet = [0].into_iter().collect();
+    assert_eq!(topo.memory_nodes_for(&just_node0).to_string(), "1");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("which has no node directory")),
         "{warnings:?}"
     );
 }

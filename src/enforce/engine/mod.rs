@@ -273,9 +273,11 @@ impl<P: Placer> Engine<P> {
         }))
     }
 
-    /// Re-evaluates a container after a CRI resource update. Returns the updates to send (the
-    /// container itself when its CPUs move, and shared-pool members). GPUs and NICs never
-    /// change on a running container: the decision is re-made in `keep` mode.
+    /// Re-evaluates a container after a CRI resource update (an in-place resize). Returns the
+    /// updates to send (the container itself when its CPUs change, and shared-pool members).
+    /// GPUs and NICs never change on a running container. Exclusive CPUs are resized in place
+    /// (`resize.rs`): a grow keeps every CPU held, a shrink gives back only CPUs added since
+    /// admission, and a refusal leaves the container as it was.
     pub fn update_container(
         &mut self,
         pod: &PodView,
@@ -314,9 +316,13 @@ impl<P: Placer> Engine<P> {
         req.allocated_nics = old.assignment.nics.clone();
         self.keep_shared_nics(&old, &mut req);
         self.keep_left_mems(pod, &updated, &old, &mut req);
-        // The new decision is made with the container's own resources free. Should anything
-        // below panic while they are released, the plugin's poisoned-lock recovery
-        // (`resync_placer`) restores the record into the placer.
+        if let Some(resized) = self.resize_in_place(pod, c, &req, &old, started) {
+            return resized;
+        }
+        // Not a resize of exclusive CPUs in place (shared to exclusive or back): decided anew
+        // with the container's own resources free. Should anything below panic while they are
+        // released, the plugin's poisoned-lock recovery (`resync_placer`) restores the record
+        // into the placer.
         self.placer.release(&c.id);
         let placed = self.placer.place(&req, GpuMode::Keep);
         let a = match placed.and_then(|a| self.keep_devices(a, &old.assignment)) {
@@ -331,26 +337,15 @@ impl<P: Placer> Engine<P> {
                 return Err(EngineError::Rejected(r));
             }
         };
-        let mut updates: Vec<_> = CpusetUpdate::if_moved(&c.id, &a.cpus, &old.applied_cpus)
-            .into_iter()
-            .collect();
         let rec = Record {
             applied_cpus: a.cpus.clone(),
-            assignment: a.clone(),
+            assignment: a,
             resources: ResourceSummary::of(&req),
             // A decision nri-align made for the new request, whatever the record was.
             found_running: false,
-            ..old
+            ..old.clone()
         };
-        self.doc.containers.insert(c.id.clone(), rec);
-        let (moved, timing) = self.persist_and_follow_pool(&c.id, started);
-        updates.extend(moved);
-        if let Some(m) = &self.metrics {
-            m.admitted(&a.policy.to_string(), a.aligned, timing.took);
-        }
-        self.refresh_free();
-        log_decision(pod, c, &a, timing, updates.len());
-        Ok(updates)
+        Ok(self.record_update(pod, c, &old, rec.readmitted(), started))
     }
 
     /// Releases a container (RemoveContainer); idempotent.
@@ -578,6 +573,7 @@ pub mod placer;
 mod pool;
 pub mod reconcile;
 mod recovery;
+mod resize;
 
 #[cfg(test)]
 // A scenario test reads as one story of events and checks; cut into helpers, the sequence it

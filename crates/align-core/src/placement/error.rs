@@ -59,6 +59,36 @@ pub struct ChoiceRefusal {
     pub held: String,
 }
 
+/// Why an in-place resize of a container's exclusive CPUs was refused: the container stays as
+/// it was. Shaped as a creation's refusal: what was asked, what is free next to what it
+/// holds, what would fit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cannot resize {container} in place from {had} to {asked} exclusive CPU(s) under policy \
+     {policy}: {problem}; it holds cpus {held} on NUMA {nodes}; free next to them: {free_near}; \
+     {fits}. The container keeps its CPUs"
+)]
+pub struct ResizeRefusal {
+    /// `namespace/pod/container`.
+    pub container: String,
+    /// The effective policy.
+    pub policy: Policy,
+    /// Exclusive CPUs it holds.
+    pub had: u32,
+    /// Exclusive CPUs asked.
+    pub asked: u32,
+    /// What does not fit (`2 more CPUs do not fit on its NUMA node 0`).
+    pub problem: String,
+    /// The CPUs it holds.
+    pub held: String,
+    /// Its NUMA nodes (`node 0`, `nodes 0-1`).
+    pub nodes: String,
+    /// Free CPUs of the nodes it may grow on, nearest first (`node 0: 2 (3,7)`).
+    pub free_near: String,
+    /// What would fit (`ask for at most 4`).
+    pub fits: String,
+}
+
 /// Placement failures. Each message names what was asked, what was there, and what to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlacementError {
@@ -217,6 +247,9 @@ pub enum PlacementError {
     /// on this node now, and `scheduler_choice` is `required`.
     #[error("{0}")]
     SchedulerChoice(Box<ChoiceRefusal>),
+    /// An in-place resize that does not fit next to what the container holds.
+    #[error("{0}")]
+    Resize(Box<ResizeRefusal>),
     /// A persisted assignment that does not fit the topology.
     #[error("cannot restore {container}: {reason}")]
     Restore {
@@ -254,6 +287,7 @@ impl PlacementError {
             Self::SmtAlignment { .. } => "smt-alignment",
             Self::Restore { .. } => "restore",
             Self::SchedulerChoice(_) => "scheduler-choice",
+            Self::Resize(_) => "resize",
         }
     }
 }

@@ -29,6 +29,7 @@ pub mod policy;
 pub mod pool;
 pub mod reject;
 pub mod request;
+pub mod resize;
 pub mod resolve;
 pub mod scheduler;
 pub mod spread;
@@ -43,7 +44,7 @@ pub use hugepages::{HugePageNeed, HugePagesHeld};
 pub use ledger::NodeFree;
 pub use policy::{
     CpuPreference, CpuSpread, GpuMode, MemPolicy, NumaChoice, PlacementConfig, Policy,
-    SchedulerChoiceMode, Scope,
+    ResizeShrink, SchedulerChoiceMode, Scope,
 };
 pub use request::{Assignment, GenericDevice, MemoryPolicy, PodInfo, PodTotals, Request};
 pub use scheduler::{Scheduler, SchedulerChoice};

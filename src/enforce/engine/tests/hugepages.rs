@@ -97,17 +97,20 @@ fn a_container_asking_more_pages_than_its_node_has_left_lands_on_the_other_node(
 fn a_resize_that_does_not_name_the_pages_keeps_them() {
     let mut e = engine(None);
     let p = kpod("net", "dpdk", &[]);
-    let c = asking(&p, "c1", 400);
+    // Shared first (500m, no limit), so that the resize to exclusive CPUs is decided anew.
+    let mut c = asking(&p, "c1", 400);
+    c.resources.cpu_shares = Some(512);
+    c.resources.cpu_quota = None;
     e.create_container(&p, &c).expect("create").expect("placed");
     let before = e.records().containers["c1"].assignment.hugepages.clone();
     assert_eq!(before.iter().map(|h| h.pages).sum::<u64>(), 400);
-    // Grown to 2 CPUs; the update's resources carry no hugepage limits.
+    // Grown to 2 exclusive CPUs; the update's resources carry no hugepage limits.
     let mut r = c.resources.clone();
     r.cpu_shares = Some(2048);
     r.cpu_quota = Some(200_000);
     r.hugepage_limits.clear();
     e.update_container(&p, &c, &r).expect("resize");
     let after = &e.records().containers["c1"].assignment;
-    assert_eq!(after.cpus.len(), 2, "resized: {}", after.cpus);
+    assert!(after.exclusive, "resized to exclusive CPUs: {}", after.cpus);
     assert_eq!(after.hugepages, before);
 }

@@ -626,5 +626,6 @@ mod others;
 mod privileged;
 mod props;
 mod rdma_cdi;
+mod resize;
 mod restarts;
 mod scheduler;

@@ -17,8 +17,8 @@ use std::path::Path;
 use super::{read_str, shown, SysFs};
 
 /// The kernel's local and default remote distances (LOCAL_DISTANCE, REMOTE_DISTANCE).
-const LOCAL: u32 = 10;
-const REMOTE: u32 = 20;
+pub(super) const LOCAL: u32 = 10;
+pub(super) const REMOTE: u32 = 20;
 
 /// Rows of the matrix for the nodes `ids` (directories `paths`), in id order.
 pub(super) fn read_matrix(fs: &SysFs, ids: &[u32], paths: &[&Path]) -> Vec<Vec<u32>> {

@@ -8,8 +8,10 @@
 //!   0-7) is ignored, as hwloc ignores it;
 //! - a node whose `cpulist` and `cpumap` are both unreadable: ignored, as hwloc ignores it;
 //! - online CPUs no node claims (hwloc's `offline-cpu0-node0` tree, node directories missing):
-//!   given the node of the other CPUs of their package, or the only node with CPUs; when
-//!   neither says where they are, the tree is refused ([`TopologyError::Inconsistent`]);
+//!   on the node their `cpuN/nodeM` link names, made without memory when it has no directory;
+//!   without a link, given the node of the other CPUs of their package, or the only node with
+//!   CPUs; when neither says where they are, the tree is refused
+//!   ([`TopologyError::Inconsistent`]);
 //! - a distance row the kernel would never print (short, garbage, not 10 on the diagonal):
 //!   refused, see `distance.rs`;
 //! - a node with CPUs and no memory (memory-side initiators, CXL and HBM systems): kept, and
@@ -157,19 +159,25 @@ fn node_cpus(fs: &SysFs, id: u32, path: &Path) -> Option<CpuSet> {
     None
 }
 
-/// Online CPUs that no node claims get the node of their package's other CPUs, else the only
-/// node with CPUs; anything else is refused, since a wrong guess would bind memory badly.
+/// Online CPUs that no node claims: those whose `cpuN/nodeM` link names a node without a
+/// directory (an offline node) make that node, without memory ([`adopt_offline_nodes`]); the
+/// others get the node of their package's other CPUs, else the only node with CPUs; anything
+/// else is refused, since a wrong guess would bind memory badly.
 fn place_orphans(
     fs: &SysFs,
     dir: &Path,
     online: &CpuSet,
     cpu_list: &[Cpu],
-    nodes: &mut [NumaNode],
+    nodes: &mut Vec<NumaNode>,
 ) -> Result<(), TopologyError> {
     let claimed = nodes
         .iter()
         .fold(CpuSet::new(), |acc, n| acc.union(&n.cpus));
-    let orphans = online.difference(&claimed);
+    let mut orphans = online.difference(&claimed);
+    if orphans.is_empty() {
+        return Ok(());
+    }
+    adopt_offline_nodes(fs, &mut orphans, nodes);
     if orphans.is_empty() {
         return Ok(());
     }
@@ -248,6 +256,64 @@ fn place_orphans(
         ));
     }
     Ok(())
+}
+
+/// The kernel links each CPU's directory to its node (`cpuN/nodeM`). Where online CPUs link to
+/// a node that has no directory (its memory offline: hwloc's `offline-cpu0-node0`, package 0's
+/// CPUs on node 0), that node is what they are on: it is made, with those CPUs and no memory,
+/// so their containers' memory comes from the nearest node with memory
+/// (`Topology::memory_nodes_for`) and they never count as local to another node's memory, as
+/// counting them on a node with memory would. The new node's distances are the kernel's
+/// defaults (the other rows' columns for it cannot be trusted, see `distance.rs`). The CPUs
+/// adopted leave `orphans`.
+fn adopt_offline_nodes(fs: &SysFs, orphans: &mut CpuSet, nodes: &mut Vec<NumaNode>) {
+    let mut linked: std::collections::BTreeMap<u32, CpuSet> = std::collections::BTreeMap::new();
+    for cpu in orphans.iter() {
+        let dir = fs.sys(&format!("devices/system/cpu/cpu{cpu}"));
+        let Ok(links) = numbered_entries(&dir, "node") else {
+            continue;
+        };
+        // One link is what the kernel makes; anything else says nothing trustworthy.
+        if let [(node, _)] = links.as_slice() {
+            if *node < MAX_NODE_ID && !nodes.iter().any(|n| n.id == *node) {
+                linked.entry(*node).or_default().insert(cpu);
+            }
+        }
+    }
+    for (id, cpus) in linked {
+        *orphans = orphans.difference(&cpus);
+        let at = nodes.partition_point(|n| n.id < id);
+        for n in nodes.iter_mut() {
+            n.distances
+                .insert(at.min(n.distances.len()), distance::REMOTE);
+        }
+        let count = nodes.len() + 1;
+        let distances = (0..count)
+            .map(|i| {
+                if i == at {
+                    distance::LOCAL
+                } else {
+                    distance::REMOTE
+                }
+            })
+            .collect();
+        fs.warn(format!(
+            "online CPUs {cpus} are on node {id}, which has no node directory (its memory is \
+             offline): node {id} is kept with these CPUs and no memory, at the kernel's default \
+             distance from the others (hwloc leaves them outside any node)"
+        ));
+        nodes.insert(
+            at,
+            NumaNode {
+                id,
+                cpus,
+                memory_bytes: 0,
+                hugepages: Vec::new(),
+                distances,
+                memory_kind: None,
+            },
+        );
+    }
 }
 
 /// Every CPU on exactly the node that lists it: `numa_nodes[].cpus` and `cpus[].numa_node`
