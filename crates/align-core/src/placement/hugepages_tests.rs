@@ -275,3 +275,21 @@ proptest! {
         prop_assert_eq!(a.ledger().free_huge(1, MI2), n1);
     }
 }
+
+#[test]
+fn restricted_admits_the_width_the_pages_need_and_single_numa_node_says_so() {
+    // 8 pages per node: 12 can never fit one node.
+    let mut a = alloc(host(8, 8), Policy::Restricted);
+    let x = a
+        .place(&asking(1, 2, 12))
+        .expect("two nodes are the narrowest");
+    assert_eq!(x.numa_nodes.len(), 2, "{}", x.numa_nodes);
+    assert_eq!(pages_on(&x, 0) + pages_on(&x, 1), 12);
+    let mut b = alloc(host(8, 8), Policy::SingleNumaNode);
+    let e = b.place(&asking(1, 2, 12)).expect_err("no node has 12");
+    assert!(
+        e.to_string()
+            .contains("use policy restricted or best-effort"),
+        "{e}"
+    );
+}
