@@ -32,7 +32,7 @@ const SPEC_FILE: &str = "example.com-accel.json";
 pub fn runtime_options() -> UpOptions {
     UpOptions {
         cdi: true,
-        // The huge pages test (t11) needs the containers' hugepage limits passed to NRI.
+        // The huge pages test (t12) needs the containers' hugepage limits passed to NRI.
         hugetlb: true,
         ..UpOptions::default()
     }

@@ -50,8 +50,8 @@ fn asking(name: &str, pages: u64) -> ContainerSpec {
 }
 
 #[test]
-fn t11_a_container_asking_more_huge_pages_than_a_node_has_left_lands_on_the_other() {
-    let Some(g) = guest("t11") else { return };
+fn t12_a_container_asking_more_huge_pages_than_a_node_has_left_lands_on_the_other() {
+    let Some(g) = guest("t12") else { return };
     let f = &g.facts;
     let have = reserved(0).min(reserved(1));
     assert!(
