@@ -289,6 +289,15 @@ fn reasons(root: &Path, loc: &MemoryLocality, rec: &Record, pids: &[u32]) -> Vec
                 .into(),
         );
     }
+    if rec.memory_nodes_moved {
+        out.push(
+            "its memory nodes were moved after it started (by the plugin that owns \
+             cpuset.mems; nri-align moved its CPUs after them): what it touched before stays \
+             where it was unless the kernel migrates it (cgroup v2 moves the processes' own \
+             pages, never page cache or tmpfs data no process maps)"
+                .into(),
+        );
+    }
     for node in loc.nodes.iter() {
         if let Some((total, free)) = node_meminfo(root, node) {
             if free.saturating_mul(LOW_FREE_DIVISOR) < total {

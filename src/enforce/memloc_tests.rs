@@ -65,6 +65,7 @@ fn flagged_only_above_the_threshold_with_the_causes_the_host_shows() {
     );
     let mut r = r;
     r.found_running = true;
+    r.memory_nodes_moved = true;
     let why = remote_flag(root, &off, &r, &[5], 50)
         .expect("flag")
         .reasons
@@ -74,6 +75,10 @@ fn flagged_only_above_the_threshold_with_the_causes_the_host_shows() {
         "{why}"
     );
     assert!(why.contains("recorded running"), "{why}");
+    assert!(
+        why.contains("its memory nodes were moved after it started"),
+        "{why}"
+    );
     assert!(
         why.contains("node 1 is out of memory (1.0 MiB free of 8192.0 MiB)"),
         "{why}"

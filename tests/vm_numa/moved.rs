@@ -111,6 +111,14 @@ fn t14_memory_left_behind_by_a_move_is_reported_as_remote() {
     );
     let remote = &check["remote_memory"];
     assert!(
+        remote["reasons"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|w| w
+                .as_str()
+                .is_some_and(|w| w.contains("memory nodes were moved")))),
+        "verify says why: its memory nodes moved after it started: {check}"
+    );
+    assert!(
         remote["remote_percent"].as_u64().unwrap_or(0) >= 90,
         "verify flags the remote share of a container moved after it wrote its data (CPUs {}): \
          {check}",

@@ -160,6 +160,8 @@ impl<P: Placer> Engine<P> {
             .collect();
         let rec = Record {
             applied_cpus: a.cpus.clone(),
+            memory_nodes_moved: old.memory_nodes_moved
+                || (!old.assignment.mems.is_empty() && a.mems != old.assignment.mems),
             assignment: a.clone(),
             ..old
         };

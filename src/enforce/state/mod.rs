@@ -161,6 +161,11 @@ pub struct Record {
     /// cannot carry one (`enforce/engine/mempolicy.rs`), so the container runs without it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mempolicy_left_out: bool,
+    /// Its memory nodes were moved after it started (the plugin that owns `cpuset.mems` moved
+    /// them, `enforce/engine/others_mems.rs`): what it touched before may still be on the
+    /// old ones, which `verify` names as a reason for remote memory.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub memory_nodes_moved: bool,
     /// The exclusive CPUs the container was admitted with, once an in-place resize changed
     /// its CPUs (`placement::resize`): a shrink never gives them back unless `resize_shrink`
     /// is `any`. Empty (and absent from the log) until then, and in logs written before

@@ -376,6 +376,10 @@ fn memory_nodes_an_update_shows_move_the_cpus_and_a_resize_keeps_them_there() {
     let rec = e.records().containers["c-1"].clone();
     assert_eq!(rec.assignment.numa_nodes.to_string(), "1");
     assert!(rec.assignment.exclusive);
+    assert!(
+        !before.mems.is_empty() && rec.memory_nodes_moved,
+        "the record says its memory nodes moved after it started (verify names it)"
+    );
     assert!(rec.assignment.cpus.is_subset(&"4-7".parse().expect("list")));
     assert_eq!(
         ups.iter()
