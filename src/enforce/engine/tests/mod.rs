@@ -622,6 +622,7 @@ mod logs;
 mod mempolicy;
 mod observe;
 mod others;
+mod pod_budget;
 mod privileged;
 mod props;
 mod rdma_cdi;
