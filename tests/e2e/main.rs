@@ -16,6 +16,7 @@ mod nrt;
 mod nrt_refresh;
 mod observe;
 mod others;
+mod podlevel;
 mod plugin;
 mod required_plugins;
 mod scheduler;
