@@ -552,13 +552,7 @@ fn budget_plugin() -> AlignPlugin<FakePlacer> {
         pod_budgets: true,
         ..Config::default()
     };
-    let engine = Engine::new(
-        FakePlacer::new(),
-        config,
-        None,
-        None,
-        Box::new(AllDevices),
-    );
+    let engine = Engine::new(FakePlacer::new(), config, None, None, Box::new(AllDevices));
     AlignPlugin::new(Arc::new(Mutex::new(engine)), false)
 }
 
