@@ -42,6 +42,38 @@ fn wants_slice(req: &Request) -> Option<u32> {
     whole.then(|| u32::try_from(milli / 1000).unwrap_or(u32::MAX))
 }
 
+/// The decision of container `c` (asking `req`) in the budget `budget`: `cpus`, exclusive or
+/// shared, on the budget's nodes; its memory is the budget's, held once by the budget.
+fn member_assignment(
+    pod: &PodView,
+    c: &ContainerView,
+    req: &Request,
+    budget: &Assignment,
+    cpus: &CpuSet,
+    exclusive: bool,
+) -> Assignment {
+    Assignment {
+        container_id: c.id.clone(),
+        container_name: c.name.clone(),
+        pod_uid: pod.uid.clone(),
+        pod_name: pod_name(pod),
+        cpus: cpus.clone(),
+        exclusive,
+        mems: budget.mems.clone(),
+        numa_nodes: budget.numa_nodes.clone(),
+        gpus: req.allocated_gpus.clone(),
+        nics: req.allocated_nics.clone(),
+        shared_gpus: req.shared_gpus.clone(),
+        policy: budget.policy,
+        aligned: budget.aligned,
+        reason: match exclusive {
+            true => "pod budget: exclusive CPUs out of the pod's".into(),
+            false => "pod budget: the pod's private pool".into(),
+        },
+        ..Assignment::default()
+    }
+}
+
 impl<P: Placer> Engine<P> {
     /// Whether the containers of `pod` are placed in a budget: it has one, or budgets are on
     /// and its resources are Guaranteed at pod level.
@@ -85,26 +117,7 @@ impl<P: Placer> Engine<P> {
             );
             return Err(self.budget_refusal(pod, c, message, started));
         };
-        let a = Assignment {
-            container_id: c.id.clone(),
-            container_name: c.name.clone(),
-            pod_uid: pod.uid.clone(),
-            pod_name: pod_name(pod),
-            cpus: cpus.clone(),
-            exclusive: slice.is_some(),
-            mems: budget.assignment.mems.clone(),
-            numa_nodes: budget.assignment.numa_nodes.clone(),
-            gpus: req.allocated_gpus.clone(),
-            nics: req.allocated_nics.clone(),
-            shared_gpus: req.shared_gpus.clone(),
-            policy: budget.assignment.policy,
-            aligned: budget.assignment.aligned,
-            reason: match slice {
-                Some(_) => "pod budget: exclusive CPUs out of the pod's".into(),
-                None => "pod budget: the pod's private pool".into(),
-            },
-            ..Assignment::default()
-        };
+        let a = member_assignment(pod, c, req, &budget.assignment, &cpus, slice.is_some());
         let adjustment = self.adjustment_for(&a, c, &built.devices, started)?;
         if slice.is_some() {
             self.set_budget_pool(&pod.id, pool.difference(&cpus))

@@ -23,8 +23,10 @@ fn host() -> crate::topology::Topology {
 }
 
 fn engine_with(budgets: bool, store: Option<StateStore>) -> Engine<Allocator> {
-    let mut c = Config::default();
-    c.pod_budgets = budgets;
+    let c = Config {
+        pod_budgets: budgets,
+        ..Config::default()
+    };
     let a = Allocator::new(Arc::new(host()), c.placement.clone());
     Engine::new(
         a,
@@ -265,4 +267,25 @@ fn synchronize_keeps_the_budget_of_a_listed_pod_and_releases_one_gone() {
     e.synchronize(&[web], &live);
     assert_eq!(e.records().containers.len(), 1);
     assert_eq!(e.placer().shared_pool(), set("0-15"));
+}
+
+#[test]
+fn a_pod_of_whole_cpu_containers_slices_its_whole_budget() {
+    let mut e = engine_with(true, None);
+    let p = train_pod(4);
+    create(&mut e, &p, &kctr(&p, "a", "a", 2000, Some(2000)));
+    create(&mut e, &p, &kctr(&p, "b", "b", 2000, Some(2000)));
+    let both = cpus_of(&e, "a").union(&cpus_of(&e, "b"));
+    assert_eq!(both.len(), 4);
+    assert_eq!(node_of(&both).len(), 1, "one node: {both}");
+    // Nothing left to share: a container without limits is refused, with the budget named.
+    let err = e
+        .create_container(&p, &kctr(&p, "s", "s", 100, None))
+        .expect_err("no pool left");
+    assert!(err.to_string().contains("budget of 4 CPUs"), "{err}");
+    assert_eq!(e.resync_placer(), 0, "the records and the placer agree");
+    e.release_container("a");
+    e.release_container("b");
+    assert_eq!(e.placer().shared_pool(), set("0-15"));
+    assert!(e.records().containers.is_empty(), "the budget went with b");
 }
