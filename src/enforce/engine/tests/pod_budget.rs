@@ -289,3 +289,40 @@ fn a_pod_of_whole_cpu_containers_slices_its_whole_budget() {
     assert_eq!(e.placer().shared_pool(), set("0-15"));
     assert!(e.records().containers.is_empty(), "the budget went with b");
 }
+
+#[test]
+fn pruning_keeps_a_budget_while_a_container_of_its_pod_runs() {
+    let mut e = engine_with(true, None);
+    the_issues_pod(&mut e);
+    let pool = cpus_of(&e, "loader");
+    let trainer = cpus_of(&e, "trainer");
+    let live: std::collections::HashSet<String> = ["web", "loader", "metrics"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let gone = e.prune_gone(Some(&live));
+    assert_eq!(gone, ["trainer"]);
+    assert_eq!(
+        e.records()
+            .containers
+            .values()
+            .filter(|r| r.pod_budget.is_some())
+            .count(),
+        1
+    );
+    let budget = e
+        .records()
+        .containers
+        .values()
+        .find(|r| r.pod_budget.is_some())
+        .map(|r| r.assignment.cpus.clone());
+    assert_eq!(
+        budget,
+        Some(pool.union(&trainer)),
+        "the trainer's CPUs are the pod's again"
+    );
+    let live: std::collections::HashSet<String> = ["web".to_string()].into();
+    e.prune_gone(Some(&live));
+    assert_eq!(e.records().containers.len(), 1);
+    assert_eq!(e.placer().shared_pool(), set("0-15"));
+}
