@@ -8,8 +8,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 
 use super::topology::{nrt_object, nrt_text};
-use crate::config::Config;
+use crate::config::{Config, DEFAULT_GPU_MODE};
 use crate::nrt::NodeResourceTopology;
+use crate::placement::policy::GpuMode;
 use crate::simulate::churn::ChurnSpec;
 use crate::simulate::{self, GpuChoice, NicPlugin, Report, Strategy, Workload};
 use crate::topology::load::{load, Source};
@@ -36,11 +37,22 @@ pub struct SimulateArgs {
     /// Decision strategy: nri-align's own, or the kubelet Topology Manager's.
     #[arg(long, value_enum, default_value_t = Strategy::NriAlign)]
     pub strategy: Strategy,
-    /// How the kubelet strategy's device plugin picks GPUs: `preferred` (the NVIDIA device
-    /// plugin's GetPreferredAllocation: the best-linked set within the Topology Manager's hint)
-    /// or `lowest` (a plugin without it: lowest index first).
-    #[arg(long, default_value = "preferred", value_parser = ["preferred", "lowest"])]
-    pub kubelet_gpu_choice: String,
+    /// How the device plugin picks GPUs, for both strategies: `preferred` (the NVIDIA device
+    /// plugin's GetPreferredAllocation: the best-linked set, within the Topology Manager's hint
+    /// on the kubelet side, among every free GPU on nri-align's, as with the Topology Manager
+    /// at `none`) or `lowest` (a plugin without it: lowest index first). nri-align keeps the
+    /// GPUs under `gpu_mode: keep` and chooses its own under `remap`.
+    #[arg(
+        long,
+        alias = "kubelet-gpu-choice",
+        default_value = "preferred",
+        value_parser = ["preferred", "lowest"]
+    )]
+    pub device_plugin: String,
+    /// nri-align's `gpu_mode` for this replay, over the configuration's (the daemon's default,
+    /// `keep`, without --config).
+    #[arg(long, value_parser = ["keep", "remap"])]
+    pub gpu_mode: Option<String>,
     /// Which device plugin advertises the kubelet strategy's RDMA NICs: `shared` (the RDMA
     /// shared device plugin, as the NVIDIA Network Operator's GPUDirect example: units without
     /// NUMA node, every allocation gives every RDMA NIC), `sriov` (the SR-IOV network device
@@ -91,12 +103,21 @@ pub struct SimulateArgs {
 
 /// Replays the workload.
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
-    let choice = GpuChoice::parse(&args.kubelet_gpu_choice).with_context(|| {
+    let choice = GpuChoice::parse(&args.device_plugin).with_context(|| {
         format!(
-            "unknown --kubelet-gpu-choice {}; expected one of: preferred lowest",
-            crate::untrusted::quoted(&args.kubelet_gpu_choice)
+            "unknown --device-plugin {}; expected one of: preferred lowest",
+            crate::untrusted::quoted(&args.device_plugin)
         )
     })?;
+    let gpu_mode = match args.gpu_mode.as_deref() {
+        None => None,
+        Some("keep") => Some(GpuMode::Keep),
+        Some("remap") => Some(GpuMode::Remap),
+        Some(other) => bail!(
+            "unknown --gpu-mode {}; expected one of: keep remap",
+            crate::untrusted::quoted(other)
+        ),
+    };
     let nic = NicPlugin::parse(
         &args.kubelet_nic_plugin,
         args.kubelet_sriov_vfs,
@@ -109,14 +130,17 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         )
     })?;
     if args.churn {
-        return churn(&args, nic);
+        return churn(&args, nic, choice, gpu_mode.unwrap_or(DEFAULT_GPU_MODE));
     }
     let topo = Arc::new(load_topology(&args)?);
     let strategy = args.strategy;
-    let config = match &args.config {
+    let mut config = match &args.config {
         Some(p) => load_config(p)?,
         None => Config::default(),
     };
+    if let Some(mode) = gpu_mode {
+        config.placement.gpu_mode = mode;
+    }
     if strategy == Strategy::Kubelet && config.placement.reserved_cpus.is_empty() {
         // Not an error: the replay still answers "what would these hints do"; but the figure
         // of pods admitted is not one a real node can give, so say so.
@@ -143,7 +167,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         nic,
     )?
     .with_distribute_cpus(args.kubelet_distribute_cpus);
-    let report = simulate::replay_on(contender, Arc::clone(&topo), &wl, strategy)?;
+    let report = simulate::replay_on(contender, Arc::clone(&topo), &wl, strategy, choice)?;
     let nrt = match &args.nrt {
         Some(node) => report
             .steps
@@ -167,12 +191,19 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
 }
 
 /// `--churn`: the comparison table on the given host or the three shipped ones.
-fn churn(args: &SimulateArgs, nic_plugin: NicPlugin) -> anyhow::Result<()> {
+fn churn(
+    args: &SimulateArgs,
+    nic_plugin: NicPlugin,
+    device_plugin: GpuChoice,
+    gpu_mode: GpuMode,
+) -> anyhow::Result<()> {
     let spec = ChurnSpec {
         pods: args.pods.min(MAX_CHURN_PODS),
         seeds: args.seeds.min(MAX_CHURN_SEEDS),
         nic_plugin,
         optimum: !args.no_optimum,
+        gpu_mode,
+        device_plugin,
     };
     let hosts: Vec<(String, Topology)> =
         if args.host.is_some() || args.hwloc_xml.is_some() || args.host_root.is_some() {
@@ -197,10 +228,12 @@ fn churn(args: &SimulateArgs, nic_plugin: NicPlugin) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         println!(
-            "churn under single-numa-node: {} pods per seed, seeds 1..={}; the kubelet's RDMA \
-             NICs: {}",
+            "churn under single-numa-node: {} pods per seed, seeds 1..={}; nri-align's gpu_mode: \
+             {}; GPUs from the device plugin: {}; the kubelet's RDMA NICs: {}",
             spec.pods,
             spec.seeds,
+            simulate::gpu_mode_name(spec.gpu_mode),
+            spec.device_plugin.describe(),
             spec.nic_plugin.describe()
         );
         print!("{}", simulate::churn::table(&rows));
@@ -245,10 +278,26 @@ pub fn render(report: &Report) -> String {
     render_with(report, &[]).unwrap_or_default()
 }
 
+/// What produced the report: the strategy, nri-align's `gpu_mode` and the device plugin model
+/// both strategies were handed GPUs by.
+fn header(s: &simulate::Summary) -> String {
+    let plugin = GpuChoice::parse(&s.device_plugin).map_or("", GpuChoice::describe);
+    match &s.gpu_mode {
+        Some(mode) => format!(
+            "# nri-align, gpu_mode: {mode}; GPUs from the device plugin: {plugin}, with no \
+             Topology Manager hint\n"
+        ),
+        None => format!(
+            "# {}, GPUs from the device plugin: {plugin}, within the Topology Manager's hint\n",
+            s.strategy
+        ),
+    }
+}
+
 /// The report with, after each step, the NodeResourceTopology object of that step (`nrt[i]`
 /// for step `i + 1`, when given) as indented YAML.
 pub fn render_with(report: &Report, nrt: &[NodeResourceTopology]) -> anyhow::Result<String> {
-    let mut out = String::new();
+    let mut out = header(&report.summary);
     for step in &report.steps {
         out.push_str(&format!("[{}] {}\n", step.step, step.event));
         for d in report.decisions.iter().filter(|d| d.step == step.step) {

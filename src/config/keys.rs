@@ -5,7 +5,7 @@
 
 /// Every top-level key of a configuration file, in the order `config show` writes them (it
 /// leaves out the PodResources details when the lookup is off).
-pub const CONFIG_KEYS: [&str; 34] = [
+pub const CONFIG_KEYS: [&str; 36] = [
     "policy",
     "scope",
     "reserved_cpus",
@@ -17,6 +17,7 @@ pub const CONFIG_KEYS: [&str; 34] = [
     "exclusive_headroom",
     "mempolicy",
     "cpu_spread",
+    "resize_shrink",
     "exempt_namespaces",
     "exclusive_annotation_namespaces",
     "isolated_namespaces",
@@ -32,6 +33,7 @@ pub const CONFIG_KEYS: [&str; 34] = [
     "create_dev_char_links",
     "state_dir",
     "state_fsync",
+    "exclusive_cpu_quota",
     "replace_offlined_cpus",
     "verify_remote_memory_threshold",
     "metrics_address",

@@ -19,6 +19,7 @@
 //! exclusive_headroom: 0        # free CPUs per NUMA node kept out of the shared pool (0: off)
 //! mempolicy: none              # none | bind | interleave | preferred-many | weighted-interleave
 //! cpu_spread: by-device        # by-device | even | pack: exclusive CPUs over a container's nodes
+//! resize_shrink: admitted     # admitted | any: what an in-place shrink may give back
 //! exempt_namespaces: []        # namespaces never aligned: shared pool, or reserved_cpus when set
 //! exclusive_annotation_namespaces: []  # may ask cpus: exclusive|isolated without Guaranteed
 //! isolated_namespaces: []      # only these may ask cpus: isolated (default: nobody)
@@ -32,6 +33,7 @@
 //! create_dev_char_links: true  # link /dev/char/MAJ:MIN to device nodes handed out (systemd driver)
 //! state_dir: /var/lib/nri-align   # default: --state-dir
 //! state_fsync: false           # fdatasync every state write before answering the runtime
+//! exclusive_cpu_quota: disable # disable | keep: the CFS quota of exclusive-CPU containers
 //! replace_offlined_cpus: false # give a container a free CPU for an exclusive one gone offline
 //! verify_remote_memory_threshold: 50  # percent off its nodes that flags a container's memory
 //! metrics_address: null        # e.g. "127.0.0.1:9464"; default: no metrics endpoint
@@ -57,7 +59,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::placement::{
-    CpuSpread, GpuMode, MemPolicy, NumaChoice, PlacementConfig, Policy, Scheduler,
+    CpuSpread, GpuMode, MemPolicy, NumaChoice, PlacementConfig, Policy, ResizeShrink, Scheduler,
     SchedulerChoiceMode, Scope,
 };
 use crate::untrusted;
@@ -153,6 +155,19 @@ pub enum ConfigError {
     },
 }
 
+/// What becomes of the CFS quota of a container given exclusive or isolated CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExclusiveCpuQuota {
+    /// No quota (`-1`): the CPUs are the container's alone, so a quota could only throttle it
+    /// for nothing; what the kubelet's `DisableCPUQuotaWithExclusiveCPUs` does for the CPUs
+    /// of its static CPU manager, which nri-align replaces.
+    #[default]
+    Disable,
+    /// The kubelet's quota stays, as before this key existed.
+    Keep,
+}
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -178,6 +193,7 @@ struct RawConfig {
     numa_choice: Option<NumaChoice>,
     mempolicy: Option<MemPolicy>,
     cpu_spread: Option<CpuSpread>,
+    resize_shrink: Option<ResizeShrink>,
     allow_device_annotations: Option<bool>,
     full_pcpus_only: Option<bool>,
     exclusive_headroom: Option<u32>,
@@ -195,6 +211,7 @@ struct RawConfig {
     create_dev_char_links: Option<bool>,
     state_dir: Option<PathBuf>,
     state_fsync: Option<bool>,
+    exclusive_cpu_quota: Option<ExclusiveCpuQuota>,
     replace_offlined_cpus: Option<bool>,
     verify_remote_memory_threshold: Option<u8>,
     metrics_address: Option<String>,
@@ -289,6 +306,8 @@ pub struct Config {
     /// default: the state only has to outlive the plugin and runtime processes
     /// (`enforce/state`), and an fsync cost milliseconds per decision on a VM disk.
     pub state_fsync: bool,
+    /// The CFS quota of containers with exclusive or isolated CPUs (`enforce/quota.rs`).
+    pub exclusive_cpu_quota: ExclusiveCpuQuota,
     /// When an exclusive CPU of a running container goes offline, give the container a free
     /// CPU of its nodes instead. Off by default: the container keeps its other CPUs and is
     /// reported, since a silent replacement changes what a latency-sensitive workload runs on.
@@ -340,6 +359,7 @@ impl Default for Config {
             create_dev_char_links: true,
             state_dir: None,
             state_fsync: false,
+            exclusive_cpu_quota: ExclusiveCpuQuota::Disable,
             replace_offlined_cpus: false,
             verify_remote_memory_threshold: memloc::DEFAULT_REMOTE_MEMORY_THRESHOLD,
             metrics_address: None,
@@ -412,6 +432,7 @@ impl Config {
             mempolicy: raw.mempolicy.unwrap_or_default(),
             exclusive_headroom: exclusive_headroom(raw.exclusive_headroom).map_err(&invalid)?,
             cpu_spread: raw.cpu_spread.unwrap_or_default(),
+            resize_shrink: raw.resize_shrink.unwrap_or_default(),
         };
         let metrics_address = match raw.metrics_address.as_deref().map(str::trim) {
             None | Some("") => None,
@@ -479,6 +500,7 @@ impl Config {
             create_dev_char_links: raw.create_dev_char_links.unwrap_or(true),
             state_dir: raw.state_dir,
             state_fsync: raw.state_fsync.unwrap_or(false),
+            exclusive_cpu_quota: raw.exclusive_cpu_quota.unwrap_or_default(),
             replace_offlined_cpus: raw.replace_offlined_cpus.unwrap_or(false),
             verify_remote_memory_threshold,
             metrics_address,

@@ -46,6 +46,7 @@ impl Config {
         put(&mut m, "exclusive_headroom", p.exclusive_headroom);
         put(&mut m, "mempolicy", enum_value(&p.mempolicy));
         put(&mut m, "cpu_spread", enum_value(&p.cpu_spread));
+        put(&mut m, "resize_shrink", enum_value(&p.resize_shrink));
         put(&mut m, "exempt_namespaces", list(&self.exempt_namespaces));
         put(
             &mut m,
@@ -92,6 +93,11 @@ impl Config {
         put(&mut m, "create_dev_char_links", self.create_dev_char_links);
         put(&mut m, "state_dir", path(self.state_dir.as_deref()));
         put(&mut m, "state_fsync", self.state_fsync);
+        put(
+            &mut m,
+            "exclusive_cpu_quota",
+            enum_value(&self.exclusive_cpu_quota),
+        );
         put(&mut m, "replace_offlined_cpus", self.replace_offlined_cpus);
         put(
             &mut m,

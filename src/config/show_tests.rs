@@ -62,6 +62,7 @@ fn any_config_text() -> impl proptest::strategy::Strategy<Value = String> {
             ],
         ),
         pick("cpu_spread", &["by-device", "even", "pack"]),
+        pick("resize_shrink", &["admitted", "any"]),
         pick("exempt_namespaces", &["[]", "[kube-system, monitoring]"]),
         pick("exclusive_annotation_namespaces", &["[]", "[batch]"]),
         pick("isolated_namespaces", &["[]", "[rt]"]),
@@ -91,6 +92,7 @@ fn any_config_text() -> impl proptest::strategy::Strategy<Value = String> {
         pick("create_dev_char_links", &["true", "false"]),
         pick("state_dir", &["null", "/var/lib/nri-align"]),
         pick("state_fsync", &["true", "false"]),
+        pick("exclusive_cpu_quota", &["disable", "keep"]),
         pick("replace_offlined_cpus", &["true", "false"]),
         pick("verify_remote_memory_threshold", &["0", "50", "99"]),
         pick(

@@ -284,3 +284,21 @@ fn a_config_file_whose_aliases_expand_beyond_its_size_is_refused() {
         assert!(Config::from_dropin(&text, false).is_err());
     }
 }
+
+#[test]
+fn resize_shrink_defaults_to_admitted_and_names_the_valid_values() {
+    use crate::placement::ResizeShrink;
+    let c = Config::parse("", "t").expect("empty");
+    assert_eq!(c.placement.resize_shrink, ResizeShrink::Admitted);
+    let c = Config::parse("resize_shrink: any\n", "t").expect("valid");
+    assert_eq!(c.placement.resize_shrink, ResizeShrink::Any);
+    assert!(
+        c.to_yaml().contains("resize_shrink: any"),
+        "{}",
+        c.to_yaml()
+    );
+    let err = Config::parse("resize_shrink: some\n", "t")
+        .expect_err("unknown value")
+        .to_string();
+    assert!(err.contains("admitted") && err.contains("any"), "{err}");
+}

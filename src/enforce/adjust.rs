@@ -62,6 +62,10 @@ pub struct Adjustment {
     /// The memory policy the container starts with; `None`: the kernel's default. Left out
     /// by the engine for a runtime whose NRI cannot carry it.
     pub memory_policy: Option<crate::placement::MemoryPolicy>,
+    /// The CFS quota (`cpu.quota`, microseconds; `-1`: none); `None`: the kubelet's stays.
+    /// Set by the engine for exclusive CPUs (`enforce/engine/quota.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_quota: Option<i64>,
 }
 
 /// A cpuset-only update of another container.

@@ -13,7 +13,7 @@ use super::{
     replay_plugins, ContainerSpec, Event, GpuChoice, NicPlugin, PodSpec, Quantity, Report,
 };
 use crate::placement::gpus::LinkTable;
-use crate::placement::policy::{NumaChoice, PlacementConfig, Policy};
+use crate::placement::policy::{GpuMode, NumaChoice, PlacementConfig, Policy};
 use crate::topology::{PcieLevel, Topology};
 
 /// What one stream looks like.
@@ -27,6 +27,11 @@ pub struct ChurnSpec {
     pub nic_plugin: NicPlugin,
     /// Whether to solve the offline optimum of every stream (its row and the fractions of it).
     pub optimum: bool,
+    /// nri-align's `gpu_mode`: `keep` (the daemon's default) places around the GPUs the device
+    /// plugin gave, `remap` chooses them.
+    pub gpu_mode: GpuMode,
+    /// The device plugin that hands out GPUs, the same model for both strategies.
+    pub device_plugin: GpuChoice,
 }
 
 impl Default for ChurnSpec {
@@ -38,6 +43,8 @@ impl Default for ChurnSpec {
             seeds: 5,
             nic_plugin: NicPlugin::default(),
             optimum: true,
+            gpu_mode: crate::config::DEFAULT_GPU_MODE,
+            device_plugin: GpuChoice::default(),
         }
     }
 }
@@ -190,44 +197,43 @@ pub fn rows(
     topo: Arc<Topology>,
     spec: ChurnSpec,
 ) -> Result<Vec<ChurnRow>, ReplayError> {
-    let config = config(&topo);
+    let config = PlacementConfig {
+        gpu_mode: spec.gpu_mode,
+        ..config(&topo)
+    };
     let links = LinkTable::new(&topo);
     let mut bins = repack::bins(Arc::clone(&topo), &config);
     repack::loosen_nics(&mut bins, spec.nic_plugin);
     // The kubelet has no NUMA choice of its own (the proposal for one is unreleased): its rows
     // run with the default, which it ignores.
-    let contenders = [
+    // Every row's device plugin is `spec.device_plugin`'s, so the strategies start from the
+    // same GPUs; the kubelet with a plugin blind to links stays as a reference beside the
+    // preferred one.
+    let plugin = spec.device_plugin;
+    let mut contenders = vec![
+        (Strategy::NriAlign, plugin, NumaChoice::BestFit, NRI_ALIGN),
         (
             Strategy::NriAlign,
-            GpuChoice::Preferred,
-            NumaChoice::BestFit,
-            NRI_ALIGN,
-        ),
-        (
-            Strategy::NriAlign,
-            GpuChoice::Preferred,
+            plugin,
             NumaChoice::MostAllocated,
             "nri-align, most-allocated",
         ),
         (
             Strategy::NriAlign,
-            GpuChoice::Preferred,
+            plugin,
             NumaChoice::LeastAllocated,
             "nri-align, least-allocated",
         ),
-        (
-            Strategy::Kubelet,
-            GpuChoice::Preferred,
-            NumaChoice::default(),
-            KUBELET,
-        ),
-        (
+        (Strategy::Kubelet, plugin, NumaChoice::default(), KUBELET),
+    ];
+    if plugin == GpuChoice::Preferred {
+        contenders.push((
             Strategy::Kubelet,
             GpuChoice::Lowest,
             NumaChoice::default(),
             "kubelet, lowest-index GPUs",
-        ),
-    ];
+        ));
+    }
     let mut out = Vec::new();
     for (strategy, choice, numa_choice, label) in contenders {
         let config = PlacementConfig {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::placement::policy::GpuMode;
 use crate::topology::testing;
 
 #[test]
@@ -24,6 +25,9 @@ fn the_link_aware_plugin_beats_lowest_index_on_dgx1() {
         seeds: 2,
         nic_plugin: NicPlugin::PerNic,
         optimum: true,
+        // nri-align's own GPU choice against the plugins'.
+        gpu_mode: GpuMode::Remap,
+        ..ChurnSpec::default()
     };
     let rows = rows("dgx1-v100", topo, spec).expect("rows");
     assert_eq!(rows.len(), 6);
@@ -61,6 +65,7 @@ fn per_nic_keeps_the_figures_before_the_nic_models() {
         pods: 60,
         nic_plugin: NicPlugin::PerNic,
         optimum: false,
+        gpu_mode: GpuMode::Remap,
         ..ChurnSpec::default()
     };
     let rows = rows("dgx1-v100", topo, spec).expect("rows");
@@ -165,6 +170,9 @@ fn nri_align_meets_the_churn_aims_under_the_optimum() {
         let topo = Arc::new(testing::shipped(host));
         let spec = ChurnSpec {
             seeds: 6,
+            // The aims are those of nri-align's own GPU choice; under keep the device
+            // plugin's (see `keep_starts_from_the_plugins_gpus_on_both_sides`).
+            gpu_mode: GpuMode::Remap,
             ..ChurnSpec::default()
         };
         let rows = rows(host, topo, spec).expect("rows");
@@ -278,4 +286,41 @@ fn the_table_compares_nri_align_with_the_kubelet_stream_by_stream() {
         )),
         "{t}"
     );
+}
+
+/// The daemon's default, keep: nri-align places around the GPUs the device plugin chose
+/// without a Topology Manager hint, the kubelet around those it chose within its hint; with a
+/// plugin blind to links both start from the lowest indices, and no second kubelet row
+/// stands beside them.
+#[test]
+fn keep_starts_from_the_plugins_gpus_on_both_sides() {
+    assert_eq!(
+        ChurnSpec::default().gpu_mode,
+        crate::config::DEFAULT_GPU_MODE
+    );
+    let topo = Arc::new(testing::shipped("dgx1-v100"));
+    let spec = |device_plugin, gpu_mode| ChurnSpec {
+        pods: 30,
+        seeds: 2,
+        optimum: false,
+        gpu_mode,
+        device_plugin,
+        ..ChurnSpec::default()
+    };
+    let admitted = |s: ChurnSpec| -> Vec<usize> {
+        rows("dgx1-v100", Arc::clone(&topo), s)
+            .expect("rows")
+            .iter()
+            .map(|r| r.admitted)
+            .collect()
+    };
+    let keep = admitted(spec(GpuChoice::Preferred, GpuMode::Keep));
+    let remap = admitted(spec(GpuChoice::Preferred, GpuMode::Remap));
+    assert_eq!(keep.len(), 5);
+    // The kubelet rows do not read gpu_mode; nri-align's choice admits more than the plugin's
+    // choice made without a hint, which single-numa-node then refuses across sockets.
+    assert_eq!(keep[3..], remap[3..]);
+    assert!(keep[0] < remap[0], "{keep:?} {remap:?}");
+    let lowest = admitted(spec(GpuChoice::Lowest, GpuMode::Keep));
+    assert_eq!(lowest.len(), 4, "{lowest:?}");
 }

@@ -36,7 +36,7 @@ pub enum GpuChoice {
 }
 
 impl GpuChoice {
-    /// The `--kubelet-gpu-choice` spelling.
+    /// The `--device-plugin` spelling.
     pub fn name(self) -> &'static str {
         match self {
             GpuChoice::Preferred => "preferred",
@@ -44,7 +44,18 @@ impl GpuChoice {
         }
     }
 
-    /// Parses the `--kubelet-gpu-choice` spelling.
+    /// What the model is, for the headers of `simulate` and `--churn`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            GpuChoice::Preferred => {
+                "preferred (the NVIDIA device plugin's GetPreferredAllocation, go-gpuallocator's \
+                 best effort)"
+            }
+            GpuChoice::Lowest => "lowest (a plugin without GetPreferredAllocation: lowest index)",
+        }
+    }
+
+    /// Parses the `--device-plugin` spelling.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "preferred" => Some(GpuChoice::Preferred),

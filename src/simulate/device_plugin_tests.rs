@@ -1,5 +1,6 @@
 use super::*;
 use crate::topology::testing;
+use std::sync::Arc;
 
 fn dgx1() -> LinkTable {
     LinkTable::new(&testing::shipped("dgx1-v100"))
@@ -92,4 +93,65 @@ fn required_gpus_are_kept_and_impossible_asks_get_nothing() {
     assert!(best_effort(&links, &all, &[], 0).is_empty());
     // 5 of 8: one padded group of 3 is never the answer.
     assert_eq!(best_effort(&links, &all, &[], 5).len(), 5);
+}
+
+/// nri-align's own GPU choice (best-effort, the default policy) on `free` of a DGX-1V, the
+/// other GPUs held by containers the device plugin gave them to.
+fn nri_align_choice(free: &[usize], k: usize) -> Vec<usize> {
+    use crate::placement::policy::{GpuMode, PlacementConfig};
+    use crate::placement::{Allocator, Request};
+    let topo = std::sync::Arc::new(testing::shipped("dgx1-v100"));
+    let mut a = Allocator::new(Arc::clone(&topo), PlacementConfig::default());
+    let bus = |g: usize| topo.gpus[g].pci_bus_id.clone();
+    let request = |id: String, gpus: Vec<String>| Request {
+        container_id: id,
+        container_name: "c".into(),
+        cpu_request_milli: 1000,
+        cpu_limit_milli: Some(1000),
+        memory_limit_bytes: Some(1 << 30),
+        allocated_gpus: gpus,
+        ..Request::default()
+    };
+    for g in (0..8).filter(|g| !free.contains(g)) {
+        let held = request(format!("held{g}"), vec![bus(g)]);
+        a.place_in(&held, GpuMode::Keep).expect("held");
+    }
+    let asked = request("x".into(), free[..k].iter().map(|g| bus(*g)).collect());
+    let got = a.place_in(&asked, GpuMode::Remap).expect("placed");
+    got.gpus
+        .iter()
+        .filter_map(|b| topo.gpus.iter().position(|g| &g.pci_bus_id == b))
+        .collect()
+}
+
+/// Cases after go-gpuallocator's best-effort tests on a DGX-1 Volta (its cube mesh: NV2 and NV1
+/// pairs, two sockets): nri-align's own choice never links worse than the plugin's answer.
+/// "Single NVLink, prefer same socket": with 0, 4, 5 and 6 free the plugin answers 5 and 6
+/// (NV2, one socket, 230), where nri-align took 0 and 4 across the sockets (210).
+#[test]
+fn nri_align_links_at_least_as_well_as_go_gpuallocator_on_dgx1() {
+    let links = dgx1();
+    let cases: [(&[usize], usize); 7] = [
+        (&[0, 4, 5, 6], 2),
+        (&[0, 1, 2, 3, 4, 5, 6, 7], 2),
+        (&[0, 1, 2, 3, 4, 5, 6, 7], 4),
+        (&[1, 2, 3, 5, 6], 2),
+        (&[0, 2, 5, 7], 2),
+        (&[1, 3, 4, 6, 7], 3),
+        (&[0, 1, 4, 5, 6, 7], 4),
+    ];
+    for (free, k) in cases {
+        let theirs = best_effort(&links, free, &[], k);
+        let ours = nri_align_choice(free, k);
+        assert_eq!(ours.len(), k, "{free:?}");
+        assert!(
+            links.set_score(&ours) >= links.set_score(&theirs),
+            "{free:?} k={k}: ours {ours:?} ({}) theirs {theirs:?} ({})",
+            links.set_score(&ours),
+            links.set_score(&theirs)
+        );
+    }
+    assert_eq!(nri_align_choice(&[0, 4, 5, 6], 2), vec![5, 6]);
+    assert_eq!(links.set_score(&[5, 6]), 230);
+    assert_eq!(links.set_score(&[0, 4]), 210);
 }

@@ -27,11 +27,12 @@ use serde::{Deserialize, Serialize};
 use crate::placement::error::{fmt_bytes, PlacementError};
 use crate::placement::gpus::LinkTable;
 use crate::placement::ledger::NodeFree;
-use crate::placement::policy::PlacementConfig;
+use crate::placement::policy::{GpuMode, PlacementConfig};
 use crate::placement::request::{Assignment, PodInfo, Request};
 use crate::placement::{Allocator, PodTotals};
 use crate::topology::Topology;
 use baseline::KubeletBaseline;
+use device_plugin::kubelet_gpus;
 pub use device_plugin::GpuChoice;
 pub use nic_plugin::NicPlugin;
 
@@ -128,6 +129,13 @@ pub struct Summary {
     pub containers_aligned: usize,
     /// Sum of the GPU link scores of admitted containers.
     pub gpu_link_score: u32,
+    /// nri-align's `gpu_mode` (`keep`: the device plugin's GPUs stay; `remap`); none for the
+    /// kubelet, which never moves them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_mode: Option<String>,
+    /// The device plugin model that chose the GPUs both strategies were handed
+    /// ([`GpuChoice::name`]).
+    pub device_plugin: String,
 }
 
 /// A whole replay.
@@ -238,6 +246,13 @@ impl Contender {
             Contender::Kubelet(k) => k.forget_pod(uid),
         }
     }
+    /// nri-align's `gpu_mode`; none for the kubelet, which never moves the plugin's GPUs.
+    pub fn gpu_mode(&self) -> Option<GpuMode> {
+        match self {
+            Contender::NriAlign(a) => Some(a.config().gpu_mode),
+            Contender::Kubelet(_) => None,
+        }
+    }
     /// Free capacity per NUMA node.
     pub fn free(&self) -> Vec<NodeFree> {
         match self {
@@ -251,16 +266,31 @@ impl Contender {
 /// then rejects the pod before any topology decision).
 type Planned = (Request, Option<String>);
 
-/// Builds the container requests of a pod. `gpus`/`nics` become device-plugin allocations of
-/// the lowest-index free devices (a plugin blind to topology); the contender may remap them.
+/// How the device plugin hands out a pod's devices: its GPU model, and the link table it
+/// scores GPU sets with.
+struct Plugin<'a> {
+    links: &'a LinkTable,
+    gpus: GpuChoice,
+}
+
+/// Builds the container requests of a pod. `gpus` become the device plugin's allocation as on
+/// a node whose Topology Manager is `none` (no hint: `plugin`'s choice among every free GPU,
+/// the same model the kubelet side asks within its hint); `nics`, the lowest-index free NICs
+/// (the RDMA plugins have no preferred allocation). nri-align keeps them (`keep`) or remaps
+/// them; the kubelet side makes its own allocation within its hint.
 fn requests(
     pod: &PodSpec,
     free: &[NodeFree],
     topo: &Topology,
     dra_seen: bool,
+    plugin: &Plugin,
 ) -> Result<Vec<Planned>, WorkloadError> {
-    let mut free_gpus: Vec<String> = free.iter().flat_map(|n| n.gpus.iter().cloned()).collect();
-    free_gpus.sort_by_key(|b| topo.gpus.iter().position(|g| &g.pci_bus_id == b));
+    let mut free_gpus: Vec<usize> = free
+        .iter()
+        .flat_map(|n| &n.gpus)
+        .filter_map(|b| topo.gpus.iter().position(|g| &g.pci_bus_id == b))
+        .collect();
+    free_gpus.sort_unstable();
     let unused: Vec<String> = free.iter().flat_map(|n| n.nics.iter().cloned()).collect();
     // The NICs an RDMA device plugin hands out: the RDMA ones when the host has any (as the
     // engine's eligible NICs), shared between containers, unused ones first.
@@ -324,8 +354,17 @@ fn requests(
                 nic_order.len()
             ));
         }
-        let gpus: Vec<String> = free_gpus
-            .drain(..(c.gpus as usize).min(free_gpus.len()))
+        let given = kubelet_gpus(
+            plugin.links,
+            &free_gpus,
+            |_| Some(true),
+            (c.gpus as usize).min(free_gpus.len()),
+            plugin.gpus,
+        );
+        free_gpus.retain(|g| !given.contains(g));
+        let gpus: Vec<String> = given
+            .iter()
+            .map(|g| topo.gpus[*g].pci_bus_id.clone())
             .collect();
         let nics: Vec<String> = nic_order.iter().take(c.nics as usize).cloned().collect();
         let turn = (c.nics as usize).min(nic_order.len());
@@ -400,15 +439,17 @@ pub fn replay_plugins(
     nic: NicPlugin,
 ) -> Result<Report, ReplayError> {
     let d = Contender::with_plugins(strategy, Arc::clone(&topo), config, choice, nic)?;
-    replay_on(d, topo, workload, strategy)
+    replay_on(d, topo, workload, strategy, choice)
 }
 
-/// Replays `workload` through the decision maker `d` (made for `strategy` on `topo`).
+/// Replays `workload` through the decision maker `d` (made for `strategy` on `topo`), the
+/// device plugin choosing GPUs by `choice` for both strategies.
 pub fn replay_on(
     mut d: Contender,
     topo: Arc<Topology>,
     workload: &Workload,
     strategy: Strategy,
+    choice: GpuChoice,
 ) -> Result<Report, ReplayError> {
     let links = LinkTable::new(&topo);
     let events: Vec<Event> = if workload.events.is_empty() {
@@ -422,6 +463,8 @@ pub fn replay_on(
         steps: Vec::new(),
         summary: Summary {
             strategy: strategy.to_string(),
+            gpu_mode: d.gpu_mode().map(|m| gpu_mode_name(m).to_string()),
+            device_plugin: choice.name().to_string(),
             ..Summary::default()
         },
     };
@@ -459,7 +502,11 @@ pub fn replay_on(
             let mut failed = None;
             // The kubelet's managers never see DRA devices: only nri-align aligns to them.
             let dra_seen = strategy == Strategy::NriAlign;
-            let planned = requests(pod, &d.free(), &topo, dra_seen)?;
+            let plugin = Plugin {
+                links: &links,
+                gpus: choice,
+            };
+            let planned = requests(pod, &d.free(), &topo, dra_seen, &plugin)?;
             let reqs: Vec<Request> = planned.iter().map(|(r, _)| r.clone()).collect();
             let uid = reqs.first().map(|r| r.pod.uid.clone()).unwrap_or_default();
             // Pod scope sizes the first container's nodes for the whole pod.
@@ -548,6 +595,14 @@ pub fn replay_on(
         });
     }
     Ok(report)
+}
+
+/// `keep` or `remap`, as the configuration spells it.
+pub fn gpu_mode_name(mode: GpuMode) -> &'static str {
+    match mode {
+        GpuMode::Keep => "keep",
+        GpuMode::Remap => "remap",
+    }
 }
 
 /// One line per node: `node 0: cpu 32 mem 200Gi gpu 2 nic 1`.

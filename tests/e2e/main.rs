@@ -18,7 +18,9 @@ mod observe;
 mod others;
 mod plugin;
 mod podlevel;
+mod quota;
 mod required_plugins;
+mod resize;
 mod scheduler;
 mod soak;
 

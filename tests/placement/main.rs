@@ -6,5 +6,6 @@ mod generic;
 mod gpu_search_props;
 mod overflow;
 mod props;
+mod refusals;
 mod shipped;
 mod simulate;

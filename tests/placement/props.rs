@@ -1,6 +1,10 @@
 //! Property tests: random add/remove sequences never hand one exclusive CPU or GPU to two live
 //! containers, never account more memory on a node than it has, never give reserved CPUs away,
-//! and everything released comes back.
+//! and everything released comes back. They also check that placements happen: a request that
+//! fits whatever the alignment (no devices, no memory, CPUs the free pool holds, policy `none`)
+//! is admitted, so an allocator that refused everything would fail them. The hosts drawn cover
+//! MIG, GB200-class GPU memory nodes, SMT siblings, sub-NUMA clusters, offline and isolated
+//! CPUs; requests carry shared GPUs and generic devices too.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -20,17 +24,42 @@ enum Op {
         gpus: usize,
         nics: usize,
         policy: u8,
+        /// 0: nothing more; 1: one GPU shared (time-sliced, never held); 2: a generic device.
+        extra: u8,
     },
     Remove(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (1u64..24, any::<bool>(), 0u64..200, 0usize..5, 0usize..3, 0u8..4).prop_map(
-            |(cpus, shared, mem_gib, gpus, nics, policy)| Op::Add { cpus, shared, mem_gib, gpus, nics, policy }
+        3 => (1u64..24, any::<bool>(), 0u64..200, 0usize..5, 0usize..3, 0u8..4, 0u8..3).prop_map(
+            |(cpus, shared, mem_gib, gpus, nics, policy, extra)| Op::Add { cpus, shared, mem_gib, gpus, nics, policy, extra }
         ),
+        // A plain request (policy `none`, nothing but CPUs): admitted whenever the CPUs are free.
+        1 => (1u64..8, any::<bool>()).prop_map(|(cpus, shared)| Op::Add {
+            cpus, shared, mem_gib: 0, gpus: 0, nics: 0, policy: 0, extra: 0,
+        }),
         1 => (0usize..64).prop_map(Op::Remove),
     ]
+}
+
+/// A host with offline and isolated CPUs and SMT siblings (two sockets, four cores per node).
+const OFFLINE_AND_ISOLATED: &str = "name: offline-isolated\nsockets: 2\ncores_per_numa: 4\n\
+    threads_per_core: 2\nmemory_per_numa: 64Gi\noffline_cpus: \"6,14\"\nisolated_cpus: \"3,11\"\n\
+    gpus: [{numa_node: 0}, {numa_node: 1}]\nnics: [{name: eth9, numa_node: 0}]\n";
+
+/// Whether `r` fits whatever the alignment: policy `none`, no devices or memory, and CPUs the
+/// shared pool holds with one to spare for it (or none asked exclusively).
+fn must_fit(a: &Allocator, r: &Request, policy: &str) -> bool {
+    // The shared pool: every CPU no one holds, reserved and isolated ones aside.
+    let free = a.shared_pool().len() as u64;
+    policy == "none"
+        && r.allocated_gpus.is_empty()
+        && r.allocated_nics.is_empty()
+        && r.shared_gpus.is_empty()
+        && r.generic_devices.is_empty()
+        && r.memory_limit_bytes.is_none()
+        && (r.cpu_limit_milli.is_none() || r.cpu_request_milli / 1000 < free)
 }
 
 fn check(topo: &Topology, a: &Allocator, reserved: &CpuSet) {
@@ -97,6 +126,7 @@ fn run(topo: Topology, mode: GpuMode, ops: Vec<Op>) {
                 gpus,
                 nics,
                 policy,
+                extra,
             } => {
                 let policy =
                     ["none", "best-effort", "restricted", "single-numa-node"][policy as usize];
@@ -131,12 +161,28 @@ fn run(topo: Topology, mode: GpuMode, ops: Vec<Op>) {
                         .take(nics)
                         .map(|n| n.name.clone())
                         .collect(),
-                    shared_gpus: Vec::new(),
-                    generic_devices: Vec::new(),
+                    shared_gpus: match (extra, topo.gpus.last()) {
+                        (1, Some(g)) => vec![g.pci_bus_id.clone()],
+                        _ => Vec::new(),
+                    },
+                    generic_devices: match (extra, topo.pci_devices.first()) {
+                        (2, Some(d)) => vec![nri_align::placement::GenericDevice {
+                            name: "example.com/fpga=0".into(),
+                            pci_bus_id: d.bus_id.clone(),
+                            numa_node: d.numa_node,
+                            pcie_path: Vec::new(),
+                        }],
+                        _ => Vec::new(),
+                    },
                     scheduler: None,
                 };
-                if a.place(&r).is_ok() {
-                    live.push(id);
+                let fits = must_fit(&a, &r, policy);
+                match a.place(&r) {
+                    Ok(_) => live.push(id),
+                    Err(e) => assert!(
+                        !fits,
+                        "a request that fits whatever the alignment was refused: {e}"
+                    ),
                 }
             }
             Op::Remove(k) if !live.is_empty() => {
@@ -176,12 +222,19 @@ proptest! {
     // nodes), with the GPU mode drawn too.
     #[test]
     fn shipped_hosts_random_sequences_stay_consistent(
-        host in proptest::sample::select(vec!["dgx1-v100", "dgx-h100", "pcie-4gpu", "grace-hopper"]),
+        host in proptest::sample::select(vec![
+            "dgx1-v100", "dgx-h100", "pcie-4gpu", "grace-hopper", "dgx-a100-mig",
+            "gb200-nvl4-numa", "gb200-nvl4-cdmm", "xeon6-snc3", "offline-isolated",
+        ]),
         keep in any::<bool>(),
         ops in proptest::collection::vec(op(), 1..40),
     ) {
-        let topo = HostDesc::load(host).expect("shipped description").to_topology();
-        run(topo, if keep { GpuMode::Keep } else { GpuMode::Remap }, ops);
+        let desc = if host == "offline-isolated" {
+            HostDesc::from_yaml(OFFLINE_AND_ISOLATED).expect("description")
+        } else {
+            HostDesc::load(host).expect("shipped description")
+        };
+        run(desc.to_topology(), if keep { GpuMode::Keep } else { GpuMode::Remap }, ops);
     }
 }
 

@@ -4,6 +4,7 @@
 use std::process::Command;
 use std::sync::Arc;
 
+use nri_align::placement::policy::GpuMode;
 use nri_align::placement::PlacementConfig;
 use nri_align::simulate::{replay, replay_with, GpuChoice, Strategy, Workload};
 use nri_align::topology::testing;
@@ -497,4 +498,58 @@ pods:
     );
     assert!(!d("/bad").admitted);
     assert!(d("/bad").reason.contains("node<N>"), "{:?}", d("/bad"));
+}
+
+/// Under keep both strategies start from the same device plugin: on the DGX-1V training
+/// workload nri-align, handed the NVIDIA plugin's preferred GPUs (no Topology Manager hint),
+/// scores the links as the kubelet does within its hint (1580 each), where lowest-index GPUs
+/// left it 1520; `--device-plugin lowest` hands both the lowest indices, and the header says
+/// which mode and which plugin produced the figures.
+#[test]
+fn keep_hands_both_strategies_the_same_device_plugins_gpus() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/workloads/dgx1-training.yaml"
+    ))
+    .expect("example");
+    let wl = Workload::parse(&text).expect("workload");
+    let topo = Arc::new(testing::shipped("dgx1-v100"));
+    let keep = PlacementConfig {
+        gpu_mode: GpuMode::Keep,
+        ..PlacementConfig::default()
+    };
+    let run = |strategy, choice| {
+        replay_with(Arc::clone(&topo), keep.clone(), &wl, strategy, choice).expect("replay")
+    };
+    let ours = run(Strategy::NriAlign, GpuChoice::Preferred);
+    let theirs = run(Strategy::Kubelet, GpuChoice::Preferred);
+    assert_eq!(ours.summary.gpu_link_score, 1580, "{:?}", ours.summary);
+    assert_eq!(theirs.summary.gpu_link_score, 1580, "{:?}", theirs.summary);
+    assert_eq!(ours.summary.gpu_mode.as_deref(), Some("keep"));
+    assert_eq!(ours.summary.device_plugin, "preferred");
+    assert_eq!(theirs.summary.gpu_mode, None);
+    let lowest = run(Strategy::NriAlign, GpuChoice::Lowest);
+    assert_eq!(lowest.summary.gpu_link_score, 1520, "{:?}", lowest.summary);
+    assert_eq!(lowest.summary.device_plugin, "lowest");
+    let out = Command::new(env!("CARGO_BIN_EXE_nri-align"))
+        .args([
+            "simulate",
+            "--host",
+            "dgx1-v100",
+            "--device-plugin",
+            "lowest",
+        ])
+        .args(["--gpu-mode", "remap", "--workload"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/workloads/dgx1-training.yaml"
+        ))
+        .output()
+        .expect("run");
+    let s = String::from_utf8_lossy(&out.stdout);
+    let first = s.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("gpu_mode: remap") && first.contains("device plugin: lowest"),
+        "{s}"
+    );
 }

@@ -513,13 +513,11 @@ fn emulate_refuses_to_mix_two_hosts_in_one_directory() {
     assert!(err.to_string().contains("already exists"), "{err}");
 }
 
-// MERGE: the tests below read the emulated trees back through the sysfs reader
-// (`nri_align::topology::sysfs::read_host`, helper C1's branch). They are compiled out until that
-// reader is merged: delete the `#[cfg(any())]` line below to enable them.
-#[cfg(any())]
+// The emulated trees read back through the sysfs reader: what the description says is what a
+// node agent reading that tree finds.
 mod sysfs_roundtrip {
     use super::*;
-    use nri_align::topology::sysfs::read_host;
+    use nri_align::topology::read_host;
 
     /// What a sysfs tree cannot carry, or carries in a reader-specific shape, made comparable:
     /// the source label, memory-only nodes' kind (sysfs has no field for it: only its presence is
@@ -530,6 +528,28 @@ mod sysfs_roundtrip {
         for n in &mut t.numa_nodes {
             n.memory_kind = n.memory_kind.as_ref().map(|_| "memory-only".to_string());
         }
+        // Nodes with neither CPUs nor memory (GB200 and GH200 keep several for MIG) are no
+        // place anything can go: the reader leaves them out, with their distance columns.
+        let keep_node: Vec<bool> = t
+            .numa_nodes
+            .iter()
+            .map(|n| !n.cpus.is_empty() || n.memory_bytes > 0)
+            .collect();
+        t.numa_nodes = std::mem::take(&mut t.numa_nodes)
+            .into_iter()
+            .zip(&keep_node)
+            .filter(|(_, k)| **k)
+            .map(|(mut n, _)| {
+                n.distances = n
+                    .distances
+                    .iter()
+                    .zip(&keep_node)
+                    .filter(|(_, k)| **k)
+                    .map(|(d, _)| *d)
+                    .collect();
+                n
+            })
+            .collect();
         t.nics.sort_by(|a, b| a.name.cmp(&b.name));
         let keep: Vec<String> = t
             .gpus

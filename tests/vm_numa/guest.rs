@@ -532,11 +532,16 @@ impl Guest {
     /// Anonymous memory of a cgroup per node, in bytes (`anon N0=... N1=...` of
     /// memory.numa_stat).
     pub fn anon_by_node(cgroup: &Path) -> BTreeMap<u32, u64> {
+        Self::numa_stat(cgroup, "anon")
+    }
+
+    /// Bytes per node of one line (`anon`, `file`, `shmem`) of a cgroup v2 `memory.numa_stat`.
+    pub fn numa_stat(cgroup: &Path, key: &str) -> BTreeMap<u32, u64> {
         let text = read(cgroup.join("memory.numa_stat"));
         let line = text
             .lines()
-            .find(|l| l.starts_with("anon "))
-            .unwrap_or_else(|| panic!("no anon line in {}/memory.numa_stat", cgroup.display()));
+            .find(|l| l.strip_prefix(key).is_some_and(|r| r.starts_with(' ')))
+            .unwrap_or_else(|| panic!("no {key} line in {}/memory.numa_stat", cgroup.display()));
         line.split_whitespace()
             .skip(1)
             .filter_map(|kv| {
@@ -566,6 +571,37 @@ impl Guest {
             }
         }
         out
+    }
+
+    /// nri-align's configuration made `PLUGIN_CONFIG` followed by `extra` and reloaded (SIGHUP
+    /// to the process, `systemctl reload` of the unit); returns once the daemon says it
+    /// reloaded. `reconfigure("")` puts the guest's own configuration back.
+    pub fn reconfigure(&self, extra: &str) {
+        let text = format!("{PLUGIN_CONFIG}{extra}");
+        let reloads = || {
+            self.plugin
+                .output()
+                .matches("configuration reloaded")
+                .count()
+        };
+        let before = reloads();
+        match &self.plugin {
+            Daemon::Process(p) => {
+                std::fs::write(self.ctrd.dir().join("nri-align.yaml"), &text)
+                    .expect("write the config");
+                let pid = nix::unistd::Pid::from_raw(i32::try_from(p.pid()).expect("a pid"));
+                nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("SIGHUP");
+            }
+            Daemon::Unit { .. } => {
+                unit::write_config(&text).expect("write the config");
+                unit::reload().expect("systemctl reload");
+            }
+        }
+        assert!(
+            Guest::wait(60, || reloads() > before),
+            "nri-align never said it reloaded:\n{}",
+            self.plugin_tail(20)
+        );
     }
 
     /// Runs `nri-align verify` on the guest's state; its output.

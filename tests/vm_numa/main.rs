@@ -18,6 +18,9 @@ mod guest;
 mod hotplug;
 mod hotplug_qmp;
 mod kubepods;
+mod moved;
+mod quota;
+mod resize;
 mod spread;
 mod unit;
 

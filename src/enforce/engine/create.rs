@@ -265,6 +265,7 @@ pub(super) fn new_record(
         dra_claims: built.devices.spec.dra_claims.clone(),
         shared_devices: built.shared_claim_devices.clone(),
         mempolicy_left_out: planned.mempolicy.is_some() && adjustment.memory_policy.is_none(),
+        kubelet_cpu_quota: c.resources.cpu_quota,
         ..Record::default()
     }
 }

@@ -134,6 +134,7 @@ impl<P: Placer> Engine<P> {
                 cgroups_path: c.cgroups_path.clone(),
                 applied_cpus: cpus.clone(),
                 exempt: true,
+                kubelet_cpu_quota: c.resources.cpu_quota,
                 ..Record::default()
             },
         );
@@ -244,9 +245,13 @@ impl<P: Placer> Engine<P> {
                 // sibling's hold.
                 shared_devices: old.shared_devices.clone(),
                 mempolicy_left_out,
+                kubelet_cpu_quota: c.resources.cpu_quota,
                 ..Record::default()
             },
         );
+        if let Some(rec) = self.doc.containers.get(&c.id) {
+            adjustment.cpu_quota = self.quota_at_create(rec);
+        }
         let updates = self.follow_pool(Some(&c.id));
         self.persist();
         if let Some(m) = &self.metrics {

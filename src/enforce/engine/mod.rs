@@ -92,6 +92,11 @@ pub struct Engine<P: Placer> {
     /// Containers whose memory nodes moved after creation to follow CPUs another plugin set
     /// (`others.rs`); their new `cpuset.mems` goes with the next response that can carry it.
     mems_moved: std::collections::BTreeSet<String>,
+    /// Containers whose CFS quota goes with the next response that can carry it, with the
+    /// quota (`quota.rs`).
+    quota_moved: std::collections::BTreeMap<String, i64>,
+    /// Pod cgroups whose CFS quota is to be written, by sandbox id (`quota.rs`).
+    pod_quota_moved: std::collections::BTreeMap<String, quota::PodQuotaWrite>,
     /// Whether the runtime takes a memory policy (`mempolicy.rs`).
     mempolicy: mempolicy::RuntimeMempolicy,
 }
@@ -125,6 +130,8 @@ impl<P: Placer> Engine<P> {
             on_outage: None,
             hotplug: None,
             mems_moved: Default::default(),
+            quota_moved: Default::default(),
+            pod_quota_moved: Default::default(),
             mempolicy: Default::default(),
         }
     }
@@ -233,6 +240,9 @@ impl<P: Placer> Engine<P> {
             // One place for every way a creation is answered (placed, restarted, exempt):
             // what another plugin owns never leaves nri-align.
             others::strip_left(&mut o.adjustment, self.config.leave_to_others);
+            if o.adjustment.cpu_quota.is_some() {
+                self.queue_pod_quota(&pod.id, Some(pod), false);
+            }
         }
         Ok(out)
     }
@@ -269,6 +279,8 @@ impl<P: Placer> Engine<P> {
         let planned = P::planned(&plan);
         let adjustment = self.adjustment_for(planned, c, &built.devices, started)?;
         let rec = create::new_record(planned, pod, c, &adjustment, &built);
+        let mut adjustment = adjustment;
+        adjustment.cpu_quota = self.quota_at_create(&rec);
         let updates = self.commit_create(pod, c, plan, rec, started)?;
         Ok(Some(CreateOutcome {
             adjustment,
@@ -276,10 +288,29 @@ impl<P: Placer> Engine<P> {
         }))
     }
 
-    /// Re-evaluates a container after a CRI resource update. Returns the updates to send (the
-    /// container itself when its CPUs move, and shared-pool members). GPUs and NICs never
-    /// change on a running container: the decision is re-made in `keep` mode.
+    /// Re-evaluates a container after a CRI resource update (an in-place resize). Returns the
+    /// updates to send (the container itself when its CPUs change, and shared-pool members);
+    /// the container's CFS quota, where the kubelet's is not the one it should have, waits in
+    /// [`Engine::take_quota_updates`]. GPUs and NICs never change on a running container.
+    /// Exclusive CPUs are resized in place (`resize.rs`): a grow keeps every CPU held, a
+    /// shrink gives back only CPUs added since admission, and a refusal leaves the container
+    /// as it was.
     pub fn update_container(
+        &mut self,
+        pod: &PodView,
+        c: &ContainerView,
+        new: &ResourcesView,
+    ) -> Result<Vec<CpusetUpdate>, EngineError> {
+        let was_exclusive = self.is_exclusive(&c.id);
+        let updates = self.update_decided(pod, c, new)?;
+        self.quota_after_update(c, new);
+        if was_exclusive || self.is_exclusive(&c.id) {
+            self.queue_pod_quota(&pod.id, Some(pod), was_exclusive);
+        }
+        Ok(updates)
+    }
+
+    fn update_decided(
         &mut self,
         pod: &PodView,
         c: &ContainerView,
@@ -314,9 +345,13 @@ impl<P: Placer> Engine<P> {
         req.allocated_nics = old.assignment.nics.clone();
         self.keep_shared_nics(&old, &mut req);
         self.keep_left_mems(pod, &updated, &old, &mut req);
-        // The new decision is made with the container's own resources free. Should anything
-        // below panic while they are released, the plugin's poisoned-lock recovery
-        // (`resync_placer`) restores the record into the placer.
+        if let Some(resized) = self.resize_in_place(pod, c, &req, &old, started) {
+            return resized;
+        }
+        // Not a resize of exclusive CPUs in place (shared to exclusive or back): decided anew
+        // with the container's own resources free. Should anything below panic while they are
+        // released, the plugin's poisoned-lock recovery (`resync_placer`) restores the record
+        // into the placer.
         self.placer.release(&c.id);
         let placed = self.placer.place(&req, GpuMode::Keep);
         let a = match placed.and_then(|a| self.keep_devices(a, &old.assignment)) {
@@ -331,26 +366,16 @@ impl<P: Placer> Engine<P> {
                 return Err(EngineError::Rejected(r));
             }
         };
-        let mut updates: Vec<_> = CpusetUpdate::if_moved(&c.id, &a.cpus, &old.applied_cpus)
-            .into_iter()
-            .collect();
         let rec = Record {
             applied_cpus: a.cpus.clone(),
-            assignment: a.clone(),
+            assignment: a,
             resources: ResourceSummary::of(&req),
             // A decision nri-align made for the new request, whatever the record was.
             found_running: false,
-            ..old
+            kubelet_cpu_quota: new.cpu_quota.or(old.kubelet_cpu_quota),
+            ..old.clone()
         };
-        self.doc.containers.insert(c.id.clone(), rec);
-        let (moved, timing) = self.persist_and_follow_pool(&c.id, started);
-        updates.extend(moved);
-        if let Some(m) = &self.metrics {
-            m.admitted(&a.policy.to_string(), a.aligned, timing.took);
-        }
-        self.refresh_free();
-        log_decision(pod, c, &a, timing, updates.len());
-        Ok(updates)
+        Ok(self.record_update(pod, c, &old, rec.readmitted(), started))
     }
 
     /// Releases a container (RemoveContainer); idempotent.
@@ -409,8 +434,10 @@ impl<P: Placer> Engine<P> {
         if let Some(s) = self.store.as_mut() {
             s.set_fsync(config.state_fsync);
         }
+        let quota_before = self.config.exclusive_cpu_quota;
         self.config = config;
         self.config_changed();
+        self.quota_after_reload(quota_before);
         let updates = self.follow_pool(None);
         self.persist();
         self.refresh_free();
@@ -435,10 +462,19 @@ impl<P: Placer> Engine<P> {
         }
     }
 
+    /// Whether container `id` has a record holding exclusive CPUs.
+    fn is_exclusive(&self, id: &str) -> bool {
+        self.doc
+            .containers
+            .get(id)
+            .is_some_and(|r| r.assignment.exclusive)
+    }
+
     /// Forgets container `id` in the records and the placer together, and persists that.
     fn drop_record(&mut self, id: &str) {
         let rec = self.doc.containers.remove(id);
         self.mems_moved.remove(id);
+        self.quota_moved.remove(id);
         self.placer.release(id);
         if let Some(rec) = rec {
             // Its pod's shared containers follow with the next decision in the pod.
@@ -583,8 +619,10 @@ mod persist;
 pub mod placer;
 mod pod_budget;
 mod pool;
+pub mod quota;
 pub mod reconcile;
 mod recovery;
+mod resize;
 
 #[cfg(test)]
 // A scenario test reads as one story of events and checks; cut into helpers, the sequence it

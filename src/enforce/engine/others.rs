@@ -84,6 +84,7 @@ pub fn others_cpus(topo: &Topology, c: &ContainerView, claims: &DeviceClaims) ->
 pub fn strip_left(adj: &mut Adjustment, left: LeftToOthers) {
     if left.cpus {
         adj.cpuset_cpus = CpuSet::new();
+        adj.cpu_quota = None;
     }
     if left.mems {
         adj.cpuset_mems = NodeSet::new();

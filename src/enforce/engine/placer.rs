@@ -2,6 +2,7 @@
 //! `placement::Allocator` as that placer (the only place that knows the placement error type,
 //! so the engine and its tests can run on a fake placer).
 
+use crate::placement::resize::Holding;
 use crate::placement::{
     Allocator, Assignment, GpuMode, NodeFree, PlacementConfig, PlacementError, Plan, PodTotals,
     Request,
@@ -41,6 +42,14 @@ pub trait Placer: Send {
     fn held(&self) -> Vec<Assignment>;
     /// Forgets a container; returns what it had.
     fn release(&mut self, container_id: &str) -> Option<Assignment>;
+    /// Resizes container `req.container_id`, which holds `held`, in place to what `req` asks
+    /// (`placement::resize`): its CPUs kept on a grow, only added ones given back on a
+    /// shrink, its devices untouched; recorded on success, nothing changed on a refusal.
+    /// `None`: not a resize of exclusive CPUs in place (the engine decides anew). Placers
+    /// without in-place resize always answer `None`.
+    fn resize(&mut self, _req: &Request, _held: &Holding) -> Option<Result<Assignment, Rejection>> {
+        None
+    }
     /// Records an existing decision; refuses one that conflicts with what is recorded.
     fn restore(&mut self, a: Assignment) -> Result<(), Rejection>;
     /// CPUs of the shared pool now.
@@ -100,6 +109,14 @@ impl Placer for Allocator {
     }
     fn release(&mut self, id: &str) -> Option<Assignment> {
         Allocator::release(self, id)
+    }
+    fn resize(&mut self, req: &Request, held: &Holding) -> Option<Result<Assignment, Rejection>> {
+        let planned = Allocator::plan_resize(self, req, held)?;
+        Some(
+            planned
+                .and_then(|plan| Allocator::commit_resize(self, plan))
+                .map_err(rejection),
+        )
     }
     fn restore(&mut self, a: Assignment) -> Result<(), Rejection> {
         Allocator::restore(self, a).map_err(rejection)

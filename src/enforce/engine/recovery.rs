@@ -208,6 +208,7 @@ impl<P: Placer> Engine<P> {
         let mut updates = updates;
         let drifted = self.resend_drifted(&managed, &moving);
         updates.extend(self.own_updates(drifted));
+        self.quota_after_restart(pods, &managed);
         self.persist();
         self.refresh_free();
         updates

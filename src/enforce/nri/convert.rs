@@ -137,6 +137,9 @@ pub fn container_adjustment(a: &Adjustment) -> api::ContainerAdjustment {
     // the runtime leaves as it is.
     let mut resources =
         cpuset_resources(a.cpuset_cpus.to_string(), Some(a.cpuset_mems.to_string()));
+    if let (Some(q), Some(cpu)) = (a.cpu_quota, resources.cpu.as_mut()) {
+        cpu.quota = MessageField::some(optional_i64(q));
+    }
     resources.devices = a.device_rules.iter().map(device_cgroup).collect();
     let mut devices: Vec<api::LinuxDevice> = a.add_devices.iter().map(linux_device).collect();
     // NRI's removal convention: the key (here the path) prefixed with '-'.
@@ -258,6 +261,35 @@ pub fn container_update_to(id: &str, cpus: String) -> api::ContainerUpdate {
         ignore_failure: true,
         ..Default::default()
     }
+}
+
+/// `v` as NRI's optional integer.
+fn optional_i64(v: i64) -> api::OptionalInt64 {
+    api::OptionalInt64 {
+        value: v,
+        ..Default::default()
+    }
+}
+
+/// Sets the CFS quota of update `u` (any other field it carries stays).
+pub fn set_update_quota(u: &mut api::ContainerUpdate, quota: i64) {
+    let linux = u.linux.mut_or_insert_default();
+    let resources = linux.resources.mut_or_insert_default();
+    let cpu = resources.cpu.mut_or_insert_default();
+    cpu.quota = MessageField::some(optional_i64(quota));
+}
+
+/// A quota-only update of container `id`: no cpuset field, so the runtime changes nothing else
+/// (an empty `cpus` or `mems` is no change) and no other plugin's field is claimed.
+pub fn container_update_quota(id: &str, quota: i64) -> api::ContainerUpdate {
+    let mut u = api::ContainerUpdate {
+        container_id: id.to_string(),
+        // A container that exits meanwhile must not fail the whole response.
+        ignore_failure: true,
+        ..Default::default()
+    };
+    set_update_quota(&mut u, quota);
+    u
 }
 
 /// A memory-node update of container `id` as a `ContainerUpdate` touching `cpu.mems` only: an

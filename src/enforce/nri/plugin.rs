@@ -14,8 +14,8 @@ use nri_protocol::stub::{HandlerError, HandlerResult, Plugin};
 use nri_protocol::version::RuntimeInfo;
 
 use super::convert::{
-    container_adjustment, container_update_mems, container_update_to, container_view, pod_view,
-    resources_view,
+    container_adjustment, container_update_mems, container_update_quota, container_update_to,
+    container_view, pod_view, resources_view, set_update_quota,
 };
 use super::node_facts::{node_facts, Sources};
 use crate::config::Config;
@@ -235,6 +235,14 @@ impl<P: Placer> AlignPlugin<P> {
                 None => out.push(container_update_mems(&m.container_id, mems)),
             }
         }
+        write_pod_quotas(engine, &self.host_root);
+        for q in engine.take_quota_updates() {
+            // In the same update as the container's cpuset, when it has one.
+            match out.iter_mut().find(|u| u.container_id == q.container_id) {
+                Some(u) => set_update_quota(u, q.quota),
+                None => out.push(container_update_quota(&q.container_id, q.quota)),
+            }
+        }
         out
     }
 
@@ -352,6 +360,21 @@ fn write_moved_mems<P: Placer>(engine: &Engine<P>, root: &std::path::Path, id: &
         Ok(None) => {}
         Err(e) => {
             tracing::warn!(container = %id, "memory nodes not written to the cgroup, they follow with the next container event: {e}")
+        }
+    }
+}
+
+/// Writes the pod cgroups' CFS quotas the engine decided (no NRI message carries a pod's
+/// cgroup). Runs inside the runtime's NRI call, with the engine lock held, as the cpuset
+/// repair does; a write that fails is logged, and the container quotas go on regardless.
+fn write_pod_quotas<P: Placer>(engine: &mut Engine<P>, root: &std::path::Path) {
+    for w in engine.take_pod_quota_writes() {
+        match crate::host::cgroup::set_pod_quota_under(root, &w.cgroups_path, &w.pod_uid, w.want) {
+            Ok(Some(had)) => {
+                tracing::info!(pod_uid = %w.pod_uid, had, want = ?w.want, "pod cgroup CFS quota written")
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(pod_uid = %w.pod_uid, "pod cgroup CFS quota not written: {e}"),
         }
     }
 }

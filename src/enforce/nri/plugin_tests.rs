@@ -615,3 +615,42 @@ async fn update_pod_sandbox_is_asked_for_with_budgets_and_grows_the_pods_pool() 
     assert!(CpuSet::parse_list(cpus).expect("cpus").is_subset(&grown));
     assert_eq!(grown.len(), 6);
 }
+
+#[tokio::test]
+async fn exclusive_cpus_run_without_a_cfs_quota_across_a_resize() {
+    let p = plugin();
+    let quota = |r: &api::LinuxResources| r.cpu.quota.as_ref().map(|q| q.value);
+    let x = p
+        .create_container(pod(), container("x1", 2, None))
+        .await
+        .expect("x1");
+    assert_eq!(quota(&x.adjust.linux.resources), Some(-1));
+    let s = p
+        .create_container(pod(), container("s1", 0, None))
+        .await
+        .expect("s1");
+    assert_eq!(
+        quota(&s.adjust.linux.resources),
+        None,
+        "shared: the kubelet's"
+    );
+    // The kubelet's resize carries its quota (300000): the answer sets -1 again, with the
+    // container's new cpuset, in one update.
+    let bigger = container("x1", 3, None)
+        .linux
+        .resources
+        .clone()
+        .into_option();
+    let out = p
+        .update_container(pod(), container("x1", 2, None), bigger)
+        .await
+        .expect("ok");
+    let x1: Vec<_> = out
+        .update
+        .iter()
+        .filter(|u| u.container_id == "x1")
+        .collect();
+    assert_eq!(x1.len(), 1);
+    assert_eq!(x1[0].linux.resources.cpu.cpus, "0-2");
+    assert_eq!(quota(&x1[0].linux.resources), Some(-1));
+}

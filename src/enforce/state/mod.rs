@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::host::files::FileError;
 use crate::host::perms::PermissionError;
+use crate::placement::resize::Holding;
 use crate::placement::Assignment;
 use crate::topology::CpuSet;
 
@@ -169,6 +170,27 @@ pub struct Record {
     /// cannot carry one (`enforce/engine/mempolicy.rs`), so the container runs without it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mempolicy_left_out: bool,
+    /// The exclusive CPUs the container was admitted with, once an in-place resize changed
+    /// its CPUs (`placement::resize`): a shrink never gives them back unless `resize_shrink`
+    /// is `any`. Empty (and absent from the log) until then, and in logs written before
+    /// resizes kept CPUs: the CPUs it holds are those it was admitted with.
+    #[serde(
+        default,
+        serialize_with = "crate::topology::idset::serialize_as_list",
+        skip_serializing_if = "CpuSet::is_empty"
+    )]
+    pub admitted_cpus: CpuSet,
+    /// The CPUs in-place grows added since admission, oldest first: a shrink gives back the
+    /// newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub added_cpus: Vec<u32>,
+    /// The CFS quota the kubelet asked for (`cpu.quota` of the container's resources at its
+    /// creation or last update; `None`: none given or not known). The runtime's spec no
+    /// longer says it once nri-align disabled the quota of exclusive CPUs, so it is kept here
+    /// to give it back when the container turns shared or the quota is kept again
+    /// (`enforce/engine/quota.rs`), across restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet_cpu_quota: Option<i64>,
 }
 
 /// How the reason of a record made from a running container begins. Versions before the
@@ -178,6 +200,32 @@ pub struct Record {
 pub const RECORDED_AS_RUNNING: &str = "recorded as running after a restart";
 
 impl Record {
+    /// What the container holds for an in-place resize: its CPUs, those it was admitted with
+    /// and those added since.
+    pub fn holding(&self) -> Holding {
+        if self.admitted_cpus.is_empty() {
+            return Holding::admitted_with(&self.assignment.cpus);
+        }
+        Holding {
+            cpus: self.assignment.cpus.clone(),
+            admitted: self.admitted_cpus.clone(),
+            added: self.added_cpus.clone(),
+        }
+    }
+
+    /// Remembers `h` after an in-place resize to `h.cpus`.
+    pub fn set_holding(&mut self, h: Holding) {
+        self.admitted_cpus = h.admitted;
+        self.added_cpus = h.added;
+    }
+
+    /// Forgets what in-place resizes added: a new decision's CPUs are all admitted.
+    pub fn readmitted(mut self) -> Self {
+        self.admitted_cpus = CpuSet::new();
+        self.added_cpus = Vec::new();
+        self
+    }
+
     /// Upgrade path for records written before [`Record::found_running`] existed: a record
     /// whose reason says it was recorded as running gets the flag. The only place the reason
     /// text is read; every later decision reads the flag. Applied to every record loaded

@@ -1,11 +1,13 @@
 //! cgroups: a container's cgroup from its runtime-given path (`path.rs`, both drivers), where
 //! the cpuset hierarchy is mounted (`mounts.rs`: v1, v2, hybrid), reading a container's
 //! `cpuset.cpus` / `cpuset.mems`, and the writes nri-align makes (repairing a cpuset the
-//! runtime lost; memory nodes that follow CPUs another plugin set after creation). The reads and the write go through cgroups-rs's cpuset controller; every
+//! runtime lost; memory nodes that follow CPUs another plugin set after creation; the CFS
+//! quota of a pod holding exclusive CPUs, `quota.rs`). The reads and the writes go through cgroups-rs's cpuset and cpu controllers; every
 //! path is confined to the hierarchy's mount before cgroups-rs sees it.
 
 mod mounts;
 mod path;
+mod quota;
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +18,7 @@ pub use path::{
     container_names, expand_slice, names_container, CgroupDriver, CgroupPathError, ContainerCgroup,
     MAX_CGROUPS_PATH,
 };
+pub use quota::{pod_components, set_pod_quota_under, PodQuota};
 
 use crate::topology::idset::MAX_ID;
 use crate::topology::IdSet;

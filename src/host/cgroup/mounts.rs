@@ -7,12 +7,13 @@
 //! `/sys/fs/cgroup/cgroup.controllers` whatever root it is given). That misses hosts like this
 //! one (cgroup v1, with cgroup2 at `/sys/fs/cgroup/unified`), any tree under `--host-root`, and
 //! mounts whose root is not the hierarchy's (a bind of a sub-cgroup). So the mounts are found
-//! here, and [`CpusetHierarchy`] hands cgroups-rs the one cpuset hierarchy, through its public
+//! here, and [`OneController`] hands cgroups-rs the one cpuset (or cpu) hierarchy, through its public
 //! `Hierarchy` trait, for the reads and writes themselves.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use cgroups_rs::fs::cpu::CpuController;
 use cgroups_rs::fs::cpuset::CpuSetController;
 use cgroups_rs::fs::{Cgroup, Hierarchy, Subsystem};
 
@@ -35,6 +36,7 @@ pub struct Mount {
 pub struct CgroupMounts {
     v1_cpuset: Option<Mount>,
     v1_memory: Option<Mount>,
+    v1_cpu: Option<Mount>,
     v2: Option<Mount>,
 }
 
@@ -75,6 +77,9 @@ impl CgroupMounts {
             if *fstype == "cgroup" && has("memory") {
                 m.v1_memory.get_or_insert(mount(false));
             }
+            if *fstype == "cgroup" && has("cpu") {
+                m.v1_cpu.get_or_insert(mount(false));
+            }
             if *fstype == "cgroup2" {
                 m.v2.get_or_insert(mount(true));
             }
@@ -92,6 +97,12 @@ impl CgroupMounts {
     /// else the unified one.
     pub fn memory(&self) -> Option<&Mount> {
         self.v1_memory.as_ref().or(self.v2.as_ref())
+    }
+
+    /// The hierarchy the cpu controller (CFS bandwidth) lives in: v1's `cpu` mount (usually
+    /// `cpu,cpuacct`) when there is one, else the unified one.
+    pub fn cpu(&self) -> Option<&Mount> {
+        self.v1_cpu.as_ref().or(self.v2.as_ref())
     }
 }
 
@@ -136,21 +147,36 @@ impl Mount {
 
     /// A cgroups-rs handle on the cgroup at `rel` (below this mount's point, already confined).
     pub(super) fn cgroup(&self, rel: &Path) -> Cgroup {
-        Cgroup::load(Box::new(CpusetHierarchy(self.clone())), rel)
+        Cgroup::load(
+            Box::new(OneController(self.clone(), Controller::CpuSet)),
+            rel,
+        )
+    }
+
+    /// [`Mount::cgroup`] for the cpu controller.
+    pub(super) fn cpu_cgroup(&self, rel: &Path) -> Cgroup {
+        Cgroup::load(Box::new(OneController(self.clone(), Controller::Cpu)), rel)
     }
 }
 
-/// The cpuset hierarchy as cgroups-rs sees one: a single `cpuset` controller at the mount.
-#[derive(Debug, Clone)]
-pub(super) struct CpusetHierarchy(Mount);
+/// The controllers nri-align reads and writes.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Controller {
+    CpuSet,
+    Cpu,
+}
 
-impl Hierarchy for CpusetHierarchy {
+/// One hierarchy as cgroups-rs sees it: a single controller at the mount.
+#[derive(Debug, Clone)]
+pub(super) struct OneController(Mount, Controller);
+
+impl Hierarchy for OneController {
     fn subsystems(&self) -> Vec<Subsystem> {
-        vec![Subsystem::CpuSet(CpuSetController::new(
-            self.0.point.clone(),
-            PathBuf::from(&self.0.root),
-            self.0.v2,
-        ))]
+        let (point, root, v2) = (self.0.point.clone(), PathBuf::from(&self.0.root), self.0.v2);
+        vec![match self.1 {
+            Controller::CpuSet => Subsystem::CpuSet(CpuSetController::new(point, root, v2)),
+            Controller::Cpu => Subsystem::Cpu(CpuController::new(point, root, v2)),
+        }]
     }
 
     fn root(&self) -> PathBuf {

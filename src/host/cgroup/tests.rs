@@ -146,3 +146,75 @@ fn a_cgroup_without_the_file_is_not_given_one() {
         .join("sys/fs/cgroup/cpuset/k8s.io/bare/cpuset.cpus")
         .exists());
 }
+
+/// cgroup v1 with `cpu,cpuacct` mounted, a Guaranteed pod `pod1-2` (cgroupfs driver) whose
+/// quota the kubelet set to 2 CPUs, and its container `abc`.
+fn v1_cpu_host(root: &Path) {
+    write(
+        root,
+        "proc/self/mountinfo",
+        "26 25 0:24 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n\
+         31 25 0:27 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct\n",
+    );
+    let pod = "sys/fs/cgroup/cpu,cpuacct/kubepods/pod1-2";
+    write(root, &format!("{pod}/cpu.cfs_quota_us"), "200000\n");
+    write(root, &format!("{pod}/abc/cpu.cfs_quota_us"), "-1\n");
+}
+
+#[test]
+fn a_pods_v1_quota_is_lifted_and_put_back_only_over_none() {
+    let t = tempfile::tempdir().expect("tmp");
+    v1_cpu_host(t.path());
+    let file = t
+        .path()
+        .join("sys/fs/cgroup/cpu,cpuacct/kubepods/pod1-2/cpu.cfs_quota_us");
+    let path = "/kubepods/pod1-2/abc";
+    let lift = set_pod_quota_under(t.path(), path, "1-2", PodQuota::Lift).expect("lift");
+    assert_eq!(lift, Some(200_000));
+    assert_eq!(fs::read_to_string(&file).expect("read").trim(), "-1");
+    assert_eq!(
+        set_pod_quota_under(t.path(), path, "1-2", PodQuota::Lift).expect("again"),
+        None
+    );
+    let back = set_pod_quota_under(t.path(), path, "1-2", PodQuota::PutBack(200_000));
+    assert_eq!(back.expect("put back"), Some(-1));
+    assert_eq!(fs::read_to_string(&file).expect("read").trim(), "200000");
+    // Never over a quota the kubelet wrote.
+    let over = set_pod_quota_under(t.path(), path, "1-2", PodQuota::PutBack(300_000));
+    assert_eq!(over.expect("left"), None);
+    assert_eq!(fs::read_to_string(&file).expect("read").trim(), "200000");
+}
+
+#[test]
+fn a_pods_v2_quota_is_lifted_in_its_systemd_slice() {
+    let t = tempfile::tempdir().expect("tmp");
+    v2_systemd_host(t.path());
+    let slice = "sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/\
+                 kubepods-burstable-pod1_2.slice";
+    write(t.path(), &format!("{slice}/cpu.max"), "250000 100000\n");
+    let lift = set_pod_quota_under(t.path(), SYSTEMD_PATH, "1-2", PodQuota::Lift).expect("lift");
+    assert_eq!(lift, Some(250_000));
+    let max = fs::read_to_string(t.path().join(format!("{slice}/cpu.max"))).expect("read");
+    assert!(max.starts_with("max"), "{max}");
+}
+
+#[test]
+fn a_parent_that_is_not_the_pods_cgroup_is_never_written() {
+    let t = tempfile::tempdir().expect("tmp");
+    v1_cpu_host(t.path());
+    write(
+        t.path(),
+        "sys/fs/cgroup/cpu,cpuacct/k8s.io/cpu.cfs_quota_us",
+        "100000\n",
+    );
+    // Another pod's UID, and a container directly under a runtime's group.
+    let other = set_pod_quota_under(t.path(), "/kubepods/pod1-2/abc", "9-9", PodQuota::Lift);
+    assert_eq!(other.expect("not the pod"), None);
+    let flat = set_pod_quota_under(t.path(), "/k8s.io/abc", "1-2", PodQuota::Lift);
+    assert_eq!(flat.expect("no pod cgroup"), None);
+    let q = fs::read_to_string(
+        t.path()
+            .join("sys/fs/cgroup/cpu,cpuacct/k8s.io/cpu.cfs_quota_us"),
+    );
+    assert_eq!(q.expect("read").trim(), "100000");
+}

@@ -615,3 +615,7 @@ fn chosen(topo: &Topology, gpus: &[usize], r: &Resolved) -> Vec<String> {
         .collect();
     bus_ids(topo, &mine)
 }
+
+// The in-place resize of a container's exclusive CPUs, apart to keep this file short.
+#[path = "resize_plan.rs"]
+mod resize_plan;

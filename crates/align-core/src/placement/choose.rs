@@ -54,7 +54,8 @@ struct Rank {
     admissible: bool,
     /// Fewer GPU pairs without NVLink.
     fewer_unlinked_pairs: Reverse<usize>,
-    /// Interconnect score of the set plus the look-ahead of what it leaves.
+    /// Interconnect score of the set's GPUs on a node together plus the look-ahead of what it
+    /// leaves (per node too, see `LinkTable::set_score_in_nodes`).
     link_score: u32,
     /// Fewer nodes.
     fewer_nodes: Reverse<usize>,
@@ -377,15 +378,20 @@ impl<'a> Search<'a> {
         Some(self.candidate(nodes, Vec::new(), nics))
     }
 
+    /// The GPUs the search must take: the device plugin's under `keep`, a scheduler's choice.
+    fn fixed_gpus(&self) -> Vec<usize> {
+        if self.keep || self.r.choice.as_ref().is_some_and(|h| !h.gpus.is_empty()) {
+            self.r.alloc_gpus.clone()
+        } else {
+            Vec::new()
+        }
+    }
+
     /// GPUs wanted: every candidate GPU set with the nodes grown around it and its NICs; the
     /// best by [`Rank`], ties to the lowest GPU indices. `Err` when no GPU set exists at all.
     pub fn best_with_gpus(&self) -> Result<Option<Candidate>, PlacementError> {
         let r = self.r;
-        let must = if self.keep || r.choice.as_ref().is_some_and(|h| !h.gpus.is_empty()) {
-            r.alloc_gpus.clone()
-        } else {
-            Vec::new()
-        };
+        let must = self.fixed_gpus();
         // GPUs the device plugin gave are kept whatever their mode; others only when
         // choosable (never one in MIG mode).
         let free: Vec<usize> = self
@@ -433,7 +439,7 @@ impl<'a> Search<'a> {
             if !known {
                 let ahead = look.exact(&s);
                 let bound = Rank {
-                    link_score: bound.own_links.saturating_add(ahead),
+                    link_score: self.links.set_score_in_nodes(&s).saturating_add(ahead),
                     ..bound
                 };
                 bounds.push((bound, order, true, s));
@@ -476,7 +482,7 @@ impl<'a> Search<'a> {
             let bound = Rank {
                 admissible: true,
                 fewer_unlinked_pairs: Reverse(gpus::unlinked_pairs(self.links, &s)),
-                link_score: own_links.saturating_add(ahead),
+                link_score: self.links.set_score_in_nodes(&s).saturating_add(ahead),
                 fewer_nodes: Reverse(0),
                 closer_nodes: Reverse(0),
                 keeps_idle_nodes: Reverse(numa::idle_opened(self.ledger, &self.idle_nodes, &s)),
@@ -590,6 +596,11 @@ impl<'a> Search<'a> {
                 limit: self.limit,
             },
             &self.full_need,
+            &super::given::Fixed {
+                gpus: &self.fixed_gpus(),
+                nics: &self.fixed_nics,
+                keep: self.keep,
+            },
         )
     }
 }

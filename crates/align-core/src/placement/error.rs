@@ -28,8 +28,10 @@ pub struct NodeOffer {
     pub memory_bytes: u64,
     /// Free GPUs.
     pub gpus: u32,
-    /// Free NICs.
+    /// NICs no container uses (the `free:` state's count).
     pub nics: u32,
+    /// NICs other containers use, which this one may share (NICs are never held alone).
+    pub nics_in_use: u32,
 }
 
 /// Why the scheduler's choice cannot be had. The message's first line stands alone in a
@@ -52,6 +54,36 @@ pub struct ChoiceRefusal {
     pub free: String,
     /// `; held by ns/pod/c (…)`, or nothing.
     pub held: String,
+}
+
+/// Why an in-place resize of a container's exclusive CPUs was refused: the container stays as
+/// it was. Shaped as a creation's refusal: what was asked, what is free next to what it
+/// holds, what would fit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cannot resize {container} in place from {had} to {asked} exclusive CPU(s) under policy \
+     {policy}: {problem}; it holds cpus {held} on NUMA {nodes}; free next to them: {free_near}; \
+     {fits}. The container keeps its CPUs"
+)]
+pub struct ResizeRefusal {
+    /// `namespace/pod/container`.
+    pub container: String,
+    /// The effective policy.
+    pub policy: Policy,
+    /// Exclusive CPUs it holds.
+    pub had: u32,
+    /// Exclusive CPUs asked.
+    pub asked: u32,
+    /// What does not fit (`2 more CPUs do not fit on its NUMA node 0`).
+    pub problem: String,
+    /// The CPUs it holds.
+    pub held: String,
+    /// Its NUMA nodes (`node 0`, `nodes 0-1`).
+    pub nodes: String,
+    /// Free CPUs of the nodes it may grow on, nearest first (`node 0: 2 (3,7)`).
+    pub free_near: String,
+    /// What would fit (`ask for at most 4`).
+    pub fits: String,
 }
 
 /// Placement failures. Each message names what was asked, what was there, and what to change.
@@ -122,7 +154,10 @@ pub enum PlacementError {
         policy: Policy,
         /// Resources that could not be aligned (`cpu`, `memory`, `gpu`, `nic`).
         what: String,
-        /// "one NUMA node", "2 NUMA nodes", "the pod's NUMA nodes 0-1".
+        /// "one NUMA node", "2 NUMA nodes", "the pod's NUMA nodes 0-1", followed by the
+        /// devices the search could not move, with their nodes and who gave them (`: the
+        /// device plugin gave GPU … on node 1 and NIC … on node 0, and gpu_mode: keep does not
+        /// move them`). One field: the error stays small enough to return by value.
         shape: String,
         /// What was asked.
         asked: Box<Ask>,
@@ -132,7 +167,7 @@ pub enum PlacementError {
         suggestion: String,
     },
     /// The host has not enough free resources at all, whatever the alignment.
-    #[error("not enough free {resource} for {container}: asked {asked}, {free} free on the host")]
+    #[error("not enough free {resource} for {container}: asked {asked}, {free} on the host")]
     Insufficient {
         /// `namespace/pod/container`.
         container: String,
@@ -140,7 +175,8 @@ pub enum PlacementError {
         resource: String,
         /// Amount asked (human units).
         asked: String,
-        /// Amount free (human units).
+        /// Amount free (human units, `32 free`; NICs, which containers share, as
+        /// `2 in all (1 unused)`).
         free: String,
     },
     /// Exclusive CPUs would take the last CPU of the shared pool.
@@ -211,6 +247,9 @@ pub enum PlacementError {
     /// on this node now, and `scheduler_choice` is `required`.
     #[error("{0}")]
     SchedulerChoice(Box<ChoiceRefusal>),
+    /// An in-place resize that does not fit next to what the container holds.
+    #[error("{0}")]
+    Resize(Box<ResizeRefusal>),
     /// A persisted assignment that does not fit the topology.
     #[error("cannot restore {container}: {reason}")]
     Restore {
@@ -248,6 +287,7 @@ impl PlacementError {
             Self::SmtAlignment { .. } => "smt-alignment",
             Self::Restore { .. } => "restore",
             Self::SchedulerChoice(_) => "scheduler-choice",
+            Self::Resize(_) => "resize",
         }
     }
 }
@@ -298,9 +338,16 @@ fn fmt_ask(a: &Ask) -> String {
     )
 }
 
+/// The free counts of the `free:` state (NICs unused by any container), then the NICs in use
+/// that a container may still share: "nics 1" alone would read as a free NIC the state lacks.
 fn fmt_offer(o: &NodeOffer) -> String {
+    let shared = if o.nics_in_use > 0 {
+        format!(" (+{} in use, shareable)", o.nics_in_use)
+    } else {
+        String::new()
+    };
     format!(
-        "{} had free cpu {}, memory {}, gpus {}, nics {}",
+        "{} had free cpu {}, memory {}, gpus {}, nics {}{shared}",
         o.node,
         o.cpus,
         fmt_bytes(o.memory_bytes),

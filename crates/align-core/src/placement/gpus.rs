@@ -121,6 +121,23 @@ impl LinkTable {
         self.nvswitch || self.nvlinks(i, j) > 0
     }
 
+    /// Sum of the pair scores of a set's GPUs on the same NUMA node: the set's links valued
+    /// as [`lookahead`] values what it leaves, whose partition is per node. Valued whole, a
+    /// set across nodes gained what a pair it splits lost: on a DGX-1V with GPUs 0, 4, 5 and
+    /// 6 free, a 2-GPU pod took 0 and 4 across the sockets (210) to leave 5 and 6 (230) on
+    /// one node, where go-gpuallocator answers 5 and 6.
+    pub fn set_score_in_nodes(&self, set: &[usize]) -> u32 {
+        let mut s = 0u32;
+        for (a, &i) in set.iter().enumerate() {
+            for &j in &set[a + 1..] {
+                if self.numa_of(i) == self.numa_of(j) {
+                    s = s.saturating_add(self.pair(i, j));
+                }
+            }
+        }
+        s
+    }
+
     /// Sum of the pair scores of a set.
     pub fn set_score(&self, set: &[usize]) -> u32 {
         // Saturating: a pair scores at most ~2,000, but a topology source may list thousands

@@ -77,14 +77,19 @@ impl Search<'_> {
     /// their order), and the link score with the look-ahead.
     fn gpu_fields<S: AsRef<[usize]>>(&self, look: &mut Lookahead<'_>, s: S) -> Scored<S> {
         let set = s.as_ref();
-        let (mut own, mut unlinked) = (0u32, 0usize);
+        let (mut own, mut in_nodes, mut unlinked) = (0u32, 0u32, 0usize);
         for (a, &i) in set.iter().enumerate() {
             for &j in &set[a + 1..] {
-                own = own.saturating_add(self.links.pair(i, j));
+                let pair = self.links.pair(i, j);
+                own = own.saturating_add(pair);
+                if self.links.numa_of(i) == self.links.numa_of(j) {
+                    in_nodes = in_nodes.saturating_add(pair);
+                }
                 unlinked += usize::from(!self.links.linked(i, j));
             }
         }
-        let score = own.saturating_add(look.exact(set));
+        // The link field values the set per node, as the look-ahead values what it leaves.
+        let score = in_nodes.saturating_add(look.exact(set));
         (Reverse(unlinked), score, own, s)
     }
 
@@ -154,7 +159,8 @@ impl Search<'_> {
         let rest: Vec<usize> = free.iter().copied().filter(|g| !set.contains(g)).collect();
         (
             own,
-            own + gpus::lookahead(self.links, &rest, self.r.gpu_count, exact),
+            self.links.set_score_in_nodes(set)
+                + gpus::lookahead(self.links, &rest, self.r.gpu_count, exact),
         )
     }
 

@@ -531,6 +531,28 @@ impl Ledger {
         Some(a)
     }
 
+    /// Replaces container `a.container_id`'s assignment by `a` with its memory `split` (an
+    /// in-place resize). On a refusal the old assignment stays recorded as it was.
+    pub fn replace(
+        &mut self,
+        a: Assignment,
+        split: Vec<(usize, u64)>,
+    ) -> Result<(), PlacementError> {
+        let id = a.container_id.clone();
+        let old_split = self.mem_split.get(&id).cloned().unwrap_or_default();
+        let Some(old) = self.release(&id) else {
+            return self.record(a, split);
+        };
+        match self.record(a, split) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                // What it held was free a moment ago: recording it again cannot conflict.
+                self.record(old, old_split)?;
+                Err(e)
+            }
+        }
+    }
+
     /// Live assignments, by container id.
     pub fn assignments(&self) -> impl Iterator<Item = &Assignment> {
         self.assignments.values()

@@ -20,6 +20,7 @@ mod choose;
 pub mod cpus;
 pub mod device_map;
 pub mod error;
+mod given;
 pub mod gpus;
 pub mod ledger;
 mod lookahead;
@@ -31,6 +32,7 @@ pub mod policy;
 pub mod pool;
 pub mod reject;
 pub mod request;
+pub mod resize;
 pub mod resolve;
 pub mod scheduler;
 pub mod spread;
@@ -44,7 +46,7 @@ pub use error::PlacementError;
 pub use ledger::NodeFree;
 pub use policy::{
     CpuPreference, CpuSpread, GpuMode, MemPolicy, NumaChoice, PlacementConfig, Policy,
-    SchedulerChoiceMode, Scope,
+    ResizeShrink, SchedulerChoiceMode, Scope,
 };
 pub use request::{Assignment, GenericDevice, MemoryPolicy, PodInfo, PodTotals, Request};
 pub use scheduler::{Scheduler, SchedulerChoice};

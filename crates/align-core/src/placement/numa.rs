@@ -298,7 +298,8 @@ pub fn best_offer(caps: &[Cap], allowed: &[bool], need: &Need) -> NodeOffer {
             cpus: c.cpu,
             memory_bytes: c.mem,
             gpus: c.gpus,
-            nics: c.nics,
+            nics: c.free_nics,
+            nics_in_use: c.nics.saturating_sub(c.free_nics),
         }
     })
     .unwrap_or_default()

@@ -49,6 +49,18 @@ pub enum CpuPreference {
     Isolated,
 }
 
+/// What an in-place shrink of a container's exclusive CPUs may give back (`resize_shrink`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ResizeShrink {
+    /// Only CPUs added since admission, newest first: a container never goes below the CPUs
+    /// it was admitted with (the kubelet's static policy keeps those too).
+    #[default]
+    Admitted,
+    /// The added CPUs newest first, then the admitted ones farthest from its devices.
+    Any,
+}
+
 /// Who chooses which GPUs a container gets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -171,6 +183,9 @@ pub struct PlacementConfig {
     /// How exclusive CPUs are split over a container's nodes.
     #[serde(default)]
     pub cpu_spread: CpuSpread,
+    /// What an in-place shrink of exclusive CPUs may give back (see `placement::resize`).
+    #[serde(default)]
+    pub resize_shrink: ResizeShrink,
 }
 
 impl Default for PlacementConfig {
@@ -189,6 +204,7 @@ impl Default for PlacementConfig {
             exclusive_headroom: 0,
             mempolicy: MemPolicy::None,
             cpu_spread: CpuSpread::ByDevice,
+            resize_shrink: ResizeShrink::Admitted,
         }
     }
 }
@@ -255,6 +271,10 @@ named_enum!(CpuSpread, "cpu spread", [
     "by-device" => CpuSpread::ByDevice,
     "even" => CpuSpread::Even,
     "pack" => CpuSpread::Pack,
+]);
+named_enum!(ResizeShrink, "resize shrink", [
+    "admitted" => ResizeShrink::Admitted,
+    "any" => ResizeShrink::Any,
 ]);
 named_enum!(GpuMode, "gpu mode", ["remap" => GpuMode::Remap, "keep" => GpuMode::Keep]);
 named_enum!(MemPolicy, "mempolicy", [

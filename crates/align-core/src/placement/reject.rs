@@ -4,6 +4,7 @@
 
 use super::annotations::DOMAIN;
 use super::error::{fmt_bytes, fmt_nodes, Ask, PlacementError};
+use super::given::{self, Fixed};
 use super::ledger::Ledger;
 use super::nics;
 use super::numa::{self, Cap, Need};
@@ -35,25 +36,36 @@ pub fn insufficient(
         .map(|c| c.mem)
         .fold(0, u64::saturating_add);
     let free_gpu = ledger.free_gpus().len();
-    let nics = nics::eligible(ledger).len();
+    let nics = nics::eligible(ledger);
+    let unused = nics.iter().filter(|x| ledger.nic_users(**x) == 0).count();
+    let nics = nics.len();
     let (resource, asked, free) = if r.exclusive && free_cpu < r.cpus {
         let what = if config.full_pcpus_only {
             "whole-core cpu"
         } else {
             "cpu"
         };
-        (what, r.cpus.to_string(), free_cpu.to_string())
+        (what, r.cpus.to_string(), format!("{free_cpu} free"))
     } else if free_mem < r.memory {
-        ("memory", fmt_bytes(r.memory), fmt_bytes(free_mem))
+        (
+            "memory",
+            fmt_bytes(r.memory),
+            format!("{} free", fmt_bytes(free_mem)),
+        )
     } else if free_gpu < r.gpu_count {
-        ("gpu", r.gpu_count.to_string(), free_gpu.to_string())
+        ("gpu", r.gpu_count.to_string(), format!("{free_gpu} free"))
     } else if nics < r.nic_count {
-        ("nic", r.nic_count.to_string(), nics.to_string())
+        // Containers share NICs: the host is short of NICs in all, not of unused ones.
+        (
+            "nic",
+            r.nic_count.to_string(),
+            format!("{nics} in all ({unused} unused)"),
+        )
     } else {
         (
             "shared-pool cpu",
             "1".to_string(),
-            ledger.shared_pool().len().to_string(),
+            format!("{} free", ledger.shared_pool().len()),
         )
     };
     PlacementError::Insufficient {
@@ -81,7 +93,8 @@ fn shape_text(ledger: &Ledger, shape: &Shape, allowed: &[bool]) -> String {
 }
 
 /// The host has the resources, but not on a node set the policy (or the pod's pin) accepts.
-/// `need` is the whole request (GPUs included); `allowed` marks the nodes that were searched.
+/// `need` is the whole request (GPUs included); `allowed` marks the nodes that were searched;
+/// `fixed`, the devices the search could not choose, which the message names with their nodes.
 pub fn unalignable(
     ledger: &Ledger,
     r: &Resolved,
@@ -89,6 +102,7 @@ pub fn unalignable(
     allowed: &[bool],
     shape: &Shape,
     need: &Need,
+    fixed: &Fixed,
 ) -> PlacementError {
     let best = numa::best_offer(caps, allowed, need);
     let asked = Ask {
@@ -111,9 +125,11 @@ pub fn unalignable(
         what.push("gpus");
         reduce.push(format!("gpus to {}", best.gpus));
     }
-    if best.nics < asked.nics {
+    // NICs are shared: those in use count towards what a node can give.
+    let best_nics = best.nics.saturating_add(best.nics_in_use);
+    if best_nics < asked.nics {
         what.push("nics");
-        reduce.push(format!("nics to {}", best.nics));
+        reduce.push(format!("nics to {best_nics}"));
     }
     if what.is_empty() {
         // Every amount fits the best node on its own; the devices' locality is what failed
@@ -121,7 +137,9 @@ pub fn unalignable(
         what.push("devices and cpus together");
     }
     let shape_text = shape_text(ledger, shape, allowed);
-    let mut alternatives = Vec::new();
+    let given = given::given(ledger, r, fixed);
+    // What to do about the given devices first: they decided the refusal, not the amounts.
+    let mut alternatives = given.remedies;
     let everywhere = vec![true; caps.len()];
     let without_gpus = Need {
         gpus: 0,
@@ -149,10 +167,12 @@ pub fn unalignable(
         suggestion = format!("would fit: reduce {}", reduce.join(", "));
     }
     if !alternatives.is_empty() {
+        // The given devices' remedies are clauses of their own: "; or " keeps them apart.
+        let alternatives = alternatives.join("; or ");
         if suggestion.is_empty() {
-            suggestion = alternatives.join(" or ");
+            suggestion = alternatives;
         } else {
-            suggestion = format!("{suggestion}, or {}", alternatives.join(" or "));
+            suggestion = format!("{suggestion}, or {alternatives}");
         }
     }
     if suggestion.is_empty() {
@@ -162,7 +182,7 @@ pub fn unalignable(
         container: r.who.clone(),
         policy: r.eff.policy,
         what: what.join(", "),
-        shape: shape_text,
+        shape: format!("{shape_text}{}", given.text),
         asked: Box::new(asked),
         best: Box::new(best),
         suggestion,

@@ -32,6 +32,11 @@ fn refusal(allowed: &[bool]) -> String {
         allowed,
         &shape,
         &need,
+        &crate::placement::given::Fixed {
+            gpus: &[],
+            nics: &[],
+            keep: false,
+        },
     )
     .to_string()
 }

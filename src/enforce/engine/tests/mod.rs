@@ -625,6 +625,8 @@ mod others;
 mod pod_budget;
 mod privileged;
 mod props;
+mod quota;
 mod rdma_cdi;
+mod resize;
 mod restarts;
 mod scheduler;

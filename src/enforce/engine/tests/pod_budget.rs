@@ -326,3 +326,18 @@ fn pruning_keeps_a_budget_while_a_container_of_its_pod_runs() {
     assert_eq!(e.records().containers.len(), 1);
     assert_eq!(e.placer().shared_pool(), set("0-15"));
 }
+
+#[test]
+fn a_budget_alone_lifts_no_pod_quota() {
+    let mut e = engine_with(true, None);
+    let p = train_pod(2);
+    let mut c = kctr(&p, "loader", "loader", 100, None);
+    c.cgroups_path = "/kubepods/pod-train/loader".into();
+    create(&mut e, &p, &c);
+    e.take_pod_quota_writes();
+    let live = listed(&e, &p, &["loader"]);
+    e.synchronize(std::slice::from_ref(&p), &live);
+    // The budget holds the pod's pool, not a container's exclusive CPUs: the kubelet's pod
+    // quota stays.
+    assert!(e.take_pod_quota_writes().is_empty());
+}
