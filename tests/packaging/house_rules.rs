@@ -46,7 +46,7 @@ fn tracker_numbers(text: &str) -> Vec<(usize, String)> {
                 .count();
             let ends_word = bytes
                 .get(i + 1 + digits)
-                .is_none_or(|c| !c.is_ascii_alphanumeric());
+                .map_or(true, |c| !c.is_ascii_alphanumeric());
             let glued =
                 i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || b"/_.-".contains(&bytes[i - 1]));
             if digits > 0 && ends_word && !glued {
