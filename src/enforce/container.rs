@@ -67,6 +67,11 @@ pub struct ResourcesView {
     pub memory_limit: Option<i64>,
     /// Device-cgroup rules in the spec.
     pub device_rules: Vec<DeviceRule>,
+    /// Hugetlb limits (`LinuxResources.hugepage_limits`) as the runtime names them: the page
+    /// size as runc writes it (`2MB`, `1GB`) and the limit in bytes. The kubelet sends one
+    /// for every page size of the host, 0 for a size the container does not ask.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hugepage_limits: Vec<(String, u64)>,
 }
 
 /// The most ids a kernel names: `CONFIG_NR_CPUS` is at most 8192 (x86_64 `MAXSMP`) and

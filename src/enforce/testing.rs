@@ -219,6 +219,7 @@ impl Placer for FakePlacer {
                 offline_cpus: CpuSet::new(),
                 memory_offline: false,
                 headroom_cpus: CpuSet::new(),
+                hugepages: Vec::new(),
             })
             .collect()
     }

@@ -63,8 +63,10 @@ pub struct ZoneFree {
     pub gpus: Vec<String>,
     /// NICs no container uses (interface names).
     pub nics: Vec<String>,
-    /// Free huge pages by page size: (size in KiB, pages). Sizes missing here are published
-    /// with the free count of the topology (read at discovery).
+    /// Free huge pages by page size: (size in KiB, pages), the pages no container holds (so
+    /// each admission asking pages lowers it), and no more than the kernel's `free_hugepages`
+    /// where the publisher reads it (pages used outside nri-align's containers). Sizes
+    /// missing here are published with the free count of the topology (read at discovery).
     pub hugepages_free: Vec<(u64, u64)>,
     /// CPUs of the node's topology that are offline now (hot-unplugged or offlined since the
     /// topology was read): left out of `cpu` capacity and allocatable.
@@ -81,7 +83,7 @@ impl From<&NodeFree> for ZoneFree {
             memory_bytes: f.memory_bytes,
             gpus: f.gpus.clone(),
             nics: f.nics.clone(),
-            hugepages_free: Vec::new(),
+            hugepages_free: f.hugepages.iter().map(|(s, _, free)| (*s, *free)).collect(),
             offline_cpus: f.offline_cpus.clone(),
             memory_offline: f.memory_offline,
         }

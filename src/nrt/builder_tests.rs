@@ -178,6 +178,7 @@ fn available_follows_the_allocator_after_placements() {
         shared_gpus: vec![],
         generic_devices: vec![],
         scheduler: None,
+        hugepages: vec![],
     };
     let placed = alloc.place(&req).expect("fits node 2");
     let node = placed.numa_nodes.first().expect("one node");
@@ -201,6 +202,61 @@ fn available_follows_the_allocator_after_placements() {
     for z in others {
         assert_eq!(z.resource("cpu").map(|r| r.available.as_str()), Some("2"));
     }
+}
+
+#[test]
+fn hugepage_availability_drops_with_each_admission_asking_pages() {
+    // dgx-h100: 1024 pages of 2 MiB on each node.
+    let topo = Arc::new(host("dgx-h100"));
+    let s = NrtSettings {
+        node_name: "dgx".into(),
+        ..Default::default()
+    };
+    let mut alloc = Allocator::new(
+        Arc::clone(&topo),
+        PlacementConfig {
+            policy: Policy::SingleNumaNode,
+            ..Default::default()
+        },
+    );
+    let req = Request {
+        container_id: "c1".into(),
+        container_name: "dpdk".into(),
+        pod: PodInfo {
+            uid: "u1".into(),
+            namespace: "net".into(),
+            name: "dpdk".into(),
+            ..Default::default()
+        },
+        cpu_request_milli: 2000,
+        cpu_limit_milli: Some(2000),
+        memory_limit_bytes: Some(1 << 30),
+        hugepages: vec![crate::placement::HugePageNeed {
+            size_kb: 2048,
+            pages: 300,
+        }],
+        ..Default::default()
+    };
+    let placed = alloc.place(&req).expect("fits a node");
+    let node = placed.numa_nodes.first().expect("one node");
+    let free: Vec<ZoneFree> = alloc.free_by_node().iter().map(ZoneFree::from).collect();
+    let obj = build(&topo, &free, None, &s).expect("builds");
+    // 1024 - 300 = 724 pages of 2 MiB left on the container's node.
+    assert_eq!(
+        amounts(&obj, &zone_name(node), "hugepages-2Mi"),
+        triple("2Gi", "2Gi", "1448Mi")
+    );
+    let other = obj
+        .zones
+        .iter()
+        .find(|z| z.name != zone_name(node))
+        .expect("another zone");
+    assert_eq!(
+        other
+            .resource("hugepages-2Mi")
+            .map(|r| r.available.as_str()),
+        Some("2Gi")
+    );
 }
 
 #[test]

@@ -57,7 +57,9 @@ impl Feed {
 }
 
 /// A [`Refresh`] reading each NUMA node's free huge pages under `host_root` (sysfs), on the
-/// publisher's task before every attempt.
+/// publisher's task before every attempt. What is published is the smaller of the kernel's
+/// `free_hugepages` and the pages no container holds: a container is given its pages at
+/// admission but faults them in later, and pages can be used outside nri-align's containers.
 pub fn hugepages_refresh(host_root: PathBuf) -> Refresh {
     Arc::new(move |topo: &Topology, free: &mut [ZoneFree]| {
         for zone in free.iter_mut() {
@@ -67,10 +69,17 @@ pub fn hugepages_refresh(host_root: PathBuf) -> Refresh {
             if !has_pools {
                 continue;
             }
+            let unheld = std::mem::take(&mut zone.hugepages_free);
             zone.hugepages_free =
                 crate::topology::sysfs::read_node_hugepages(&host_root, zone.node)
                     .into_iter()
-                    .map(|h| (h.size_kb, h.free))
+                    .map(|h| {
+                        let held_free = unheld
+                            .iter()
+                            .find(|(size, _)| *size == h.size_kb)
+                            .map_or(h.free, |(_, pages)| *pages);
+                        (h.size_kb, h.free.min(held_free))
+                    })
                     .collect();
         }
     })

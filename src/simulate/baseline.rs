@@ -323,6 +323,7 @@ impl KubeletBaseline {
                 gpus: r.gpu_count as u32,
                 nics: r.nic_count as u32,
                 shared: false,
+                hugepages: r.hugepages.clone(),
             };
             let caps = numa::caps(&self.ledger, self.config.full_pcpus_only);
             let best = numa::best_offer(&caps, &vec![true; caps.len()], &need);
@@ -336,6 +337,7 @@ impl KubeletBaseline {
                     memory_bytes: need.memory,
                     gpus: need.gpus,
                     nics: need.nics,
+                    hugepages: need.hugepages.clone(),
                 }),
                 best: Box::new(best),
                 suggestion: "the kubelet rejects the pod; its replacement may loop on this node"

@@ -164,6 +164,8 @@ pub fn workload(topo: &Topology, seed: u64, pods: usize) -> Workload {
                 gpus: if gpus > 0 { size as u32 } else { 0 },
                 nics: (size as u32).div_ceil(2).min(nics as u32),
                 devices: Vec::new(),
+                hugepages_2mi: None,
+                hugepages_1gi: None,
             }],
         });
         wl.events.push(Event::add(&name));

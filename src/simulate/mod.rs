@@ -339,6 +339,16 @@ fn requests(
             ),
             None => None,
         };
+        let mut hugepages = Vec::new();
+        for (size_kb, key, q) in [
+            (2048, "hugepages-2Mi", &c.hugepages_2mi),
+            (1 << 20, "hugepages-1Gi", &c.hugepages_1gi),
+        ] {
+            if let Some(q) = q {
+                let b = bytes(q).ok_or_else(|| bad(key, q, "bytes with Ki/Mi/Gi/Ti"))?;
+                hugepages.extend(crate::placement::HugePageNeed::of_limit(size_kb, b));
+            }
+        }
         let mut short = None;
         if c.gpus as usize > free_gpus.len() {
             short = Some(format!(
@@ -393,6 +403,7 @@ fn requests(
                 Vec::new()
             },
             scheduler,
+            hugepages,
         };
         out.push((request, short));
     }
@@ -605,18 +616,26 @@ pub fn gpu_mode_name(mode: GpuMode) -> &'static str {
     }
 }
 
-/// One line per node: `node 0: cpu 32 mem 200Gi gpu 2 nic 1`.
+/// One line per node: `node 0: cpu 32 mem 200Gi gpu 2 nic 1`, then the free pages of each
+/// huge page size the node has (`hugepages-2Mi 256`).
 pub fn format_free(free: &[NodeFree]) -> String {
     free.iter()
         .map(|n| {
-            format!(
+            let mut line = format!(
                 "node {}: cpu {} mem {} gpu {} nic {}",
                 n.node,
                 n.cpus.len(),
                 fmt_bytes(n.memory_bytes),
                 n.gpus.len(),
                 n.nics.len()
-            )
+            );
+            for (size_kb, _, pages) in &n.hugepages {
+                line.push_str(&format!(
+                    " {} {pages}",
+                    crate::placement::hugepages::resource_name(*size_kb)
+                ));
+            }
+            line
         })
         .collect::<Vec<_>>()
         .join(" | ")

@@ -18,6 +18,8 @@ fn pod(name: &str, gpus: u32) -> PodSpec {
             gpus,
             nics: 0,
             devices: Vec::new(),
+            hugepages_2mi: None,
+            hugepages_1gi: None,
         }],
     }
 }

@@ -128,6 +128,20 @@ pub struct ContainerSpec {
     /// them. GPUs keep to `gpus`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<String>,
+    /// 2 MiB huge pages (`hugepages-2Mi: 1Gi`, bytes as in a pod's limits).
+    #[serde(
+        default,
+        rename = "hugepages-2Mi",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub hugepages_2mi: Option<Quantity>,
+    /// 1 GiB huge pages (`hugepages-1Gi: 4Gi`).
+    #[serde(
+        default,
+        rename = "hugepages-1Gi",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub hugepages_1gi: Option<Quantity>,
 }
 
 /// An event: exactly one of `add` and `remove`.

@@ -108,6 +108,7 @@ fn place(
         shared_gpus: vec![],
         generic_devices: vec![],
         scheduler: None,
+        hugepages: vec![],
     };
     let a = alloc.place(&req).expect("placement fits");
     let nodes: Vec<u32> = a.numa_nodes.iter().collect();

@@ -175,6 +175,7 @@ fn run(topo: Topology, mode: GpuMode, ops: Vec<Op>) {
                         _ => Vec::new(),
                     },
                     scheduler: None,
+                    hugepages: Vec::new(),
                 };
                 let fits = must_fit(&a, &r, policy);
                 match a.place(&r) {

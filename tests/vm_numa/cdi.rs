@@ -27,10 +27,13 @@ const SPEC_FILE: &str = "example.com-accel.json";
 
 /// The guest's runtime resolves CDI devices from its instance's `cdi/` dir (containerd's
 /// `enable_cdi`; CRI-O always does). No other test names a CDI device, so this changes
-/// nothing for them.
+/// nothing for them. containerd also writes the containers' hugepage limits (no other test
+/// asks for any).
 pub fn runtime_options() -> UpOptions {
     UpOptions {
         cdi: true,
+        // The huge pages test (t12) needs the containers' hugepage limits passed to NRI.
+        hugetlb: true,
         ..UpOptions::default()
     }
 }

@@ -215,6 +215,8 @@ fn start() -> Result<Guest, String> {
     };
     eprintln!("runtime: {}", runtime.name());
     let facts = Facts::read(Path::new(&fixture));
+    // Before nri-align reads the topology: it reads each node's pools once.
+    crate::hugepages::reserve();
     if std::env::var("NRI_ALIGN_VM_PLUGIN").as_deref() == Ok("unit") {
         return start_unit(runtime, facts, &fixture, &lib);
     }

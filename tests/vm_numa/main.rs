@@ -17,6 +17,7 @@ mod devlinks;
 mod guest;
 mod hotplug;
 mod hotplug_qmp;
+mod hugepages;
 mod kubepods;
 mod moved;
 mod quota;

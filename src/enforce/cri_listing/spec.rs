@@ -65,6 +65,17 @@ struct OciResources {
     cpu: Option<OciCpu>,
     memory: Option<OciMemory>,
     devices: Vec<OciDeviceRule>,
+    #[serde(rename = "hugepageLimits")]
+    hugepage_limits: Vec<OciHugepageLimit>,
+}
+
+/// `linux.resources.hugepageLimits[]` of the OCI runtime spec.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct OciHugepageLimit {
+    #[serde(rename = "pageSize")]
+    page_size: String,
+    limit: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -245,6 +256,11 @@ fn spec_resources(r: OciResources) -> ResourcesView {
                 access: d.access.unwrap_or_default(),
             })
             .collect(),
+        hugepage_limits: r
+            .hugepage_limits
+            .into_iter()
+            .map(|h| (h.page_size, h.limit))
+            .collect(),
     }
 }
 
@@ -260,5 +276,10 @@ fn status_resources(l: &cri::LinuxContainerResources) -> ResourcesView {
         cpuset_mems: l.cpuset_mems.as_str().into(),
         memory_limit: set_i(l.memory_limit_in_bytes),
         device_rules: Vec::new(),
+        hugepage_limits: l
+            .hugepage_limits
+            .iter()
+            .map(|h| (h.page_size.clone(), h.limit))
+            .collect(),
     }
 }

@@ -333,6 +333,14 @@ impl<P: Placer> Engine<P> {
         }
         let mut updated = c.clone();
         updated.resources = new.clone();
+        // Huge pages are not resized in place (the kubelet resizes CPU and memory): an update
+        // that does not name them keeps the container's, rather than giving up its pages.
+        if new.hugepage_limits.is_empty() {
+            updated
+                .resources
+                .hugepage_limits
+                .clone_from(&c.resources.hugepage_limits);
+        }
         let req = build_request(self.placer.topology(), pod, &updated)?;
         if ResourceSummary::of(&req) == old.resources {
             // The same request: only memory nodes another plugin owns may have moved, and

@@ -4,7 +4,7 @@
 //! those devices as one typed value ([`DeviceClaims`], `claims.rs`) that the rest of the create
 //! path reads instead of the container's env, device nodes and CDI names.
 
-use crate::placement::{PodInfo, PodTotals, Request};
+use crate::placement::{HugePageNeed, PodInfo, PodTotals, Request};
 use crate::topology::Topology;
 
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
@@ -134,6 +134,7 @@ pub fn build(
             allocated_nics: found.nics,
             shared_gpus: found.shared_gpus,
             generic_devices: found.generic,
+            hugepages: hugepage_needs(&r.hugepage_limits),
             // The engine reads the scheduler's choice on the create path alone
             // (`Engine::create_container`): a running container's is history.
             scheduler: None,
@@ -146,6 +147,30 @@ pub fn build(
             .map(|a| devices::allocatable_gpus(topo, a)),
         shared_claim_devices: Vec::new(),
     })
+}
+
+/// The huge pages the container's hugetlb limits ask for, per size. A page size that does
+/// not read (runc writes `<n>KB`, `<n>MB`, `<n>GB` in powers of 1024, kubelet's
+/// `HugePageUnitSizeFromByteSize`) is left out: the runtime itself refuses a limit it cannot
+/// map to a hugetlb controller file.
+pub fn hugepage_needs(limits: &[(String, u64)]) -> Vec<HugePageNeed> {
+    limits
+        .iter()
+        .filter_map(|(size, limit)| HugePageNeed::of_limit(page_size_kb(size)?, *limit))
+        .collect()
+}
+
+/// `2MB` -> 2048, `1GB` -> 1048576, `64KB` -> 64 (KiB).
+fn page_size_kb(s: &str) -> Option<u64> {
+    let (digits, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit())?);
+    let shift = match unit {
+        "KB" => 0,
+        "MB" => 10,
+        "GB" => 20,
+        "TB" => 30,
+        _ => return None,
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
 #[cfg(test)]

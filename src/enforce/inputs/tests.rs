@@ -117,3 +117,39 @@ fn rdma_nics_come_from_uverbs_nodes() {
     assert_eq!(uverbs_name("/dev/infiniband/uverbs"), None);
     assert_eq!(nvidia_minor("/dev/nvidia-uvm"), None);
 }
+
+#[test]
+fn hugepage_limits_read_as_runc_names_the_page_sizes_and_zero_limits_ask_nothing() {
+    use crate::placement::HugePageNeed;
+    let limits = [
+        ("2MB".to_string(), 3 << 20),
+        ("1GB".to_string(), 0),
+        ("64KB".to_string(), 64 << 10),
+        ("2Mi".to_string(), 4 << 20),
+        ("MB".to_string(), 4 << 20),
+        ("99999999999999999999GB".to_string(), 1),
+    ];
+    assert_eq!(
+        super::hugepage_needs(&limits),
+        vec![
+            HugePageNeed {
+                size_kb: 2048,
+                pages: 2
+            },
+            HugePageNeed {
+                size_kb: 64,
+                pages: 1
+            },
+        ]
+    );
+    let mut c = ContainerView::default();
+    c.resources.hugepage_limits = vec![("1GB".into(), 2 << 30)];
+    let r = build_request(&Topology::default(), &PodView::default(), &c).expect("request");
+    assert_eq!(
+        r.hugepages,
+        vec![HugePageNeed {
+            size_kb: 1 << 20,
+            pages: 2
+        }]
+    );
+}

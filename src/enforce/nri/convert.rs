@@ -55,6 +55,11 @@ pub fn resources_view(r: Option<&api::LinuxResources>) -> ResourcesView {
                 access: d.access.clone(),
             })
             .collect(),
+        hugepage_limits: r
+            .hugepage_limits
+            .iter()
+            .map(|h| (h.page_size.clone(), h.limit))
+            .collect(),
     }
 }
 
@@ -305,5 +310,25 @@ pub fn container_update_mems(id: &str, mems: String) -> api::ContainerUpdate {
         }),
         ignore_failure: true,
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hugepage_limits_pass_from_the_runtime_as_given() {
+        let mut r = api::LinuxResources::new();
+        for (size, limit) in [("2MB", 4u64 << 20), ("1GB", 0)] {
+            let mut h = api::HugepageLimit::new();
+            h.page_size = size.into();
+            h.limit = limit;
+            r.hugepage_limits.push(h);
+        }
+        assert_eq!(
+            resources_view(Some(&r)).hugepage_limits,
+            vec![("2MB".to_string(), 4 << 20), ("1GB".to_string(), 0)]
+        );
     }
 }

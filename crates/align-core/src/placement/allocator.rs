@@ -14,6 +14,7 @@ use super::cpus;
 use super::device_map::DeviceMap;
 use super::error::{fmt_bytes, fmt_nodes, PlacementError};
 use super::gpus::LinkTable;
+use super::hugepages;
 use super::ledger::{Ledger, NodeFree};
 use super::nics;
 use super::numa::{self, Cap, Need};
@@ -315,6 +316,7 @@ impl Allocator {
             && r.nic_count == 0
             && r.shared_gpus.is_empty()
             && r.device_nodes.is_empty()
+            && r.hugepages.is_empty()
             && pinned.is_none()
         {
             a.cpus = self.ledger.shared_pool();
@@ -430,6 +432,11 @@ impl Allocator {
             a.cpus = self.ledger.shared_pool();
         }
         a.mems = topo.memory_nodes_for(&topo.cpu_nodes());
+        // Unbound: the pages come from any CPU node, first come first, all of them in `mems`.
+        let caps = numa::caps(&self.ledger, false);
+        let cpu_nodes: Vec<usize> = (0..caps.len()).filter(|i| caps[*i].has_cpus).collect();
+        a.hugepages = hugepages::split(&caps, &cpu_nodes, &r.hugepages)
+            .ok_or_else(|| reject::insufficient(&self.ledger, config, r, &caps))?;
         a.gpus = g.iter().map(|x| topo.gpus[*x].pci_bus_id.clone()).collect();
         a.shared_gpus = bus_ids(topo, &r.shared_gpus);
         a.chosen_gpus = chosen(topo, &g, r);
@@ -538,6 +545,9 @@ impl Allocator {
         let split = self
             .ledger
             .split_memory(&c.nodes, r.memory)
+            .ok_or_else(|| reject::insufficient(&self.ledger, config, r, caps))?;
+        // The chosen nodes hold the pages (the search made sure): `mems` below covers them.
+        a.hugepages = hugepages::split(caps, &c.nodes, &r.hugepages)
             .ok_or_else(|| reject::insufficient(&self.ledger, config, r, caps))?;
         // The chosen nodes' memory; a chosen node without memory (memory-side initiators,
         // CXL and HBM systems) is bound to its nearest node with memory.

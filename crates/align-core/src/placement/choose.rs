@@ -171,6 +171,7 @@ impl<'a> Search<'a> {
             gpus: 0,
             nics: r.nic_count as u32,
             shared: !r.exclusive,
+            hugepages: r.hugepages.clone(),
         };
         let full_need = Need {
             gpus: r.gpu_count as u32,

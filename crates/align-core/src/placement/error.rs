@@ -2,6 +2,7 @@
 
 use crate::topology::NodeSet;
 
+use super::hugepages::fmt_pages;
 use super::policy::Policy;
 
 /// What a container asked for, in the units the messages use.
@@ -15,6 +16,8 @@ pub struct Ask {
     pub gpus: u32,
     /// NICs.
     pub nics: u32,
+    /// Huge pages per size.
+    pub hugepages: Vec<super::hugepages::HugePageNeed>,
 }
 
 /// What one NUMA node had free when a request was refused.
@@ -32,6 +35,8 @@ pub struct NodeOffer {
     pub nics: u32,
     /// NICs other containers use, which this one may share (NICs are never held alone).
     pub nics_in_use: u32,
+    /// Free huge pages of the sizes asked, as (size in KiB, pages).
+    pub hugepages: Vec<(u64, u64)>,
 }
 
 /// Why the scheduler's choice cannot be had. The message's first line stands alone in a
@@ -152,7 +157,8 @@ pub enum PlacementError {
         container: String,
         /// The effective policy.
         policy: Policy,
-        /// Resources that could not be aligned (`cpu`, `memory`, `gpu`, `nic`).
+        /// Resources that could not be aligned (`cpu`, `memory`, `hugepages-2Mi`, `gpu`,
+        /// `nic`).
         what: String,
         /// "one NUMA node", "2 NUMA nodes", "the pod's NUMA nodes 0-1", followed by the
         /// devices the search could not move, with their nodes and who gave them (`: the
@@ -171,7 +177,7 @@ pub enum PlacementError {
     Insufficient {
         /// `namespace/pod/container`.
         container: String,
-        /// `cpu`, `memory`, `gpu`, `nic`, `whole-core cpu`.
+        /// `cpu`, `memory`, `huge pages`, `gpu`, `nic`, `whole-core cpu`.
         resource: String,
         /// Amount asked (human units).
         asked: String,
@@ -292,7 +298,8 @@ impl PlacementError {
     }
 }
 
-/// "cpu does not fit", "gpus do not fit", "cpu, memory do not fit".
+/// "cpu does not fit", "gpus do not fit", "cpu, memory do not fit", "hugepages-2Mi do not
+/// fit".
 fn fit_verb(what: &str) -> &'static str {
     if what == "cpu" || what == "memory" {
         "does not"
@@ -329,13 +336,17 @@ pub fn fmt_bytes(b: u64) -> String {
 }
 
 fn fmt_ask(a: &Ask) -> String {
-    format!(
+    let mut s = format!(
         "cpu {}, memory {}, gpus {}, nics {}",
         a.cpus,
         fmt_bytes(a.memory_bytes),
         a.gpus,
         a.nics
-    )
+    );
+    for h in &a.hugepages {
+        s.push_str(&format!(", {}", fmt_pages(h.size_kb, h.pages)));
+    }
+    s
 }
 
 /// The free counts of the `free:` state (NICs unused by any container), then the NICs in use
@@ -346,14 +357,18 @@ fn fmt_offer(o: &NodeOffer) -> String {
     } else {
         String::new()
     };
-    format!(
+    let mut s = format!(
         "{} had free cpu {}, memory {}, gpus {}, nics {}{shared}",
         o.node,
         o.cpus,
         fmt_bytes(o.memory_bytes),
         o.gpus,
         o.nics
-    )
+    );
+    for (size_kb, pages) in &o.hugepages {
+        s.push_str(&format!(", {}", fmt_pages(*size_kb, *pages)));
+    }
+    s
 }
 
 /// "node 0", "nodes 0-1".

@@ -36,7 +36,14 @@ pub struct NodeFree {
     /// exclusive headroom; none when it is off).
     #[serde(skip_serializing_if = "CpuSet::is_empty")]
     pub headroom_cpus: CpuSet,
+    /// Huge pages per size the node has configured, as (size in KiB, pages configured, pages
+    /// no container holds), smallest size first; empty for a node without pools.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hugepages: Vec<(u64, u64, u64)>,
 }
+
+/// Huge pages to record: pages by (node index, page size in KiB).
+type HeldPages = Vec<((usize, u64), u64)>;
 
 /// The live allocations.
 #[derive(Debug, Clone)]
@@ -46,6 +53,8 @@ pub struct Ledger {
     exclusive: CpuSet,
     mem_used: Vec<u64>,
     mem_split: HashMap<String, Vec<(usize, u64)>>,
+    /// Huge pages containers hold, by (node index, page size in KiB).
+    huge_used: HashMap<(usize, u64), u64>,
     gpu_owner: HashMap<usize, String>,
     /// How many containers use each GPU without holding it alone (MIG parents, replicas,
     /// unconfirmed env references), by index in `Topology::gpus`.
@@ -120,6 +129,7 @@ impl Ledger {
             exclusive: CpuSet::new(),
             mem_used: vec![0; n],
             mem_split: HashMap::new(),
+            huge_used: HashMap::new(),
             gpu_owner: HashMap::new(),
             gpu_sharers: HashMap::new(),
             nic_users: vec![0; nic_count],
@@ -250,6 +260,24 @@ impl Ledger {
             .filter(|n| !self.mem_offline.contains(n.id))
             .map_or(0, |n| n.memory_bytes);
         total.saturating_sub(self.mem_used.get(i).copied().unwrap_or(0))
+    }
+
+    /// Free huge pages of `size_kb` on the node at index `i`: its `nr_hugepages` as read at
+    /// start less what containers hold there. The kernel's `free_hugepages` is not the measure:
+    /// it drops only when pages are faulted in, and a restored container's pages are already
+    /// faulted in and held both ways.
+    pub fn free_huge(&self, i: usize, size_kb: u64) -> u64 {
+        self.huge_total(i, size_kb)
+            .saturating_sub(self.huge_used.get(&(i, size_kb)).copied().unwrap_or(0))
+    }
+
+    /// Pages of `size_kb` configured on the node at index `i`.
+    pub fn huge_total(&self, i: usize, size_kb: u64) -> u64 {
+        self.topo
+            .numa_nodes
+            .get(i)
+            .and_then(|n| n.hugepages.iter().find(|h| h.size_kb == size_kb))
+            .map_or(0, |h| h.total)
     }
 
     /// NICs placement hands out (indices): the RDMA-capable ones when the host has any, else all.
@@ -423,6 +451,7 @@ impl Ledger {
             .map(|b| self.gpu_index(b))
             .collect::<Result<Vec<_>, _>>()?;
         self.check_free(&a, &gpus, &split)?;
+        let huge = self.check_huge(&a)?;
         if a.exclusive {
             self.exclusive.extend_from(&a.cpus);
         }
@@ -441,6 +470,9 @@ impl Ledger {
         }
         for (i, bytes) in &split {
             self.mem_used[*i] += bytes;
+        }
+        for (key, pages) in huge {
+            *self.huge_used.entry(key).or_insert(0) += pages;
         }
         self.mem_split.insert(a.container_id.clone(), split);
         self.assignments.insert(a.container_id.clone(), a);
@@ -500,6 +532,35 @@ impl Ledger {
         Ok(())
     }
 
+    /// Whether the huge pages `a` holds are free on their nodes; the pages by (node index, page
+    /// size) to record.
+    fn check_huge(&self, a: &Assignment) -> Result<HeldPages, PlacementError> {
+        let mut huge: HeldPages = Vec::new();
+        for h in &a.hugepages {
+            let refuse = |reason: String| PlacementError::Restore {
+                container: a.container_id.clone(),
+                reason,
+            };
+            let i = self
+                .topo
+                .node_index(h.node)
+                .ok_or_else(|| refuse(format!("node {} is not in the topology", h.node)))?;
+            let key = (i, h.size_kb);
+            let before: u64 = huge.iter().filter(|(k, _)| *k == key).map(|(_, p)| p).sum();
+            let free = self.free_huge(i, h.size_kb).saturating_sub(before);
+            if h.pages > free {
+                return Err(refuse(format!(
+                    "node {} has {} free, {} needed",
+                    h.node,
+                    super::hugepages::fmt_pages(h.size_kb, free),
+                    h.pages
+                )));
+            }
+            huge.push((key, h.pages));
+        }
+        Ok(huge)
+    }
+
     /// Forgets container `id`; its resources become free.
     pub fn release(&mut self, id: &str) -> Option<Assignment> {
         let a = self.assignments.remove(id)?;
@@ -527,6 +588,17 @@ impl Ledger {
         }
         for (i, bytes) in self.mem_split.remove(id).unwrap_or_default() {
             self.mem_used[i] = self.mem_used[i].saturating_sub(bytes);
+        }
+        for h in &a.hugepages {
+            let Some(i) = self.topo.node_index(h.node) else {
+                continue;
+            };
+            if let Some(used) = self.huge_used.get_mut(&(i, h.size_kb)) {
+                *used = used.saturating_sub(h.pages);
+                if *used == 0 {
+                    self.huge_used.remove(&(i, h.size_kb));
+                }
+            }
         }
         Some(a)
     }

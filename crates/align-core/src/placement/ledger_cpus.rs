@@ -104,6 +104,16 @@ impl Ledger {
                 offline_cpus: n.cpus.difference(&self.online),
                 memory_offline: self.mem_offline.contains(n.id),
                 headroom_cpus: headroom.intersection(&n.cpus),
+                hugepages: {
+                    let mut h: Vec<(u64, u64, u64)> = n
+                        .hugepages
+                        .iter()
+                        .filter(|h| h.total > 0)
+                        .map(|h| (h.size_kb, h.total, self.free_huge(i, h.size_kb)))
+                        .collect();
+                    h.sort_unstable();
+                    h
+                },
             })
             .collect()
     }

@@ -22,6 +22,7 @@ pub mod device_map;
 pub mod error;
 mod given;
 pub mod gpus;
+pub mod hugepages;
 pub mod ledger;
 mod lookahead;
 pub mod nics;
@@ -43,6 +44,7 @@ mod twins;
 pub use allocator::{Allocator, Plan};
 pub use choose::GpuSearch;
 pub use error::PlacementError;
+pub use hugepages::{HugePageNeed, HugePagesHeld};
 pub use ledger::NodeFree;
 pub use policy::{
     CpuPreference, CpuSpread, GpuMode, MemPolicy, NumaChoice, PlacementConfig, Policy,

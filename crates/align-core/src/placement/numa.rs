@@ -4,6 +4,7 @@
 
 use super::cpus;
 use super::error::NodeOffer;
+use super::hugepages::{self, HugePageNeed};
 use super::ledger::Ledger;
 use super::nics;
 use super::policy::NumaChoice;
@@ -24,6 +25,8 @@ pub struct Need {
     pub nics: u32,
     /// Whether the set must contain shared-pool CPUs.
     pub shared: bool,
+    /// Huge pages per size (merged, see [`hugepages::merged`]).
+    pub hugepages: Vec<HugePageNeed>,
 }
 
 /// One node's free capacity, computed once per decision.
@@ -47,6 +50,8 @@ pub struct Cap {
     pub shared: u32,
     /// Whether the node has CPUs at all.
     pub has_cpus: bool,
+    /// Free huge pages per configured size, as (size in KiB, pages); empty without pools.
+    pub huge: Vec<(u64, u64)>,
 }
 
 /// Which nodes (by index) are idle GPU nodes: they hold GPUs and every one of them is free.
@@ -118,6 +123,12 @@ pub fn caps_for(ledger: &Ledger, whole: bool, isolated: bool) -> Vec<Cap> {
                     .count() as u32,
                 shared: pool.intersection_len(&n.cpus) as u32,
                 has_cpus: !n.is_memory_only(),
+                huge: n
+                    .hugepages
+                    .iter()
+                    .filter(|h| h.total > 0)
+                    .map(|h| (h.size_kb, ledger.free_huge(i, h.size_kb)))
+                    .collect(),
             }
         })
         .collect()
@@ -137,6 +148,7 @@ pub fn fits(caps: &[Cap], set: &[usize], need: &Need) -> bool {
         && sum(|c| c.gpus as u64) >= need.gpus as u64
         && sum(|c| c.nics as u64) >= need.nics as u64
         && (!need.shared || sum(|c| c.shared as u64) > 0)
+        && hugepages::fits(caps, set, &need.hugepages)
 }
 
 /// Sum of pairwise distances of a node set (indices): lower is closer. In u64: distances are
@@ -244,24 +256,35 @@ pub fn min_width(ledger: &Ledger, need: &Need) -> usize {
         need.gpus as u64,
         need.nics as u64,
     ];
+    let width = |column: &[u64], ask: u64| {
+        let mut sum = 0;
+        let mut width = 0;
+        for c in column {
+            if sum >= ask {
+                break;
+            }
+            // Saturating: "at least the ask" stays exact past u64 (memory sizes).
+            sum = u64::saturating_add(sum, *c);
+            width += 1;
+        }
+        width
+    };
+    let huge = need.hugepages.iter().map(|h| {
+        let topo = ledger.topo();
+        let mut column: Vec<u64> = (0..topo.numa_nodes.len())
+            .filter(|i| !topo.numa_nodes[*i].is_memory_only())
+            .map(|i| ledger.huge_total(i, h.size_kb))
+            .collect();
+        column.sort_unstable_by(|a, b| b.cmp(a));
+        width(&column, h.pages)
+    });
     ledger
         .totals()
         .columns
         .iter()
         .zip(asks)
-        .map(|(column, ask)| {
-            let mut sum = 0;
-            let mut width = 0;
-            for c in column {
-                if sum >= ask {
-                    break;
-                }
-                // Saturating: "at least the ask" stays exact past u64 (memory sizes).
-                sum = u64::saturating_add(sum, *c);
-                width += 1;
-            }
-            width
-        })
+        .map(|(column, ask)| width(column, ask))
+        .chain(huge)
         .max()
         .unwrap_or(1)
         .max(1)
@@ -285,9 +308,14 @@ pub fn best_offer(caps: &[Cap], allowed: &[bool], need: &Need) -> NodeOffer {
                 ratio(c.gpus as u64, need.gpus as u64),
                 ratio(c.nics as u64, need.nics as u64),
             ];
+            let huge = need
+                .hugepages
+                .iter()
+                .map(|h| ratio(hugepages::free_on(c, h.size_kb), h.pages));
+            let all = r.into_iter().chain(huge);
             (
-                r.iter().filter(|x| **x == 1000).count(),
-                r.iter().sum::<u64>(),
+                all.clone().filter(|x| *x == 1000).count(),
+                all.sum::<u64>(),
                 std::cmp::Reverse(i),
             )
         });
@@ -300,6 +328,11 @@ pub fn best_offer(caps: &[Cap], allowed: &[bool], need: &Need) -> NodeOffer {
             gpus: c.gpus,
             nics: c.free_nics,
             nics_in_use: c.nics.saturating_sub(c.free_nics),
+            hugepages: need
+                .hugepages
+                .iter()
+                .map(|h| (h.size_kb, hugepages::free_on(c, h.size_kb)))
+                .collect(),
         }
     })
     .unwrap_or_default()

@@ -75,6 +75,7 @@ fn min_width_from_the_kept_totals_matches_counting_them_again() {
                     gpus: topo.gpus.len() as u32 * step / 8,
                     nics: topo.nics.len() as u32 * (8 - step) / 8,
                     shared: false,
+                    hugepages: Vec::new(),
                 };
                 assert_eq!(
                     min_width(&ledger, &need),

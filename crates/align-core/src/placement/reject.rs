@@ -3,8 +3,9 @@
 //! from the choice itself so the engine reads as the algorithm.
 
 use super::annotations::DOMAIN;
-use super::error::{fmt_bytes, fmt_nodes, Ask, PlacementError};
+use super::error::{fmt_bytes, fmt_nodes, Ask, NodeOffer, PlacementError};
 use super::given::{self, Fixed};
+use super::hugepages;
 use super::ledger::Ledger;
 use super::nics;
 use super::numa::{self, Cap, Need};
@@ -39,6 +40,8 @@ pub fn insufficient(
     let nics = nics::eligible(ledger);
     let unused = nics.iter().filter(|x| ledger.nic_users(**x) == 0).count();
     let nics = nics.len();
+    let cpu_nodes: Vec<usize> = (0..caps.len()).filter(|i| caps[*i].has_cpus).collect();
+    let huge_short = hugepages::short(caps, &cpu_nodes, &r.hugepages);
     let (resource, asked, free) = if r.exclusive && free_cpu < r.cpus {
         let what = if config.full_pcpus_only {
             "whole-core cpu"
@@ -51,6 +54,12 @@ pub fn insufficient(
             "memory",
             fmt_bytes(r.memory),
             format!("{} free", fmt_bytes(free_mem)),
+        )
+    } else if let Some((h, free)) = huge_short {
+        (
+            "huge pages",
+            hugepages::fmt_pages(h.size_kb, h.pages),
+            format!("{} free", hugepages::fmt_pages(h.size_kb, free)),
         )
     } else if free_gpu < r.gpu_count {
         ("gpu", r.gpu_count.to_string(), format!("{free_gpu} free"))
@@ -110,31 +119,13 @@ pub fn unalignable(
         memory_bytes: need.memory,
         gpus: need.gpus,
         nics: need.nics,
+        hugepages: need.hugepages.clone(),
     };
-    let mut what = Vec::new();
-    let mut reduce = Vec::new();
-    if best.cpus < asked.cpus {
-        what.push("cpu");
-        reduce.push(format!("cpu to {}", best.cpus));
-    }
-    if best.memory_bytes < asked.memory_bytes {
-        what.push("memory");
-        reduce.push(format!("memory to {}", fmt_bytes(best.memory_bytes)));
-    }
-    if best.gpus < asked.gpus {
-        what.push("gpus");
-        reduce.push(format!("gpus to {}", best.gpus));
-    }
-    // NICs are shared: those in use count towards what a node can give.
-    let best_nics = best.nics.saturating_add(best.nics_in_use);
-    if best_nics < asked.nics {
-        what.push("nics");
-        reduce.push(format!("nics to {best_nics}"));
-    }
+    let (mut what, reduce) = shortfalls(&asked, &best);
     if what.is_empty() {
         // Every amount fits the best node on its own; the devices' locality is what failed
         // (e.g. the free GPUs sit on another node than the free CPUs).
-        what.push("devices and cpus together");
+        what.push("devices and cpus together".into());
     }
     let shape_text = shape_text(ledger, shape, allowed);
     let given = given::given(ledger, r, fixed);
@@ -187,6 +178,39 @@ pub fn unalignable(
         best: Box::new(best),
         suggestion,
     }
+}
+
+/// What the best node lacks of what was asked (`cpu`, `memory`, `gpus`, `nics`,
+/// `hugepages-2Mi`), and how far each would have to shrink to fit it.
+fn shortfalls(asked: &Ask, best: &NodeOffer) -> (Vec<String>, Vec<String>) {
+    let mut what: Vec<String> = Vec::new();
+    let mut reduce = Vec::new();
+    if best.cpus < asked.cpus {
+        what.push("cpu".into());
+        reduce.push(format!("cpu to {}", best.cpus));
+    }
+    if best.memory_bytes < asked.memory_bytes {
+        what.push("memory".into());
+        reduce.push(format!("memory to {}", fmt_bytes(best.memory_bytes)));
+    }
+    if best.gpus < asked.gpus {
+        what.push("gpus".into());
+        reduce.push(format!("gpus to {}", best.gpus));
+    }
+    // NICs are shared: those in use count towards what a node can give.
+    let best_nics = best.nics.saturating_add(best.nics_in_use);
+    if best_nics < asked.nics {
+        what.push("nics".into());
+        reduce.push(format!("nics to {best_nics}"));
+    }
+    // The page size and what the best node has free of it: pages of one node are not another's.
+    for (h, (_, free)) in asked.hugepages.iter().zip(&best.hugepages) {
+        if *free < h.pages {
+            what.push(h.resource());
+            reduce.push(format!("{} to {free} pages", h.resource()));
+        }
+    }
+    (what, reduce)
 }
 
 #[cfg(test)]

@@ -57,6 +57,10 @@ pub struct Request {
     /// their NUMA nodes as to a GPU's; they are never held, chosen or remapped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub generic_devices: Vec<GenericDevice>,
+    /// Huge pages per size (the container's `hugepage_limits`): held on the nodes placement
+    /// chooses, which must have them free.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hugepages: Vec<super::hugepages::HugePageNeed>,
 }
 
 /// A PCI device placement aligns to without managing it.
@@ -173,6 +177,10 @@ pub struct Assignment {
         skip_serializing_if = "super::device_map::DeviceMap::is_empty"
     )]
     pub device_map: super::device_map::DeviceMap,
+    /// Huge pages held, per node and size; every node named is in `mems`. Empty in records
+    /// written before huge pages were accounted (they hold none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hugepages: Vec<super::hugepages::HugePagesHeld>,
 }
 
 /// What a whole pod asks for, when it is known before its first container is placed

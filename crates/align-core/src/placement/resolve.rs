@@ -24,6 +24,8 @@ pub struct Resolved {
     pub cpus: u32,
     /// Memory limit (0 = none).
     pub memory: u64,
+    /// Huge pages per size, merged by size, none empty.
+    pub hugepages: Vec<super::hugepages::HugePageNeed>,
     /// GPUs wanted.
     pub gpu_count: usize,
     /// GPUs the device plugin allocated to this container alone (indices).
@@ -49,6 +51,21 @@ pub struct Resolved {
     /// The scheduler's choice that could not be had, with why, when `scheduler_choice` is
     /// `preferred` (the node's own search places the container instead).
     pub overridden: Option<(Scheduler, String)>,
+}
+
+/// Each generic device of `req` by name with its node index (`None`: the host does not say).
+fn generic_nodes(ledger: &Ledger, req: &Request) -> Vec<(String, Option<usize>)> {
+    req.generic_devices
+        .iter()
+        .map(|d| {
+            // Where the request does not say, the topology may (its node resolved through
+            // the function's local_cpulist).
+            let node = d
+                .numa_node
+                .or_else(|| ledger.topo().pci(&d.pci_bus_id)?.numa_node);
+            (d.name.clone(), node.and_then(|n| ledger.device_node(n)))
+        })
+        .collect()
 }
 
 /// Resolves annotations, the Guaranteed rule and the devices of a request.
@@ -114,23 +131,13 @@ pub fn resolve(
     let gpu_count = alloc_gpus.len().max(eff.gpus.unwrap_or(0) as usize);
     let nic_count = alloc_nics.len().max(eff.nics.unwrap_or(0) as usize);
     let device_nodes = generic_device_nodes(ledger, req);
-    let generic_nodes = req
-        .generic_devices
-        .iter()
-        .map(|d| {
-            // Where the request does not say, the topology may (its node resolved through
-            // the function's local_cpulist).
-            let node = d
-                .numa_node
-                .or_else(|| ledger.topo().pci(&d.pci_bus_id)?.numa_node);
-            (d.name.clone(), node.and_then(|n| ledger.device_node(n)))
-        })
-        .collect();
+    let generic_nodes = generic_nodes(ledger, req);
     Ok(Resolved {
         eff,
         exclusive,
         cpus,
         memory: req.memory_limit_bytes.unwrap_or(0),
+        hugepages: super::hugepages::merged(&req.hugepages),
         gpu_count,
         alloc_gpus,
         shared_gpus,

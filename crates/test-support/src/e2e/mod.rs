@@ -177,6 +177,10 @@ pub struct UpOptions {
     /// Resolve CDI devices from the instance's `cdi/` dir (containerd's `enable_cdi`; CRI-O
     /// always does).
     pub cdi: bool,
+    /// Have containerd write the containers' hugepage limits into their specs (and so pass
+    /// them to NRI): its CRI plugin's `disable_hugetlb_controller = false`. containerd's default
+    /// (true) leaves them out; CRI-O always passes them.
+    pub hugetlb: bool,
     /// NRI's default validator with these required plugins (CRI-O 1.34+, containerd 2.2+;
     /// `Some(vec![])` turns it on with only the pods' own `required-plugins` annotations).
     pub required_plugins: Option<Vec<String>>,
@@ -294,6 +298,9 @@ impl Instance {
         }
         if self.options.cdi {
             cmd.env("CONTAINERD_ENABLE_CDI", "true");
+        }
+        if self.options.hugetlb {
+            cmd.env("CONTAINERD_DISABLE_HUGETLB_CONTROLLER", "false");
         }
         if self.runtime == Runtime::Crio && !self.options.images.is_empty() {
             let pairs: Vec<String> = self

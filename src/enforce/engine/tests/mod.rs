@@ -616,6 +616,7 @@ mod consistency;
 mod diskfull;
 mod gpu_props;
 mod headroom;
+mod hugepages;
 mod kubernetes;
 mod listing;
 mod logs;
