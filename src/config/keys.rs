@@ -5,7 +5,7 @@
 
 /// Every top-level key of a configuration file, in the order `config show` writes them (it
 /// leaves out the PodResources details when the lookup is off).
-pub const CONFIG_KEYS: [&str; 35] = [
+pub const CONFIG_KEYS: [&str; 36] = [
     "policy",
     "scope",
     "reserved_cpus",
@@ -25,6 +25,7 @@ pub const CONFIG_KEYS: [&str; 35] = [
     "podresources_resources",
     "podresources_timeout_ms",
     "trust_visible_devices_env",
+    "pod_budgets",
     "trusted_schedulers",
     "cri_socket",
     "cdi_spec_dirs",

@@ -27,6 +27,7 @@
 //! podresources_resources: [nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*, rdma/*]
 //! podresources_timeout_ms: 300 # deadline of one PodResources Get (fails open after it)
 //! trust_visible_devices_env: false  # NVIDIA_VISIBLE_DEVICES lists count as allocations
+//! pod_budgets: false          # a pod Guaranteed at pod level gets its CPUs as one aligned budget
 //! trusted_schedulers: []       # koordinator, crane: whose placement annotations are acted on
 //! cri_socket: null             # runtime's CRI, listed where NRI sends no Synchronize; "" off
 //! create_dev_char_links: true  # link /dev/char/MAJ:MIN to device nodes handed out (systemd driver)
@@ -203,6 +204,7 @@ struct RawConfig {
     podresources_resources: Option<Vec<String>>,
     podresources_timeout_ms: Option<u64>,
     trust_visible_devices_env: Option<bool>,
+    pod_budgets: Option<bool>,
     cri_socket: Option<PathBuf>,
     cdi_spec_dirs: Option<Vec<PathBuf>>,
     leave_to_others: Vec<others::LeftField>,
@@ -270,6 +272,12 @@ pub struct Config {
     /// (nodes whose admission policy keeps pods from setting the variable). Off: a GPU named
     /// only there is aligned to, never held, remapped or given.
     pub trust_visible_devices_env: bool,
+    /// Whether a pod whose sandbox resources are Guaranteed with whole CPUs gets them as one
+    /// budget on an aligned node set (`enforce/engine/pod_budget.rs`). Off by default: the
+    /// runtime passes pod-level resources and the sum of the containers' in the same field,
+    /// so turning it on also gives every Guaranteed pod's fractional containers a pool
+    /// private to their pod instead of the node's shared pool.
+    pub pod_budgets: bool,
     /// The schedulers whose placement annotations (Koordinator's `resource-status` and
     /// `device-allocated`, Crane's `topology-result`) this node acts on. Empty by default: any
     /// pod author can write those annotations, so they are the scheduler's word only where an
@@ -340,6 +348,7 @@ impl Default for Config {
             exempt_namespaces: Vec::new(),
             podresources: Some(PodResourcesConfig::default()),
             trust_visible_devices_env: false,
+            pod_budgets: false,
             trusted_schedulers: Vec::new(),
             cri_socket: None,
             cdi_spec_dirs: crate::host::cdi::DEFAULT_SPEC_DIRS
@@ -483,6 +492,7 @@ impl Config {
             exempt_namespaces: raw.exempt_namespaces,
             podresources,
             trust_visible_devices_env: raw.trust_visible_devices_env.unwrap_or(false),
+            pod_budgets: raw.pod_budgets.unwrap_or(false),
             trusted_schedulers,
             cri_socket: raw.cri_socket,
             cdi_spec_dirs,

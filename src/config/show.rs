@@ -69,6 +69,7 @@ impl Config {
             "trust_visible_devices_env",
             self.trust_visible_devices_env,
         );
+        put(&mut m, "pod_budgets", self.pod_budgets);
         let trusted: Vec<String> = self
             .trusted_schedulers
             .iter()

@@ -115,6 +115,8 @@ pub fn verify_with(doc: &StateDoc, root: &Path, options: VerifyOptions) -> Vec<C
     };
     doc.containers
         .iter()
+        // A pod's budget is no container: its CPUs are checked through its containers.
+        .filter(|(_, rec)| rec.pod_budget.is_none())
         .map(|(id, rec)| {
             let gone = offline_held(rec, online.as_ref());
             let mut check = check_one(id, rec, root, &view, &gone);

@@ -414,3 +414,33 @@ fn the_device_map_is_reported_and_a_stale_one_is_drift() {
     let all = r[0].problems.join("\n");
     assert!(all.contains("NRI_ALIGN_GPU_CPUS names CPUs 1"), "{all}");
 }
+
+#[test]
+fn a_pod_budget_is_no_container_to_check() {
+    let t = tempfile::tempdir().expect("tmp");
+    host(
+        t.path(),
+        "abc",
+        "2-3",
+        "2",
+        &["/dev/nvidia1", "/dev/nvidiactl", "/dev/null"],
+    );
+    let mut d = doc("abc");
+    d.containers.insert(
+        "pod-budget:sb".into(),
+        Record {
+            assignment: Assignment {
+                container_id: "pod-budget:sb".into(),
+                cpus: "4-5".parse().expect("set"),
+                exclusive: true,
+                ..Default::default()
+            },
+            pod_sandbox_id: "sb".into(),
+            pod_budget: Some(vec![2, 3, 4, 5]),
+            ..Record::default()
+        },
+    );
+    let r = verify(&d, t.path());
+    assert_eq!(r.len(), 1, "only the container is checked: {r:?}");
+    assert_eq!(r[0].verdict, Verdict::Ok, "{:?}", r[0].problems);
+}

@@ -17,6 +17,7 @@ mod nrt_refresh;
 mod observe;
 mod others;
 mod plugin;
+mod podlevel;
 mod quota;
 mod required_plugins;
 mod resize;

@@ -179,6 +179,9 @@ pub enum Command {
     },
     /// Update container resources.
     Update(UpdateArgs),
+    /// Update pod sandboxes' pod-level resources (UpdatePodSandboxResources; the ids are pod
+    /// ids). Not a crictl command: the kubelet sends it after a pod-level resize.
+    Updatep(UpdateArgs),
     /// List images.
     Images {
         /// Only IDs.

@@ -110,3 +110,16 @@ fn exec_deadlines() {
         Duration::from_secs(3600)
     );
 }
+
+#[test]
+fn updatep_takes_the_update_flags_and_pod_ids() {
+    let cli = parse(&["updatep", "--cpu-quota", "200000", "--memory", "1024", "p1"]);
+    match cli.command {
+        Command::Updatep(u) => {
+            assert_eq!(u.cpu_quota, Some(200_000));
+            assert_eq!(u.memory, Some(1024));
+            assert_eq!(u.ids, vec!["p1"]);
+        }
+        other => panic!("{other:?}"),
+    }
+}

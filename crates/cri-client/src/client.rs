@@ -75,6 +75,8 @@ impl CriClient {
         container_status, runtime, "/runtime.v1.RuntimeService/ContainerStatus", ContainerStatusRequest, ContainerStatusResponse);
     rpc!(/// Updates the resources of a container.
         update_container_resources, runtime, "/runtime.v1.RuntimeService/UpdateContainerResources", UpdateContainerResourcesRequest, UpdateContainerResourcesResponse);
+    rpc!(/// Updates a pod sandbox's pod-level resources (what the kubelet sends after a pod resize).
+        update_pod_sandbox_resources, runtime, "/runtime.v1.RuntimeService/UpdatePodSandboxResources", UpdatePodSandboxResourcesRequest, UpdatePodSandboxResourcesResponse);
     rpc!(/// Runs a command in a container and returns its output.
         exec_sync, runtime, "/runtime.v1.RuntimeService/ExecSync", ExecSyncRequest, ExecSyncResponse);
     rpc!(/// Lists images.

@@ -179,6 +179,7 @@ pub async fn dispatch(mut client: CriClient, command: Command) -> Result<i32> {
             print_log(&text, tail, timestamps)?;
         }
         Command::Update(args) => update(&client, args).await?,
+        Command::Updatep(args) => update_pods(&client, args).await?,
         Command::Images { quiet, output } => {
             let resp = client
                 .list_images(&ListImagesRequest::new())
@@ -515,7 +516,7 @@ async fn exec(client: &mut CriClient, id: &str, cmd: Vec<String>, timeout: i64) 
     Ok(resp.exit_code)
 }
 
-async fn update(client: &CriClient, args: UpdateArgs) -> Result<()> {
+fn resources_of(args: &UpdateArgs) -> LinuxContainerResources {
     let mut res = LinuxContainerResources::new();
     res.cpu_period = args.cpu_period.unwrap_or(0);
     res.cpu_quota = args.cpu_quota.unwrap_or(0);
@@ -523,6 +524,26 @@ async fn update(client: &CriClient, args: UpdateArgs) -> Result<()> {
     res.cpuset_cpus = args.cpuset_cpus.clone().unwrap_or_default();
     res.cpuset_mems = args.cpuset_mems.clone().unwrap_or_default();
     res.memory_limit_in_bytes = args.memory.unwrap_or(0);
+    res
+}
+
+async fn update_pods(client: &CriClient, args: UpdateArgs) -> Result<()> {
+    let res = resources_of(&args);
+    for id in &args.ids {
+        let mut req = UpdatePodSandboxResourcesRequest::new();
+        req.pod_sandbox_id = id.clone();
+        req.resources = protobuf::MessageField::some(res.clone());
+        client
+            .update_pod_sandbox_resources(&req)
+            .await
+            .with_context(|| format!("updating pod sandbox resources for {id:?}"))?;
+        println!("{id}");
+    }
+    Ok(())
+}
+
+async fn update(client: &CriClient, args: UpdateArgs) -> Result<()> {
+    let res = resources_of(&args);
     for id in &args.ids {
         let mut req = UpdateContainerResourcesRequest::new();
         req.container_id = id.clone();

@@ -190,7 +190,9 @@ impl<P: Placer> Engine<P> {
         while let Some(stale) = self.predecessor(pod, c) {
             self.drop_record(&stale);
         }
-        if !may_keep(&old, &old_id, c, &built.request) {
+        // A container of a pod budget is placed anew in its budget (its CPUs went back to the
+        // pod's pool with its predecessor).
+        if old.in_pod_budget || !may_keep(&old, &old_id, c, &built.request) {
             return None;
         }
         let mut a = old.assignment.clone();
@@ -296,7 +298,12 @@ impl<P: Placer> Engine<P> {
             .doc
             .containers
             .of_pod_uid(&pod.uid)
-            .filter(|(id, r)| r.stopped && *id != &c.id && r.assignment.container_name != c.name)
+            .filter(|(id, r)| {
+                r.stopped
+                    && r.pod_budget.is_none()
+                    && *id != &c.id
+                    && r.assignment.container_name != c.name
+            })
             .map(|(id, _)| id.clone())
             .collect();
         for id in done {

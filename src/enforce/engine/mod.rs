@@ -272,6 +272,9 @@ impl<P: Placer> Engine<P> {
             return Ok(Some(out));
         }
         self.reuse_finished(pod, c);
+        if self.in_budget(pod) {
+            return self.create_in_budget(pod, c, &built, started).map(Some);
+        }
         let plan = self.plan_create(pod, c, &built, started)?;
         let planned = P::planned(&plan);
         let adjustment = self.adjustment_for(planned, c, &built.devices, started)?;
@@ -321,6 +324,11 @@ impl<P: Placer> Engine<P> {
             return Ok(Vec::new());
         };
         if old.exempt {
+            return Ok(Vec::new());
+        }
+        if old.in_pod_budget {
+            // Its pod's budget is resized as a whole, by UpdatePodSandbox (`pod_budget.rs`).
+            tracing::info!(container = %c.id, "update of a container in a pod budget: the budget follows UpdatePodSandbox");
             return Ok(Vec::new());
         }
         let mut updated = c.clone();
@@ -386,7 +394,9 @@ impl<P: Placer> Engine<P> {
         self.placer.release(id);
         self.pass_on_claims(id, &rec);
         tracing::info!(container = %id, "released");
-        let updates = self.follow_pool(None);
+        self.budget_member_gone(&rec, true);
+        let mut updates = self.follow_pod_pool(&rec.pod_sandbox_id, None);
+        updates.extend(self.follow_pool(None));
         self.persist();
         self.refresh_free();
         updates
@@ -470,10 +480,14 @@ impl<P: Placer> Engine<P> {
 
     /// Forgets container `id` in the records and the placer together, and persists that.
     fn drop_record(&mut self, id: &str) {
-        self.doc.containers.remove(id);
+        let rec = self.doc.containers.remove(id);
         self.mems_moved.remove(id);
         self.quota_moved.remove(id);
         self.placer.release(id);
+        if let Some(rec) = rec {
+            // Its pod's shared containers follow with the next decision in the pod.
+            self.budget_member_gone(&rec, false);
+        }
         self.persist();
         self.refresh_free();
     }
@@ -611,6 +625,7 @@ mod others;
 mod others_mems;
 mod persist;
 pub mod placer;
+mod pod_budget;
 mod pool;
 pub mod quota;
 pub mod reconcile;

@@ -170,7 +170,8 @@ impl<P: Placer> Engine<P> {
             .pod_containers(sandbox_id)
             .iter()
             .filter_map(|id| self.doc.containers.get(id))
-            .any(|r| r.assignment.exclusive && !r.stopped)
+            // A pod's budget holds its pool, not a container's exclusive CPUs.
+            .any(|r| r.assignment.exclusive && !r.stopped && r.pod_budget.is_none())
     }
 
     /// After a reload that changed `exclusive_cpu_quota`: every live exclusive container gets
@@ -222,7 +223,7 @@ impl<P: Placer> Engine<P> {
             .pod_containers(sandbox_id)
             .iter()
             .filter_map(|id| self.doc.containers.get(id))
-            .filter(|r| !r.stopped && !r.exempt)
+            .filter(|r| !r.stopped && !r.exempt && r.pod_budget.is_none())
             .collect();
         let Some(first) = recs.iter().find(|r| !r.cgroups_path.is_empty()) else {
             return;

@@ -45,6 +45,14 @@ pub fn reconcile(
             .unwrap_or(&no_pod)
     };
     for (id, rec) in &doc.containers {
+        if rec.pod_budget.is_some() {
+            // A pod's budget is no container: it stays while the runtime lists its pod.
+            match pods_by_id.contains_key(rec.pod_sandbox_id.as_str()) {
+                true => out.keep.push(rec.clone()),
+                false => out.release.push(id.clone()),
+            }
+            continue;
+        }
         let Some(c) = by_id.get(id.as_str()).copied() else {
             out.release.push(id.clone());
             continue;

@@ -107,16 +107,29 @@ impl<P: Placer> Engine<P> {
             }
             return Vec::new();
         };
+        // A pod's budget has no process: it goes when none of its pod's containers is left.
+        let gone_member = |id: &String| !live.contains(id.as_str());
         let gone: Vec<String> = self
             .doc
             .containers
-            .keys()
-            .filter(|id| !live.contains(*id))
-            .cloned()
+            .iter()
+            .filter(|(id, rec)| match rec.pod_budget {
+                None => gone_member(id),
+                Some(_) => self
+                    .doc
+                    .containers
+                    .pod_containers(&rec.pod_sandbox_id)
+                    .iter()
+                    .filter(|m| *m != *id)
+                    .all(gone_member),
+            })
+            .map(|(id, _)| id.clone())
             .collect();
         for id in &gone {
             self.placer.release(id);
-            self.doc.containers.remove(id);
+            if let Some(rec) = self.doc.containers.remove(id) {
+                self.budget_member_gone(&rec, true);
+            }
             tracing::info!(container = %id, "released: no process left");
         }
         if !gone.is_empty() {
@@ -156,7 +169,9 @@ impl<P: Placer> Engine<P> {
             .collect();
         for id in &plan.release {
             self.placer.release(id);
-            self.doc.containers.remove(id);
+            if let Some(rec) = self.doc.containers.remove(id) {
+                self.budget_member_gone(&rec, true);
+            }
             if rebuilt.contains(id.as_str()) {
                 tracing::warn!(container = %id, "runs without its adjustment and with other devices than recorded: re-recording it as it runs");
             } else {
@@ -181,7 +196,8 @@ impl<P: Placer> Engine<P> {
             self.track_exempt(&pod, c);
         }
         self.adopt_recorded_pool();
-        let mut updates = self.follow_pool(None);
+        let mut updates = self.follow_pod_pools();
+        updates.extend(self.follow_pool(None));
         updates.extend(self.follow_others_listed(pods, &managed));
         let updates = last_per_container(updates);
         let moving: HashSet<String> = updates.iter().map(|u| u.container_id.clone()).collect();

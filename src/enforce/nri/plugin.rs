@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use nri_protocol::api::{
     self, Container, ContainerUpdate, CreateContainerResponse, EventMask, LinuxResources,
     MessageField, PodSandbox, StopContainerResponse, UpdateContainerResponse,
+    UpdatePodSandboxRequest,
 };
 use nri_protocol::stub::{HandlerError, HandlerResult, Plugin};
 use nri_protocol::version::RuntimeInfo;
@@ -400,7 +401,12 @@ const NRI_MEMORY_POLICY: nri_protocol::version::SemVer =
 #[async_trait]
 impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
     fn events(&self) -> EventMask {
-        wanted_events()
+        // UpdatePodSandbox (NRI v0.10+) only resizes pod budgets: asked for only where they
+        // are on, so that older runtimes are not told of an event they do not know.
+        match self.engine().config().pod_budgets {
+            true => wanted_events().with(api::Event::UPDATE_POD_SANDBOX),
+            false => wanted_events(),
+        }
     }
 
     async fn configure(&self, config: &str, runtime: &RuntimeInfo) -> HandlerResult<()> {
@@ -452,6 +458,24 @@ impl<P: Placer + 'static> Plugin for AlignPlugin<P> {
     async fn run_pod_sandbox(&self, pod: PodSandbox) -> HandlerResult<()> {
         self.follow_hotplug();
         self.engine().pod_started(&pod_view(&pod));
+        Ok(())
+    }
+
+    async fn update_pod_sandbox(&self, req: UpdatePodSandboxRequest) -> HandlerResult<()> {
+        self.follow_hotplug();
+        let pod = pod_view(&req.pod);
+        // The pod's new resources; the sandbox's own field where the runtime leaves them out.
+        let resources = match req.linux_resources.as_ref() {
+            Some(r) => resources_view(Some(r)),
+            None => pod.resources.clone().unwrap_or_default(),
+        };
+        // The response carries no container update: the moves wait for the next response
+        // that can, and the cgroups are written now, as after a pod's removal.
+        let ups = self
+            .engine()
+            .update_pod(&pod, &resources)
+            .map_err(|e| HandlerError::failed(e.to_string()))?;
+        self.regrow(ups);
         Ok(())
     }
 

@@ -547,6 +547,75 @@ async fn cpus_another_plugin_set_after_creation_move_the_memory_nodes_only() {
     assert!(again.update.is_empty(), "{:?}", again.update);
 }
 
+fn budget_plugin() -> AlignPlugin<FakePlacer> {
+    let config = Config {
+        pod_budgets: true,
+        ..Config::default()
+    };
+    let engine = Engine::new(FakePlacer::new(), config, None, None, Box::new(AllDevices));
+    AlignPlugin::new(Arc::new(Mutex::new(engine)), false)
+}
+
+/// `cores` whole CPUs, requests equal to limits, and 1 GiB, as NRI carries them.
+fn pod_level(cores: i64) -> LinuxResources {
+    let mut r = container("r", cores, None)
+        .linux
+        .resources
+        .clone()
+        .into_option()
+        .expect("resources");
+    r.memory = MessageField::some(api::LinuxMemory {
+        limit: MessageField::some(api::OptionalInt64 {
+            value: 1 << 30,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    r
+}
+
+#[tokio::test]
+async fn update_pod_sandbox_is_asked_for_with_budgets_and_grows_the_pods_pool() {
+    assert!(!plugin().events().contains(api::Event::UPDATE_POD_SANDBOX));
+    let p = budget_plugin();
+    assert!(p.events().contains(api::Event::UPDATE_POD_SANDBOX));
+    let mut budgeted = pod();
+    budgeted.linux = MessageField::some(api::LinuxPodSandbox {
+        pod_resources: MessageField::some(pod_level(4)),
+        ..Default::default()
+    });
+    let out = p
+        .create_container(budgeted.clone(), container("s1", 0, None))
+        .await
+        .expect("sidecar");
+    let cpus = &out.adjust.linux.resources.cpu.cpus;
+    assert_eq!(CpuSet::parse_list(cpus).expect("cpus").len(), 4, "{cpus}");
+    p.update_pod_sandbox(api::UpdatePodSandboxRequest {
+        pod: MessageField::some(budgeted),
+        linux_resources: MessageField::some(pod_level(6)),
+        ..Default::default()
+    })
+    .await
+    .expect("update");
+    // UpdatePodSandbox has no response: the move rides on the next one.
+    let mut other = pod();
+    other.id = "sb2".into();
+    let next = p
+        .create_container(other, container("s2", 0, None))
+        .await
+        .expect("s2");
+    let grown: Vec<&str> = next
+        .update
+        .iter()
+        .filter(|u| u.container_id == "s1")
+        .map(|u| u.linux.resources.cpu.cpus.as_str())
+        .collect();
+    assert_eq!(grown.len(), 1, "{:?}", next.update);
+    let grown = CpuSet::parse_list(grown[0]).expect("cpus");
+    assert!(CpuSet::parse_list(cpus).expect("cpus").is_subset(&grown));
+    assert_eq!(grown.len(), 6);
+}
+
 #[tokio::test]
 async fn exclusive_cpus_run_without_a_cfs_quota_across_a_resize() {
     let p = plugin();

@@ -157,6 +157,15 @@ pub struct Record {
     /// to, not held (`enforce/engine/claims.rs`). Shared GPUs are in the assignment.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared_devices: Vec<String>,
+    /// The record of a pod's CPU budget (`pod_budgets`), not of a container: every CPU of the
+    /// budget, oldest first (a shrink gives back the newest). Its assignment holds the part no
+    /// container of the pod holds exclusively, the pod's private pool, and the pod's memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_budget: Option<Vec<u32>>,
+    /// A container placed in its pod's budget: an exclusive one's CPUs go back to the pod's
+    /// pool when it goes, a shared one follows the pod's pool, never the node's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_pod_budget: bool,
     /// The assignment's memory policy was left out of the adjustment: the runtime's NRI
     /// cannot carry one (`enforce/engine/mempolicy.rs`), so the container runs without it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -36,7 +36,8 @@ pub enum GroupKey {
 impl Record {
     /// The group this record follows the pool with; `None` for an exclusive one.
     pub fn group_key(&self) -> Option<GroupKey> {
-        if self.assignment.exclusive {
+        // A shared container of a pod budget follows its pod's pool (`engine/pod_budget.rs`).
+        if self.assignment.exclusive || self.in_pod_budget {
             None
         } else if self.exempt {
             Some(GroupKey::Exempt)
@@ -48,7 +49,7 @@ impl Record {
     /// Whether this record belongs to group `key` (without building its key).
     pub(super) fn in_group(&self, key: &GroupKey) -> bool {
         match key {
-            _ if self.assignment.exclusive => false,
+            _ if self.assignment.exclusive || self.in_pod_budget => false,
             GroupKey::Exempt => self.exempt,
             GroupKey::Nodes(n) => !self.exempt && self.assignment.numa_nodes == *n,
         }

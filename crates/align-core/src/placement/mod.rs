@@ -13,6 +13,9 @@
 pub mod allocator;
 pub mod annotations;
 mod best_sets;
+pub mod budget;
+#[cfg(test)]
+mod budget_tests;
 mod choose;
 pub mod cpus;
 pub mod device_map;

@@ -623,6 +623,7 @@ mod logs;
 mod mempolicy;
 mod observe;
 mod others;
+mod pod_budget;
 mod privileged;
 mod props;
 mod quota;
