@@ -279,6 +279,15 @@ fn start_unit(runtime: Runtime, facts: Facts, fixture: &str, lib: &str) -> Resul
     })
 }
 
+/// nri-align reconfigured for one test ([`Guest::reconfigured`]).
+pub struct Reconfigured<'a>(&'a Guest);
+
+impl Drop for Reconfigured<'_> {
+    fn drop(&mut self) {
+        self.0.reconfigure("");
+    }
+}
+
 /// What one container shows: from inside (a process started by exec) and from its cgroup.
 #[derive(Debug, Clone)]
 pub struct Seen {
@@ -604,6 +613,13 @@ impl Guest {
             "nri-align never said it reloaded:\n{}",
             self.plugin_tail(20)
         );
+    }
+
+    /// [`Guest::reconfigure`] with `extra` until the returned guard drops, passed or not; then
+    /// the guest's own configuration again.
+    pub fn reconfigured(&self, extra: &str) -> Reconfigured<'_> {
+        self.reconfigure(extra);
+        Reconfigured(self)
     }
 
     /// Runs `nri-align verify` on the guest's state; its output.

@@ -15,21 +15,11 @@ use test_support::e2e::ContainerSpec;
 /// Written to the container's `/dev/shm` (a 64 MiB tmpfs): shmem, `file` in `memory.numa_stat`.
 const FILL: u64 = 40 << 20;
 
-/// Puts the guest's configuration back when the test ends, passed or not.
-struct Restore<'a>(&'a Guest);
-
-impl Drop for Restore<'_> {
-    fn drop(&mut self) {
-        self.0.reconfigure("");
-    }
-}
-
 #[test]
 fn t14_memory_left_behind_by_a_move_is_reported_as_remote() {
     let Some(g) = guest("t14") else { return };
     let f = &g.facts;
-    g.reconfigure("leave_to_others: [mems]\n");
-    let _restore = Restore(g);
+    let _config = g.reconfigured("leave_to_others: [mems]\n");
     let writer = ContainerSpec::new("writer")
         .cpu_millis(1000, Some(1000))
         .memory(256 << 20)

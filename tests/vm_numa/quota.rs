@@ -3,8 +3,8 @@
 //! too (the kubelet's rule: any exclusive container), a shared sibling keeps the kubelet's
 //! quota, two busy threads on its two CPUs are never throttled over 10 s, and a resize to shared
 //! (the kubelet's CRI update) gives the container the kubelet's quota back and the pod the sum of
-//! its containers'. `exclusive_cpu_quota: keep` is proven on the real runtimes of the host suite
-//! (tests/e2e/quota.rs).
+//! its containers'. With `exclusive_cpu_quota: keep` (reloaded for that test) both keep the
+//! kubelet's quota; the host suite proves the same on cgroup v1 (tests/e2e/quota.rs).
 
 use std::path::Path;
 
@@ -92,4 +92,41 @@ fn t11_an_exclusive_container_and_its_pod_run_without_a_cfs_quota() {
         .expect("crictl update");
     assert_eq!(cpu_max(&xdir), "200000 100000", "{}", g.plugin_tail(20));
     assert_eq!(cpu_max(&pod_dir), "250000 100000", "{}", g.plugin_tail(20));
+}
+
+#[test]
+fn t15_with_keep_an_exclusive_container_and_its_pod_keep_the_kubelets_quota() {
+    let Some(g) = guest("t15") else { return };
+    let _config = g.reconfigured("exclusive_cpu_quota: keep\n");
+    let pod = g.pod("quota-keep", Qos::Guaranteed, &[]);
+    let shared = ContainerSpec::new("side")
+        .cpu_millis(500, Some(500))
+        .memory(64 << 20);
+    let s1 = g.run(&pod, &shared);
+    let pod_dir = g
+        .seen(&s1)
+        .cgroup
+        .parent()
+        .expect("pod cgroup")
+        .to_path_buf();
+    // The kubelet's pod quota: 1 CPU and the 500m sidecar.
+    std::fs::write(pod_dir.join("cpu.max"), "150000 100000").expect("pod quota");
+    let busy = ContainerSpec::new("busy")
+        .cpu_millis(1000, Some(1000))
+        .memory(64 << 20);
+    let x = g.run(&pod, &busy);
+    let s = g.seen(&x);
+    assert_eq!(s.cpus.len(), 1, "one exclusive CPU: {s}");
+    assert_eq!(
+        cpu_max(&s.cgroup),
+        "100000 100000",
+        "keep: the kubelet's container quota stays\n{}",
+        g.plugin_tail(20)
+    );
+    assert_eq!(
+        cpu_max(&pod_dir),
+        "150000 100000",
+        "keep: the pod cgroup keeps the kubelet's quota\n{}",
+        g.plugin_tail(20)
+    );
 }

@@ -228,3 +228,48 @@ fn a_rebuilt_record_shows_the_policy_asked_and_whether_it_holds() {
         bad.reason
     );
 }
+
+/// nri-align lifts the CFS quota of the exclusive containers it places: after a lost state,
+/// such a container shows no CPU limit. Its own decision, which it carries, says it is
+/// exclusive on the CPUs it runs on; without it, or on other CPUs, it is shared.
+#[test]
+fn a_running_container_without_a_quota_is_exclusive_where_its_own_decision_says_so() {
+    let unlimited = |cpus: &str, decision: Option<&str>, annotation: bool| {
+        let mut c = live("x", ContainerState::Running, cpus, 2);
+        c.resources.cpu_quota = Some(-1);
+        if let Some(d) = decision {
+            if annotation {
+                c.annotations.insert(DECISION_KEY.into(), d.into());
+            } else {
+                c.env.push(format!("{DECISION_ENV}={d}"));
+            }
+        }
+        record_as_running(
+            &topo(),
+            &PlacementConfig::default(),
+            &PodView::default(),
+            &c,
+        )
+        .assignment
+        .exclusive
+    };
+    let placed = "policy=best-effort cpus=4-5 exclusive=true mems=1 nodes=1";
+    assert!(
+        unlimited("4-5", Some(placed), true),
+        "its decision, annotated"
+    );
+    assert!(
+        unlimited("4-5", Some(placed), false),
+        "its decision, in the env"
+    );
+    assert!(
+        !unlimited("4-5", None, false),
+        "no decision: no limit, shared"
+    );
+    assert!(
+        !unlimited("4-6", Some(placed), true),
+        "on other CPUs than decided: shared"
+    );
+    let shared = "policy=best-effort cpus=4-5 exclusive=false mems=1 nodes=1";
+    assert!(!unlimited("4-5", Some(shared), true), "decided shared");
+}
