@@ -7,9 +7,11 @@ use std::collections::HashMap;
 use crate::placement::{annotations, Assignment, PlacementConfig, Policy};
 use crate::topology::{CpuSet, NodeSet, Topology};
 
-use crate::enforce::adjust::{DECISION_ENV, DECISION_KEY};
+use crate::enforce::adjust::DECISION_ENV;
 use crate::enforce::container::{ContainerView, PodView, RuntimeIds};
-use crate::enforce::inputs::{build, build_request, RequestError, SpecDevices};
+use crate::enforce::inputs::{
+    build, build_request, placed_exclusive_on, RequestError, SpecDevices,
+};
 use crate::enforce::state::{Record, ResourceSummary, StateDoc, RECORDED_AS_RUNNING};
 
 /// What to do after a restart.
@@ -267,7 +269,7 @@ fn asked_of_running(
     // the container at creation, says the limit was the request.
     let limit = r
         .cpu_limit_milli
-        .or_else(|| placed_exclusive_here(c, cpus).then_some(r.cpu_request_milli));
+        .or_else(|| (placed_exclusive_on(c).as_ref() == Some(cpus)).then_some(r.cpu_request_milli));
     let integer_guaranteed = limit.is_some_and(|l| {
         l > 0 && l % 1000 == 0 && l == r.cpu_request_milli && cpus.len() as u64 == l / 1000
     });
@@ -281,33 +283,6 @@ fn asked_of_running(
         nics: r.allocated_nics,
         spec,
     }
-}
-
-/// Whether running container `c` carries nri-align's own decision (its annotation, else the
-/// env entry; both written at creation) that it was placed exclusive on exactly `cpus`, and
-/// runs without a CFS quota, as nri-align leaves such a container.
-fn placed_exclusive_here(c: &ContainerView, cpus: &CpuSet) -> bool {
-    if c.resources.cpu_quota.is_some_and(|q| q > 0) {
-        return false;
-    }
-    let Some(record) = c
-        .annotations
-        .get(DECISION_KEY)
-        .map(String::as_str)
-        .or_else(|| c.env_var(DECISION_ENV))
-    else {
-        return false;
-    };
-    let field = |key: &str| {
-        record
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-    };
-    field("exclusive") == Some("true")
-        && field("cpus")
-            .and_then(|t| t.parse::<CpuSet>().ok())
-            .as_ref()
-            == Some(cpus)
 }
 
 /// What a running container holds, as [`record_as_running`] found it.

@@ -239,7 +239,8 @@ fn a_running_container_without_a_quota_is_exclusive_where_its_own_decision_says_
         c.resources.cpu_quota = Some(-1);
         if let Some(d) = decision {
             if annotation {
-                c.annotations.insert(DECISION_KEY.into(), d.into());
+                c.annotations
+                    .insert(crate::enforce::adjust::DECISION_KEY.into(), d.into());
             } else {
                 c.env.push(format!("{DECISION_ENV}={d}"));
             }

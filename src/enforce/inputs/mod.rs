@@ -11,11 +11,13 @@ use crate::enforce::container::{ContainerView, PodView, ResourcesView};
 
 mod cdi;
 mod claims;
+mod decision;
 mod devices;
 mod found;
 mod privileged;
 pub use cdi::{matched_back, resolve_cdi};
 pub use claims::{DeviceClaims, GenericClaim, GpuClaim, NicClaim, SpecDevices};
+pub use decision::placed_exclusive_on;
 pub use found::{GpuSource, Unread};
 
 /// A container whose resources or devices cannot be understood. Only authoritative sources
