@@ -172,16 +172,7 @@ impl CgroupMounts {
         // Only ever an existing regular file of a real cgroup: cgroups-rs opens it with
         // O_CREAT, which must never make a file where no cgroup is.
         let file = state.dir.join(which.file());
-        match std::fs::symlink_metadata(&file) {
-            Ok(md) if md.file_type().is_file() => {}
-            Ok(_) => {
-                return Err(CgroupError::Io {
-                    path: file,
-                    source: std::io::Error::other("not a regular file"),
-                })
-            }
-            Err(source) => return Err(CgroupError::Io { path: file, source }),
-        }
+        existing_regular_file(&file)?;
         let Some(mount) = self.cpuset() else {
             return Ok(None);
         };
@@ -263,6 +254,21 @@ impl CpusetFile {
             CpusetFile::Cpus => "cpuset.cpus",
             CpusetFile::Mems => "cpuset.mems",
         }
+    }
+}
+/// Ok when `file` is an existing regular file (not followed if a link): cgroups-rs opens the
+/// files it writes with `O_CREAT`, which must never make a file where no cgroup is.
+pub(super) fn existing_regular_file(file: &Path) -> Result<(), CgroupError> {
+    match std::fs::symlink_metadata(file) {
+        Ok(md) if md.file_type().is_file() => Ok(()),
+        Ok(_) => Err(CgroupError::Io {
+            path: file.to_path_buf(),
+            source: std::io::Error::other("not a regular file"),
+        }),
+        Err(source) => Err(CgroupError::Io {
+            path: file.to_path_buf(),
+            source,
+        }),
     }
 }
 

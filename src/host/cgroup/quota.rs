@@ -8,7 +8,7 @@ use std::path::Path;
 
 use cgroups_rs::fs::cpu::CpuController;
 
-use super::{relative_to, CgroupError, CgroupMounts, ContainerCgroup};
+use super::{existing_regular_file, relative_to, CgroupError, CgroupMounts, ContainerCgroup};
 
 /// What to make of a pod's CFS quota.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,16 +61,7 @@ impl CgroupMounts {
         } else {
             "cpu.cfs_quota_us"
         });
-        match std::fs::symlink_metadata(&file) {
-            Ok(md) if md.file_type().is_file() => {}
-            Ok(_) => {
-                return Err(CgroupError::Io {
-                    path: file,
-                    source: std::io::Error::other("not a regular file"),
-                })
-            }
-            Err(source) => return Err(CgroupError::Io { path: file, source }),
-        }
+        existing_regular_file(&file)?;
         let cgroup = mount.cpu_cgroup(&relative_to(&dir, &mount.point));
         let failed = |e: cgroups_rs::fs::error::Error| CgroupError::Cgroups {
             path: dir.clone(),

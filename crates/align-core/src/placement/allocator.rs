@@ -151,25 +151,17 @@ impl Allocator {
     /// Re-records a persisted decision; refuses a CPU or GPU another container holds.
     pub fn restore(&mut self, a: Assignment) -> Result<(), PlacementError> {
         let topo = self.ledger.topo_arc();
-        let order: Vec<usize> = a
-            .numa_nodes
-            .iter()
-            .filter_map(|id| topo.node_index(id))
-            .collect();
-        let split = if a.memory_bytes == 0 {
-            Vec::new()
-        } else {
-            self.ledger
-                .split_memory(&order, a.memory_bytes)
-                .ok_or_else(|| PlacementError::Restore {
-                    container: a.container_id.clone(),
-                    reason: format!(
-                        "{} of memory no longer free on {}",
-                        fmt_bytes(a.memory_bytes),
-                        fmt_nodes(&a.numa_nodes)
-                    ),
-                })?
-        };
+        let split = self
+            .ledger
+            .split_memory_of(&a)
+            .ok_or_else(|| PlacementError::Restore {
+                container: a.container_id.clone(),
+                reason: format!(
+                    "{} of memory no longer free on {}",
+                    fmt_bytes(a.memory_bytes),
+                    fmt_nodes(&a.numa_nodes)
+                ),
+            })?;
         // A CPU that is offline now but present (hot-unplugged or offlined while its holder
         // runs) stays the holder's: refusing the record would free its other CPUs under it.
         let mut known = self.ledger.online().clone();

@@ -652,6 +652,17 @@ impl Ledger {
         (left == 0).then_some(split)
     }
 
+    /// Splits the memory of decision `a` over its NUMA nodes, in their order (empty when it
+    /// has none); `None` when it does not fit there.
+    pub fn split_memory_of(&self, a: &Assignment) -> Option<Vec<(usize, u64)>> {
+        let order: Vec<usize> = a
+            .numa_nodes
+            .iter()
+            .filter_map(|id| self.topo.node_index(id))
+            .collect();
+        self.split_memory(&order, a.memory_bytes)
+    }
+
     /// Node ids of node indices.
     pub fn ids(&self, idx: &[usize]) -> NodeSet {
         idx.iter()

@@ -86,28 +86,22 @@ impl Allocator {
             near.shrunk(self.config.resize_shrink, &device_nodes(without, old))?
         };
         let a = widened(topo, old, &cpus, r.memory);
-        let order: Vec<usize> = a
-            .numa_nodes
-            .iter()
-            .filter_map(|id| topo.node_index(id))
-            .collect();
-        let split = if a.memory_bytes == 0 {
-            Vec::new()
-        } else {
-            without
-                .split_memory(&order, a.memory_bytes)
-                .ok_or_else(|| {
-                    let free_mem: u64 = order.iter().map(|i| without.free_mem(*i)).sum();
-                    near.refuse(
-                        format!(
-                            "memory {} does not fit on NUMA {}",
-                            fmt_bytes(a.memory_bytes),
-                            fmt_nodes(&a.numa_nodes)
-                        ),
-                        format!("ask for at most {} of memory", fmt_bytes(free_mem)),
-                    )
-                })?
-        };
+        let split = without.split_memory_of(&a).ok_or_else(|| {
+            let free_mem: u64 = a
+                .numa_nodes
+                .iter()
+                .filter_map(|id| topo.node_index(id))
+                .map(|i| without.free_mem(i))
+                .sum();
+            near.refuse(
+                format!(
+                    "memory {} does not fit on NUMA {}",
+                    fmt_bytes(a.memory_bytes),
+                    fmt_nodes(&a.numa_nodes)
+                ),
+                format!("ask for at most {} of memory", fmt_bytes(free_mem)),
+            )
+        })?;
         Ok(Plan {
             assignment: a,
             split,
