@@ -8,6 +8,7 @@
 //!   containerd sends them.
 //! - [`apiserver`]: a real Kubernetes API server with the NodeResourceTopology CRD.
 //! - [`testfs`]: small real filesystems that fill up or turn read-only.
+//! - [`skip`](mod@skip): the one way a test skips, seen in every run and failing in CI.
 //! - [`rng`]: the seeded generator of the soak and the fuzzer.
 //! - `lstopo`, `daemon` and `requests` (feature `align`, so not linked here): hwloc's view of
 //!   a sysfs tree against nri-align's, the daemon driven over its NRI socket, placement
@@ -24,6 +25,7 @@ pub mod nri_sim;
 #[cfg(feature = "align")]
 pub mod requests;
 pub mod rng;
+pub mod skip;
 pub mod testfs;
 
 use std::path::{Path, PathBuf};
