@@ -404,7 +404,15 @@ impl<P: Placer> Engine<P> {
     /// one. `false` when even that cannot be tracked.
     fn track_running(&mut self, mut rec: Record) -> bool {
         let id = rec.assignment.container_id.clone();
-        if let Err(r) = self.placer.restore(rec.assignment.clone()) {
+        let mut restored = self.placer.restore(rec.assignment.clone());
+        if restored.is_err() && !rec.assignment.hugepages.is_empty() {
+            // Its pages were laid over its nodes by their size, not by what others hold: where
+            // they do not fit beside the others', track it without them rather than not at all.
+            tracing::warn!(container = %id, "recorded without its huge pages: its nodes' pages are held by others");
+            rec.assignment.hugepages.clear();
+            restored = self.placer.restore(rec.assignment.clone());
+        }
+        if let Err(r) = restored {
             // Two running containers claim the same exclusive CPUs: keep it running but
             // count it as shared, so nothing is allocated twice.
             tracing::warn!(container = %id, "recorded as shared: {}", r.message);
