@@ -597,7 +597,9 @@ mod recovery;
 mod resize;
 
 #[cfg(test)]
-// A scenario test reads as one story of events and checks; cut into helpers, the sequence it
-// proves would no longer be in view.
-#[allow(clippy::too_many_lines)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario test reads as one story of events and checks; cut into helpers, the \
+              sequence it proves would no longer be in view"
+)]
 mod tests;
