@@ -12,7 +12,9 @@ use crate::config::{Config, DEFAULT_GPU_MODE};
 use crate::nrt::NodeResourceTopology;
 use crate::placement::policy::GpuMode;
 use crate::simulate::churn::ChurnSpec;
-use crate::simulate::{self, GpuChoice, NicPlugin, Report, Strategy, Workload};
+use crate::simulate::{
+    self, GpuChoice, NicPlugin, Report, Strategy, TopologyManagerOptions, Workload,
+};
 use crate::topology::load::{load, Source};
 use crate::topology::Topology;
 
@@ -65,6 +67,20 @@ pub struct SimulateArgs {
     /// counterpart is `cpu_spread`).
     #[arg(long)]
     pub kubelet_distribute_cpus: bool,
+    /// The kubelet strategy's Topology Manager with the `prefer-closest-numa-nodes` policy
+    /// option (GA in Kubernetes v1.32, off by default): among equally wide NUMA masks, the one
+    /// whose nodes are closest (lowest average distance) rather than the lowest-numbered.
+    #[arg(long)]
+    pub kubelet_prefer_closest_numa_nodes: bool,
+    /// The kubelet strategy's Topology Manager `max-allowable-numa-nodes` policy option (GA in
+    /// Kubernetes v1.35; default 8, the least the kubelet accepts): a host with more NUMA nodes,
+    /// CPU-less ones included, runs no Topology Manager policy but `none`.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(8..=64))]
+    pub kubelet_max_allowable_numa_nodes: u32,
+    /// The kubelet strategy's memory manager policy: `none` (the kubelet's default: no memory
+    /// hints) or `static` (memory hints from each node's memory).
+    #[arg(long, default_value = "none", value_parser = ["none", "static"])]
+    pub kubelet_memory_manager: String,
     /// VFs per RDMA NIC with --kubelet-nic-plugin sriov.
     #[arg(long, default_value_t = simulate::nic_plugin::DEFAULT_VFS_PER_PF)]
     pub kubelet_sriov_vfs: u32,
@@ -166,7 +182,11 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         choice,
         nic,
     )?
-    .with_distribute_cpus(args.kubelet_distribute_cpus);
+    .with_distribute_cpus(args.kubelet_distribute_cpus)
+    .with_kubelet_options(
+        kubelet_options(&args),
+        args.kubelet_memory_manager == "static",
+    )?;
     let report = simulate::replay_on(contender, Arc::clone(&topo), &wl, strategy, choice)?;
     let nrt = match &args.nrt {
         Some(node) => report
@@ -190,6 +210,14 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The Topology Manager policy options of the flags.
+fn kubelet_options(args: &SimulateArgs) -> TopologyManagerOptions {
+    TopologyManagerOptions {
+        prefer_closest_numa_nodes: args.kubelet_prefer_closest_numa_nodes,
+        max_allowable_numa_nodes: args.kubelet_max_allowable_numa_nodes as usize,
+    }
+}
+
 /// `--churn`: the comparison table on the given host or the three shipped ones.
 fn churn(
     args: &SimulateArgs,
@@ -204,6 +232,8 @@ fn churn(
         optimum: !args.no_optimum,
         gpu_mode,
         device_plugin,
+        kubelet: kubelet_options(args),
+        static_memory: args.kubelet_memory_manager == "static",
     };
     let hosts: Vec<(String, Topology)> =
         if args.host.is_some() || args.hwloc_xml.is_some() || args.host_root.is_some() {
@@ -229,12 +259,15 @@ fn churn(
     } else {
         println!(
             "churn under single-numa-node: {} pods per seed, seeds 1..={}; nri-align's gpu_mode: \
-             {}; GPUs from the device plugin: {}; the kubelet's RDMA NICs: {}",
+             {}; GPUs from the device plugin: {}; the kubelet's RDMA NICs: {}; the kubelet's \
+             Topology Manager options: {}; memory manager policy: {}",
             spec.pods,
             spec.seeds,
             simulate::gpu_mode_name(spec.gpu_mode),
             spec.device_plugin.describe(),
-            spec.nic_plugin.describe()
+            spec.nic_plugin.describe(),
+            spec.kubelet.describe(),
+            if spec.static_memory { "Static" } else { "None" }
         );
         print!("{}", simulate::churn::table(&rows));
         print!("{}", simulate::churn::against_the_kubelet(&rows));
@@ -288,8 +321,12 @@ fn header(s: &simulate::Summary) -> String {
              Topology Manager hint\n"
         ),
         None => format!(
-            "# {}, GPUs from the device plugin: {plugin}, within the Topology Manager's hint\n",
-            s.strategy
+            "# {}, GPUs from the device plugin: {plugin}, within the Topology Manager's hint{}\n",
+            s.strategy,
+            s.kubelet
+                .as_deref()
+                .map(|k| format!("; {k}"))
+                .unwrap_or_default()
         ),
     }
 }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::simulate::replay_plugins;
 use crate::placement::policy::GpuMode;
 use crate::topology::testing;
 
@@ -323,4 +324,37 @@ fn keep_starts_from_the_plugins_gpus_on_both_sides() {
     assert!(keep[0] < remap[0], "{keep:?} {remap:?}");
     let lowest = admitted(spec(GpuChoice::Lowest, GpuMode::Keep));
     assert_eq!(lowest.len(), 4, "{lowest:?}");
+}
+
+/// With a plugin blind to links, the kubelet's row says so, every row names its device plugin
+/// and nri-align's rows their gpu_mode, and nri-align is compared with that kubelet row.
+#[test]
+fn rows_name_their_device_plugin_and_gpu_mode() {
+    let topo = Arc::new(testing::shipped("dgx1-v100"));
+    let spec = ChurnSpec {
+        pods: 12,
+        seeds: 2,
+        optimum: false,
+        device_plugin: GpuChoice::Lowest,
+        ..ChurnSpec::default()
+    };
+    let rows = rows("dgx1-v100", topo, spec).expect("rows");
+    let kubelet: Vec<&ChurnRow> = rows
+        .iter()
+        .filter(|r| r.strategy.starts_with("kubelet"))
+        .collect();
+    assert_eq!(kubelet.len(), 1, "{rows:?}");
+    assert_eq!(kubelet[0].strategy, KUBELET_LOWEST);
+    assert!(rows.iter().all(|r| r.device_plugin == "lowest"), "{rows:?}");
+    for r in &rows {
+        let want = (!r.strategy.starts_with("kubelet")).then(|| "keep".to_string());
+        assert_eq!(r.gpu_mode, want, "{r:?}");
+    }
+    let json = serde_json::to_string(&rows).expect("json");
+    assert!(json.contains("\"gpu_mode\":\"keep\""), "{json}");
+    assert!(
+        against_the_kubelet(&rows).contains(&format!("against {KUBELET_LOWEST}")),
+        "{}",
+        against_the_kubelet(&rows)
+    );
 }

@@ -9,11 +9,13 @@ pub mod baseline;
 pub mod churn;
 pub mod device_plugin;
 pub mod distribute;
+pub mod kubelet_cpus;
 pub mod nic_plugin;
 pub mod optimum;
 pub mod paired;
 pub mod repack;
 pub mod split;
+pub mod topology_manager;
 pub mod workload;
 
 use workload::{bytes, cpu_milli, dra_devices};
@@ -35,6 +37,7 @@ use baseline::KubeletBaseline;
 use device_plugin::kubelet_gpus;
 pub use device_plugin::GpuChoice;
 pub use nic_plugin::NicPlugin;
+pub use topology_manager::TopologyManagerOptions;
 
 /// Why a replay stopped.
 #[derive(Debug, thiserror::Error)]
@@ -136,6 +139,10 @@ pub struct Summary {
     /// The device plugin model that chose the GPUs both strategies were handed
     /// ([`GpuChoice::name`]).
     pub device_plugin: String,
+    /// The kubelet's Topology Manager policy options and memory manager policy; none for
+    /// nri-align.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<String>,
 }
 
 /// A whole replay.
@@ -209,6 +216,28 @@ impl Contender {
                     .with_nic_plugin(nic),
             )),
         })
+    }
+    /// The same decision maker with the kubelet's Topology Manager policy `options` and its
+    /// memory manager's `Static` policy on or off (nri-align ignores both).
+    pub fn with_kubelet_options(
+        self,
+        options: TopologyManagerOptions,
+        static_memory: bool,
+    ) -> Result<Self, ReplayError> {
+        Ok(match self {
+            Contender::Kubelet(k) => Contender::Kubelet(Box::new(
+                k.with_topology_manager_options(options)?
+                    .with_static_memory_manager(static_memory),
+            )),
+            other => other,
+        })
+    }
+    /// What the kubelet runs with (its policy options), for the headers; none for nri-align.
+    pub fn kubelet_options(&self) -> Option<String> {
+        match self {
+            Contender::Kubelet(k) => Some(k.describe()),
+            Contender::NriAlign(_) => None,
+        }
     }
     /// The same decision maker with the kubelet's CPU manager option
     /// `distribute-cpus-across-numa` on or off (nri-align ignores it: its own is `cpu_spread`).
@@ -476,6 +505,7 @@ pub fn replay_on(
             strategy: strategy.to_string(),
             gpu_mode: d.gpu_mode().map(|m| gpu_mode_name(m).to_string()),
             device_plugin: choice.name().to_string(),
+            kubelet: d.kubelet_options(),
             ..Summary::default()
         },
     };
