@@ -119,32 +119,7 @@ pub struct SimulateArgs {
 
 /// Replays the workload.
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
-    let choice = GpuChoice::parse(&args.device_plugin).with_context(|| {
-        format!(
-            "unknown --device-plugin {}; expected one of: preferred lowest",
-            crate::untrusted::quoted(&args.device_plugin)
-        )
-    })?;
-    let gpu_mode = match args.gpu_mode.as_deref() {
-        None => None,
-        Some("keep") => Some(GpuMode::Keep),
-        Some("remap") => Some(GpuMode::Remap),
-        Some(other) => bail!(
-            "unknown --gpu-mode {}; expected one of: keep remap",
-            crate::untrusted::quoted(other)
-        ),
-    };
-    let nic = NicPlugin::parse(
-        &args.kubelet_nic_plugin,
-        args.kubelet_sriov_vfs,
-        args.kubelet_rdma_hca_max,
-    )
-    .with_context(|| {
-        format!(
-            "unknown --kubelet-nic-plugin {}; expected one of: shared sriov per-nic",
-            crate::untrusted::quoted(&args.kubelet_nic_plugin)
-        )
-    })?;
+    let (choice, gpu_mode, nic) = plugins(&args)?;
     if args.churn {
         return churn(&args, nic, choice, gpu_mode.unwrap_or(DEFAULT_GPU_MODE));
     }
@@ -188,16 +163,57 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         args.kubelet_memory_manager == "static",
     )?;
     let report = simulate::replay_on(contender, Arc::clone(&topo), &wl, strategy, choice)?;
+    print_report(&args, &topo, &config, &report)
+}
+
+/// The device plugin models and nri-align's `gpu_mode` the flags name.
+fn plugins(args: &SimulateArgs) -> anyhow::Result<(GpuChoice, Option<GpuMode>, NicPlugin)> {
+    let choice = GpuChoice::parse(&args.device_plugin).with_context(|| {
+        format!(
+            "unknown --device-plugin {}; expected one of: preferred lowest",
+            crate::untrusted::quoted(&args.device_plugin)
+        )
+    })?;
+    let gpu_mode = match args.gpu_mode.as_deref() {
+        None => None,
+        Some("keep") => Some(GpuMode::Keep),
+        Some("remap") => Some(GpuMode::Remap),
+        Some(other) => bail!(
+            "unknown --gpu-mode {}; expected one of: keep remap",
+            crate::untrusted::quoted(other)
+        ),
+    };
+    let nic = NicPlugin::parse(
+        &args.kubelet_nic_plugin,
+        args.kubelet_sriov_vfs,
+        args.kubelet_rdma_hca_max,
+    )
+    .with_context(|| {
+        format!(
+            "unknown --kubelet-nic-plugin {}; expected one of: shared sriov per-nic",
+            crate::untrusted::quoted(&args.kubelet_nic_plugin)
+        )
+    })?;
+    Ok((choice, gpu_mode, nic))
+}
+
+/// Prints the replay as text or JSON, with the NodeResourceTopology objects of `--nrt`.
+fn print_report(
+    args: &SimulateArgs,
+    topo: &Topology,
+    config: &Config,
+    report: &Report,
+) -> anyhow::Result<()> {
     let nrt = match &args.nrt {
         Some(node) => report
             .steps
             .iter()
-            .map(|s| nrt_object(&topo, &s.free, &config, node))
+            .map(|s| nrt_object(topo, &s.free, config, node))
             .collect::<anyhow::Result<Vec<_>>>()?,
         None => Vec::new(),
     };
     if args.json {
-        let mut value = serde_json::to_value(&report)?;
+        let mut value = serde_json::to_value(report)?;
         if let Some(steps) = value["steps"].as_array_mut() {
             for (step, obj) in steps.iter_mut().zip(&nrt) {
                 step["nrt"] = serde_json::to_value(obj)?;
@@ -205,7 +221,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         }
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        print!("{}", render_with(&report, &nrt)?);
+        print!("{}", render_with(report, &nrt)?);
     }
     Ok(())
 }

@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use super::device_plugin::{kubelet_gpus, GpuChoice};
 use super::kubelet_cpus::take_packed;
+use super::nic_plugin::{NicPlugin, NicUnits, Unit};
 use super::topology_manager::{
     masks_in_kubelet_order, Hint, Merge, TopologyManagerOptions, DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
 };
-use super::nic_plugin::{NicPlugin, NicUnits, Unit};
 use crate::placement::error::{fmt_bytes, PlacementError};
 use crate::placement::gpus::LinkTable;
 use crate::placement::ledger::{Ledger, NodeFree};
@@ -212,7 +212,12 @@ impl KubeletBaseline {
     /// amount holds `ask`, preferred when as narrow as the total amounts (`total`, every unit
     /// of the node, reserved CPUs and devices in use included) allow. Empty when none holds it
     /// (the kubelet's "no possible NUMA affinities").
-    fn hints(&self, ask: u64, free: impl Fn(usize) -> u64, total: impl Fn(usize) -> u64) -> Vec<Hint> {
+    fn hints(
+        &self,
+        ask: u64,
+        free: impl Fn(usize) -> u64,
+        total: impl Fn(usize) -> u64,
+    ) -> Vec<Hint> {
         // Saturating: memory sizes come from the topology source and may be anything.
         let sum = |m: u32, f: &dyn Fn(usize) -> u64| {
             self.mask_nodes(m)
@@ -431,8 +436,7 @@ impl KubeletBaseline {
                 hugepages: need.hugepages.clone(),
             }),
             best: Box::new(best),
-            suggestion: "the kubelet rejects the pod; its replacement may loop on this node"
-                .into(),
+            suggestion: "the kubelet rejects the pod; its replacement may loop on this node".into(),
         }
     }
 

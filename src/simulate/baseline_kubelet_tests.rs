@@ -83,7 +83,9 @@ fn prefer_closest_numa_nodes_keeps_a_two_node_container_on_one_socket() {
         .with_topology_manager_options(options)
         .expect("options");
     assert_eq!(nodes(&mut closest), "2-3");
-    assert!(closest.describe().contains("prefer-closest-numa-nodes=true"));
+    assert!(closest
+        .describe()
+        .contains("prefer-closest-numa-nodes=true"));
 }
 
 /// `max-allowable-numa-nodes` as an option: the 34-node GB200 tray runs once it covers them.
@@ -94,8 +96,9 @@ fn max_allowable_numa_nodes_admits_a_host_with_more_nodes() {
         .map(|_| ())
         .expect_err("refused at the default");
     assert_eq!(b.max, 8);
-    let raised = KubeletBaseline::with_max_numa_nodes(Arc::new(numa), PlacementConfig::default(), 8)
-        .map(|_| ());
+    let raised =
+        KubeletBaseline::with_max_numa_nodes(Arc::new(numa), PlacementConfig::default(), 8)
+            .map(|_| ());
     assert!(raised.is_err());
     let topo = Arc::new(crate::topology::testing::shipped("gb200-nvl4-cdmm"));
     let options = TopologyManagerOptions {
@@ -127,11 +130,21 @@ fn memory_hints_only_under_the_static_memory_manager() {
 /// width and the two-node hint is not preferred: restricted refuses.
 #[test]
 fn reserved_cpus_count_in_the_minimal_width() {
-    let mut b = baseline(crate::topology::testing::two_node(), Policy::Restricted, "0,8");
+    let mut b = baseline(
+        crate::topology::testing::two_node(),
+        Policy::Restricted,
+        "0,8",
+    );
     let err = b.place(&request("c", 16_000, None)).expect_err("refused");
     assert!(err.to_string().contains("TopologyAffinityError"), "{err}");
-    let mut best_effort = baseline(crate::topology::testing::two_node(), Policy::BestEffort, "0,8");
-    let a = best_effort.place(&request("c", 16_000, None)).expect("placed");
+    let mut best_effort = baseline(
+        crate::topology::testing::two_node(),
+        Policy::BestEffort,
+        "0,8",
+    );
+    let a = best_effort
+        .place(&request("c", 16_000, None))
+        .expect("placed");
     assert_eq!(a.mems.to_string(), "0-1");
     assert!(a.reason.contains("not preferred"), "{}", a.reason);
 }

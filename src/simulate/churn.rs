@@ -220,43 +220,8 @@ pub fn rows(
     let links = LinkTable::new(&topo);
     let mut bins = repack::bins(Arc::clone(&topo), &config);
     repack::loosen_nics(&mut bins, spec.nic_plugin);
-    // The kubelet has no NUMA choice of its own (the proposal for one is unreleased): its rows
-    // run with the default, which it ignores.
-    // Every row's device plugin is `spec.device_plugin`'s, so the strategies start from the
-    // same GPUs; the kubelet with a plugin blind to links stays as a reference beside the
-    // preferred one.
-    let plugin = spec.device_plugin;
-    let mut contenders = vec![
-        (Strategy::NriAlign, plugin, NumaChoice::BestFit, NRI_ALIGN),
-        (
-            Strategy::NriAlign,
-            plugin,
-            NumaChoice::MostAllocated,
-            "nri-align, most-allocated",
-        ),
-        (
-            Strategy::NriAlign,
-            plugin,
-            NumaChoice::LeastAllocated,
-            "nri-align, least-allocated",
-        ),
-        (
-            Strategy::Kubelet,
-            plugin,
-            NumaChoice::default(),
-            kubelet_label(plugin),
-        ),
-    ];
-    if plugin == GpuChoice::Preferred {
-        contenders.push((
-            Strategy::Kubelet,
-            GpuChoice::Lowest,
-            NumaChoice::default(),
-            KUBELET_LOWEST,
-        ));
-    }
     let mut out = Vec::new();
-    for (strategy, choice, numa_choice, label) in contenders {
+    for (strategy, choice, numa_choice, label) in contenders(spec.device_plugin) {
         let config = PlacementConfig {
             numa_choice,
             ..config.clone()
@@ -299,6 +264,44 @@ pub fn rows(
         out.push(best);
     }
     Ok(out)
+}
+
+/// The decision makers of the rows: nri-align with each `numa_choice`, the kubelet with
+/// `plugin`'s GPUs and, beside the preferred one, a plugin blind to links as a reference.
+/// Every row's device plugin is `plugin`, so the strategies start from the same GPUs. The
+/// kubelet has no NUMA choice of its own (the proposal for one is unreleased): its rows run
+/// with the default, which it ignores.
+fn contenders(plugin: GpuChoice) -> Vec<(Strategy, GpuChoice, NumaChoice, &'static str)> {
+    let mut contenders = vec![
+        (Strategy::NriAlign, plugin, NumaChoice::BestFit, NRI_ALIGN),
+        (
+            Strategy::NriAlign,
+            plugin,
+            NumaChoice::MostAllocated,
+            "nri-align, most-allocated",
+        ),
+        (
+            Strategy::NriAlign,
+            plugin,
+            NumaChoice::LeastAllocated,
+            "nri-align, least-allocated",
+        ),
+        (
+            Strategy::Kubelet,
+            plugin,
+            NumaChoice::default(),
+            kubelet_label(plugin),
+        ),
+    ];
+    if plugin == GpuChoice::Preferred {
+        contenders.push((
+            Strategy::Kubelet,
+            GpuChoice::Lowest,
+            NumaChoice::default(),
+            KUBELET_LOWEST,
+        ));
+    }
+    contenders
 }
 
 /// The offline optimum on the same streams: every pod on one node, all of them aligned by

@@ -1,6 +1,6 @@
 use super::*;
-use crate::simulate::replay_plugins;
 use crate::placement::policy::GpuMode;
+use crate::simulate::replay_plugins;
 use crate::topology::testing;
 
 #[test]

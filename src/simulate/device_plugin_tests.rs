@@ -188,6 +188,9 @@ fn sorted(mut v: Vec<usize>) -> Vec<usize> {
     v
 }
 
+/// Case name, available GPUs, GPUs that must be included, size, the answer.
+type Row<'a> = (&'a str, &'a [usize], &'a [usize], usize, &'a [usize]);
+
 /// go-gpuallocator's own cases on its DGX-1 Volta, each row written from a case of
 /// NVIDIA/go-gpuallocator `gpuallocator/besteffort_test.go` `TestBestEffortAllocate` (the
 /// row's first field is the case's name): available GPUs, GPUs that must be included, size,
@@ -196,14 +199,44 @@ fn sorted(mut v: Vec<usize>) -> Vec<usize> {
 fn go_gpuallocator_best_effort_rows() {
     let links = dgx1();
     let all: &[usize] = &[0, 1, 2, 3, 4, 5, 6, 7];
-    let rows: [(&str, &[usize], &[usize], usize, &[usize]); 11] = [
-        ("Single NVLINK, prefer same switch", &[0, 2, 4, 5], &[], 2, &[4, 5]),
-        ("Single NVLINK, prefer same socket", &[0, 4, 5, 6], &[], 2, &[5, 6]),
-        ("Prefer dual NVLINK same socket", &[0, 1, 3], &[], 2, &[0, 3]),
-        ("Prefer dual NVLINK cross socket", &[0, 1, 4], &[], 2, &[0, 4]),
+    let rows: [Row; 11] = [
+        (
+            "Single NVLINK, prefer same switch",
+            &[0, 2, 4, 5],
+            &[],
+            2,
+            &[4, 5],
+        ),
+        (
+            "Single NVLINK, prefer same socket",
+            &[0, 4, 5, 6],
+            &[],
+            2,
+            &[5, 6],
+        ),
+        (
+            "Prefer dual NVLINK same socket",
+            &[0, 1, 3],
+            &[],
+            2,
+            &[0, 3],
+        ),
+        (
+            "Prefer dual NVLINK cross socket",
+            &[0, 1, 4],
+            &[],
+            2,
+            &[0, 4],
+        ),
         ("Must include with allocation size 1", all, &[4], 1, &[4]),
         ("Must include with allocation size 2", all, &[4], 2, &[4, 7]),
-        ("Must include with allocation size 4", all, &[4], 4, &[4, 5, 6, 7]),
+        (
+            "Must include with allocation size 4",
+            all,
+            &[4],
+            4,
+            &[4, 5, 6, 7],
+        ),
         (
             "Must include with unavailable device",
             &[1, 2, 3, 4, 5, 6, 7],
@@ -211,7 +244,13 @@ fn go_gpuallocator_best_effort_rows() {
             4,
             &[],
         ),
-        ("Must include with full set specified", all, &[0, 2, 4, 6], 4, &[0, 2, 4, 6]),
+        (
+            "Must include with full set specified",
+            all,
+            &[0, 2, 4, 6],
+            4,
+            &[0, 2, 4, 6],
+        ),
         (
             "Must include with too many devices specified",
             all,

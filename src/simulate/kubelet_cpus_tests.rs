@@ -79,7 +79,11 @@ fn set(s: &str) -> CpuSet {
 /// One row: `k` CPUs of `avail` on `topo` are `want` (empty: the kubelet fails the take).
 fn row(name: &str, topo: &Topology, avail: &str, k: u32, want: &str) {
     let got = take_packed(topo, &set(avail), k).unwrap_or_default();
-    assert_eq!(got, set(want), "{name}: got {got}, the kubelet takes {want}");
+    assert_eq!(
+        got,
+        set(want),
+        "{name}: got {got}, the kubelet takes {want}"
+    );
 }
 
 #[test]
@@ -110,15 +114,33 @@ fn the_kubelets_take_by_topology_rows() {
     // "take a NUMA node of cpus from dual socket with multi-numa-per-socket with HT"
     row("a NUMA node", &multi, "0-79", 20, "0-9,40-49");
     // "... with HT, with 1 NUMA node already taken"
-    row("a NUMA node, 1 taken", &multi, "10-39,50-79", 20, "10-19,50-59");
+    row(
+        "a NUMA node, 1 taken",
+        &multi,
+        "10-39,50-79",
+        20,
+        "10-19,50-59",
+    );
     // "take a socket and a NUMA node of cpus from dual socket with multi-numa-per-socket with HT"
     row("a socket and a NUMA node", &multi, "0-79", 60, "0-29,40-69");
     // "... a core taken" (the first physical core, 0 and 40, reserved)
-    row("socket and node, a core taken", &multi, "1-39,41-79", 60, "10-39,50-79");
+    row(
+        "socket and node, a core taken",
+        &multi,
+        "1-39,41-79",
+        60,
+        "10-39,50-79",
+    );
     // TestTakeByTopologyNUMAPacked: "allocate 4 full cores with 3 coming from the first NUMA
     // node (filling it up) and 1 coming from the second NUMA node"
     row("4 full cores", &dual, "0-11", 8, "0,6,2,8,4,10,1,7");
     // TestTakeByTopologyNUMAPacked: "allocate 32 full cores with 30 coming from the first 3
     // NUMA nodes (filling them up) and 2 coming from the fourth NUMA node"
-    row("32 full cores", &multi, "0-79", 64, "0-29,40-69,30,31,70,71");
+    row(
+        "32 full cores",
+        &multi,
+        "0-79",
+        64,
+        "0-29,40-69,30,31,70,71",
+    );
 }

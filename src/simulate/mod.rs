@@ -320,22 +320,7 @@ fn requests(
         .filter_map(|b| topo.gpus.iter().position(|g| &g.pci_bus_id == b))
         .collect();
     free_gpus.sort_unstable();
-    let unused: Vec<String> = free.iter().flat_map(|n| n.nics.iter().cloned()).collect();
-    // The NICs an RDMA device plugin hands out: the RDMA ones when the host has any (as the
-    // engine's eligible NICs), shared between containers, unused ones first.
-    let rdma = topo.nics.iter().any(|n| n.rdma_device.is_some());
-    let pool: Vec<String> = topo
-        .nics
-        .iter()
-        .filter(|n| !rdma || n.rdma_device.is_some())
-        .map(|n| n.name.clone())
-        .collect();
-    let mut nic_order: Vec<String> = pool
-        .iter()
-        .filter(|n| unused.contains(n))
-        .cloned()
-        .collect();
-    nic_order.extend(pool.iter().filter(|n| !unused.contains(n)).cloned());
+    let mut nic_order = nic_order(free, topo);
     let info = PodInfo {
         uid: format!("{}/{}", pod.namespace, pod.name),
         namespace: pod.namespace.clone(),
@@ -344,40 +329,7 @@ fn requests(
     };
     let mut out = Vec::new();
     for c in &pod.containers {
-        // Names and values come from the file: errors repeat only their start.
-        let bad = |what, value: &Quantity, hint| WorkloadError::Quantity {
-            pod: crate::untrusted::excerpt(&pod.name),
-            container: crate::untrusted::excerpt(&c.name),
-            what,
-            value: crate::untrusted::excerpt(&value.to_string()),
-            hint,
-        };
-        let request = match &c.cpu {
-            Some(q) => cpu_milli(q).ok_or_else(|| bad("cpu", q, "cores like 2, 1.5 or 500m"))?,
-            None => 0,
-        };
-        let limit = match &c.cpu_limit {
-            Some(q) => {
-                Some(cpu_milli(q).ok_or_else(|| bad("cpu_limit", q, "cores like 2, 1.5 or 500m"))?)
-            }
-            None => c.cpu.as_ref().map(|_| request),
-        };
-        let memory = match &c.memory {
-            Some(q) => Some(
-                bytes(q).ok_or_else(|| bad("memory", q, "bytes with Ki/Mi/Gi/Ti or k/M/G/T"))?,
-            ),
-            None => None,
-        };
-        let mut hugepages = Vec::new();
-        for (size_kb, key, q) in [
-            (2048, "hugepages-2Mi", &c.hugepages_2mi),
-            (1 << 20, "hugepages-1Gi", &c.hugepages_1gi),
-        ] {
-            if let Some(q) = q {
-                let b = bytes(q).ok_or_else(|| bad(key, q, "bytes with Ki/Mi/Gi/Ti"))?;
-                hugepages.extend(crate::placement::HugePageNeed::of_limit(size_kb, b));
-            }
-        }
+        let (request, limit, memory, hugepages) = quantities(pod, c)?;
         let mut short = None;
         if c.gpus as usize > free_gpus.len() {
             short = Some(format!(
@@ -437,6 +389,73 @@ fn requests(
         out.push((request, short));
     }
     Ok(out)
+}
+
+/// The NICs an RDMA device plugin hands out: the RDMA ones when the host has any (as the
+/// engine's eligible NICs), shared between containers, unused ones first.
+fn nic_order(free: &[NodeFree], topo: &Topology) -> Vec<String> {
+    let unused: Vec<String> = free.iter().flat_map(|n| n.nics.iter().cloned()).collect();
+    let rdma = topo.nics.iter().any(|n| n.rdma_device.is_some());
+    let pool: Vec<String> = topo
+        .nics
+        .iter()
+        .filter(|n| !rdma || n.rdma_device.is_some())
+        .map(|n| n.name.clone())
+        .collect();
+    let mut order: Vec<String> = pool
+        .iter()
+        .filter(|n| unused.contains(n))
+        .cloned()
+        .collect();
+    order.extend(pool.iter().filter(|n| !unused.contains(n)).cloned());
+    order
+}
+
+/// A container's CPU request and limit (millicores), memory limit and huge page needs.
+type Quantities = (
+    u64,
+    Option<u64>,
+    Option<u64>,
+    Vec<crate::placement::HugePageNeed>,
+);
+
+/// What container `c` of `pod` asks for, read from the workload's quantities.
+fn quantities(pod: &PodSpec, c: &ContainerSpec) -> Result<Quantities, WorkloadError> {
+    // Names and values come from the file: errors repeat only their start.
+    let bad = |what, value: &Quantity, hint| WorkloadError::Quantity {
+        pod: crate::untrusted::excerpt(&pod.name),
+        container: crate::untrusted::excerpt(&c.name),
+        what,
+        value: crate::untrusted::excerpt(&value.to_string()),
+        hint,
+    };
+    let request = match &c.cpu {
+        Some(q) => cpu_milli(q).ok_or_else(|| bad("cpu", q, "cores like 2, 1.5 or 500m"))?,
+        None => 0,
+    };
+    let limit = match &c.cpu_limit {
+        Some(q) => {
+            Some(cpu_milli(q).ok_or_else(|| bad("cpu_limit", q, "cores like 2, 1.5 or 500m"))?)
+        }
+        None => c.cpu.as_ref().map(|_| request),
+    };
+    let memory = match &c.memory {
+        Some(q) => {
+            Some(bytes(q).ok_or_else(|| bad("memory", q, "bytes with Ki/Mi/Gi/Ti or k/M/G/T"))?)
+        }
+        None => None,
+    };
+    let mut hugepages = Vec::new();
+    for (size_kb, key, q) in [
+        (2048, "hugepages-2Mi", &c.hugepages_2mi),
+        (1 << 20, "hugepages-1Gi", &c.hugepages_1gi),
+    ] {
+        if let Some(q) = q {
+            let b = bytes(q).ok_or_else(|| bad(key, q, "bytes with Ki/Mi/Gi/Ti"))?;
+            hugepages.extend(crate::placement::HugePageNeed::of_limit(size_kb, b));
+        }
+    }
+    Ok((request, limit, memory, hugepages))
 }
 
 /// Replays `workload` on `topo` with `config` through `strategy` (the kubelet with the NVIDIA
@@ -538,90 +557,22 @@ pub fn replay_on(
                 }
                 .into());
             }
-            let mut placed = Vec::new();
-            let mut decisions = Vec::new();
-            let mut failed = None;
-            // The kubelet's managers never see DRA devices: only nri-align aligns to them.
-            let dra_seen = strategy == Strategy::NriAlign;
             let plugin = Plugin {
                 links: &links,
                 gpus: choice,
             };
-            let planned = requests(pod, &d.free(), &topo, dra_seen, &plugin)?;
-            let reqs: Vec<Request> = planned.iter().map(|(r, _)| r.clone()).collect();
-            let uid = reqs.first().map(|r| r.pod.uid.clone()).unwrap_or_default();
-            // Pod scope sizes the first container's nodes for the whole pod.
-            d.expect_pod(&uid, PodTotals::of(&reqs));
-            for (r, short) in planned {
-                let outcome = match short {
-                    Some(reason) => Err(reason),
-                    None => d.place(&r).map_err(|e| e.to_string()),
-                };
-                match outcome {
-                    Ok(a) => {
-                        let idx: Vec<usize> = a
-                            .gpus
-                            .iter()
-                            .filter_map(|b| topo.gpus.iter().position(|g| &g.pci_bus_id == b))
-                            .collect();
-                        decisions.push(Decision {
-                            step,
-                            pod: format!("{}/{}", pod.namespace, pod.name),
-                            container: r.container_name.clone(),
-                            admitted: true,
-                            exclusive: a.exclusive,
-                            cpus: a.cpus.to_string(),
-                            mems: a.mems.to_string(),
-                            gpus: a.gpus.clone(),
-                            nics: a.nics.clone(),
-                            devices: a.generic_devices.clone(),
-                            aligned: a.aligned,
-                            gpu_link_score: links.set_score(&idx),
-                            reason: a.reason.clone(),
-                            split: split::device_split(&topo, &a),
-                        });
-                        placed.push(r.container_id.clone());
-                    }
-                    Err(e) => {
-                        decisions.push(Decision {
-                            step,
-                            pod: format!("{}/{}", pod.namespace, pod.name),
-                            container: r.container_name.clone(),
-                            admitted: false,
-                            exclusive: false,
-                            cpus: String::new(),
-                            mems: String::new(),
-                            gpus: Vec::new(),
-                            nics: Vec::new(),
-                            devices: Vec::new(),
-                            aligned: false,
-                            gpu_link_score: 0,
-                            reason: e,
-                            split: String::new(),
-                        });
-                        failed = Some(r.container_name.clone());
-                        break;
-                    }
+            let (decisions, placed) = add_pod(&mut d, pod, &topo, strategy, &plugin, step)?;
+            match placed {
+                Some(placed) => {
+                    report.summary.pods_admitted += 1;
+                    report.summary.containers_admitted += decisions.len();
+                    report.summary.containers_aligned +=
+                        decisions.iter().filter(|x| x.aligned).count();
+                    report.summary.gpu_link_score +=
+                        decisions.iter().map(|x| x.gpu_link_score).sum::<u32>();
+                    live.insert(name.clone(), placed);
                 }
-            }
-            if let Some(bad) = failed {
-                // A pod runs whole or not at all: undo the containers already placed.
-                for id in &placed {
-                    d.release(id);
-                }
-                d.forget_pod(&uid);
-                for dec in decisions.iter_mut().filter(|x| x.admitted) {
-                    dec.admitted = false;
-                    dec.reason = format!("pod rejected because container {bad} was: rolled back");
-                }
-                report.summary.pods_rejected += 1;
-            } else {
-                report.summary.pods_admitted += 1;
-                report.summary.containers_admitted += decisions.len();
-                report.summary.containers_aligned += decisions.iter().filter(|x| x.aligned).count();
-                report.summary.gpu_link_score +=
-                    decisions.iter().map(|x| x.gpu_link_score).sum::<u32>();
-                live.insert(name.clone(), placed);
+                None => report.summary.pods_rejected += 1,
             }
             report.decisions.extend(decisions);
         } else {
@@ -636,6 +587,94 @@ pub fn replay_on(
         });
     }
     Ok(report)
+}
+
+/// Places every container of `pod` at `step` through `d`: their decisions, and the ids placed
+/// when the pod is admitted (a pod runs whole or not at all: a refusal undoes the containers
+/// already placed).
+fn add_pod(
+    d: &mut Contender,
+    pod: &PodSpec,
+    topo: &Topology,
+    strategy: Strategy,
+    plugin: &Plugin,
+    step: usize,
+) -> Result<(Vec<Decision>, Option<Vec<String>>), ReplayError> {
+    let mut placed = Vec::new();
+    let mut decisions = Vec::new();
+    let mut failed = None;
+    // The kubelet's managers never see DRA devices: only nri-align aligns to them.
+    let dra_seen = strategy == Strategy::NriAlign;
+    let planned = requests(pod, &d.free(), topo, dra_seen, plugin)?;
+    let reqs: Vec<Request> = planned.iter().map(|(r, _)| r.clone()).collect();
+    let uid = reqs.first().map(|r| r.pod.uid.clone()).unwrap_or_default();
+    // Pod scope sizes the first container's nodes for the whole pod.
+    d.expect_pod(&uid, PodTotals::of(&reqs));
+    let who = format!("{}/{}", pod.namespace, pod.name);
+    for (r, short) in planned {
+        let outcome = match short {
+            Some(reason) => Err(reason),
+            None => d.place(&r).map_err(|e| e.to_string()),
+        };
+        match outcome {
+            Ok(a) => {
+                let idx: Vec<usize> = a
+                    .gpus
+                    .iter()
+                    .filter_map(|b| topo.gpus.iter().position(|g| &g.pci_bus_id == b))
+                    .collect();
+                decisions.push(Decision {
+                    step,
+                    pod: who.clone(),
+                    container: r.container_name.clone(),
+                    admitted: true,
+                    exclusive: a.exclusive,
+                    cpus: a.cpus.to_string(),
+                    mems: a.mems.to_string(),
+                    gpus: a.gpus.clone(),
+                    nics: a.nics.clone(),
+                    devices: a.generic_devices.clone(),
+                    aligned: a.aligned,
+                    gpu_link_score: plugin.links.set_score(&idx),
+                    reason: a.reason.clone(),
+                    split: split::device_split(topo, &a),
+                });
+                placed.push(r.container_id.clone());
+            }
+            Err(e) => {
+                decisions.push(Decision {
+                    step,
+                    pod: who.clone(),
+                    container: r.container_name.clone(),
+                    admitted: false,
+                    exclusive: false,
+                    cpus: String::new(),
+                    mems: String::new(),
+                    gpus: Vec::new(),
+                    nics: Vec::new(),
+                    devices: Vec::new(),
+                    aligned: false,
+                    gpu_link_score: 0,
+                    reason: e,
+                    split: String::new(),
+                });
+                failed = Some(r.container_name.clone());
+                break;
+            }
+        }
+    }
+    let Some(bad) = failed else {
+        return Ok((decisions, Some(placed)));
+    };
+    for id in &placed {
+        d.release(id);
+    }
+    d.forget_pod(&uid);
+    for dec in decisions.iter_mut().filter(|x| x.admitted) {
+        dec.admitted = false;
+        dec.reason = format!("pod rejected because container {bad} was: rolled back");
+    }
+    Ok((decisions, None))
 }
 
 /// `keep` or `remap`, as the configuration spells it.

@@ -183,18 +183,18 @@ impl Merge<'_> {
             return current;
         }
         let narrower = |x: u32, y: u32| (x.count_ones(), x) < (y.count_ones(), y);
-        let current_wins = if self.prefer_closest && !self.single && a.count_ones() == b.count_ones()
-        {
-            // Same width: the average distance compares as the sum over the same count.
-            let (da, db) = (self.distance_sum(a), self.distance_sum(b));
-            if da == db {
-                a < b
+        let current_wins =
+            if self.prefer_closest && !self.single && a.count_ones() == b.count_ones() {
+                // Same width: the average distance compares as the sum over the same count.
+                let (da, db) = (self.distance_sum(a), self.distance_sum(b));
+                if da == db {
+                    a < b
+                } else {
+                    da < db
+                }
             } else {
-                da < db
-            }
-        } else {
-            narrower(a, b)
-        };
+                narrower(a, b)
+            };
         if current_wins {
             current
         } else {

@@ -72,7 +72,10 @@ fn best_effort_merge_rows() {
     // mergeTestCasesClosestNUMA "Two providers, 2 hints each, different mask": the narrower
     // preferred mask wins whatever the distances.
     let both = vec![(mask(&[4]), P), (mask(&[0, 2]), P)];
-    assert_eq!(merged(&[both.clone(), both], 5, false, true), (mask(&[4]), P));
+    assert_eq!(
+        merged(&[both.clone(), both], 5, false, true),
+        (mask(&[4]), P)
+    );
 }
 
 #[test]
