@@ -2,12 +2,12 @@ use super::*;
 
 #[test]
 fn distribute_cpus_across_numa_splits_a_two_node_container_evenly() {
-    let topo = Arc::new(crate::topology::testing::shipped("dgx-h100"));
+    let topo = Arc::new(align_core::topology::testing::shipped("dgx-h100"));
     let config = PlacementConfig {
         reserved_cpus: kubelet_reserved(&topo, 2),
         ..PlacementConfig::default()
     };
-    let mut req = crate::placement::Request {
+    let mut req = align_core::placement::Request {
         container_id: "c".into(),
         container_name: "main".into(),
         cpu_request_milli: 120_000,

@@ -13,9 +13,13 @@ use super::{
     replay_on, ContainerSpec, Contender, Event, GpuChoice, NicPlugin, PodSpec, Quantity, Report,
     TopologyManagerOptions,
 };
-use crate::placement::gpus::LinkTable;
-use crate::placement::policy::{GpuMode, NumaChoice, PlacementConfig, Policy};
-use crate::topology::{PcieLevel, Topology};
+use align_core::placement::gpus::LinkTable;
+use align_core::placement::policy::{GpuMode, NumaChoice, PlacementConfig, Policy};
+use align_core::topology::{PcieLevel, Topology};
+
+/// The daemon's default `gpu_mode` (the configuration's `gpu_mode` default; a test of the
+/// daemon crate holds the two equal), which a churn run replays nri-align under unless told.
+pub const DAEMON_GPU_MODE: GpuMode = GpuMode::Keep;
 
 /// What one stream looks like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +52,7 @@ impl Default for ChurnSpec {
             seeds: 5,
             nic_plugin: NicPlugin::default(),
             optimum: true,
-            gpu_mode: crate::config::DEFAULT_GPU_MODE,
+            gpu_mode: crate::churn::DAEMON_GPU_MODE,
             device_plugin: GpuChoice::default(),
             kubelet: TopologyManagerOptions::default(),
             static_memory: false,

@@ -4,9 +4,9 @@
 //! changing a decision as the kubelet's policies do.
 
 use super::*;
-use crate::placement::Request;
-use crate::simulate::kubelet_cpus::tests::single_socket_ht;
-use crate::topology::testing::TopologyBuilder;
+use crate::kubelet_cpus::tests::single_socket_ht;
+use align_core::placement::Request;
+use align_core::topology::testing::TopologyBuilder;
 
 fn request(id: &str, milli: u64, memory: Option<u64>) -> Request {
     Request {
@@ -91,7 +91,7 @@ fn prefer_closest_numa_nodes_keeps_a_two_node_container_on_one_socket() {
 /// `max-allowable-numa-nodes` as an option: the 34-node GB200 tray runs once it covers them.
 #[test]
 fn max_allowable_numa_nodes_admits_a_host_with_more_nodes() {
-    let numa = crate::topology::testing::shipped("gb200-nvl4-numa");
+    let numa = align_core::topology::testing::shipped("gb200-nvl4-numa");
     let b = KubeletBaseline::new(Arc::new(numa.clone()), PlacementConfig::default())
         .map(|_| ())
         .expect_err("refused at the default");
@@ -100,7 +100,7 @@ fn max_allowable_numa_nodes_admits_a_host_with_more_nodes() {
         KubeletBaseline::with_max_numa_nodes(Arc::new(numa), PlacementConfig::default(), 8)
             .map(|_| ());
     assert!(raised.is_err());
-    let topo = Arc::new(crate::topology::testing::shipped("gb200-nvl4-cdmm"));
+    let topo = Arc::new(align_core::topology::testing::shipped("gb200-nvl4-cdmm"));
     let options = TopologyManagerOptions {
         max_allowable_numa_nodes: 34,
         ..TopologyManagerOptions::default()
@@ -118,7 +118,7 @@ fn max_allowable_numa_nodes_admits_a_host_with_more_nodes() {
 #[test]
 fn memory_hints_only_under_the_static_memory_manager() {
     let ask = request("c", 4000, Some(100 << 30));
-    let topo = crate::topology::testing::two_node;
+    let topo = align_core::topology::testing::two_node;
     let mut none = baseline(topo(), Policy::Restricted, "");
     assert_eq!(none.place(&ask).expect("placed").mems.to_string(), "0");
     let mut fixed = baseline(topo(), Policy::Restricted, "").with_static_memory_manager(true);
@@ -131,14 +131,14 @@ fn memory_hints_only_under_the_static_memory_manager() {
 #[test]
 fn reserved_cpus_count_in_the_minimal_width() {
     let mut b = baseline(
-        crate::topology::testing::two_node(),
+        align_core::topology::testing::two_node(),
         Policy::Restricted,
         "0,8",
     );
     let err = b.place(&request("c", 16_000, None)).expect_err("refused");
     assert!(err.to_string().contains("TopologyAffinityError"), "{err}");
     let mut best_effort = baseline(
-        crate::topology::testing::two_node(),
+        align_core::topology::testing::two_node(),
         Policy::BestEffort,
         "0,8",
     );

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::topology::{CpuSet, Topology};
+use align_core::topology::{CpuSet, Topology};
 
 /// `k` CPUs of `avail` in the kubelet's packed order, or `None` when `avail` has fewer.
 pub fn take_packed(topo: &Topology, avail: &CpuSet, k: u32) -> Option<CpuSet> {

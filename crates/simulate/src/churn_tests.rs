@@ -1,7 +1,7 @@
 use super::*;
-use crate::placement::policy::GpuMode;
-use crate::simulate::replay_plugins;
-use crate::topology::testing;
+use crate::replay_plugins;
+use align_core::placement::policy::GpuMode;
+use align_core::topology::testing;
 
 #[test]
 fn streams_are_seeded_and_shaped() {
@@ -85,7 +85,7 @@ fn per_nic_keeps_the_figures_before_the_nic_models() {
 fn a_cpu_only_host_fills_up_as_the_gpu_hosts_do() {
     let topo = Arc::new(testing::shipped("epyc-nps4"));
     // The first core's two threads (SMT siblings are n and n + 128 there).
-    let reserved = crate::simulate::baseline::kubelet_reserved(&topo, 2);
+    let reserved = crate::baseline::kubelet_reserved(&topo, 2);
     assert_eq!(reserved.to_string(), "0,128");
     let wl = workload(&topo, 1, 30);
     // Four units a node: pods of 4, 8, 16 or 32 CPUs on nodes of 32.
@@ -295,10 +295,6 @@ fn the_table_compares_nri_align_with_the_kubelet_stream_by_stream() {
 /// stands beside them.
 #[test]
 fn keep_starts_from_the_plugins_gpus_on_both_sides() {
-    assert_eq!(
-        ChurnSpec::default().gpu_mode,
-        crate::config::DEFAULT_GPU_MODE
-    );
     let topo = Arc::new(testing::shipped("dgx1-v100"));
     let spec = |device_plugin, gpu_mode| ChurnSpec {
         pods: 30,

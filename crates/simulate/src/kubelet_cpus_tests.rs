@@ -4,7 +4,7 @@
 //! topologies.
 
 use super::*;
-use crate::topology::{Cpu, NumaNode};
+use align_core::topology::{Cpu, NumaNode};
 
 /// A topology as the kubelet's tests describe one: CPU `i` of `n` sits on socket, NUMA node and
 /// core `place(i)`, the core's threads being the CPUs with the same core id.

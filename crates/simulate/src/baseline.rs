@@ -15,16 +15,16 @@ use super::nic_plugin::{NicPlugin, NicUnits, Unit};
 use super::topology_manager::{
     masks_in_kubelet_order, Hint, Merge, TopologyManagerOptions, DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
 };
-use crate::placement::error::{fmt_bytes, PlacementError};
-use crate::placement::gpus::LinkTable;
-use crate::placement::ledger::{Ledger, NodeFree};
-use crate::placement::nics;
-use crate::placement::numa::{self, Need};
-use crate::placement::policy::{PlacementConfig, Policy, Scope};
-use crate::placement::request::{Assignment, Request};
-use crate::placement::resolve::{resolve, Resolved};
-use crate::placement::PodTotals;
-use crate::topology::{Cpu, CpuSet, Topology};
+use align_core::placement::error::{fmt_bytes, PlacementError};
+use align_core::placement::gpus::LinkTable;
+use align_core::placement::ledger::{Ledger, NodeFree};
+use align_core::placement::nics;
+use align_core::placement::numa::{self, Need};
+use align_core::placement::policy::{PlacementConfig, Policy, Scope};
+use align_core::placement::request::{Assignment, Request};
+use align_core::placement::resolve::{resolve, Resolved};
+use align_core::placement::PodTotals;
+use align_core::topology::{Cpu, CpuSet, Topology};
 
 /// The kubelet's default `max-allowable-numa-nodes`: `defaultMaxAllowableNUMANodes` in
 /// kubernetes `pkg/kubelet/cm/topologymanager/topology_manager.go`. With more NUMA nodes than
@@ -428,7 +428,7 @@ impl KubeletBaseline {
             policy: r.eff.policy,
             what: "resources".into(),
             shape: "a preferred NUMA affinity (TopologyAffinityError)".into(),
-            asked: Box::new(crate::placement::error::Ask {
+            asked: Box::new(align_core::placement::error::Ask {
                 cpus: need.cpus,
                 memory_bytes: need.memory,
                 gpus: need.gpus,
@@ -542,7 +542,7 @@ impl KubeletBaseline {
         let packed = |a: &CpuSet, n: u32| take_packed(topo, a, n).unwrap_or_default();
         if self.distribute_cpus {
             let group = if self.config.full_pcpus_only {
-                crate::placement::cpus::threads_per_core(topo)
+                align_core::placement::cpus::threads_per_core(topo)
             } else {
                 1
             };

@@ -1,5 +1,5 @@
 use super::*;
-use crate::topology::testing;
+use align_core::topology::testing;
 use std::sync::Arc;
 
 fn dgx1() -> LinkTable {
@@ -98,8 +98,8 @@ fn required_gpus_are_kept_and_impossible_asks_get_nothing() {
 /// nri-align's own GPU choice (best-effort, the default policy) on `free` of a DGX-1V, the
 /// other GPUs held by containers the device plugin gave them to.
 fn nri_align_choice(free: &[usize], k: usize) -> Vec<usize> {
-    use crate::placement::policy::{GpuMode, PlacementConfig};
-    use crate::placement::{Allocator, Request};
+    use align_core::placement::policy::{GpuMode, PlacementConfig};
+    use align_core::placement::{Allocator, Request};
     let topo = std::sync::Arc::new(testing::shipped("dgx1-v100"));
     let mut a = Allocator::new(Arc::clone(&topo), PlacementConfig::default());
     let bus = |g: usize| topo.gpus[g].pci_bus_id.clone();

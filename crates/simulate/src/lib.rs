@@ -2,8 +2,10 @@
 //! kubelet-like baseline ([`baseline`]), with every decision and the free capacity after each
 //! step.
 //!
-//! May use: `placement`, `topology` and `untrusted` only: a replay runs the plugin's allocator
-//! without a host or a runtime.
+//! Depends on align-core only (`placement`, `topology`, `untrusted`): a replay runs the plugin's
+//! allocator without a host or a runtime. The daemon crate keeps the command line front
+//! (`nri-align simulate`: flags, headers, printing) and re-exports this crate as
+//! `nri_align::simulate`.
 
 pub mod baseline;
 pub mod churn;
@@ -26,13 +28,13 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::placement::error::{fmt_bytes, PlacementError};
-use crate::placement::gpus::LinkTable;
-use crate::placement::ledger::NodeFree;
-use crate::placement::policy::{GpuMode, PlacementConfig};
-use crate::placement::request::{Assignment, PodInfo, Request};
-use crate::placement::{Allocator, PodTotals};
-use crate::topology::Topology;
+use align_core::placement::error::{fmt_bytes, PlacementError};
+use align_core::placement::gpus::LinkTable;
+use align_core::placement::ledger::NodeFree;
+use align_core::placement::policy::{GpuMode, PlacementConfig};
+use align_core::placement::request::{Assignment, PodInfo, Request};
+use align_core::placement::{Allocator, PodTotals};
+use align_core::topology::Topology;
 use baseline::KubeletBaseline;
 use device_plugin::kubelet_gpus;
 pub use device_plugin::GpuChoice;
@@ -362,7 +364,7 @@ fn requests(
         nic_order.rotate_left(turn);
         // A workload may carry a scheduler's choice as the scheduler annotates pods; a
         // malformed one refuses the container, as the plugin does.
-        let scheduler = crate::placement::scheduler::read(&info.annotations)
+        let scheduler = align_core::placement::scheduler::read(&info.annotations)
             .map_err(|e| {
                 short.get_or_insert(e.to_string());
             })
@@ -416,17 +418,17 @@ type Quantities = (
     u64,
     Option<u64>,
     Option<u64>,
-    Vec<crate::placement::HugePageNeed>,
+    Vec<align_core::placement::HugePageNeed>,
 );
 
 /// What container `c` of `pod` asks for, read from the workload's quantities.
 fn quantities(pod: &PodSpec, c: &ContainerSpec) -> Result<Quantities, WorkloadError> {
     // Names and values come from the file: errors repeat only their start.
     let bad = |what, value: &Quantity, hint| WorkloadError::Quantity {
-        pod: crate::untrusted::excerpt(&pod.name),
-        container: crate::untrusted::excerpt(&c.name),
+        pod: align_core::untrusted::excerpt(&pod.name),
+        container: align_core::untrusted::excerpt(&c.name),
         what,
-        value: crate::untrusted::excerpt(&value.to_string()),
+        value: align_core::untrusted::excerpt(&value.to_string()),
         hint,
     };
     let request = match &c.cpu {
@@ -452,7 +454,7 @@ fn quantities(pod: &PodSpec, c: &ContainerSpec) -> Result<Quantities, WorkloadEr
     ] {
         if let Some(q) = q {
             let b = bytes(q).ok_or_else(|| bad(key, q, "bytes with Ki/Mi/Gi/Ti"))?;
-            hugepages.extend(crate::placement::HugePageNeed::of_limit(size_kb, b));
+            hugepages.extend(align_core::placement::HugePageNeed::of_limit(size_kb, b));
         }
     }
     Ok((request, limit, memory, hugepages))
@@ -547,13 +549,16 @@ pub fn replay_on(
             .find(|p| &p.name == name)
             .ok_or_else(|| WorkloadError::Event {
                 index: step,
-                reason: format!("no pod named {}", crate::untrusted::quoted(name)),
+                reason: format!("no pod named {}", align_core::untrusted::quoted(name)),
             })?;
         if add {
             if live.contains_key(name) {
                 return Err(WorkloadError::Event {
                     index: step,
-                    reason: format!("pod {} is already running", crate::untrusted::quoted(name)),
+                    reason: format!(
+                        "pod {} is already running",
+                        align_core::untrusted::quoted(name)
+                    ),
                 }
                 .into());
             }
@@ -701,7 +706,7 @@ pub fn format_free(free: &[NodeFree]) -> String {
             for (size_kb, _, pages) in &n.hugepages {
                 line.push_str(&format!(
                     " {} {pages}",
-                    crate::placement::hugepages::resource_name(*size_kb)
+                    align_core::placement::hugepages::resource_name(*size_kb)
                 ));
             }
             line
