@@ -22,7 +22,7 @@
 //! | [`metrics`] | the Prometheus registry, the health state and their HTTP responder | nothing of the crate |
 //! | [`enforce`] | the plugin: NRI adapter, engine, requests, adjustments, persisted state, CRI listing, PodResources lookups, the drift check | everything above |
 //! | [`evict`] | opt-in eviction of pods refused for `evict_refused_after`: a task fed by the engine's [`RefusalObserver`](enforce::engine::RefusalObserver) | `enforce` (the observer seam), `nrt` (the API client) |
-//! | [`simulate`] | workload replay against the allocator or a kubelet-like baseline | `placement`, `topology` |
+//! | [`simulate`] | workload replay against the allocator or a kubelet-like baseline (the `simulate` crate, re-exported) | `placement`, `topology` (align-core only) |
 //! | [`cli`] | one module per subcommand | everything above |
 //!
 //! The rules the layout keeps:
@@ -202,7 +202,7 @@ pub mod evict;
 pub mod host;
 pub mod metrics;
 pub mod nrt;
-pub mod simulate;
+pub use ::simulate;
 
 // The pure core lives in its own crate so that it cannot reach the host or the wire; its
 // modules keep their paths here.

@@ -12,7 +12,9 @@ use crate::config::{Config, DEFAULT_GPU_MODE};
 use crate::nrt::NodeResourceTopology;
 use crate::placement::policy::GpuMode;
 use crate::simulate::churn::ChurnSpec;
-use crate::simulate::{self, GpuChoice, NicPlugin, Report, Strategy, Workload};
+use crate::simulate::{
+    self, GpuChoice, NicPlugin, Report, Strategy, TopologyManagerOptions, Workload,
+};
 use crate::topology::load::{load, Source};
 use crate::topology::Topology;
 
@@ -65,6 +67,20 @@ pub struct SimulateArgs {
     /// counterpart is `cpu_spread`).
     #[arg(long)]
     pub kubelet_distribute_cpus: bool,
+    /// The kubelet strategy's Topology Manager with the `prefer-closest-numa-nodes` policy
+    /// option (GA in Kubernetes v1.32, off by default): among equally wide NUMA masks, the one
+    /// whose nodes are closest (lowest average distance) rather than the lowest-numbered.
+    #[arg(long)]
+    pub kubelet_prefer_closest_numa_nodes: bool,
+    /// The kubelet strategy's Topology Manager `max-allowable-numa-nodes` policy option (GA in
+    /// Kubernetes v1.35; default 8, the least the kubelet accepts): a host with more NUMA nodes,
+    /// CPU-less ones included, runs no Topology Manager policy but `none`.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(8..=64))]
+    pub kubelet_max_allowable_numa_nodes: u32,
+    /// The kubelet strategy's memory manager policy: `none` (the kubelet's default: no memory
+    /// hints) or `static` (memory hints from each node's memory).
+    #[arg(long, default_value = "none", value_parser = ["none", "static"])]
+    pub kubelet_memory_manager: String,
     /// VFs per RDMA NIC with --kubelet-nic-plugin sriov.
     #[arg(long, default_value_t = simulate::nic_plugin::DEFAULT_VFS_PER_PF)]
     pub kubelet_sriov_vfs: u32,
@@ -103,32 +119,7 @@ pub struct SimulateArgs {
 
 /// Replays the workload.
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
-    let choice = GpuChoice::parse(&args.device_plugin).with_context(|| {
-        format!(
-            "unknown --device-plugin {}; expected one of: preferred lowest",
-            crate::untrusted::quoted(&args.device_plugin)
-        )
-    })?;
-    let gpu_mode = match args.gpu_mode.as_deref() {
-        None => None,
-        Some("keep") => Some(GpuMode::Keep),
-        Some("remap") => Some(GpuMode::Remap),
-        Some(other) => bail!(
-            "unknown --gpu-mode {}; expected one of: keep remap",
-            crate::untrusted::quoted(other)
-        ),
-    };
-    let nic = NicPlugin::parse(
-        &args.kubelet_nic_plugin,
-        args.kubelet_sriov_vfs,
-        args.kubelet_rdma_hca_max,
-    )
-    .with_context(|| {
-        format!(
-            "unknown --kubelet-nic-plugin {}; expected one of: shared sriov per-nic",
-            crate::untrusted::quoted(&args.kubelet_nic_plugin)
-        )
-    })?;
+    let (choice, gpu_mode, nic) = plugins(&args)?;
     if args.churn {
         return churn(&args, nic, choice, gpu_mode.unwrap_or(DEFAULT_GPU_MODE));
     }
@@ -166,18 +157,63 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         choice,
         nic,
     )?
-    .with_distribute_cpus(args.kubelet_distribute_cpus);
+    .with_distribute_cpus(args.kubelet_distribute_cpus)
+    .with_kubelet_options(
+        kubelet_options(&args),
+        args.kubelet_memory_manager == "static",
+    )?;
     let report = simulate::replay_on(contender, Arc::clone(&topo), &wl, strategy, choice)?;
+    print_report(&args, &topo, &config, &report)
+}
+
+/// The device plugin models and nri-align's `gpu_mode` the flags name.
+fn plugins(args: &SimulateArgs) -> anyhow::Result<(GpuChoice, Option<GpuMode>, NicPlugin)> {
+    let choice = GpuChoice::parse(&args.device_plugin).with_context(|| {
+        format!(
+            "unknown --device-plugin {}; expected one of: preferred lowest",
+            crate::untrusted::quoted(&args.device_plugin)
+        )
+    })?;
+    let gpu_mode = match args.gpu_mode.as_deref() {
+        None => None,
+        Some("keep") => Some(GpuMode::Keep),
+        Some("remap") => Some(GpuMode::Remap),
+        Some(other) => bail!(
+            "unknown --gpu-mode {}; expected one of: keep remap",
+            crate::untrusted::quoted(other)
+        ),
+    };
+    let nic = NicPlugin::parse(
+        &args.kubelet_nic_plugin,
+        args.kubelet_sriov_vfs,
+        args.kubelet_rdma_hca_max,
+    )
+    .with_context(|| {
+        format!(
+            "unknown --kubelet-nic-plugin {}; expected one of: shared sriov per-nic",
+            crate::untrusted::quoted(&args.kubelet_nic_plugin)
+        )
+    })?;
+    Ok((choice, gpu_mode, nic))
+}
+
+/// Prints the replay as text or JSON, with the NodeResourceTopology objects of `--nrt`.
+fn print_report(
+    args: &SimulateArgs,
+    topo: &Topology,
+    config: &Config,
+    report: &Report,
+) -> anyhow::Result<()> {
     let nrt = match &args.nrt {
         Some(node) => report
             .steps
             .iter()
-            .map(|s| nrt_object(&topo, &s.free, &config, node))
+            .map(|s| nrt_object(topo, &s.free, config, node))
             .collect::<anyhow::Result<Vec<_>>>()?,
         None => Vec::new(),
     };
     if args.json {
-        let mut value = serde_json::to_value(&report)?;
+        let mut value = serde_json::to_value(report)?;
         if let Some(steps) = value["steps"].as_array_mut() {
             for (step, obj) in steps.iter_mut().zip(&nrt) {
                 step["nrt"] = serde_json::to_value(obj)?;
@@ -185,9 +221,17 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         }
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        print!("{}", render_with(&report, &nrt)?);
+        print!("{}", render_with(report, &nrt)?);
     }
     Ok(())
+}
+
+/// The Topology Manager policy options of the flags.
+fn kubelet_options(args: &SimulateArgs) -> TopologyManagerOptions {
+    TopologyManagerOptions {
+        prefer_closest_numa_nodes: args.kubelet_prefer_closest_numa_nodes,
+        max_allowable_numa_nodes: args.kubelet_max_allowable_numa_nodes as usize,
+    }
 }
 
 /// `--churn`: the comparison table on the given host or the three shipped ones.
@@ -204,6 +248,8 @@ fn churn(
         optimum: !args.no_optimum,
         gpu_mode,
         device_plugin,
+        kubelet: kubelet_options(args),
+        static_memory: args.kubelet_memory_manager == "static",
     };
     let hosts: Vec<(String, Topology)> =
         if args.host.is_some() || args.hwloc_xml.is_some() || args.host_root.is_some() {
@@ -229,12 +275,15 @@ fn churn(
     } else {
         println!(
             "churn under single-numa-node: {} pods per seed, seeds 1..={}; nri-align's gpu_mode: \
-             {}; GPUs from the device plugin: {}; the kubelet's RDMA NICs: {}",
+             {}; GPUs from the device plugin: {}; the kubelet's RDMA NICs: {}; the kubelet's \
+             Topology Manager options: {}; memory manager policy: {}",
             spec.pods,
             spec.seeds,
             simulate::gpu_mode_name(spec.gpu_mode),
             spec.device_plugin.describe(),
-            spec.nic_plugin.describe()
+            spec.nic_plugin.describe(),
+            spec.kubelet.describe(),
+            if spec.static_memory { "Static" } else { "None" }
         );
         print!("{}", simulate::churn::table(&rows));
         print!("{}", simulate::churn::against_the_kubelet(&rows));
@@ -288,8 +337,12 @@ fn header(s: &simulate::Summary) -> String {
              Topology Manager hint\n"
         ),
         None => format!(
-            "# {}, GPUs from the device plugin: {plugin}, within the Topology Manager's hint\n",
-            s.strategy
+            "# {}, GPUs from the device plugin: {plugin}, within the Topology Manager's hint{}\n",
+            s.strategy,
+            s.kubelet
+                .as_deref()
+                .map(|k| format!("; {k}"))
+                .unwrap_or_default()
         ),
     }
 }

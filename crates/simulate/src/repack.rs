@@ -22,10 +22,10 @@ use std::sync::Arc;
 
 use super::workload::{bytes, cpu_milli};
 use super::{PodSpec, Workload};
-use crate::placement::ledger::Ledger;
-use crate::placement::numa;
-use crate::placement::policy::PlacementConfig;
-use crate::topology::Topology;
+use align_core::placement::ledger::Ledger;
+use align_core::placement::numa;
+use align_core::placement::policy::PlacementConfig;
+use align_core::topology::Topology;
 
 /// Search nodes one admission check may visit before it gives up (counted as refused).
 pub const SEARCH_BOUND: u64 = 200_000;

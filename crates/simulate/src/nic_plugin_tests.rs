@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::placement::policy::{PlacementConfig, Policy};
-use crate::simulate::{replay_plugins, Event, GpuChoice, Report, Strategy, Workload};
-use crate::topology::{testing, Topology};
+use crate::{replay_plugins, Event, GpuChoice, Report, Strategy, Workload};
+use align_core::placement::policy::{PlacementConfig, Policy};
+use align_core::topology::{testing, Topology};
 
 const SRIOV: NicPlugin = NicPlugin::Sriov { vfs_per_pf: 8 };
 const SHARED: NicPlugin = NicPlugin::Shared { hca_max: 63 };

@@ -32,8 +32,8 @@
 
 use std::collections::HashMap;
 
-use crate::placement::error::PlacementError;
-use crate::placement::ledger::Ledger;
+use align_core::placement::error::PlacementError;
+use align_core::placement::ledger::Ledger;
 
 /// VFs per PF of [`NicPlugin::Sriov`] unless told (`--kubelet-sriov-vfs`): a common
 /// `numVfs` of an `SriovNetworkNodePolicy`, the plugin itself has no default.

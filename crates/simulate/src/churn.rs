@@ -10,11 +10,16 @@ use std::sync::Arc;
 use super::paired::Paired;
 use super::{optimum, repack, ReplayError, Strategy, Workload};
 use super::{
-    replay_plugins, ContainerSpec, Event, GpuChoice, NicPlugin, PodSpec, Quantity, Report,
+    replay_on, ContainerSpec, Contender, Event, GpuChoice, NicPlugin, PodSpec, Quantity, Report,
+    TopologyManagerOptions,
 };
-use crate::placement::gpus::LinkTable;
-use crate::placement::policy::{GpuMode, NumaChoice, PlacementConfig, Policy};
-use crate::topology::{PcieLevel, Topology};
+use align_core::placement::gpus::LinkTable;
+use align_core::placement::policy::{GpuMode, NumaChoice, PlacementConfig, Policy};
+use align_core::topology::{PcieLevel, Topology};
+
+/// The daemon's default `gpu_mode` (the configuration's `gpu_mode` default; a test of the
+/// daemon crate holds the two equal), which a churn run replays nri-align under unless told.
+pub const DAEMON_GPU_MODE: GpuMode = GpuMode::Keep;
 
 /// What one stream looks like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +37,10 @@ pub struct ChurnSpec {
     pub gpu_mode: GpuMode,
     /// The device plugin that hands out GPUs, the same model for both strategies.
     pub device_plugin: GpuChoice,
+    /// The kubelet's Topology Manager policy options.
+    pub kubelet: TopologyManagerOptions,
+    /// The kubelet's memory manager policy: `Static` when true, else `None` (its default).
+    pub static_memory: bool,
 }
 
 impl Default for ChurnSpec {
@@ -43,8 +52,10 @@ impl Default for ChurnSpec {
             seeds: 5,
             nic_plugin: NicPlugin::default(),
             optimum: true,
-            gpu_mode: crate::config::DEFAULT_GPU_MODE,
+            gpu_mode: crate::churn::DAEMON_GPU_MODE,
             device_plugin: GpuChoice::default(),
+            kubelet: TopologyManagerOptions::default(),
+            static_memory: false,
         }
     }
 }
@@ -55,8 +66,15 @@ pub struct ChurnRow {
     /// Host name.
     pub host: String,
     /// `nri-align, best-fit` (and `most-allocated`, `least-allocated`: its `numa_choice`),
-    /// `kubelet + NVIDIA plugin`, `kubelet, lowest-index GPUs` or [`OPTIMUM`].
+    /// [`KUBELET`], [`KUBELET_LOWEST`] or [`OPTIMUM`].
     pub strategy: String,
+    /// nri-align's `gpu_mode` (its rows only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_mode: Option<String>,
+    /// The device plugin model that handed out the GPUs ([`GpuChoice::name`]; empty for the
+    /// optimum, which picks no GPU).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub device_plugin: String,
     /// Pods offered.
     pub offered: usize,
     /// Pods admitted.
@@ -206,38 +224,8 @@ pub fn rows(
     let links = LinkTable::new(&topo);
     let mut bins = repack::bins(Arc::clone(&topo), &config);
     repack::loosen_nics(&mut bins, spec.nic_plugin);
-    // The kubelet has no NUMA choice of its own (the proposal for one is unreleased): its rows
-    // run with the default, which it ignores.
-    // Every row's device plugin is `spec.device_plugin`'s, so the strategies start from the
-    // same GPUs; the kubelet with a plugin blind to links stays as a reference beside the
-    // preferred one.
-    let plugin = spec.device_plugin;
-    let mut contenders = vec![
-        (Strategy::NriAlign, plugin, NumaChoice::BestFit, NRI_ALIGN),
-        (
-            Strategy::NriAlign,
-            plugin,
-            NumaChoice::MostAllocated,
-            "nri-align, most-allocated",
-        ),
-        (
-            Strategy::NriAlign,
-            plugin,
-            NumaChoice::LeastAllocated,
-            "nri-align, least-allocated",
-        ),
-        (Strategy::Kubelet, plugin, NumaChoice::default(), KUBELET),
-    ];
-    if plugin == GpuChoice::Preferred {
-        contenders.push((
-            Strategy::Kubelet,
-            GpuChoice::Lowest,
-            NumaChoice::default(),
-            "kubelet, lowest-index GPUs",
-        ));
-    }
     let mut out = Vec::new();
-    for (strategy, choice, numa_choice, label) in contenders {
+    for (strategy, choice, numa_choice, label) in contenders(spec.device_plugin) {
         let config = PlacementConfig {
             numa_choice,
             ..config.clone()
@@ -245,18 +233,22 @@ pub fn rows(
         let mut row = ChurnRow {
             host: host.to_string(),
             strategy: label.to_string(),
+            gpu_mode: (strategy == Strategy::NriAlign)
+                .then(|| super::gpu_mode_name(spec.gpu_mode).to_string()),
+            device_plugin: choice.name().to_string(),
             ..ChurnRow::default()
         };
         for seed in 1..=spec.seeds {
             let wl = workload(&topo, seed, spec.pods);
-            let report = replay_plugins(
+            let contender = Contender::with_plugins(
+                strategy,
                 Arc::clone(&topo),
                 config.clone(),
-                &wl,
-                strategy,
                 choice,
                 spec.nic_plugin,
-            )?;
+            )?
+            .with_kubelet_options(spec.kubelet, spec.static_memory)?;
+            let report = replay_on(contender, Arc::clone(&topo), &wl, strategy, choice)?;
             row.offered += spec.pods;
             let gpus_before = row.gpus;
             tally(&mut row, &report, &topo, &links);
@@ -276,6 +268,44 @@ pub fn rows(
         out.push(best);
     }
     Ok(out)
+}
+
+/// The decision makers of the rows: nri-align with each `numa_choice`, the kubelet with
+/// `plugin`'s GPUs and, beside the preferred one, a plugin blind to links as a reference.
+/// Every row's device plugin is `plugin`, so the strategies start from the same GPUs. The
+/// kubelet has no NUMA choice of its own (the proposal for one is unreleased): its rows run
+/// with the default, which it ignores.
+fn contenders(plugin: GpuChoice) -> Vec<(Strategy, GpuChoice, NumaChoice, &'static str)> {
+    let mut contenders = vec![
+        (Strategy::NriAlign, plugin, NumaChoice::BestFit, NRI_ALIGN),
+        (
+            Strategy::NriAlign,
+            plugin,
+            NumaChoice::MostAllocated,
+            "nri-align, most-allocated",
+        ),
+        (
+            Strategy::NriAlign,
+            plugin,
+            NumaChoice::LeastAllocated,
+            "nri-align, least-allocated",
+        ),
+        (
+            Strategy::Kubelet,
+            plugin,
+            NumaChoice::default(),
+            kubelet_label(plugin),
+        ),
+    ];
+    if plugin == GpuChoice::Preferred {
+        contenders.push((
+            Strategy::Kubelet,
+            GpuChoice::Lowest,
+            NumaChoice::default(),
+            KUBELET_LOWEST,
+        ));
+    }
+    contenders
 }
 
 /// The offline optimum on the same streams: every pod on one node, all of them aligned by
@@ -389,8 +419,33 @@ fn pct(part: f64, whole: f64) -> String {
     }
 }
 
-/// The label of the kubelet row the link scores are compared with.
+/// The label of the kubelet row with the NVIDIA device plugin's preferred GPUs.
 pub const KUBELET: &str = "kubelet + NVIDIA plugin";
+/// The label of the kubelet row with a device plugin that hands out the lowest-index GPUs.
+pub const KUBELET_LOWEST: &str = "kubelet, lowest-index GPUs";
+
+/// The label of the kubelet's row whose device plugin picks GPUs by `choice`.
+pub fn kubelet_label(choice: GpuChoice) -> &'static str {
+    match choice {
+        GpuChoice::Preferred => KUBELET,
+        GpuChoice::Lowest => KUBELET_LOWEST,
+    }
+}
+
+/// The kubelet row nri-align's rows on `host` are compared with: the one handed GPUs by the
+/// same device plugin model as they are (the first kubelet row of the host, as [`rows`]
+/// orders them).
+fn main_kubelet<'a>(rows: &'a [ChurnRow], host: &str) -> Option<&'a ChurnRow> {
+    let plugin = rows
+        .iter()
+        .find(|r| r.host == host && r.gpu_mode.is_some())
+        .map(|r| r.device_plugin.as_str());
+    rows.iter().find(|k| {
+        k.host == host
+            && (k.strategy == KUBELET || k.strategy == KUBELET_LOWEST)
+            && plugin.map_or(true, |p| p == k.device_plugin)
+    })
+}
 
 impl ChurnRow {
     /// Mean GPU link score / best possible over the decisions of 2+ GPUs (`None` without any).
@@ -406,10 +461,7 @@ pub fn table(rows: &[ChurnRow]) -> String {
          |---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
-        let kubelet = rows
-            .iter()
-            .find(|k| k.host == r.host && k.strategy == KUBELET)
-            .and_then(ChurnRow::mean_link);
+        let kubelet = main_kubelet(rows, &r.host).and_then(ChurnRow::mean_link);
         let vs = match (r.mean_link(), kubelet) {
             (Some(mine), Some(theirs)) if theirs > 0.0 => format!("{:.3}", mine / theirs),
             _ => "-".to_string(),
@@ -458,16 +510,14 @@ pub fn table(rows: &[ChurnRow]) -> String {
 /// The label of nri-align's default row, the one compared stream by stream.
 pub const NRI_ALIGN: &str = "nri-align, best-fit";
 
-/// Per host, nri-align's default row against [`KUBELET`] stream by stream ([`Paired`]): the
+/// Per host, nri-align's default row against the kubelet's with the same device plugin
+/// stream by stream ([`Paired`]): the
 /// mean difference in pods and GPUs admitted, the streams ahead and behind, and whether the
 /// seeds drawn explain the gap (sign-flip test). Empty when no host has both rows.
 pub fn against_the_kubelet(rows: &[ChurnRow]) -> String {
     let mut out = String::new();
     for ours in rows.iter().filter(|r| r.strategy == NRI_ALIGN) {
-        let Some(theirs) = rows
-            .iter()
-            .find(|k| k.host == ours.host && k.strategy == KUBELET)
-        else {
+        let Some(theirs) = main_kubelet(rows, &ours.host) else {
             continue;
         };
         let pods = Paired::new(&ours.stream_pods, &theirs.stream_pods);
@@ -477,7 +527,8 @@ pub fn against_the_kubelet(rows: &[ChurnRow]) -> String {
         };
         if out.is_empty() {
             out.push_str(&format!(
-                "\n{NRI_ALIGN} against {KUBELET}, stream by stream:\n"
+                "\n{NRI_ALIGN} against {}, stream by stream:\n",
+                theirs.strategy
             ));
         }
         let verdict = |p: &Paired| {

@@ -2,8 +2,8 @@
 //! container's CPUs, GPUs and NICs each node holds, so a reader sees whether the CPUs followed
 //! the devices (`cpu_spread`).
 
-use crate::placement::Assignment;
-use crate::topology::Topology;
+use align_core::placement::Assignment;
+use align_core::topology::Topology;
 
 /// `node 0: 60 cpus 4 gpus 4 nics | node 1: ...` over the nodes holding any of them; empty for
 /// a container without GPUs or NICs (nothing to split by). A device whose node is unknown is

@@ -17,7 +17,7 @@
 //! The pair scores are nri-align's [`LinkTable`]'s, which use the same scale (NVSwitch, which
 //! NVML reports as many NVLinks per pair, is one high constant there).
 
-use crate::placement::gpus::LinkTable;
+use align_core::placement::gpus::LinkTable;
 
 /// Most available GPUs the plugin's partition search runs on here. The plugin has no limit,
 /// but the partitions of 16 GPUs into triples number in the hundreds of millions; beyond this

@@ -13,7 +13,7 @@
 //! baseline's packed take does. A count not divisible by g, or no combo that balances, falls
 //! back to the packed take, as in the kubelet.
 
-use crate::topology::{CpuSet, Topology};
+use align_core::topology::{CpuSet, Topology};
 
 /// `k` CPUs of `avail` distributed over NUMA nodes, or `None` where the kubelet falls back to
 /// its packed take. `take_in` takes CPUs from one node's free CPUs (the packed take).

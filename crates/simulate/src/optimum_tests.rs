@@ -1,9 +1,9 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::placement::policy::{PlacementConfig, Policy};
-use crate::simulate::{churn, repack, ContainerSpec, Event, NicPlugin, PodSpec, Quantity};
-use crate::topology::testing;
+use crate::{churn, repack, ContainerSpec, Event, NicPlugin, PodSpec, Quantity};
+use align_core::placement::policy::{PlacementConfig, Policy};
+use align_core::topology::testing;
 
 fn pod(name: &str, gpus: u32) -> PodSpec {
     PodSpec {
@@ -91,7 +91,7 @@ fn the_optimum_bounds_first_fit_on_churn_streams() {
     let topo = Arc::new(testing::shipped("dgx1-v100"));
     let config = PlacementConfig {
         policy: Policy::SingleNumaNode,
-        reserved_cpus: crate::simulate::baseline::kubelet_reserved(&topo, 2),
+        reserved_cpus: crate::baseline::kubelet_reserved(&topo, 2),
         ..PlacementConfig::default()
     };
     let mut bins = repack::bins(Arc::clone(&topo), &config);

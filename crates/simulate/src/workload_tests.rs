@@ -21,8 +21,8 @@ fn quantities() {
 /// A DRA-allocated accelerator on node 1 of a DGX-1 (as the topology lists a function that is
 /// neither GPU nor NIC).
 fn dgx1_with_accelerator() -> Topology {
-    use crate::topology::{PciDevice, PciKind};
-    let mut topo = crate::topology::testing::shipped("dgx1-v100");
+    use align_core::topology::{PciDevice, PciKind};
+    let mut topo = align_core::topology::testing::shipped("dgx1-v100");
     topo.pci_devices.push(PciDevice {
         bus_id: "0000:c0:00.0".into(),
         vendor: 0x1d0f,
@@ -39,8 +39,8 @@ fn dgx1_with_accelerator() -> Topology {
 
 #[test]
 fn a_workload_mixes_dra_devices_with_device_plugin_gpus() {
-    use crate::placement::PlacementConfig;
-    use crate::simulate::{replay, Strategy};
+    use crate::{replay, Strategy};
+    use align_core::placement::PlacementConfig;
     let wl = Workload::parse(
         r#"
 pods:
@@ -68,7 +68,7 @@ pods:
     // The accelerator's node, under single-numa-node, and it is recorded on the decision.
     assert!(accel.admitted && accel.aligned, "{accel:?}");
     assert_eq!(accel.mems, "1", "{accel:?}");
-    let cpus = crate::topology::IdSet::parse_list(&accel.cpus).expect("cpus");
+    let cpus = align_core::topology::IdSet::parse_list(&accel.cpus).expect("cpus");
     assert!(cpus.is_subset(&node1), "{accel:?}");
     assert_eq!(accel.devices, ["0000:c0:00.0"]);
     // A generic device is never held: the third pod shares it, with a device-plugin GPU.
@@ -82,7 +82,7 @@ pods:
 
 #[test]
 fn dra_devices_must_be_functions_of_the_topology_and_not_gpus() {
-    use crate::simulate::{replay, Strategy};
+    use crate::{replay, Strategy};
     let topo = std::sync::Arc::new(dgx1_with_accelerator());
     let gpu = topo.gpus[0].pci_bus_id.clone();
     for (device, why) in [
@@ -95,7 +95,7 @@ fn dra_devices_must_be_functions_of_the_topology_and_not_gpus() {
         .expect("workload");
         let e = replay(
             std::sync::Arc::clone(&topo),
-            crate::placement::PlacementConfig::default(),
+            align_core::placement::PlacementConfig::default(),
             &wl,
             Strategy::NriAlign,
         )

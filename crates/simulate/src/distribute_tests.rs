@@ -1,5 +1,5 @@
 use super::*;
-use crate::topology::testing::shipped;
+use align_core::topology::testing::shipped;
 
 fn packed(_topo: &Topology) -> impl Fn(&CpuSet, u32) -> CpuSet {
     |a: &CpuSet, n: u32| a.iter().take(n as usize).collect()

@@ -1,5 +1,5 @@
 use super::*;
-use crate::topology::testing::shipped;
+use align_core::topology::testing::shipped;
 
 /// The GB200 tray in NUMA mode: 34 nodes, 2 with CPUs. The kubelet counts all 34, so it
 /// refuses the host at its default limit and runs once the limit is raised to cover them;

@@ -5,14 +5,14 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::placement::request::GenericDevice;
-use crate::topology::Topology;
+use align_core::placement::request::GenericDevice;
+use align_core::topology::Topology;
 
 /// Why a workload file is not usable.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
     /// YAML/JSON syntax or schema (serde's message, which repeats a bad value, is cut).
-    #[error("invalid workload: {}", crate::untrusted::message(&.0.to_string()))]
+    #[error("invalid workload: {}", align_core::untrusted::message(&.0.to_string()))]
     Parse(#[from] serde_yaml_ng::Error),
     /// More text than any workload needs.
     #[error("invalid workload: {0}")]
@@ -176,25 +176,26 @@ impl Event {
 impl Workload {
     /// Parses YAML or JSON (JSON is YAML).
     pub fn parse(text: &str) -> Result<Self, WorkloadError> {
-        crate::untrusted::check_len(
+        align_core::untrusted::check_len(
             "the workload",
             text.len(),
-            crate::untrusted::MAX_DOCUMENT_BYTES,
+            align_core::untrusted::MAX_DOCUMENT_BYTES,
         )
         .map_err(WorkloadError::TooLarge)?;
-        crate::untrusted::yaml::check(text).map_err(|e| WorkloadError::TooLarge(e.to_string()))?;
+        align_core::untrusted::yaml::check(text)
+            .map_err(|e| WorkloadError::TooLarge(e.to_string()))?;
         let w: Workload = serde_yaml_ng::from_str(text)?;
         // Events name pods: two pods with one name would make `remove` ambiguous.
         for (i, p) in w.pods.iter().enumerate() {
             if w.pods[..i].iter().any(|q| q.name == p.name) {
                 return Err(WorkloadError::Pod {
-                    pod: crate::untrusted::excerpt(&p.name),
+                    pod: align_core::untrusted::excerpt(&p.name),
                     reason: "defined twice; pod names must be unique".into(),
                 });
             }
             if p.containers.is_empty() {
                 return Err(WorkloadError::Pod {
-                    pod: crate::untrusted::excerpt(&p.name),
+                    pod: align_core::untrusted::excerpt(&p.name),
                     reason: "has no containers".into(),
                 });
             }
@@ -263,11 +264,11 @@ pub(super) fn dra_devices(
     for bus in &c.devices {
         let bus = bus.trim().to_ascii_lowercase();
         let bad = |why: &str| WorkloadError::Pod {
-            pod: crate::untrusted::excerpt(&pod.name),
+            pod: align_core::untrusted::excerpt(&pod.name),
             reason: format!(
                 "container {}: device {} {why}",
-                crate::untrusted::excerpt(&c.name),
-                crate::untrusted::quoted(&bus)
+                align_core::untrusted::excerpt(&c.name),
+                align_core::untrusted::quoted(&bus)
             ),
         };
         if topo.gpus.iter().any(|g| g.pci_bus_id == bus) {

@@ -1,6 +1,7 @@
 use super::*;
-use crate::placement::policy::GpuMode;
-use crate::topology::testing;
+use crate::replay_plugins;
+use align_core::placement::policy::GpuMode;
+use align_core::topology::testing;
 
 #[test]
 fn streams_are_seeded_and_shaped() {
@@ -84,7 +85,7 @@ fn per_nic_keeps_the_figures_before_the_nic_models() {
 fn a_cpu_only_host_fills_up_as_the_gpu_hosts_do() {
     let topo = Arc::new(testing::shipped("epyc-nps4"));
     // The first core's two threads (SMT siblings are n and n + 128 there).
-    let reserved = crate::simulate::baseline::kubelet_reserved(&topo, 2);
+    let reserved = crate::baseline::kubelet_reserved(&topo, 2);
     assert_eq!(reserved.to_string(), "0,128");
     let wl = workload(&topo, 1, 30);
     // Four units a node: pods of 4, 8, 16 or 32 CPUs on nodes of 32.
@@ -294,10 +295,6 @@ fn the_table_compares_nri_align_with_the_kubelet_stream_by_stream() {
 /// stands beside them.
 #[test]
 fn keep_starts_from_the_plugins_gpus_on_both_sides() {
-    assert_eq!(
-        ChurnSpec::default().gpu_mode,
-        crate::config::DEFAULT_GPU_MODE
-    );
     let topo = Arc::new(testing::shipped("dgx1-v100"));
     let spec = |device_plugin, gpu_mode| ChurnSpec {
         pods: 30,
@@ -323,4 +320,37 @@ fn keep_starts_from_the_plugins_gpus_on_both_sides() {
     assert!(keep[0] < remap[0], "{keep:?} {remap:?}");
     let lowest = admitted(spec(GpuChoice::Lowest, GpuMode::Keep));
     assert_eq!(lowest.len(), 4, "{lowest:?}");
+}
+
+/// With a plugin blind to links, the kubelet's row says so, every row names its device plugin
+/// and nri-align's rows their gpu_mode, and nri-align is compared with that kubelet row.
+#[test]
+fn rows_name_their_device_plugin_and_gpu_mode() {
+    let topo = Arc::new(testing::shipped("dgx1-v100"));
+    let spec = ChurnSpec {
+        pods: 12,
+        seeds: 2,
+        optimum: false,
+        device_plugin: GpuChoice::Lowest,
+        ..ChurnSpec::default()
+    };
+    let rows = rows("dgx1-v100", topo, spec).expect("rows");
+    let kubelet: Vec<&ChurnRow> = rows
+        .iter()
+        .filter(|r| r.strategy.starts_with("kubelet"))
+        .collect();
+    assert_eq!(kubelet.len(), 1, "{rows:?}");
+    assert_eq!(kubelet[0].strategy, KUBELET_LOWEST);
+    assert!(rows.iter().all(|r| r.device_plugin == "lowest"), "{rows:?}");
+    for r in &rows {
+        let want = (!r.strategy.starts_with("kubelet")).then(|| "keep".to_string());
+        assert_eq!(r.gpu_mode, want, "{r:?}");
+    }
+    let json = serde_json::to_string(&rows).expect("json");
+    assert!(json.contains("\"gpu_mode\":\"keep\""), "{json}");
+    assert!(
+        against_the_kubelet(&rows).contains(&format!("against {KUBELET_LOWEST}")),
+        "{}",
+        against_the_kubelet(&rows)
+    );
 }

@@ -10,29 +10,28 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::device_plugin::{kubelet_gpus, GpuChoice};
+use super::kubelet_cpus::take_packed;
 use super::nic_plugin::{NicPlugin, NicUnits, Unit};
-use crate::placement::error::{fmt_bytes, PlacementError};
-use crate::placement::gpus::LinkTable;
-use crate::placement::ledger::{Ledger, NodeFree};
-use crate::placement::nics;
-use crate::placement::numa::{self, Need};
-use crate::placement::policy::{PlacementConfig, Policy, Scope};
-use crate::placement::request::{Assignment, Request};
-use crate::placement::resolve::{resolve, Resolved};
-use crate::placement::PodTotals;
-use crate::topology::{Cpu, CpuSet, Topology};
+use super::topology_manager::{
+    masks_in_kubelet_order, Hint, Merge, TopologyManagerOptions, DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
+};
+use align_core::placement::error::{fmt_bytes, PlacementError};
+use align_core::placement::gpus::LinkTable;
+use align_core::placement::ledger::{Ledger, NodeFree};
+use align_core::placement::nics;
+use align_core::placement::numa::{self, Need};
+use align_core::placement::policy::{PlacementConfig, Policy, Scope};
+use align_core::placement::request::{Assignment, Request};
+use align_core::placement::resolve::{resolve, Resolved};
+use align_core::placement::PodTotals;
+use align_core::topology::{Cpu, CpuSet, Topology};
 
 /// The kubelet's default `max-allowable-numa-nodes`: `defaultMaxAllowableNUMANodes` in
-/// kubernetes `pkg/kubelet/cm/topologymanager/topology_manager.go` (v1.31 through v1.34). With
-/// more NUMA nodes than this, `NewManager` fails ("unsupported on machines with more than 8 NUMA
-/// Nodes") and the kubelet does not start with a Topology Manager policy other than `none`,
-/// unless the `max-allowable-numa-nodes` policy option (`policy_options.go`, beta and on by
-/// default from v1.31, KEP-4622) raises it.
-pub const MAX_NUMA_NODES: usize = 8;
-
-/// One hint: a mask over the CPU nodes (bit i = i-th node with CPUs) and whether it is
-/// preferred (as narrow as the resource could ever be).
-type Hint = (u32, bool);
+/// kubernetes `pkg/kubelet/cm/topologymanager/topology_manager.go`. With more NUMA nodes than
+/// this, `NewManager` fails ("unsupported on machines with more than 8 NUMA Nodes") and the
+/// kubelet does not start with a Topology Manager policy other than `none`, unless the
+/// `max-allowable-numa-nodes` policy option (beta from v1.31, GA in v1.35, KEP-4622) raises it.
+pub const MAX_NUMA_NODES: usize = DEFAULT_MAX_ALLOWABLE_NUMA_NODES;
 
 /// The host has more NUMA nodes than the kubelet accepts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,10 +61,36 @@ pub struct KubeletBaseline {
     nic_units: NicUnits,
     /// The CPU manager's `distribute-cpus-across-numa` option (see `distribute.rs`).
     distribute_cpus: bool,
+    /// The Topology Manager policy options.
+    options: TopologyManagerOptions,
+    /// The memory manager's `Static` policy (else `None`, the kubelet's default).
+    static_memory: bool,
+}
+
+/// The CPU nodes the baseline's masks run over, or why the kubelet refuses the host under a
+/// `max-allowable-numa-nodes` of `max` (a value below the default is the default).
+fn kubelet_nodes(topology: &Topology, max: usize) -> Result<Vec<usize>, TooManyNodes> {
+    let max = max.max(MAX_NUMA_NODES);
+    let all = topology.numa_nodes.len();
+    if all > max {
+        return Err(TooManyNodes { nodes: all, max });
+    }
+    let nodes: Vec<usize> = (0..all)
+        .filter(|i| !topology.numa_nodes[*i].is_memory_only())
+        .collect();
+    // This model's masks are 32 bits wide.
+    if nodes.len() > 31 {
+        return Err(TooManyNodes {
+            nodes: all,
+            max: 31,
+        });
+    }
+    Ok(nodes)
 }
 
 impl KubeletBaseline {
-    /// A baseline over `topology`. Refuses more NUMA nodes than the kubelet accepts by default.
+    /// A baseline over `topology` with the kubelet's defaults. Refuses more NUMA nodes than
+    /// the kubelet accepts by default.
     pub fn new(topology: Arc<Topology>, config: PlacementConfig) -> Result<Self, TooManyNodes> {
         Self::with_max_numa_nodes(topology, config, MAX_NUMA_NODES)
     }
@@ -82,34 +107,55 @@ impl KubeletBaseline {
         config: PlacementConfig,
         max: usize,
     ) -> Result<Self, TooManyNodes> {
-        // The kubelet refuses a value below its default.
-        let max = max.max(MAX_NUMA_NODES);
-        let all = topology.numa_nodes.len();
-        if all > max {
-            return Err(TooManyNodes { nodes: all, max });
-        }
-        let nodes: Vec<usize> = (0..all)
-            .filter(|i| !topology.numa_nodes[*i].is_memory_only())
-            .collect();
-        // This model's masks are 32 bits wide.
-        if nodes.len() > 31 {
-            return Err(TooManyNodes {
-                nodes: all,
-                max: 31,
-            });
-        }
+        let nodes = kubelet_nodes(&topology, max)?;
         Ok(Self {
             links: LinkTable::new(&topology),
             gpu_choice: GpuChoice::default(),
             nic_plugin: NicPlugin::default(),
             nic_units: NicUnits::default(),
             distribute_cpus: false,
+            options: TopologyManagerOptions {
+                max_allowable_numa_nodes: max.max(MAX_NUMA_NODES),
+                ..TopologyManagerOptions::default()
+            },
+            static_memory: false,
             ledger: Ledger::new(topology, config.reserved_cpus.clone()),
             config,
             nodes,
             pod_masks: HashMap::new(),
             pod_totals: HashMap::new(),
         })
+    }
+
+    /// The same baseline under the Topology Manager policy `options`; refused, as the kubelet
+    /// refuses to start, when the host has more NUMA nodes than they allow.
+    pub fn with_topology_manager_options(
+        mut self,
+        options: TopologyManagerOptions,
+    ) -> Result<Self, TooManyNodes> {
+        kubelet_nodes(self.ledger.topo(), options.max_allowable_numa_nodes)?;
+        self.options = TopologyManagerOptions {
+            max_allowable_numa_nodes: options.max_allowable_numa_nodes.max(MAX_NUMA_NODES),
+            ..options
+        };
+        Ok(self)
+    }
+
+    /// The same baseline with the memory manager's `Static` policy (`on`) or its default,
+    /// `None`, which gives the Topology Manager no memory hints.
+    pub fn with_static_memory_manager(mut self, on: bool) -> Self {
+        self.static_memory = on;
+        self
+    }
+
+    /// What the kubelet runs with, for the headers: the Topology Manager policy options and
+    /// the memory manager policy.
+    pub fn describe(&self) -> String {
+        format!(
+            "Topology Manager options: {}; memory manager policy: {}",
+            self.options.describe(),
+            if self.static_memory { "Static" } else { "None" }
+        )
     }
 
     /// The same baseline with its device plugin picking GPUs by `choice`.
@@ -162,14 +208,15 @@ impl KubeletBaseline {
             .collect()
     }
 
-    /// Hints of one resource: masks whose free amount holds `ask`, preferred when as narrow as
-    /// the total amounts allow.
+    /// Hints of one resource, in the order the kubelet enumerates masks: masks whose free
+    /// amount holds `ask`, preferred when as narrow as the total amounts (`total`, every unit
+    /// of the node, reserved CPUs and devices in use included) allow. Empty when none holds it
+    /// (the kubelet's "no possible NUMA affinities").
     fn hints(
         &self,
         ask: u64,
         free: impl Fn(usize) -> u64,
         total: impl Fn(usize) -> u64,
-        single: bool,
     ) -> Vec<Hint> {
         // Saturating: memory sizes come from the topology source and may be anything.
         let sum = |m: u32, f: &dyn Fn(usize) -> u64| {
@@ -178,20 +225,18 @@ impl KubeletBaseline {
                 .map(f)
                 .fold(0, u64::saturating_add)
         };
-        let min_width = (1..=self.full())
-            .filter(|m| sum(*m, &total) >= ask)
-            .map(u32::count_ones)
+        let masks = masks_in_kubelet_order(self.nodes.len());
+        let min_width = masks
+            .iter()
+            .filter(|m| sum(**m, &total) >= ask)
+            .map(|m| m.count_ones())
             .min()
             .unwrap_or(u32::MAX);
-        let mut out: Vec<Hint> = (1..=self.full())
-            .filter(|m| !single || m.count_ones() == 1)
+        masks
+            .into_iter()
             .filter(|m| sum(*m, &free) >= ask)
             .map(|m| (m, m.count_ones() == min_width))
-            .collect();
-        if out.is_empty() {
-            out.push((self.full(), false));
-        }
-        out
+            .collect()
     }
 
     /// What pod `uid` asks for in all: in pod scope the kubelet computes the pod's hints from
@@ -207,142 +252,19 @@ impl KubeletBaseline {
 
     /// Decides and records.
     pub fn place(&mut self, req: &Request) -> Result<Assignment, PlacementError> {
-        let mut r = resolve(&self.ledger, &self.config, req)?;
-        let topo = self.ledger.topo_arc();
-        // Pod scope: the first container's hints are the pod's (its summed requests); the mask
-        // then pins every container of the pod. The amounts allocated stay the container's.
-        let own = r.clone();
-        let pod_first = r.eff.scope == Scope::Pod && !self.pod_masks.contains_key(&req.pod.uid);
-        if let Some(t) = pod_first
-            .then(|| self.pod_totals.get(&req.pod.uid))
-            .flatten()
-        {
-            if r.exclusive {
-                r.cpus = r.cpus.max(t.exclusive_cpus);
-                r.memory = r.memory.max(t.memory_bytes);
-            }
-            r.gpu_count = r.gpu_count.max(t.gpus as usize);
-            r.nic_count = r.nic_count.max(t.nics as usize);
-        }
+        let own = resolve(&self.ledger, &self.config, req)?;
+        let r = self.sized_for_hints(req, &own);
         let policy = r.eff.policy;
-        let single = policy == Policy::SingleNumaNode;
-        let mut providers: Vec<Vec<Hint>> = Vec::new();
-        if policy != Policy::None {
-            let free_cpus = self.ledger.free_cpus();
-            if r.exclusive {
-                let cpus = |i: usize| topo.numa_nodes[i].cpus.intersection_len(&free_cpus) as u64;
-                let total = |i: usize| {
-                    topo.numa_nodes[i]
-                        .cpus
-                        .difference(self.ledger.reserved())
-                        .len() as u64
-                };
-                providers.push(self.hints(r.cpus as u64, cpus, total, single));
-                if r.memory > 0 {
-                    let total = |i: usize| topo.numa_nodes[i].memory_bytes;
-                    providers.push(self.hints(
-                        r.memory,
-                        |i| self.ledger.free_mem(i),
-                        total,
-                        single,
-                    ));
-                }
-            }
-            if r.gpu_count > 0 {
-                let free = self.ledger.free_gpus();
-                let on = |i: usize, set: &[usize]| {
-                    set.iter()
-                        .filter(|g| self.ledger.gpu_node(**g) == Some(i))
-                        .count() as u64
-                };
-                let all: Vec<usize> = (0..topo.gpus.len()).collect();
-                providers.push(self.hints(
-                    r.gpu_count as u64,
-                    |i| on(i, &free),
-                    |i| on(i, &all),
-                    single,
-                ));
-            }
-            if r.nic_count > 0 && self.nic_plugin == NicPlugin::PerNic {
-                let el = nics::eligible(&self.ledger);
-                let on = |i: usize, used_ok: bool| {
-                    el.iter()
-                        .filter(|x| {
-                            self.ledger.nic_node(**x) == Some(i)
-                                && (used_ok || self.ledger.nic_users(**x) == 0)
-                        })
-                        .count() as u64
-                };
-                providers.push(self.hints(
-                    r.nic_count as u64,
-                    |i| on(i, false),
-                    |i| on(i, true),
-                    single,
-                ));
-            }
-            if let (true, NicPlugin::Sriov { vfs_per_pf }) = (r.nic_count > 0, self.nic_plugin) {
-                // VFs on NIC nodes; a pool none of whose VFs has a node gives no hint (nil).
-                let el = nics::eligible(&self.ledger);
-                if el.iter().any(|x| self.ledger.nic_node(*x).is_some()) {
-                    let on = |i: usize, all: bool| {
-                        el.iter()
-                            .filter(|x| self.ledger.nic_node(**x) == Some(i))
-                            .map(|x| {
-                                if all {
-                                    u64::from(vfs_per_pf)
-                                } else {
-                                    self.nic_units.free_vfs(*x, vfs_per_pf).len() as u64
-                                }
-                            })
-                            .sum::<u64>()
-                    };
-                    providers.push(self.hints(
-                        r.nic_count as u64,
-                        |i| on(i, false),
-                        |i| on(i, true),
-                        single,
-                    ));
-                }
-            }
-            // The shared plugin's units have no NUMA node: no hint, no preference.
-        }
         let pinned = (r.eff.scope == Scope::Pod)
             .then(|| self.pod_masks.get(&req.pod.uid).copied())
             .flatten();
         let (mask, preferred) = match pinned {
             Some(m) => (m, true),
-            None => merge(&providers, self.full()),
+            None if policy == Policy::None => (self.full(), false),
+            None => self.merge(&self.providers(&r), policy == Policy::SingleNumaNode),
         };
         if matches!(policy, Policy::Restricted | Policy::SingleNumaNode) && !preferred {
-            // What the node closest to holding the request had, measured as the engine does,
-            // so the two strategies' messages compare.
-            let need = Need {
-                cpus: if r.exclusive { r.cpus } else { 0 },
-                whole: self.config.full_pcpus_only,
-                memory: r.memory,
-                gpus: r.gpu_count as u32,
-                nics: r.nic_count as u32,
-                shared: false,
-                hugepages: r.hugepages.clone(),
-            };
-            let caps = numa::caps(&self.ledger, self.config.full_pcpus_only);
-            let best = numa::best_offer(&caps, &vec![true; caps.len()], &need);
-            return Err(PlacementError::Unalignable {
-                container: r.who.clone(),
-                policy,
-                what: "resources".into(),
-                shape: "a preferred NUMA affinity (TopologyAffinityError)".into(),
-                asked: Box::new(crate::placement::error::Ask {
-                    cpus: need.cpus,
-                    memory_bytes: need.memory,
-                    gpus: need.gpus,
-                    nics: need.nics,
-                    hugepages: need.hugepages.clone(),
-                }),
-                best: Box::new(best),
-                suggestion: "the kubelet rejects the pod; its replacement may loop on this node"
-                    .into(),
-            });
+            return Err(self.refusal(&r));
         }
         let (a, units) = self.allocate(req, &own, mask, preferred && policy != Policy::None)?;
         let split = if a.exclusive && policy != Policy::None {
@@ -367,6 +289,155 @@ impl KubeletBaseline {
             self.pod_masks.entry(a.pod_uid.clone()).or_insert(mask);
         }
         Ok(a)
+    }
+
+    /// The amounts the hints are computed for: in pod scope, the first container's hints are
+    /// the pod's (its summed requests); the mask then pins every container of the pod. The
+    /// amounts allocated stay the container's own.
+    fn sized_for_hints(&self, req: &Request, own: &Resolved) -> Resolved {
+        let mut r = own.clone();
+        let pod_first = r.eff.scope == Scope::Pod && !self.pod_masks.contains_key(&req.pod.uid);
+        if let Some(t) = pod_first
+            .then(|| self.pod_totals.get(&req.pod.uid))
+            .flatten()
+        {
+            if r.exclusive {
+                r.cpus = r.cpus.max(t.exclusive_cpus);
+                r.memory = r.memory.max(t.memory_bytes);
+            }
+            r.gpu_count = r.gpu_count.max(t.gpus as usize);
+            r.nic_count = r.nic_count.max(t.nics as usize);
+        }
+        r
+    }
+
+    /// The Topology Manager's merge of `providers` under this baseline's options.
+    fn merge(&self, providers: &[Vec<Hint>], single: bool) -> Hint {
+        let topo = self.ledger.topo();
+        let distances: Vec<Vec<u64>> = self
+            .nodes
+            .iter()
+            .map(|i| {
+                let row = &topo.numa_nodes[*i].distances;
+                self.nodes
+                    .iter()
+                    .map(|j| row.get(*j).copied().map_or(0, u64::from))
+                    .collect()
+            })
+            .collect();
+        Merge {
+            providers,
+            bits: self.nodes.len(),
+            distances: &distances,
+            single,
+            prefer_closest: self.options.prefer_closest_numa_nodes,
+        }
+        .best()
+    }
+
+    /// Every hint provider's hints for `r`: the CPU manager's (exclusive CPUs), the memory
+    /// manager's (its `Static` policy only), the device manager's per device resource. A
+    /// provider without preference (the memory manager's `None`, a device pool without NUMA
+    /// nodes) gives none.
+    fn providers(&self, r: &Resolved) -> Vec<Vec<Hint>> {
+        let topo = self.ledger.topo();
+        let mut providers: Vec<Vec<Hint>> = Vec::new();
+        if r.exclusive {
+            let free_cpus = self.ledger.free_cpus();
+            let cpus = |i: usize| topo.numa_nodes[i].cpus.intersection_len(&free_cpus) as u64;
+            // The CPU manager's minimal width counts every CPU of the node, reserved ones too.
+            let total = |i: usize| topo.numa_nodes[i].cpus.len() as u64;
+            providers.push(self.hints(r.cpus as u64, cpus, total));
+            if r.memory > 0 && self.static_memory {
+                let total = |i: usize| topo.numa_nodes[i].memory_bytes;
+                providers.push(self.hints(r.memory, |i| self.ledger.free_mem(i), total));
+            }
+        }
+        if r.gpu_count > 0 {
+            let free = self.ledger.free_gpus();
+            let on = |i: usize, set: &[usize]| {
+                set.iter()
+                    .filter(|g| self.ledger.gpu_node(**g) == Some(i))
+                    .count() as u64
+            };
+            let all: Vec<usize> = (0..topo.gpus.len()).collect();
+            providers.push(self.hints(r.gpu_count as u64, |i| on(i, &free), |i| on(i, &all)));
+        }
+        if r.nic_count > 0 {
+            providers.extend(self.nic_hints(r.nic_count as u64));
+        }
+        providers
+    }
+
+    /// The device manager's hints for the RDMA NICs, as the NIC plugin advertises them.
+    fn nic_hints(&self, count: u64) -> Option<Vec<Hint>> {
+        let el = nics::eligible(&self.ledger);
+        match self.nic_plugin {
+            NicPlugin::PerNic => {
+                let on = |i: usize, used_ok: bool| {
+                    el.iter()
+                        .filter(|x| {
+                            self.ledger.nic_node(**x) == Some(i)
+                                && (used_ok || self.ledger.nic_users(**x) == 0)
+                        })
+                        .count() as u64
+                };
+                Some(self.hints(count, |i| on(i, false), |i| on(i, true)))
+            }
+            // VFs on NIC nodes; a pool none of whose VFs has a node gives no hint (nil).
+            NicPlugin::Sriov { vfs_per_pf } => {
+                if !el.iter().any(|x| self.ledger.nic_node(*x).is_some()) {
+                    return None;
+                }
+                let on = |i: usize, all: bool| {
+                    el.iter()
+                        .filter(|x| self.ledger.nic_node(**x) == Some(i))
+                        .map(|x| {
+                            if all {
+                                u64::from(vfs_per_pf)
+                            } else {
+                                self.nic_units.free_vfs(*x, vfs_per_pf).len() as u64
+                            }
+                        })
+                        .sum::<u64>()
+                };
+                Some(self.hints(count, |i| on(i, false), |i| on(i, true)))
+            }
+            // The shared plugin's units have no NUMA node: no hint, no preference.
+            NicPlugin::Shared { .. } => None,
+        }
+    }
+
+    /// The TopologyAffinityError of restricted and single-numa-node: what the node closest to
+    /// holding the request had, measured as the engine does, so the two strategies' messages
+    /// compare.
+    fn refusal(&self, r: &Resolved) -> PlacementError {
+        let need = Need {
+            cpus: if r.exclusive { r.cpus } else { 0 },
+            whole: self.config.full_pcpus_only,
+            memory: r.memory,
+            gpus: r.gpu_count as u32,
+            nics: r.nic_count as u32,
+            shared: false,
+            hugepages: r.hugepages.clone(),
+        };
+        let caps = numa::caps(&self.ledger, self.config.full_pcpus_only);
+        let best = numa::best_offer(&caps, &vec![true; caps.len()], &need);
+        PlacementError::Unalignable {
+            container: r.who.clone(),
+            policy: r.eff.policy,
+            what: "resources".into(),
+            shape: "a preferred NUMA affinity (TopologyAffinityError)".into(),
+            asked: Box::new(align_core::placement::error::Ask {
+                cpus: need.cpus,
+                memory_bytes: need.memory,
+                gpus: need.gpus,
+                nics: need.nics,
+                hugepages: need.hugepages.clone(),
+            }),
+            best: Box::new(best),
+            suggestion: "the kubelet rejects the pod; its replacement may loop on this node".into(),
+        }
     }
 
     fn allocate(
@@ -465,84 +536,22 @@ impl KubeletBaseline {
 impl KubeletBaseline {
     /// The CPU manager's `takeByTopology`: distributed over NUMA nodes with
     /// `distribute-cpus-across-numa` (CPU groups of a core under `full-pcpus-only`), else
-    /// packed.
+    /// packed ([`take_packed`]). Fewer than `k` when `avail` has fewer.
     fn take(&self, avail: &CpuSet, k: u32) -> CpuSet {
         let topo = self.ledger.topo();
+        let packed = |a: &CpuSet, n: u32| take_packed(topo, a, n).unwrap_or_default();
         if self.distribute_cpus {
             let group = if self.config.full_pcpus_only {
-                crate::placement::cpus::threads_per_core(topo)
+                align_core::placement::cpus::threads_per_core(topo)
             } else {
                 1
             };
-            let packed = |a: &CpuSet, n: u32| take_lowest(topo, a, n);
             if let Some(c) = super::distribute::take_distributed(topo, avail, k, group, packed) {
                 return c;
             }
         }
-        take_lowest(topo, avail, k)
+        take_packed(topo, avail, k).unwrap_or_default()
     }
-}
-
-/// The Topology Manager merge: every combination of one hint per provider, ANDed; the best is
-/// preferred over not, then narrower, then the lowest mask (lowest NUMA ids).
-fn merge(providers: &[Vec<Hint>], full: u32) -> Hint {
-    let mut best: Option<Hint> = None;
-    fn better(a: Hint, b: Option<Hint>) -> bool {
-        let Some(b) = b else { return true };
-        (
-            a.1,
-            std::cmp::Reverse(a.0.count_ones()),
-            std::cmp::Reverse(a.0),
-        ) > (
-            b.1,
-            std::cmp::Reverse(b.0.count_ones()),
-            std::cmp::Reverse(b.0),
-        )
-    }
-    fn walk(p: &[Vec<Hint>], acc: Hint, best: &mut Option<Hint>) {
-        if acc.0 == 0 || (!acc.1 && best.is_some_and(|b| b.1)) {
-            return;
-        }
-        match p.split_first() {
-            None => {
-                if better(acc, *best) {
-                    *best = Some(acc);
-                }
-            }
-            Some((first, rest)) => {
-                for h in first {
-                    walk(rest, (acc.0 & h.0, acc.1 && h.1), best);
-                }
-            }
-        }
-    }
-    walk(providers, (full, true), &mut best);
-    best.unwrap_or((full, false))
-}
-
-/// The CPU manager's order: whole free cores with the lowest ids, then single threads.
-fn take_lowest(topo: &Topology, avail: &CpuSet, k: u32) -> CpuSet {
-    let mut out = CpuSet::new();
-    let whole = crate::placement::cpus::whole_cores(topo, avail);
-    for id in whole.iter().chain(avail.iter()) {
-        if out.len() as u32 >= k {
-            break;
-        }
-        if whole.contains(id) && !out.contains(id) {
-            let sib = topo
-                .cpus
-                .iter()
-                .find(|c| c.id == id)
-                .map(|c| c.thread_siblings.clone())
-                .unwrap_or_default();
-            if out.len() as u32 + sib.len() as u32 <= k {
-                out.extend_from(&sib);
-                continue;
-            }
-        }
-        out.insert(id);
-    }
-    out
 }
 
 /// The CPUs a kubelet with the static CPU manager policy reserves for `count` CPUs of
@@ -571,3 +580,7 @@ mod tests;
 #[cfg(test)]
 #[path = "baseline_limit_tests.rs"]
 mod limit_tests;
+
+#[cfg(test)]
+#[path = "baseline_kubelet_tests.rs"]
+mod kubelet_tests;

@@ -1,11 +1,14 @@
 use super::*;
-use crate::topology::testing::shipped;
+use align_core::topology::testing::shipped;
 
 #[test]
 fn the_split_counts_cpus_and_devices_per_node() {
     let topo = shipped("dgx-h100");
     let node = |id: u32| topo.node(id).expect("node").cpus.clone();
-    let mut cpus = node(0).iter().take(6).collect::<crate::topology::CpuSet>();
+    let mut cpus = node(0)
+        .iter()
+        .take(6)
+        .collect::<align_core::topology::CpuSet>();
     cpus.extend_from(&node(1).iter().take(2).collect());
     let on = |id: u32| {
         topo.gpus

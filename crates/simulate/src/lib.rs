@@ -2,18 +2,22 @@
 //! kubelet-like baseline ([`baseline`]), with every decision and the free capacity after each
 //! step.
 //!
-//! May use: `placement`, `topology` and `untrusted` only: a replay runs the plugin's allocator
-//! without a host or a runtime.
+//! Depends on align-core only (`placement`, `topology`, `untrusted`): a replay runs the plugin's
+//! allocator without a host or a runtime. The daemon crate keeps the command line front
+//! (`nri-align simulate`: flags, headers, printing) and re-exports this crate as
+//! `nri_align::simulate`.
 
 pub mod baseline;
 pub mod churn;
 pub mod device_plugin;
 pub mod distribute;
+pub mod kubelet_cpus;
 pub mod nic_plugin;
 pub mod optimum;
 pub mod paired;
 pub mod repack;
 pub mod split;
+pub mod topology_manager;
 pub mod workload;
 
 use workload::{bytes, cpu_milli, dra_devices};
@@ -24,17 +28,18 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::placement::error::{fmt_bytes, PlacementError};
-use crate::placement::gpus::LinkTable;
-use crate::placement::ledger::NodeFree;
-use crate::placement::policy::{GpuMode, PlacementConfig};
-use crate::placement::request::{Assignment, PodInfo, Request};
-use crate::placement::{Allocator, PodTotals};
-use crate::topology::Topology;
+use align_core::placement::error::{fmt_bytes, PlacementError};
+use align_core::placement::gpus::LinkTable;
+use align_core::placement::ledger::NodeFree;
+use align_core::placement::policy::{GpuMode, PlacementConfig};
+use align_core::placement::request::{Assignment, PodInfo, Request};
+use align_core::placement::{Allocator, PodTotals};
+use align_core::topology::Topology;
 use baseline::KubeletBaseline;
 use device_plugin::kubelet_gpus;
 pub use device_plugin::GpuChoice;
 pub use nic_plugin::NicPlugin;
+pub use topology_manager::TopologyManagerOptions;
 
 /// Why a replay stopped.
 #[derive(Debug, thiserror::Error)]
@@ -136,6 +141,10 @@ pub struct Summary {
     /// The device plugin model that chose the GPUs both strategies were handed
     /// ([`GpuChoice::name`]).
     pub device_plugin: String,
+    /// The kubelet's Topology Manager policy options and memory manager policy; none for
+    /// nri-align.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<String>,
 }
 
 /// A whole replay.
@@ -209,6 +218,28 @@ impl Contender {
                     .with_nic_plugin(nic),
             )),
         })
+    }
+    /// The same decision maker with the kubelet's Topology Manager policy `options` and its
+    /// memory manager's `Static` policy on or off (nri-align ignores both).
+    pub fn with_kubelet_options(
+        self,
+        options: TopologyManagerOptions,
+        static_memory: bool,
+    ) -> Result<Self, ReplayError> {
+        Ok(match self {
+            Contender::Kubelet(k) => Contender::Kubelet(Box::new(
+                k.with_topology_manager_options(options)?
+                    .with_static_memory_manager(static_memory),
+            )),
+            other => other,
+        })
+    }
+    /// What the kubelet runs with (its policy options), for the headers; none for nri-align.
+    pub fn kubelet_options(&self) -> Option<String> {
+        match self {
+            Contender::Kubelet(k) => Some(k.describe()),
+            Contender::NriAlign(_) => None,
+        }
     }
     /// The same decision maker with the kubelet's CPU manager option
     /// `distribute-cpus-across-numa` on or off (nri-align ignores it: its own is `cpu_spread`).
@@ -291,22 +322,7 @@ fn requests(
         .filter_map(|b| topo.gpus.iter().position(|g| &g.pci_bus_id == b))
         .collect();
     free_gpus.sort_unstable();
-    let unused: Vec<String> = free.iter().flat_map(|n| n.nics.iter().cloned()).collect();
-    // The NICs an RDMA device plugin hands out: the RDMA ones when the host has any (as the
-    // engine's eligible NICs), shared between containers, unused ones first.
-    let rdma = topo.nics.iter().any(|n| n.rdma_device.is_some());
-    let pool: Vec<String> = topo
-        .nics
-        .iter()
-        .filter(|n| !rdma || n.rdma_device.is_some())
-        .map(|n| n.name.clone())
-        .collect();
-    let mut nic_order: Vec<String> = pool
-        .iter()
-        .filter(|n| unused.contains(n))
-        .cloned()
-        .collect();
-    nic_order.extend(pool.iter().filter(|n| !unused.contains(n)).cloned());
+    let mut nic_order = nic_order(free, topo);
     let info = PodInfo {
         uid: format!("{}/{}", pod.namespace, pod.name),
         namespace: pod.namespace.clone(),
@@ -315,40 +331,7 @@ fn requests(
     };
     let mut out = Vec::new();
     for c in &pod.containers {
-        // Names and values come from the file: errors repeat only their start.
-        let bad = |what, value: &Quantity, hint| WorkloadError::Quantity {
-            pod: crate::untrusted::excerpt(&pod.name),
-            container: crate::untrusted::excerpt(&c.name),
-            what,
-            value: crate::untrusted::excerpt(&value.to_string()),
-            hint,
-        };
-        let request = match &c.cpu {
-            Some(q) => cpu_milli(q).ok_or_else(|| bad("cpu", q, "cores like 2, 1.5 or 500m"))?,
-            None => 0,
-        };
-        let limit = match &c.cpu_limit {
-            Some(q) => {
-                Some(cpu_milli(q).ok_or_else(|| bad("cpu_limit", q, "cores like 2, 1.5 or 500m"))?)
-            }
-            None => c.cpu.as_ref().map(|_| request),
-        };
-        let memory = match &c.memory {
-            Some(q) => Some(
-                bytes(q).ok_or_else(|| bad("memory", q, "bytes with Ki/Mi/Gi/Ti or k/M/G/T"))?,
-            ),
-            None => None,
-        };
-        let mut hugepages = Vec::new();
-        for (size_kb, key, q) in [
-            (2048, "hugepages-2Mi", &c.hugepages_2mi),
-            (1 << 20, "hugepages-1Gi", &c.hugepages_1gi),
-        ] {
-            if let Some(q) = q {
-                let b = bytes(q).ok_or_else(|| bad(key, q, "bytes with Ki/Mi/Gi/Ti"))?;
-                hugepages.extend(crate::placement::HugePageNeed::of_limit(size_kb, b));
-            }
-        }
+        let (request, limit, memory, hugepages) = quantities(pod, c)?;
         let mut short = None;
         if c.gpus as usize > free_gpus.len() {
             short = Some(format!(
@@ -381,7 +364,7 @@ fn requests(
         nic_order.rotate_left(turn);
         // A workload may carry a scheduler's choice as the scheduler annotates pods; a
         // malformed one refuses the container, as the plugin does.
-        let scheduler = crate::placement::scheduler::read(&info.annotations)
+        let scheduler = align_core::placement::scheduler::read(&info.annotations)
             .map_err(|e| {
                 short.get_or_insert(e.to_string());
             })
@@ -408,6 +391,73 @@ fn requests(
         out.push((request, short));
     }
     Ok(out)
+}
+
+/// The NICs an RDMA device plugin hands out: the RDMA ones when the host has any (as the
+/// engine's eligible NICs), shared between containers, unused ones first.
+fn nic_order(free: &[NodeFree], topo: &Topology) -> Vec<String> {
+    let unused: Vec<String> = free.iter().flat_map(|n| n.nics.iter().cloned()).collect();
+    let rdma = topo.nics.iter().any(|n| n.rdma_device.is_some());
+    let pool: Vec<String> = topo
+        .nics
+        .iter()
+        .filter(|n| !rdma || n.rdma_device.is_some())
+        .map(|n| n.name.clone())
+        .collect();
+    let mut order: Vec<String> = pool
+        .iter()
+        .filter(|n| unused.contains(n))
+        .cloned()
+        .collect();
+    order.extend(pool.iter().filter(|n| !unused.contains(n)).cloned());
+    order
+}
+
+/// A container's CPU request and limit (millicores), memory limit and huge page needs.
+type Quantities = (
+    u64,
+    Option<u64>,
+    Option<u64>,
+    Vec<align_core::placement::HugePageNeed>,
+);
+
+/// What container `c` of `pod` asks for, read from the workload's quantities.
+fn quantities(pod: &PodSpec, c: &ContainerSpec) -> Result<Quantities, WorkloadError> {
+    // Names and values come from the file: errors repeat only their start.
+    let bad = |what, value: &Quantity, hint| WorkloadError::Quantity {
+        pod: align_core::untrusted::excerpt(&pod.name),
+        container: align_core::untrusted::excerpt(&c.name),
+        what,
+        value: align_core::untrusted::excerpt(&value.to_string()),
+        hint,
+    };
+    let request = match &c.cpu {
+        Some(q) => cpu_milli(q).ok_or_else(|| bad("cpu", q, "cores like 2, 1.5 or 500m"))?,
+        None => 0,
+    };
+    let limit = match &c.cpu_limit {
+        Some(q) => {
+            Some(cpu_milli(q).ok_or_else(|| bad("cpu_limit", q, "cores like 2, 1.5 or 500m"))?)
+        }
+        None => c.cpu.as_ref().map(|_| request),
+    };
+    let memory = match &c.memory {
+        Some(q) => {
+            Some(bytes(q).ok_or_else(|| bad("memory", q, "bytes with Ki/Mi/Gi/Ti or k/M/G/T"))?)
+        }
+        None => None,
+    };
+    let mut hugepages = Vec::new();
+    for (size_kb, key, q) in [
+        (2048, "hugepages-2Mi", &c.hugepages_2mi),
+        (1 << 20, "hugepages-1Gi", &c.hugepages_1gi),
+    ] {
+        if let Some(q) = q {
+            let b = bytes(q).ok_or_else(|| bad(key, q, "bytes with Ki/Mi/Gi/Ti"))?;
+            hugepages.extend(align_core::placement::HugePageNeed::of_limit(size_kb, b));
+        }
+    }
+    Ok((request, limit, memory, hugepages))
 }
 
 /// Replays `workload` on `topo` with `config` through `strategy` (the kubelet with the NVIDIA
@@ -476,6 +526,7 @@ pub fn replay_on(
             strategy: strategy.to_string(),
             gpu_mode: d.gpu_mode().map(|m| gpu_mode_name(m).to_string()),
             device_plugin: choice.name().to_string(),
+            kubelet: d.kubelet_options(),
             ..Summary::default()
         },
     };
@@ -498,100 +549,35 @@ pub fn replay_on(
             .find(|p| &p.name == name)
             .ok_or_else(|| WorkloadError::Event {
                 index: step,
-                reason: format!("no pod named {}", crate::untrusted::quoted(name)),
+                reason: format!("no pod named {}", align_core::untrusted::quoted(name)),
             })?;
         if add {
             if live.contains_key(name) {
                 return Err(WorkloadError::Event {
                     index: step,
-                    reason: format!("pod {} is already running", crate::untrusted::quoted(name)),
+                    reason: format!(
+                        "pod {} is already running",
+                        align_core::untrusted::quoted(name)
+                    ),
                 }
                 .into());
             }
-            let mut placed = Vec::new();
-            let mut decisions = Vec::new();
-            let mut failed = None;
-            // The kubelet's managers never see DRA devices: only nri-align aligns to them.
-            let dra_seen = strategy == Strategy::NriAlign;
             let plugin = Plugin {
                 links: &links,
                 gpus: choice,
             };
-            let planned = requests(pod, &d.free(), &topo, dra_seen, &plugin)?;
-            let reqs: Vec<Request> = planned.iter().map(|(r, _)| r.clone()).collect();
-            let uid = reqs.first().map(|r| r.pod.uid.clone()).unwrap_or_default();
-            // Pod scope sizes the first container's nodes for the whole pod.
-            d.expect_pod(&uid, PodTotals::of(&reqs));
-            for (r, short) in planned {
-                let outcome = match short {
-                    Some(reason) => Err(reason),
-                    None => d.place(&r).map_err(|e| e.to_string()),
-                };
-                match outcome {
-                    Ok(a) => {
-                        let idx: Vec<usize> = a
-                            .gpus
-                            .iter()
-                            .filter_map(|b| topo.gpus.iter().position(|g| &g.pci_bus_id == b))
-                            .collect();
-                        decisions.push(Decision {
-                            step,
-                            pod: format!("{}/{}", pod.namespace, pod.name),
-                            container: r.container_name.clone(),
-                            admitted: true,
-                            exclusive: a.exclusive,
-                            cpus: a.cpus.to_string(),
-                            mems: a.mems.to_string(),
-                            gpus: a.gpus.clone(),
-                            nics: a.nics.clone(),
-                            devices: a.generic_devices.clone(),
-                            aligned: a.aligned,
-                            gpu_link_score: links.set_score(&idx),
-                            reason: a.reason.clone(),
-                            split: split::device_split(&topo, &a),
-                        });
-                        placed.push(r.container_id.clone());
-                    }
-                    Err(e) => {
-                        decisions.push(Decision {
-                            step,
-                            pod: format!("{}/{}", pod.namespace, pod.name),
-                            container: r.container_name.clone(),
-                            admitted: false,
-                            exclusive: false,
-                            cpus: String::new(),
-                            mems: String::new(),
-                            gpus: Vec::new(),
-                            nics: Vec::new(),
-                            devices: Vec::new(),
-                            aligned: false,
-                            gpu_link_score: 0,
-                            reason: e,
-                            split: String::new(),
-                        });
-                        failed = Some(r.container_name.clone());
-                        break;
-                    }
+            let (decisions, placed) = add_pod(&mut d, pod, &topo, strategy, &plugin, step)?;
+            match placed {
+                Some(placed) => {
+                    report.summary.pods_admitted += 1;
+                    report.summary.containers_admitted += decisions.len();
+                    report.summary.containers_aligned +=
+                        decisions.iter().filter(|x| x.aligned).count();
+                    report.summary.gpu_link_score +=
+                        decisions.iter().map(|x| x.gpu_link_score).sum::<u32>();
+                    live.insert(name.clone(), placed);
                 }
-            }
-            if let Some(bad) = failed {
-                // A pod runs whole or not at all: undo the containers already placed.
-                for id in &placed {
-                    d.release(id);
-                }
-                d.forget_pod(&uid);
-                for dec in decisions.iter_mut().filter(|x| x.admitted) {
-                    dec.admitted = false;
-                    dec.reason = format!("pod rejected because container {bad} was: rolled back");
-                }
-                report.summary.pods_rejected += 1;
-            } else {
-                report.summary.pods_admitted += 1;
-                report.summary.containers_admitted += decisions.len();
-                report.summary.containers_aligned += decisions.iter().filter(|x| x.aligned).count();
-                report.summary.gpu_link_score +=
-                    decisions.iter().map(|x| x.gpu_link_score).sum::<u32>();
-                live.insert(name.clone(), placed);
+                None => report.summary.pods_rejected += 1,
             }
             report.decisions.extend(decisions);
         } else {
@@ -606,6 +592,94 @@ pub fn replay_on(
         });
     }
     Ok(report)
+}
+
+/// Places every container of `pod` at `step` through `d`: their decisions, and the ids placed
+/// when the pod is admitted (a pod runs whole or not at all: a refusal undoes the containers
+/// already placed).
+fn add_pod(
+    d: &mut Contender,
+    pod: &PodSpec,
+    topo: &Topology,
+    strategy: Strategy,
+    plugin: &Plugin,
+    step: usize,
+) -> Result<(Vec<Decision>, Option<Vec<String>>), ReplayError> {
+    let mut placed = Vec::new();
+    let mut decisions = Vec::new();
+    let mut failed = None;
+    // The kubelet's managers never see DRA devices: only nri-align aligns to them.
+    let dra_seen = strategy == Strategy::NriAlign;
+    let planned = requests(pod, &d.free(), topo, dra_seen, plugin)?;
+    let reqs: Vec<Request> = planned.iter().map(|(r, _)| r.clone()).collect();
+    let uid = reqs.first().map(|r| r.pod.uid.clone()).unwrap_or_default();
+    // Pod scope sizes the first container's nodes for the whole pod.
+    d.expect_pod(&uid, PodTotals::of(&reqs));
+    let who = format!("{}/{}", pod.namespace, pod.name);
+    for (r, short) in planned {
+        let outcome = match short {
+            Some(reason) => Err(reason),
+            None => d.place(&r).map_err(|e| e.to_string()),
+        };
+        match outcome {
+            Ok(a) => {
+                let idx: Vec<usize> = a
+                    .gpus
+                    .iter()
+                    .filter_map(|b| topo.gpus.iter().position(|g| &g.pci_bus_id == b))
+                    .collect();
+                decisions.push(Decision {
+                    step,
+                    pod: who.clone(),
+                    container: r.container_name.clone(),
+                    admitted: true,
+                    exclusive: a.exclusive,
+                    cpus: a.cpus.to_string(),
+                    mems: a.mems.to_string(),
+                    gpus: a.gpus.clone(),
+                    nics: a.nics.clone(),
+                    devices: a.generic_devices.clone(),
+                    aligned: a.aligned,
+                    gpu_link_score: plugin.links.set_score(&idx),
+                    reason: a.reason.clone(),
+                    split: split::device_split(topo, &a),
+                });
+                placed.push(r.container_id.clone());
+            }
+            Err(e) => {
+                decisions.push(Decision {
+                    step,
+                    pod: who.clone(),
+                    container: r.container_name.clone(),
+                    admitted: false,
+                    exclusive: false,
+                    cpus: String::new(),
+                    mems: String::new(),
+                    gpus: Vec::new(),
+                    nics: Vec::new(),
+                    devices: Vec::new(),
+                    aligned: false,
+                    gpu_link_score: 0,
+                    reason: e,
+                    split: String::new(),
+                });
+                failed = Some(r.container_name.clone());
+                break;
+            }
+        }
+    }
+    let Some(bad) = failed else {
+        return Ok((decisions, Some(placed)));
+    };
+    for id in &placed {
+        d.release(id);
+    }
+    d.forget_pod(&uid);
+    for dec in decisions.iter_mut().filter(|x| x.admitted) {
+        dec.admitted = false;
+        dec.reason = format!("pod rejected because container {bad} was: rolled back");
+    }
+    Ok((decisions, None))
 }
 
 /// `keep` or `remap`, as the configuration spells it.
@@ -632,7 +706,7 @@ pub fn format_free(free: &[NodeFree]) -> String {
             for (size_kb, _, pages) in &n.hugepages {
                 line.push_str(&format!(
                     " {} {pages}",
-                    crate::placement::hugepages::resource_name(*size_kb)
+                    align_core::placement::hugepages::resource_name(*size_kb)
                 ));
             }
             line
