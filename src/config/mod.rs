@@ -306,7 +306,7 @@ pub struct Config {
     /// default: the state only has to outlive the plugin and runtime processes
     /// (`enforce/state`), and an fsync cost milliseconds per decision on a VM disk.
     pub state_fsync: bool,
-    /// The CFS quota of containers with exclusive or isolated CPUs (`enforce/quota.rs`).
+    /// The CFS quota of containers with exclusive or isolated CPUs (`enforce/engine/quota.rs`).
     pub exclusive_cpu_quota: ExclusiveCpuQuota,
     /// When an exclusive CPU of a running container goes offline, give the container a free
     /// CPU of its nodes instead. Off by default: the container keeps its other CPUs and is
