@@ -103,32 +103,7 @@ pub struct SimulateArgs {
 
 /// Replays the workload.
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
-    let choice = GpuChoice::parse(&args.device_plugin).with_context(|| {
-        format!(
-            "unknown --device-plugin {}; expected one of: preferred lowest",
-            crate::untrusted::quoted(&args.device_plugin)
-        )
-    })?;
-    let gpu_mode = match args.gpu_mode.as_deref() {
-        None => None,
-        Some("keep") => Some(GpuMode::Keep),
-        Some("remap") => Some(GpuMode::Remap),
-        Some(other) => bail!(
-            "unknown --gpu-mode {}; expected one of: keep remap",
-            crate::untrusted::quoted(other)
-        ),
-    };
-    let nic = NicPlugin::parse(
-        &args.kubelet_nic_plugin,
-        args.kubelet_sriov_vfs,
-        args.kubelet_rdma_hca_max,
-    )
-    .with_context(|| {
-        format!(
-            "unknown --kubelet-nic-plugin {}; expected one of: shared sriov per-nic",
-            crate::untrusted::quoted(&args.kubelet_nic_plugin)
-        )
-    })?;
+    let (choice, gpu_mode, nic) = plugins(&args)?;
     if args.churn {
         return churn(&args, nic, choice, gpu_mode.unwrap_or(DEFAULT_GPU_MODE));
     }
@@ -188,6 +163,38 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         print!("{}", render_with(&report, &nrt)?);
     }
     Ok(())
+}
+
+/// The device plugins the replay stands in for, as the flags name them: the GPU plugin's
+/// choice, the GPU mode asked for (none: the configuration's), the NIC plugin.
+fn plugins(args: &SimulateArgs) -> anyhow::Result<(GpuChoice, Option<GpuMode>, NicPlugin)> {
+    let choice = GpuChoice::parse(&args.device_plugin).with_context(|| {
+        format!(
+            "unknown --device-plugin {}; expected one of: preferred lowest",
+            crate::untrusted::quoted(&args.device_plugin)
+        )
+    })?;
+    let gpu_mode = match args.gpu_mode.as_deref() {
+        None => None,
+        Some("keep") => Some(GpuMode::Keep),
+        Some("remap") => Some(GpuMode::Remap),
+        Some(other) => bail!(
+            "unknown --gpu-mode {}; expected one of: keep remap",
+            crate::untrusted::quoted(other)
+        ),
+    };
+    let nic = NicPlugin::parse(
+        &args.kubelet_nic_plugin,
+        args.kubelet_sriov_vfs,
+        args.kubelet_rdma_hca_max,
+    )
+    .with_context(|| {
+        format!(
+            "unknown --kubelet-nic-plugin {}; expected one of: shared sriov per-nic",
+            crate::untrusted::quoted(&args.kubelet_nic_plugin)
+        )
+    })?;
+    Ok((choice, gpu_mode, nic))
 }
 
 /// `--churn`: the comparison table on the given host or the three shipped ones.
