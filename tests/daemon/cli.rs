@@ -209,6 +209,10 @@ fn verify_in_its_own_pid_namespace_finds_containers_through_their_cgroup() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario against a running daemon, step by step: each step checks what the steps before left in its state and its answers"
+)]
 fn placements_lists_what_runs_where() {
     let t = tempfile::tempdir().expect("tmp");
     fixture(t.path(), "1-2");
