@@ -30,7 +30,7 @@ use test_support::e2e::{align::cpuset_dir, ContainerSpec, PodSpec, Runtime, UpOp
 
 #[expect(
     clippy::too_many_lines,
-    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left in the runtime and the daemon"
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
 )]
 fn gpus_are_given_remapped_or_refused(rt: Runtime) {
     // Remapping is opt-in (gpu_mode: keep is the default).
@@ -301,7 +301,7 @@ fn gpus_read(e: &Enforced, pod: &str, name: &str) -> String {
 
 #[expect(
     clippy::too_many_lines,
-    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left in the runtime and the daemon"
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
 )]
 fn gpus_arrive_through_each_cdi_strategy(rt: Runtime) {
     let options = UpOptions {

@@ -229,7 +229,7 @@ fn check_consistent(
 
 #[expect(
     clippy::too_many_lines,
-    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left in the runtime and the daemon"
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
 )]
 fn burst_with_plugin_kill(rt: Runtime) {
     let test = format!("burst_with_plugin_kill({})", rt.name());
@@ -392,7 +392,7 @@ fn burst_with_plugin_kill(rt: Runtime) {
 
 #[expect(
     clippy::too_many_lines,
-    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left in the runtime and the daemon"
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
 )]
 fn fifty_concurrent(rt: Runtime) {
     let test = format!("fifty_concurrent({})", rt.name());

@@ -153,7 +153,7 @@ mod image_runs_as_the_daemonset_runs_it_and_places_containers {
 
 #[expect(
     clippy::too_many_lines,
-    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left in the runtime and the daemon"
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
 )]
 fn image_suite(runtime: Runtime) {
     let test = format!(

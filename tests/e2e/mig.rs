@@ -52,7 +52,7 @@ fn mig_pod(name: &str, resource: &str, dev: &NvidiaDevice, cpu: &str) -> KubePod
 #[test]
 #[expect(
     clippy::too_many_lines,
-    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left in the runtime and the daemon"
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
 )]
 fn mig_devices_align_to_their_parent_gpu_and_keep_their_id() {
     let rt = Runtime::CONTAINERD_2_1;

@@ -112,7 +112,7 @@ fn cpus(o: &NodeResourceTopology) -> Vec<String> {
 
 #[expect(
     clippy::too_many_lines,
-    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left in the runtime and the daemon"
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
 )]
 fn follows_each_decision_within_a_second(rt: Runtime) {
     let test = format!("e2e_nrt_refresh({})", rt.name());

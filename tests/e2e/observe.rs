@@ -38,7 +38,7 @@ fn capabilities_are_dropped(rt: Runtime) {
 
 #[expect(
     clippy::too_many_lines,
-    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left in the runtime and the daemon"
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
 )]
 fn metrics_count_what_happened(rt: Runtime) {
     let Some(e) = Enforced::start(rt, "metrics", "e2e-metrics", 2, 0, METRICS) else {

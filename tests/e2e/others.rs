@@ -104,7 +104,7 @@ fn pod(name: &str, cpu: u32) -> KubePod {
 
 #[expect(
     clippy::too_many_lines,
-    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left in the runtime and the daemon"
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
 )]
 fn a_second_plugin_owning_cpus_is_left_them(rt: Runtime) {
     let options = UpOptions {
@@ -241,7 +241,7 @@ fn a_second_plugin_owning_cpus_is_left_them(rt: Runtime) {
 
 #[expect(
     clippy::too_many_lines,
-    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left in the runtime and the daemon"
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
 )]
 fn a_memory_plugin_owning_mems_places_the_cpus(rt: Runtime) {
     let Some(e) = Enforced::with_options(

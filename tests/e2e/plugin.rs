@@ -51,7 +51,7 @@ fn cpus_of(ctrd: &Instance, id: &str) -> String {
 
 #[expect(
     clippy::too_many_lines,
-    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left in the runtime and the daemon"
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
 )]
 fn registers_synchronizes_and_adjusts(rt: Runtime) {
     let test = format!("registers_synchronizes_and_adjusts({})", rt.name());
@@ -175,7 +175,7 @@ fn registers_synchronizes_and_adjusts(rt: Runtime) {
 /// The runtime SIGKILLed and started again under a running nri-align.
 #[expect(
     clippy::too_many_lines,
-    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left in the runtime and the daemon"
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
 )]
 fn runtime_restart(rt: Runtime) {
     let test = format!("runtime_restart({})", rt.name());

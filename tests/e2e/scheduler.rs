@@ -24,7 +24,7 @@ const CRANE_POLICY: &str = "topology.crane.io/cpu-policy";
 
 #[expect(
     clippy::too_many_lines,
-    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left in the runtime and the daemon"
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
 )]
 fn scheduler_annotated_pods_run_where_it_said(rt: Runtime) {
     let Some(e) = Enforced::start(

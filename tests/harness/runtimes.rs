@@ -26,7 +26,7 @@ fn last_cpu() -> String {
 
 #[expect(
     clippy::too_many_lines,
-    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left in the runtime and the daemon"
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
 )]
 fn harness_round_trip(rt: Runtime) {
     let test = format!("harness_round_trip({})", rt.name());
