@@ -156,6 +156,10 @@ fn first_nics(topo: &Topology, n: usize) -> Vec<String> {
 /// A GPU case: name, host, held GPUs, GPUs and NICs asked for, GiB of memory.
 type GpuCase<'a> = (String, &'a Topology, &'a [usize], usize, usize, u64);
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the table of measured cases: one entry per host and request shape"
+)]
 fn cases() -> Vec<Case> {
     let n16 = shipped("numa16-1024");
     let epyc = shipped("epyc-nps4");

@@ -187,42 +187,7 @@ fn check(args: CheckArgs) -> anyhow::Result<()> {
         .as_deref()
         .map_or("no group".to_string(), |g| format!("group {g}"));
     println!("# nri-align config check {}", args.file.display());
-    let (what, result) = match input {
-        Input::Plain(path, bytes) => {
-            let sel = Selected::new(Source::File, path.display().to_string(), path, bytes, None);
-            (
-                "a plain configuration file".to_string(),
-                Some(usable(&sel, &topo)),
-            )
-        }
-        Input::Sections(sections) => {
-            let has = |k: &str| sections.iter().any(|(key, ..)| key == k);
-            match choose(has, &who) {
-                Ok(None) => ("no section applies: built-in defaults".to_string(), None),
-                Ok(Some((src, key))) => {
-                    let default = sections
-                        .iter()
-                        .find(|(k, ..)| k == DEFAULT_KEY)
-                        .map(|(_, _, b)| b.clone());
-                    let (k, path, bytes) = sections
-                        .into_iter()
-                        .find(|(k, ..)| *k == key)
-                        .ok_or_else(|| could_not("section vanished"))?;
-                    let sel = Selected::new(src, k, path, bytes, default.as_deref());
-                    let what = if sel.inherited.is_empty() {
-                        format!("section {key}")
-                    } else {
-                        format!(
-                            "section {key}, with {} from default",
-                            sel.inherited.join(", ")
-                        )
-                    };
-                    (what, Some(usable(&sel, &topo)))
-                }
-                Err(why) => ("no usable section".to_string(), Some(Err(why))),
-            }
-        }
-    };
+    let (what, result) = applied(input, &who, &topo)?;
     println!("# node {node}, {group}: {what}");
     match result.unwrap_or_else(|| Ok(Config::default())) {
         Ok(config) => {
@@ -245,6 +210,52 @@ fn check(args: CheckArgs) -> anyhow::Result<()> {
             .into())
         }
     }
+}
+
+/// What of `input` applies to `who` (a description for the report) and, unless built-in
+/// defaults apply, whether it is usable on `topo`.
+fn applied(
+    input: Input,
+    who: &Identity,
+    topo: &crate::topology::Topology,
+) -> anyhow::Result<(String, Option<Result<Config, String>>)> {
+    let applied = match input {
+        Input::Plain(path, bytes) => {
+            let sel = Selected::new(Source::File, path.display().to_string(), path, bytes, None);
+            (
+                "a plain configuration file".to_string(),
+                Some(usable(&sel, topo)),
+            )
+        }
+        Input::Sections(sections) => {
+            let has = |k: &str| sections.iter().any(|(key, ..)| key == k);
+            match choose(has, who) {
+                Ok(None) => ("no section applies: built-in defaults".to_string(), None),
+                Ok(Some((src, key))) => {
+                    let default = sections
+                        .iter()
+                        .find(|(k, ..)| k == DEFAULT_KEY)
+                        .map(|(_, _, b)| b.clone());
+                    let (k, path, bytes) = sections
+                        .into_iter()
+                        .find(|(k, ..)| *k == key)
+                        .ok_or_else(|| could_not("section vanished"))?;
+                    let sel = Selected::new(src, k, path, bytes, default.as_deref());
+                    let what = if sel.inherited.is_empty() {
+                        format!("section {key}")
+                    } else {
+                        format!(
+                            "section {key}, with {} from default",
+                            sel.inherited.join(", ")
+                        )
+                    };
+                    (what, Some(usable(&sel, topo)))
+                }
+                Err(why) => ("no usable section".to_string(), Some(Err(why))),
+            }
+        }
+    };
+    Ok(applied)
 }
 
 #[cfg(test)]

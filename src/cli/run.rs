@@ -183,14 +183,8 @@ fn log_start(config_path: Option<&Path>, p: &Prepared) {
 }
 
 fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
-    use std::sync::Mutex;
-
-    use crate::enforce::engine::Engine;
-    use crate::enforce::nri::AlignPlugin;
     use crate::host::caps::drop_capabilities;
-    use crate::host::devices::HostDevices;
-    use crate::metrics::{Health, Metrics};
-    use crate::placement::Allocator;
+    use crate::metrics::Health;
 
     log_start(args.config.as_deref(), &prepared);
     let Prepared {
@@ -213,36 +207,15 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         .parent()
         .map_or_else(|| PathBuf::from(DEFAULT_STATE_DIR), Path::to_path_buf);
     let (config, sections) = fleet::settle_or_check(config, fleet, &topology, &state_dir)?;
-    let nrt_metrics = crate::nrt::metrics::NrtMetrics::default();
-    let evict_metrics = crate::evict::EvictMetrics::default();
-    let cdi_metrics = crate::host::cdi::CdiMetrics::default();
-    let metrics = Arc::new(Metrics::new_with(|r| {
-        nrt_metrics.register(r);
-        evict_metrics.register(r);
-        cdi_metrics.register(r);
-    }));
+    let counters = Counters::new();
     // The kubeconfig and its certificates are read now, before capabilities go.
     let nrt = NrtPlan::prepare(&args, &config, &topology, &host_root)?;
     let evict =
         evict::EvictPlan::prepare(args.kubeconfig.as_deref(), &config, args.eviction_stand_ins)?;
-    let allocator = Allocator::new(Arc::clone(&topology), config.placement.clone());
-    let topo = Arc::clone(&topology);
     let kubelet = kubelet_source(&config);
     // Read once the capabilities are gone (below): a hostile spec is parsed without them.
     let cdi_dirs = config.cdi_spec_dirs.clone();
-    let mut engine = Engine::new(
-        allocator,
-        config,
-        Some(store),
-        Some(metrics.clone()),
-        Box::new(HostDevices::new(&host_root)),
-    );
-    // Before the recovery, which may find the state dir failing already.
-    let outage = retry::outage_signal(&mut engine);
-    engine.recover(&host_root);
-    // The topology was read once above; from now on its online CPUs and memory nodes are
-    // followed (hot-plug, offlining), through the kernel's uevents on the live host only.
-    engine.watch_hotplug(&host_root);
+    let (mut engine, outage) = start_engine(&topology, config, store, &counters.daemon, &host_root);
     let uevents = (host_root == Path::new("/"))
         .then(hotplug::open_uevents)
         .flatten();
@@ -257,7 +230,8 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
     tracing::info!(kept = ?caps.kept, dropped = caps.dropped.len(), bounding = caps.bounding_dropped, "capabilities dropped");
     let health = Arc::new(Health::default());
     // The first read of the specs, and the watcher (a thread), after the capabilities went.
-    let cdi = cdi_registry(&cdi_dirs, &host_root, cdi_metrics, &health);
+    let cdi = cdi_registry(&cdi_dirs, &host_root, counters.cdi, &health);
+    let metrics = counters.daemon;
     fleet::report_start(&health, &metrics, sections.as_ref(), args.config.is_some());
     engine.set_health(health.clone());
     if let Some(addr) = metrics_address {
@@ -274,53 +248,155 @@ fn serve(args: RunArgs, prepared: Prepared) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let sample_root = host_root.clone();
-    rt.block_on(async move {
-        if let Some(plan) = nrt {
-            // Created at start with the recovered state; every later change follows.
-            let observer = plan.start(nrt_metrics)?;
-            health::spawn_nrt_follower(observer.status(), health.clone());
-            engine.set_observer(Box::new(observer));
+    rt.block_on(run_plugin(Daemon {
+        engine,
+        outage,
+        nrt: nrt.map(|plan| (plan, counters.nrt)),
+        evict: evict.map(|plan| (plan, counters.evict)),
+        metrics,
+        health,
+        sample_memory: metrics_address.is_some(),
+        host_root,
+        connection,
+        kubelet,
+        cdi,
+        uevents,
+        sections,
+        config_file: args.config.clone(),
+        config_hash,
+        topology,
+        state_dir,
+    }))
+}
+
+/// The daemon's metrics and the other parts' counters its registry serves.
+struct Counters {
+    daemon: Arc<crate::metrics::Metrics>,
+    nrt: crate::nrt::metrics::NrtMetrics,
+    evict: crate::evict::EvictMetrics,
+    cdi: crate::host::cdi::CdiMetrics,
+}
+
+impl Counters {
+    fn new() -> Counters {
+        let nrt = crate::nrt::metrics::NrtMetrics::default();
+        let evict = crate::evict::EvictMetrics::default();
+        let cdi = crate::host::cdi::CdiMetrics::default();
+        let daemon = Arc::new(crate::metrics::Metrics::new_with(|r| {
+            nrt.register(r);
+            evict.register(r);
+            cdi.register(r);
+        }));
+        Counters {
+            daemon,
+            nrt,
+            evict,
+            cdi,
         }
-        if let Some(plan) = evict {
-            engine.set_refusal_observer(Box::new(plan.start(evict_metrics)?));
-        }
-        let engine = Arc::new(Mutex::new(engine));
-        health::spawn_link_follower(connection.watch(), health.clone(), metrics.clone());
-        retry::spawn_state_retry(engine.clone(), outage, health.clone());
-        // Only where someone can read it: each sample reads a file per container.
-        if metrics_address.is_some() {
-            memloc::spawn(engine.clone(), metrics.clone(), sample_root);
-        }
-        let probe = engine.clone();
-        health::spawn_heartbeat(health.clone(), move || {
-            !matches!(probe.try_lock(), Err(std::sync::TryLockError::WouldBlock))
-        });
-        let plugin = Arc::new(
-            AlignPlugin::new(engine, args.config.is_some())
-                .with_kubelet(kubelet, Some(metrics.clone()))
-                .with_cdi(cdi),
-        );
-        // Where the runtime sends no Synchronize, what runs is listed over its CRI.
-        crate::enforce::nri::learning::spawn(connection.watch(), plugin.clone());
-        hotplug::spawn(plugin.clone(), uevents);
-        match (sections, args.config.clone()) {
-            (Some((follow, _)), _) => fleet::follow(
-                follow,
-                topo,
-                state_dir,
-                plugin.clone(),
-                metrics.clone(),
-                health,
-            )?,
-            (None, Some(path)) => {
-                follow_config_file(path, config_hash, plugin.clone(), metrics.clone())?
-            }
-            (None, None) => {}
-        }
-        connection.serve(plugin, stopped()).await?;
-        Ok(())
-    })
+    }
+}
+
+type DaemonEngine = crate::enforce::engine::Engine<crate::placement::Allocator>;
+
+/// The engine on `topology`, its state recovered, following hot-plug; with the signal of a
+/// failing state directory.
+fn start_engine(
+    topology: &Arc<Topology>,
+    config: Config,
+    store: StateStore,
+    metrics: &Arc<crate::metrics::Metrics>,
+    host_root: &Path,
+) -> (DaemonEngine, Arc<tokio::sync::Notify>) {
+    let allocator =
+        crate::placement::Allocator::new(Arc::clone(topology), config.placement.clone());
+    let mut engine = crate::enforce::engine::Engine::new(
+        allocator,
+        config,
+        Some(store),
+        Some(metrics.clone()),
+        Box::new(crate::host::devices::HostDevices::new(host_root)),
+    );
+    // Before the recovery, which may find the state dir failing already.
+    let outage = retry::outage_signal(&mut engine);
+    engine.recover(host_root);
+    // The topology was read once above; from now on its online CPUs and memory nodes are
+    // followed (hot-plug, offlining), through the kernel's uevents on the live host only.
+    engine.watch_hotplug(host_root);
+    (engine, outage)
+}
+
+/// What the daemon's async part runs with: made before the runtime starts, most of it while
+/// the capabilities were still held.
+struct Daemon {
+    engine: DaemonEngine,
+    outage: Arc<tokio::sync::Notify>,
+    nrt: Option<(NrtPlan, crate::nrt::metrics::NrtMetrics)>,
+    evict: Option<(evict::EvictPlan, crate::evict::EvictMetrics)>,
+    metrics: Arc<crate::metrics::Metrics>,
+    health: Arc<crate::metrics::Health>,
+    /// Whether containers' memory locality is sampled: only where the metrics are served.
+    sample_memory: bool,
+    host_root: PathBuf,
+    connection: crate::enforce::nri::Connection,
+    kubelet: Option<Arc<crate::enforce::podresources::KubeletSource>>,
+    cdi: Option<Arc<crate::host::cdi::CdiRegistry>>,
+    uevents: Option<std::os::fd::OwnedFd>,
+    sections: Option<fleet::Sections>,
+    config_file: Option<PathBuf>,
+    config_hash: u64,
+    topology: Arc<Topology>,
+    state_dir: PathBuf,
+}
+
+/// Starts the observers and followers, then serves the runtime until it stops.
+async fn run_plugin(d: Daemon) -> anyhow::Result<()> {
+    use std::sync::Mutex;
+
+    use crate::enforce::nri::AlignPlugin;
+
+    let (mut engine, health, metrics) = (d.engine, d.health, d.metrics);
+    if let Some((plan, counters)) = d.nrt {
+        // Created at start with the recovered state; every later change follows.
+        let observer = plan.start(counters)?;
+        health::spawn_nrt_follower(observer.status(), health.clone());
+        engine.set_observer(Box::new(observer));
+    }
+    if let Some((plan, counters)) = d.evict {
+        engine.set_refusal_observer(Box::new(plan.start(counters)?));
+    }
+    let engine = Arc::new(Mutex::new(engine));
+    health::spawn_link_follower(d.connection.watch(), health.clone(), metrics.clone());
+    retry::spawn_state_retry(engine.clone(), d.outage, health.clone());
+    // Only where someone can read it: each sample reads a file per container.
+    if d.sample_memory {
+        memloc::spawn(engine.clone(), metrics.clone(), d.host_root);
+    }
+    let probe = engine.clone();
+    health::spawn_heartbeat(health.clone(), move || {
+        !matches!(probe.try_lock(), Err(std::sync::TryLockError::WouldBlock))
+    });
+    let plugin = Arc::new(
+        AlignPlugin::new(engine, d.config_file.is_some())
+            .with_kubelet(d.kubelet, Some(metrics.clone()))
+            .with_cdi(d.cdi),
+    );
+    // Where the runtime sends no Synchronize, what runs is listed over its CRI.
+    crate::enforce::nri::learning::spawn(d.connection.watch(), plugin.clone());
+    hotplug::spawn(plugin.clone(), d.uevents);
+    match (d.sections, d.config_file) {
+        (Some((follow, _)), _) => fleet::follow(
+            follow,
+            d.topology,
+            d.state_dir,
+            plugin.clone(),
+            metrics.clone(),
+            health,
+        )?,
+        (None, Some(path)) => follow_config_file(path, d.config_hash, plugin.clone(), metrics)?,
+        (None, None) => {}
+    }
+    d.connection.serve(plugin, stopped()).await?;
+    Ok(())
 }
 
 /// The CDI spec registry of `dirs` under `host_root`, read now, with its guarded watcher

@@ -306,7 +306,7 @@ pub struct Config {
     /// default: the state only has to outlive the plugin and runtime processes
     /// (`enforce/state`), and an fsync cost milliseconds per decision on a VM disk.
     pub state_fsync: bool,
-    /// The CFS quota of containers with exclusive or isolated CPUs (`enforce/quota.rs`).
+    /// The CFS quota of containers with exclusive or isolated CPUs (`enforce/engine/quota.rs`).
     pub exclusive_cpu_quota: ExclusiveCpuQuota,
     /// When an exclusive CPU of a running container goes offline, give the container a free
     /// CPU of its nodes instead. Off by default: the container keeps its other CPUs and is
@@ -380,92 +380,17 @@ impl Config {
                 origin: origin.to_string(),
                 message,
             })?;
-        // An empty document is `null` to YAML: treat it as "all defaults".
-        let raw: RawConfig = if text.trim().is_empty() {
-            RawConfig::default()
-        } else {
-            // Aliases are refused before they expand: a bomb in a file or a ConfigMap section
-            // is a bad config like any other (the last good one stays).
-            untrusted::yaml::check(text).map_err(|e| ConfigError::Parse {
-                origin: origin.to_string(),
-                message: e.to_string(),
-            })?;
-            // serde repeats a bad value whole: keep the message's start and end only.
-            serde_yaml_ng::from_str(text).map_err(|e| {
-                let e = e.to_string();
-                ConfigError::Parse {
-                    origin: origin.to_string(),
-                    message: untrusted::message(&e) + &keys::nearest_key_hint(&e),
-                }
-            })?
-        };
+        let mut raw = RawConfig::parse(text, origin)?;
         // Every check below names the value it refuses; a backstop keeps any of them bounded.
         let invalid = |message: String| ConfigError::Invalid {
             origin: origin.to_string(),
             message: untrusted::message(&message),
         };
-        let defaults = PlacementConfig::default();
         let podresources = podresources_config(&raw).map_err(&invalid)?;
-        if let Some(p) = raw
-            .cri_socket
-            .as_ref()
-            .filter(|p| !p.as_os_str().is_empty() && !p.is_absolute())
-        {
-            return Err(invalid(format!(
-                "cri_socket {} must be an absolute path (or \"\" to turn listing off)",
-                p.display()
-            )));
-        }
-        let placement = PlacementConfig {
-            policy: raw.policy.unwrap_or(defaults.policy),
-            scope: raw.scope.unwrap_or(defaults.scope),
-            reserved_cpus: raw.reserved_cpus.unwrap_or(defaults.reserved_cpus),
-            gpu_mode: raw.gpu_mode.unwrap_or(DEFAULT_GPU_MODE),
-            allow_device_annotations: raw
-                .allow_device_annotations
-                .unwrap_or(defaults.allow_device_annotations),
-            full_pcpus_only: raw.full_pcpus_only.unwrap_or(defaults.full_pcpus_only),
-            exclusive_annotation_namespaces: raw.exclusive_annotation_namespaces.clone(),
-            isolated_namespaces: raw.isolated_namespaces.clone(),
-            scheduler_choice: raw.scheduler_choice.unwrap_or_default(),
-            numa_choice: raw.numa_choice.unwrap_or_default(),
-            mempolicy: raw.mempolicy.unwrap_or_default(),
-            exclusive_headroom: exclusive_headroom(raw.exclusive_headroom).map_err(&invalid)?,
-            cpu_spread: raw.cpu_spread.unwrap_or_default(),
-            resize_shrink: raw.resize_shrink.unwrap_or_default(),
-        };
-        let metrics_address = match raw.metrics_address.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(a) => Some(a.parse::<SocketAddr>().map_err(|e| {
-                invalid(format!(
-                    "metrics_address {} is not HOST:PORT ({e})",
-                    untrusted::quoted(a)
-                ))
-            })?),
-        };
-        if let Some(idx) = &raw.plugin_idx {
-            validate_idx(idx).map_err(invalid)?;
-        }
-        if let Some(ns) = raw.exempt_namespaces.iter().find(|n| n.trim().is_empty()) {
-            return Err(invalid(format!(
-                "exempt_namespaces has an empty entry {}",
-                untrusted::quoted(ns)
-            )));
-        }
-        for (key, list) in [
-            (
-                "exclusive_annotation_namespaces",
-                &raw.exclusive_annotation_namespaces,
-            ),
-            ("isolated_namespaces", &raw.isolated_namespaces),
-        ] {
-            if let Some(ns) = list.iter().find(|n| n.trim().is_empty()) {
-                return Err(invalid(format!(
-                    "{key} has an empty entry {}",
-                    untrusted::quoted(ns)
-                )));
-            }
-        }
+        check_cri_socket(&raw).map_err(&invalid)?;
+        let placement = placement_of(&raw).map_err(&invalid)?;
+        let metrics_address = metrics_address_of(&raw).map_err(&invalid)?;
+        check_names(&raw).map_err(&invalid)?;
         let trusted_schedulers = trusted_schedulers(&raw.trusted_schedulers).map_err(&invalid)?;
         let verify_remote_memory_threshold =
             memloc::remote_memory_threshold(raw.verify_remote_memory_threshold)
@@ -473,20 +398,7 @@ impl Config {
         let nrt = raw.nrt.unwrap_or_default().resolve().map_err(invalid)?;
         let evict_refused_after =
             evict_window(raw.evict_refused_after.as_deref()).map_err(invalid)?;
-        if let Some(d) = raw
-            .cdi_spec_dirs
-            .iter()
-            .flatten()
-            .find(|d| !d.is_absolute())
-        {
-            return Err(invalid(format!(
-                "cdi_spec_dirs entry {} must be an absolute path",
-                d.display()
-            )));
-        }
-        let cdi_spec_dirs = raw
-            .cdi_spec_dirs
-            .unwrap_or_else(|| Config::default().cdi_spec_dirs);
+        let cdi_spec_dirs = cdi_spec_dirs_of(raw.cdi_spec_dirs.take()).map_err(invalid)?;
         Ok(Config {
             placement,
             exempt_namespaces: raw.exempt_namespaces,
@@ -627,6 +539,118 @@ fn evict_window(text: Option<&str>) -> Result<Option<std::time::Duration>, Strin
         ));
     }
     Ok(Some(d))
+}
+
+impl RawConfig {
+    /// The YAML text as written, before any value is checked.
+    fn parse(text: &str, origin: &str) -> Result<RawConfig, ConfigError> {
+        // An empty document is `null` to YAML: treat it as "all defaults".
+        if text.trim().is_empty() {
+            return Ok(RawConfig::default());
+        }
+        // Aliases are refused before they expand: a bomb in a file or a ConfigMap section is a
+        // bad config like any other (the last good one stays).
+        untrusted::yaml::check(text).map_err(|e| ConfigError::Parse {
+            origin: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        // serde repeats a bad value whole: keep the message's start and end only.
+        serde_yaml_ng::from_str(text).map_err(|e| {
+            let e = e.to_string();
+            ConfigError::Parse {
+                origin: origin.to_string(),
+                message: untrusted::message(&e) + &keys::nearest_key_hint(&e),
+            }
+        })
+    }
+}
+
+fn check_cri_socket(raw: &RawConfig) -> Result<(), String> {
+    if let Some(p) = raw
+        .cri_socket
+        .as_ref()
+        .filter(|p| !p.as_os_str().is_empty() && !p.is_absolute())
+    {
+        return Err(format!(
+            "cri_socket {} must be an absolute path (or \"\" to turn listing off)",
+            p.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The placement keys, the defaults where one is not set.
+fn placement_of(raw: &RawConfig) -> Result<PlacementConfig, String> {
+    let defaults = PlacementConfig::default();
+    Ok(PlacementConfig {
+        policy: raw.policy.unwrap_or(defaults.policy),
+        scope: raw.scope.unwrap_or(defaults.scope),
+        reserved_cpus: raw.reserved_cpus.clone().unwrap_or(defaults.reserved_cpus),
+        gpu_mode: raw.gpu_mode.unwrap_or(DEFAULT_GPU_MODE),
+        allow_device_annotations: raw
+            .allow_device_annotations
+            .unwrap_or(defaults.allow_device_annotations),
+        full_pcpus_only: raw.full_pcpus_only.unwrap_or(defaults.full_pcpus_only),
+        exclusive_annotation_namespaces: raw.exclusive_annotation_namespaces.clone(),
+        isolated_namespaces: raw.isolated_namespaces.clone(),
+        scheduler_choice: raw.scheduler_choice.unwrap_or_default(),
+        numa_choice: raw.numa_choice.unwrap_or_default(),
+        mempolicy: raw.mempolicy.unwrap_or_default(),
+        exclusive_headroom: exclusive_headroom(raw.exclusive_headroom)?,
+        cpu_spread: raw.cpu_spread.unwrap_or_default(),
+        resize_shrink: raw.resize_shrink.unwrap_or_default(),
+    })
+}
+
+fn metrics_address_of(raw: &RawConfig) -> Result<Option<SocketAddr>, String> {
+    match raw.metrics_address.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(a) => a.parse::<SocketAddr>().map(Some).map_err(|e| {
+            format!(
+                "metrics_address {} is not HOST:PORT ({e})",
+                untrusted::quoted(a)
+            )
+        }),
+    }
+}
+
+/// The plugin index and the namespace lists: no empty entry.
+fn check_names(raw: &RawConfig) -> Result<(), String> {
+    if let Some(idx) = &raw.plugin_idx {
+        validate_idx(idx)?;
+    }
+    if let Some(ns) = raw.exempt_namespaces.iter().find(|n| n.trim().is_empty()) {
+        return Err(format!(
+            "exempt_namespaces has an empty entry {}",
+            untrusted::quoted(ns)
+        ));
+    }
+    for (key, list) in [
+        (
+            "exclusive_annotation_namespaces",
+            &raw.exclusive_annotation_namespaces,
+        ),
+        ("isolated_namespaces", &raw.isolated_namespaces),
+    ] {
+        if let Some(ns) = list.iter().find(|n| n.trim().is_empty()) {
+            return Err(format!(
+                "{key} has an empty entry {}",
+                untrusted::quoted(ns)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The CDI spec directories (absolute paths only), the default ones where none is set.
+fn cdi_spec_dirs_of(dirs: Option<Vec<PathBuf>>) -> Result<Vec<PathBuf>, String> {
+    if let Some(d) = dirs.iter().flatten().find(|d| !d.is_absolute()) {
+        return Err(format!(
+            "cdi_spec_dirs entry {} must be an absolute path",
+            d.display()
+        ));
+    }
+    Ok(dirs.unwrap_or_else(|| Config::default().cdi_spec_dirs))
 }
 
 /// A plugin index must be exactly two digits (the runtime sorts plugins by it).

@@ -6,7 +6,7 @@
 //! - writes its state dir, which it created (owner 0700), and reads its config (owner);
 //! - reads sysfs, `/dev` metadata and `/proc/PID/status` of other processes, all world-readable;
 //! - writes no cgroup but a container's own `cpuset.cpus` when the runtime lost an update
-//!   (`host/cgroup.rs`), a root-owned file that owner permissions let uid 0 write.
+//!   (`host/cgroup/`), a root-owned file that owner permissions let uid 0 write.
 //!
 //! So the default kept set is empty. Capabilities are per thread on Linux, so this must run
 //! before the async runtime starts its worker threads (they inherit the reduced sets); the

@@ -196,54 +196,99 @@ impl Metrics {
     /// NodeResourceTopology publisher's), served from the same endpoint.
     pub fn new_with(extra: impl FnOnce(&mut Registry)) -> Metrics {
         let mut registry = Registry::with_prefix("nri_align");
-        let admissions = Family::<AdmissionLabels, Counter>::default();
-        let rejections = Family::<ReasonLabels, Counter>::default();
-        // 50 µs .. ~0.8 s: decisions are sub-millisecond; the runtime times out at 2 s.
-        let latency = Histogram::new(exponential_buckets(0.000_05, 2.0, 15));
-        let free_cpus = Family::<NodeLabels, Gauge>::default();
-        let free_memory = Family::<NodeLabels, Gauge>::default();
-        let free_gpus = Family::<NodeLabels, Gauge>::default();
-        registry.register("admissions", "Containers admitted", admissions.clone());
-        let scheduler_choices = Family::<SchedulerChoiceLabels, Counter>::default();
+        let metrics = Metrics::unregistered();
+        // The order of registration is the order of the scrape's families.
+        metrics.register_decisions(&mut registry);
+        extra(&mut registry);
+        metrics.register_daemon(&mut registry);
+        Metrics {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// Every metric at its start value, none registered yet.
+    fn unregistered() -> Metrics {
+        let config_last_reload_ok = Gauge::default();
+        config_last_reload_ok.set(1);
+        Metrics {
+            registry: Registry::default(),
+            admissions: Family::default(),
+            rejections: Family::default(),
+            // 50 µs .. ~0.8 s: decisions are sub-millisecond; the runtime times out at 2 s.
+            latency: Histogram::new(exponential_buckets(0.000_05, 2.0, 15)),
+            free_cpus: Family::default(),
+            headroom_cpus: Family::default(),
+            free_memory: Family::default(),
+            free_gpus: Family::default(),
+            events: Family::default(),
+            free_rdma_nics: Family::default(),
+            runtime_connected: Gauge::default(),
+            runtime_connections: Counter::default(),
+            config_reloads: Family::default(),
+            config_last_reload_ok,
+            device_link_missing: Family::default(),
+            device_links_created: Counter::default(),
+            devices_at_risk: Gauge::default(),
+            state_write_failures: Counter::default(),
+            state_write_failing: Gauge::default(),
+            config_source: Family::default(),
+            hotplug: HotplugMetrics::default(),
+            scheduler_choices: Family::default(),
+            mempolicies: Family::default(),
+            local_memory: Family::default(),
+            local_memory_series: Mutex::new(HashSet::new()),
+            snapshot: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// What the engine decides and what the nodes have left, ahead of other parts' metrics.
+    fn register_decisions(&self, registry: &mut Registry) {
+        registry.register("admissions", "Containers admitted", self.admissions.clone());
         registry.register(
             "scheduler_choice",
             "Containers of pods a scheduler placed (Koordinator, Crane), by what became of its \
              choice: honoured, overridden (scheduler_choice: preferred), refused, malformed, \
              untrusted (trusted_schedulers does not name it: ignored)",
-            scheduler_choices.clone(),
+            self.scheduler_choices.clone(),
         );
-        let mempolicies = Family::<MempolicyLabels, Counter>::default();
         registry.register(
             "mempolicy",
             "Containers given a memory policy (mempolicy), by outcome: sent, unsupported (the \
              runtime's NRI cannot carry it: left out)",
-            mempolicies.clone(),
+            self.mempolicies.clone(),
         );
         registry.register(
             "rejections",
             "Containers rejected, by reason",
-            rejections.clone(),
+            self.rejections.clone(),
         );
         registry.register(
             "decision_duration_seconds",
             "Time to decide one container",
-            latency.clone(),
+            self.latency.clone(),
         );
-        registry.register("free_cpus", "Free CPUs per NUMA node", free_cpus.clone());
-        let headroom_cpus = Family::<NodeLabels, Gauge>::default();
+        registry.register(
+            "free_cpus",
+            "Free CPUs per NUMA node",
+            self.free_cpus.clone(),
+        );
         registry.register(
             "exclusive_headroom_cpus",
             "Free CPUs per NUMA node kept out of the shared pool for exclusive containers \
              (exclusive_headroom); included in free_cpus",
-            headroom_cpus.clone(),
+            self.headroom_cpus.clone(),
         );
         registry.register(
             "free_memory_bytes",
             "Unallocated memory per NUMA node",
-            free_memory.clone(),
+            self.free_memory.clone(),
         );
-        registry.register("free_gpus", "Free GPUs per NUMA node", free_gpus.clone());
-        let events = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "free_gpus",
+            "Free GPUs per NUMA node",
+            self.free_gpus.clone(),
+        );
         registry.register(
             "input_events",
             "What nri-align noticed in its inputs: device references it did not use \
@@ -251,15 +296,18 @@ impl Metrics {
              (kubelet-cpuset), PodResources lookups (podresources-ok, podresources-failed, \
              podresources-skipped), restarted containers given their decision back \
              (restart-kept), exempt containers (exempt)",
-            events.clone(),
+            self.events.clone(),
         );
-        let free_rdma_nics = Family::<NodeLabels, Gauge>::default();
         registry.register(
             "free_rdma_nics",
             "Free RDMA NICs per NUMA node",
-            free_rdma_nics.clone(),
+            self.free_rdma_nics.clone(),
         );
-        extra(&mut registry);
+    }
+
+    /// The daemon's own state: build, runtime link, configuration, systemd devices, state
+    /// log, hotplug and memory locality.
+    fn register_daemon(&self, registry: &mut Registry) {
         registry.register(
             "build",
             "Version and git revision of nri-align",
@@ -268,113 +316,72 @@ impl Metrics {
                 revision: REVISION.into(),
             }),
         );
-        let runtime_connected = Gauge::default();
         registry.register(
             "runtime_connected",
             "1 while registered with the runtime and synchronized (what /readyz reports), else 0",
-            runtime_connected.clone(),
+            self.runtime_connected.clone(),
         );
-        let runtime_connections = Counter::default();
         registry.register(
             "runtime_connections",
             "Successful registrations with the runtime; every one after the first is a reconnection",
-            runtime_connections.clone(),
+            self.runtime_connections.clone(),
         );
-        let config_reloads = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "config_reloads",
             "Configuration reloads (SIGHUP or a changed file), applied or rejected",
-            config_reloads.clone(),
+            self.config_reloads.clone(),
         );
-        let config_last_reload_ok = Gauge::default();
-        config_last_reload_ok.set(1);
         registry.register(
             "config_last_reload_successful",
             "0 while the configuration file holds a version that was rejected, else 1",
-            config_last_reload_ok.clone(),
+            self.config_last_reload_ok.clone(),
         );
-        let device_link_missing = Family::<DeviceLabels, Counter>::default();
         registry.register(
             "systemd_device_link_missing",
             "Containers in a systemd scope holding a device without /dev/char/MAJ:MIN (runc \
              leaves it out of DeviceAllow=: access is lost at the next cpuset update)",
-            device_link_missing.clone(),
+            self.device_link_missing.clone(),
         );
-        let device_links_created = Counter::default();
         registry.register(
             "systemd_device_links_created",
             "/dev/char/MAJ:MIN links nri-align made for device nodes it handed to containers in \
              a systemd scope (create_dev_char_links)",
-            device_links_created.clone(),
+            self.device_links_created.clone(),
         );
-        let devices_at_risk = Gauge::default();
         registry.register(
             "systemd_devices_at_risk",
             "Device nodes given to containers in a systemd scope that still have no \
              /dev/char/MAJ:MIN link: containers holding one lose it at the next daemon-reload or \
              cpuset update",
-            devices_at_risk.clone(),
+            self.devices_at_risk.clone(),
         );
-        let state_write_failures = Counter::default();
         registry.register(
             "state_write_failures",
             "Writes of the state log that failed (its filesystem full or read-only): retried at \
              most once a second, the skipped ones are not counted",
-            state_write_failures.clone(),
+            self.state_write_failures.clone(),
         );
-        let state_write_failing = Gauge::default();
         registry.register(
             "state_write_failing",
             "1 while decisions cannot be persisted (from a failed state write until one \
              succeeds and rewrites every record), else 0",
-            state_write_failing.clone(),
+            self.state_write_failing.clone(),
         );
-        let config_source = Family::<SourceLabels, Gauge>::default();
         registry.register(
             "config_source",
             "1 for where the configuration in force came from (file, a fleet ConfigMap's node, \
              group or default section, builtin defaults, or last-good when the section that \
              applies could not be used), 0 for the others",
-            config_source.clone(),
+            self.config_source.clone(),
         );
-        let hotplug = HotplugMetrics::default();
-        hotplug.register(&mut registry);
-        let local_memory = Family::<ContainerLabels, Gauge<f64, AtomicU64>>::default();
+        self.hotplug.register(registry);
         registry.register(
             "container_local_memory_ratio",
             "Share of a running container's resident memory on its NUMA nodes (cpuset.mems of \
              its decision), 0 to 1, from its memory cgroup's memory.numa_stat (else its \
              processes' numa_maps); sampled every minute, one series per live container",
-            local_memory.clone(),
+            self.local_memory.clone(),
         );
-        Metrics {
-            registry,
-            admissions,
-            rejections,
-            latency,
-            free_cpus,
-            headroom_cpus,
-            free_memory,
-            free_gpus,
-            events,
-            free_rdma_nics,
-            runtime_connected,
-            runtime_connections,
-            config_reloads,
-            config_last_reload_ok,
-            device_link_missing,
-            device_links_created,
-            devices_at_risk,
-            state_write_failures,
-            state_write_failing,
-            config_source,
-            hotplug,
-            scheduler_choices,
-            mempolicies,
-            local_memory,
-            local_memory_series: Mutex::new(HashSet::new()),
-            snapshot: Mutex::new(HashMap::new()),
-        }
     }
 
     /// Follows the runtime connection: `ready` is what `/readyz` reports, `registrations` the

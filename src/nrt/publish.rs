@@ -258,6 +258,26 @@ impl Outcome {
     }
 }
 
+/// When the worker acts without a new input, and how long it waits after failures.
+struct Schedule {
+    backoff: Duration,
+    /// When to act without a new input: the retry after a failure or the next resync.
+    deadline: Option<Instant>,
+    /// Set while the last attempt failed: when the next one may start.
+    retry_at: Option<Instant>,
+}
+
+impl Schedule {
+    /// After a success: the shortest backoff, no retry, the next resync.
+    fn settled(options: &PublishOptions) -> Schedule {
+        Schedule {
+            backoff: options.backoff_min,
+            deadline: Some(Instant::now() + options.resync),
+            retry_at: None,
+        }
+    }
+}
+
 struct Worker {
     api: Api<NodeResourceTopology>,
     options: PublishOptions,
@@ -274,13 +294,14 @@ struct Worker {
 
 impl Worker {
     async fn run(mut self, mut rx: watch::Receiver<Input>) {
-        let mut backoff = self.options.backoff_min;
-        // When to act without a new input: the retry after a failure or the next resync.
-        let mut deadline: Option<Instant> = None;
-        // Set while the last attempt failed: when the next one may start.
-        let mut retry_at: Option<Instant> = None;
+        // Nothing to do before the first input.
+        let mut next = Schedule {
+            backoff: self.options.backoff_min,
+            deadline: None,
+            retry_at: None,
+        };
         loop {
-            let changed = match deadline {
+            let changed = match next.deadline {
                 Some(at) => tokio::select! {
                     r = rx.changed() => Some(r),
                     _ = tokio::time::sleep_until(at) => None,
@@ -294,7 +315,7 @@ impl Worker {
                     // inputs wait for the retry time too: a down server sees one attempt per
                     // backoff period, however busy the node is.
                     tokio::time::sleep(self.options.debounce).await;
-                    if let Some(at) = retry_at {
+                    if let Some(at) = next.retry_at {
                         tokio::time::sleep_until(at).await;
                     }
                 }
@@ -307,112 +328,116 @@ impl Worker {
             self.status
                 .send_modify(|s| s.requested = s.requested.max(input.generation));
             let Some(snapshot) = input.snapshot.as_deref() else {
-                deadline = None;
+                next.deadline = None;
                 continue;
             };
             if self.reread.swap(false, Ordering::Relaxed) {
                 self.seen = None;
             }
-            self.metrics.attempt();
-            let refreshed;
-            let free = match &self.refresh {
-                Some(refresh) => {
-                    let mut f = snapshot.free.clone();
-                    refresh(&snapshot.topology, &mut f);
-                    refreshed = f;
-                    &refreshed
-                }
-                None => &snapshot.free,
-            };
-            let result = match build(
-                &snapshot.topology,
-                free,
-                snapshot.pods.as_deref(),
-                &input.settings,
-            ) {
-                Ok(desired) => {
-                    self.reconcile(desired, input.settings.take_over_foreign)
-                        .await
-                }
-                Err(e) => Err(Failure {
-                    reason: "build",
-                    message: e.to_string(),
-                }),
-            };
-            match result {
+            match self.attempt(snapshot, &input.settings).await {
                 Ok(outcome) => {
-                    self.metrics.success(outcome.label());
-                    self.report_ownership(&outcome);
-                    if !matches!(outcome, Outcome::Unchanged | Outcome::LeftAlone(_)) {
-                        tracing::debug!(
-                            outcome = outcome.label(),
-                            "NodeResourceTopology published"
-                        );
-                    }
-                    let rv = self
-                        .seen
-                        .as_ref()
-                        .and_then(|o| o.metadata.resource_version.clone());
-                    let published = !matches!(outcome, Outcome::LeftAlone(_));
-                    self.status.send_modify(|s| {
-                        if s.consecutive_failures > 0 {
-                            tracing::info!(
-                                after = s.consecutive_failures,
-                                "the API server answers the NodeResourceTopology publisher again after failures"
-                            );
-                        }
-                        if published {
-                            s.published = s.published.max(input.generation);
-                            s.resource_version = rv;
-                        }
-                        s.consecutive_failures = 0;
-                        s.last_error = None;
-                        s.crd_missing = false;
-                    });
-                    backoff = self.options.backoff_min;
-                    retry_at = None;
-                    deadline = Some(Instant::now() + self.options.resync);
+                    self.succeeded(&outcome, input.generation);
+                    next = Schedule::settled(&self.options);
                 }
-                Err(f) => {
-                    self.metrics.failure(f.reason);
-                    self.seen = None;
-                    let failures = self.status.borrow().consecutive_failures + 1;
-                    let crd_missing = f.reason == CRD_MISSING;
-                    let said = crd_missing && self.status.borrow().crd_missing;
-                    // The first failure and then every tenth are warnings; the rest debug. A
-                    // missing CRD is said once: only an installation fixes it.
-                    if !said && (crd_missing || failures == 1 || failures % 10 == 0) {
-                        tracing::warn!(reason = f.reason, failures, retry_in = ?backoff,
-                            "publishing NodeResourceTopology failed: {}", f.message);
-                    } else {
-                        tracing::debug!(
-                            reason = f.reason,
-                            failures,
-                            "publishing NodeResourceTopology failed: {}",
-                            f.message
-                        );
-                    }
-                    self.status.send_modify(|s| {
-                        s.consecutive_failures = failures;
-                        s.last_error = Some(format!("{}: {}", f.reason, f.message));
-                        s.crd_missing = crd_missing;
-                    });
-                    if f.reason == "build" {
-                        // Only a new input can fix it.
-                        deadline = None;
-                        retry_at = None;
-                    } else if crd_missing {
-                        let at = Instant::now() + jitter(self.options.crd_retry);
-                        deadline = Some(at);
-                        retry_at = Some(at);
-                    } else {
-                        let at = Instant::now() + jitter(backoff);
-                        deadline = Some(at);
-                        retry_at = Some(at);
-                        backoff = (backoff * 2).min(self.options.backoff_max);
-                    }
-                }
+                Err(f) => self.failed(&f, &mut next),
             }
+        }
+    }
+
+    /// One attempt: the object built from `snapshot` (the free resources refreshed first
+    /// where a refresh is set) and reconciled with the server's.
+    async fn attempt(
+        &mut self,
+        snapshot: &Snapshot,
+        settings: &NrtSettings,
+    ) -> Result<Outcome, Failure> {
+        self.metrics.attempt();
+        let refreshed;
+        let free = match &self.refresh {
+            Some(refresh) => {
+                let mut f = snapshot.free.clone();
+                refresh(&snapshot.topology, &mut f);
+                refreshed = f;
+                &refreshed
+            }
+            None => &snapshot.free,
+        };
+        match build(&snapshot.topology, free, snapshot.pods.as_deref(), settings) {
+            Ok(desired) => self.reconcile(desired, settings.take_over_foreign).await,
+            Err(e) => Err(Failure {
+                reason: "build",
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    /// Counts and reports an attempt that succeeded for input `generation`.
+    fn succeeded(&mut self, outcome: &Outcome, generation: u64) {
+        self.metrics.success(outcome.label());
+        self.report_ownership(outcome);
+        if !matches!(outcome, Outcome::Unchanged | Outcome::LeftAlone(_)) {
+            tracing::debug!(outcome = outcome.label(), "NodeResourceTopology published");
+        }
+        let rv = self
+            .seen
+            .as_ref()
+            .and_then(|o| o.metadata.resource_version.clone());
+        let published = !matches!(outcome, Outcome::LeftAlone(_));
+        self.status.send_modify(|s| {
+            if s.consecutive_failures > 0 {
+                tracing::info!(
+                    after = s.consecutive_failures,
+                    "the API server answers the NodeResourceTopology publisher again after failures"
+                );
+            }
+            if published {
+                s.published = s.published.max(generation);
+                s.resource_version = rv;
+            }
+            s.consecutive_failures = 0;
+            s.last_error = None;
+            s.crd_missing = false;
+        });
+    }
+
+    /// Counts and reports a failed attempt, and schedules the next one in `next`.
+    fn failed(&mut self, f: &Failure, next: &mut Schedule) {
+        self.metrics.failure(f.reason);
+        self.seen = None;
+        let failures = self.status.borrow().consecutive_failures + 1;
+        let crd_missing = f.reason == CRD_MISSING;
+        let said = crd_missing && self.status.borrow().crd_missing;
+        // The first failure and then every tenth are warnings; the rest debug. A missing CRD
+        // is said once: only an installation fixes it.
+        if !said && (crd_missing || failures == 1 || failures % 10 == 0) {
+            tracing::warn!(reason = f.reason, failures, retry_in = ?next.backoff,
+                "publishing NodeResourceTopology failed: {}", f.message);
+        } else {
+            tracing::debug!(
+                reason = f.reason,
+                failures,
+                "publishing NodeResourceTopology failed: {}",
+                f.message
+            );
+        }
+        self.status.send_modify(|s| {
+            s.consecutive_failures = failures;
+            s.last_error = Some(format!("{}: {}", f.reason, f.message));
+            s.crd_missing = crd_missing;
+        });
+        if f.reason == "build" {
+            // Only a new input can fix it.
+            next.deadline = None;
+            next.retry_at = None;
+        } else if crd_missing {
+            let at = Instant::now() + jitter(self.options.crd_retry);
+            next.deadline = Some(at);
+            next.retry_at = Some(at);
+        } else {
+            let at = Instant::now() + jitter(next.backoff);
+            next.deadline = Some(at);
+            next.retry_at = Some(at);
+            next.backoff = (next.backoff * 2).min(self.options.backoff_max);
         }
     }
 

@@ -208,6 +208,53 @@ fn verify_in_its_own_pid_namespace_finds_containers_through_their_cgroup() {
     );
 }
 
+/// `placements --svg` of the fixture in `dir`: the container's GPU, memory node and
+/// exclusive CPUs drawn as its own, and named in the legend.
+fn picture_marks_the_container(dir: &Path) {
+    let svg = dir.join("placements.svg");
+    let out = bin()
+        .arg("placements")
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .args(["--host", "dgx-h100", "--svg"])
+        .arg(&svg)
+        .output()
+        .expect("run nri-align");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = fs::read_to_string(&svg).expect("picture");
+    let doc = roxmltree::Document::parse(&text).expect("valid SVG");
+    let titles: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("title"))
+        .filter_map(|n| n.text())
+        .collect();
+    assert!(
+        titles
+            .iter()
+            .any(|t| t.starts_with("GPU") && t.contains("0000:1b:00.0") && t.ends_with("ns/p/app")),
+        "the container's GPU is drawn as its own"
+    );
+    assert!(
+        titles.contains(&"memory of node 0: ns/p/app"),
+        "its memory node is marked"
+    );
+    let legend = doc
+        .descendants()
+        .find(|n| n.attribute("id") == Some("legend"))
+        .expect("legend");
+    let legend: String = legend.descendants().filter_map(|n| n.text()).collect();
+    assert!(legend.contains("ns/p/app"), "{legend}");
+    // Its exclusive CPUs are drawn as its own.
+    for cpu in [1, 2] {
+        let own = format!("CPU {cpu}: ns/p/app");
+        assert!(titles.contains(&own.as_str()), "{own}");
+    }
+}
+
 #[test]
 fn placements_lists_what_runs_where() {
     let t = tempfile::tempdir().expect("tmp");
@@ -253,48 +300,7 @@ fn placements_lists_what_runs_where() {
     assert!(since.len() == 20 && since.ends_with('Z'), "{since}");
 
     // The same as a picture of the host: the container's GPU in its colour, named in the legend.
-    let svg = t.path().join("placements.svg");
-    let out = bin()
-        .arg("placements")
-        .arg("--state-dir")
-        .arg(t.path().join("state"))
-        .args(["--host", "dgx-h100", "--svg"])
-        .arg(&svg)
-        .output()
-        .expect("run nri-align");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = fs::read_to_string(&svg).expect("picture");
-    let doc = roxmltree::Document::parse(&text).expect("valid SVG");
-    let titles: Vec<&str> = doc
-        .descendants()
-        .filter(|n| n.has_tag_name("title"))
-        .filter_map(|n| n.text())
-        .collect();
-    assert!(
-        titles
-            .iter()
-            .any(|t| t.starts_with("GPU") && t.contains("0000:1b:00.0") && t.ends_with("ns/p/app")),
-        "the container's GPU is drawn as its own"
-    );
-    assert!(
-        titles.contains(&"memory of node 0: ns/p/app"),
-        "its memory node is marked"
-    );
-    let legend = doc
-        .descendants()
-        .find(|n| n.attribute("id") == Some("legend"))
-        .expect("legend");
-    let legend: String = legend.descendants().filter_map(|n| n.text()).collect();
-    assert!(legend.contains("ns/p/app"), "{legend}");
-    // Its exclusive CPUs are drawn as its own.
-    for cpu in [1, 2] {
-        let own = format!("CPU {cpu}: ns/p/app");
-        assert!(titles.contains(&own.as_str()), "{own}");
-    }
+    picture_marks_the_container(t.path());
 
     // A missing state dir: exit 2, the daemon's --state-dir named.
     let out = bin()

@@ -19,6 +19,10 @@ use test_support::testfs::Mounted;
 use tokio::net::UnixListener;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario against a running daemon, step by step: each step checks what the steps before left in its state and its answers"
+)]
 async fn a_full_state_disk_admits_every_creation_and_space_back_persists_every_live_record() {
     let Some(fs) = Mounted::tmpfs("daemon_diskfull", 256) else {
         return;

@@ -451,6 +451,10 @@ fn a_state_dir_read_only_after_an_ext4_error_at_start_does_not_stop_the_daemon()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario against a running daemon, step by step: each step checks what the steps before left in its state and its answers"
+)]
 async fn a_state_dir_that_cannot_be_created_at_start_is_waited_for_and_written_once_it_can() {
     use test_support::daemon::{connect, create, gauge, recorded, start_daemon};
     let Some(fs) = Mounted::tmpfs("daemon_faults::uncreatable_state", 256) else {

@@ -113,6 +113,10 @@ const METRICS: &str = "metrics_address: \"127.0.0.1:0\"\n";
 /// is refused at the reload (the default stays in force) and, after a restart, leaves the
 /// daemon on the last good configuration; it never exits.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario against a running daemon, step by step: each step checks what the steps before left in its state and its answers"
+)]
 fn two_hosts_one_configmap_each_runs_its_section_and_the_small_one_falls_back() {
     let t = tempfile::tempdir().expect("tmp");
     let (small_root, big_root) = (t.path().join("small"), t.path().join("big"));
@@ -230,6 +234,10 @@ fn text(o: &Output) -> (String, String) {
 /// exit 0 usable (the effective configuration printed, every key), 1 not usable, 2 could not
 /// check.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "`config check` against one ConfigMap on two hosts, case after case: each section choice with its exit status and output"
+)]
 fn config_check_chooses_the_section_and_checks_it_against_the_host() {
     let t = tempfile::tempdir().expect("tmp");
     let manifest = t.path().join("configmap.yaml");

@@ -168,6 +168,10 @@ async fn published(p: &Publisher, generation: u64, server: &ApiServer) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario against a real API server, step by step: each step checks what the steps before left in the published object"
+)]
 async fn publishes_reads_back_enforces_the_schema_and_repairs_edits() {
     let Some(server) = ApiServer::up("nrt-publish", "nrt_apiserver::publishes") else {
         return;

@@ -110,6 +110,10 @@ fn fixture_containers_running_under(root: &std::path::Path) -> Vec<(String, u32)
 /// them: CPU 0 and GPU 0000:03:00.0 stay held), drops none, and `verify` then finds every
 /// container placed as recorded.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario against a running daemon, step by step: each step checks what the steps before left in its state and its answers"
+)]
 fn nri_align_run_on_a_0_1_0_state_dir_restores_every_record() {
     use std::time::Duration;
     let dir = tempfile::tempdir().expect("tmp");

@@ -28,6 +28,10 @@ use test_support::e2e::kubelet::{
 use test_support::e2e::suite::{burstable, guaranteed, Enforced};
 use test_support::e2e::{align::cpuset_dir, ContainerSpec, PodSpec, Runtime, UpOptions};
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
+)]
 fn gpus_are_given_remapped_or_refused(rt: Runtime) {
     // Remapping is opt-in (gpu_mode: keep is the default).
     let Some(e) = Enforced::builder(rt, "gpus", "e2e-gpu")
@@ -291,6 +295,10 @@ fn gpus_read(e: &Enforced, pod: &str, name: &str) -> String {
     line
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
+)]
 fn gpus_arrive_through_each_cdi_strategy(rt: Runtime) {
     let options = UpOptions {
         cdi: true,

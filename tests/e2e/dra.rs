@@ -360,6 +360,10 @@ fn claim(name: &str, driver: &str, pool: &str, device: &str, cdi: &str) -> DraCl
 /// match back. nri-align must still resolve both claims (the NVIDIA driver's GPU, a generic
 /// vendor's function) through its spec registry, put the CPUs and memory on their node, and
 /// keep each claim's driver, pool and device in the record and in `placements`.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
+)]
 fn claims_the_kubelet_lists_align_cpus_and_memory(rt: Runtime) {
     let options = UpOptions {
         cdi: true,

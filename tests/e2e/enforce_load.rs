@@ -227,6 +227,10 @@ fn check_consistent(
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
+)]
 fn burst_with_plugin_kill(rt: Runtime) {
     let test = format!("burst_with_plugin_kill({})", rt.name());
     if skip_unless_ready(rt, &test) {
@@ -386,6 +390,10 @@ fn burst_with_plugin_kill(rt: Runtime) {
     eprintln!("{test}: total {:?}", t0.elapsed());
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
+)]
 fn fifty_concurrent(rt: Runtime) {
     let test = format!("fifty_concurrent({})", rt.name());
     if skip_unless_ready(rt, &test) {

@@ -151,6 +151,10 @@ mod image_runs_as_the_daemonset_runs_it_and_places_containers {
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
+)]
 fn image_suite(runtime: Runtime) {
     let test = format!(
         "image_runs_as_the_daemonset_runs_it_and_places_containers::{}",

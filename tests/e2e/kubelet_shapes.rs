@@ -89,6 +89,10 @@ fn start(cd: &Containerd, id: &str) {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
+)]
 fn kubelet_shaped_pods_run_with_the_kubelets_cgroup_values() {
     if skip_unless_root("kubelet_shaped_pods_run_with_the_kubelets_cgroup_values") {
         return;

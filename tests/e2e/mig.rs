@@ -50,6 +50,10 @@ fn mig_pod(name: &str, resource: &str, dev: &NvidiaDevice, cpu: &str) -> KubePod
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
+)]
 fn mig_devices_align_to_their_parent_gpu_and_keep_their_id() {
     let rt = Runtime::CONTAINERD_2_1;
     let Some(e) = Enforced::builder(

@@ -248,6 +248,10 @@ fn policy_published(step: &str, cluster: &Cluster, want: &str, e: &Enforced) {
     );
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
+)]
 fn publishes_what_its_free_metrics_say(rt: Runtime) {
     let Some(server) = ApiServer::up(
         &format!("e2e-nrt-{}", rt.name()),

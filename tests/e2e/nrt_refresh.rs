@@ -110,6 +110,10 @@ fn cpus(o: &NodeResourceTopology) -> Vec<String> {
         .collect()
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
+)]
 fn follows_each_decision_within_a_second(rt: Runtime) {
     let test = format!("e2e_nrt_refresh({})", rt.name());
     let Some(server) = ApiServer::up(&format!("e2e-nrt-refresh-{}", rt.name()), &test) else {

@@ -36,6 +36,10 @@ fn capabilities_are_dropped(rt: Runtime) {
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
+)]
 fn metrics_count_what_happened(rt: Runtime) {
     let Some(e) = Enforced::builder(rt, "metrics", "e2e-metrics")
         .gpus(2)

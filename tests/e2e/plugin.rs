@@ -49,6 +49,10 @@ fn cpus_of(ctrd: &Instance, id: &str) -> String {
     status_field(&status, "Cpus_allowed_list").unwrap_or_default()
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
+)]
 fn registers_synchronizes_and_adjusts(rt: Runtime) {
     let test = format!("registers_synchronizes_and_adjusts({})", rt.name());
     if skip_unless_ready(rt, &test) {
@@ -169,6 +173,10 @@ fn registers_synchronizes_and_adjusts(rt: Runtime) {
 }
 
 /// The runtime SIGKILLed and started again under a running nri-align.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
+)]
 fn runtime_restart(rt: Runtime) {
     let test = format!("runtime_restart({})", rt.name());
     if skip_unless_ready(rt, &test) {

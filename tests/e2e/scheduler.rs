@@ -22,6 +22,10 @@ const KOORD_DEVICES: &str = "scheduling.koordinator.sh/device-allocated";
 const CRANE_RESULT: &str = "topology.crane.io/topology-result";
 const CRANE_POLICY: &str = "topology.crane.io/cpu-policy";
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
+)]
 fn scheduler_annotated_pods_run_where_it_said(rt: Runtime) {
     let Some(e) = Enforced::builder(rt, "scheduler_choice", "e2e-sched")
         .gpus(1)

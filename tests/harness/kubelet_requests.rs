@@ -469,6 +469,10 @@ fn nvidia_strategies_put_devices_where_the_plugin_does() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "four device-plugin answers in turn (MIG, time-slicing, MPS, RDMA), each a few checks on the CDI config it hands the runtime"
+)]
 fn mig_time_slicing_mps_and_rdma() {
     let mig = NvidiaDevice::Mig {
         uuid: "MIG-1f1f6b8e-8a46-5b2c-9d0b-3c1d7b0e9e11".into(),

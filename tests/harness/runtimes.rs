@@ -24,6 +24,10 @@ fn last_cpu() -> String {
     last.rsplit('-').next().unwrap_or("0").to_string()
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
+)]
 fn harness_round_trip(rt: Runtime) {
     let test = format!("harness_round_trip({})", rt.name());
     if skip_unless_ready(rt, &test) {

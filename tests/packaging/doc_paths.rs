@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 const ROOTS: [&str; 5] = ["src/", "crates/", "tests/", "hack/", "packaging/"];
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 

@@ -117,6 +117,10 @@ fn daemonsets_on(objects: &[Value], labels: &[(&'static str, &'static str)]) -> 
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one kustomize rendering with and without the GPU component, checked in turn: which DaemonSet runs on which nodes, then every field the GPU one adds"
+)]
 fn the_gpu_component_gives_nvml_its_devices_on_gpu_nodes_only() {
     let Some(with) = render(&["components/gpu"]).expect("kustomize with components/gpu") else {
         test_support::skip::skip(

@@ -5,6 +5,7 @@
 
 mod alerts;
 mod cli_conventions;
+mod comment_paths;
 mod doc_paths;
 mod house_rules;
 mod image_tag;

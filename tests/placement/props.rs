@@ -107,6 +107,10 @@ fn check(topo: &Topology, a: &Allocator, reserved: &CpuSet) {
     assert!(pool.is_disjoint(&cpus) && pool.is_disjoint(reserved));
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the property's op loop, each generated Add made into a request inline; to be split where the placement properties move beside align-core"
+)]
 fn run(topo: Topology, mode: GpuMode, ops: Vec<Op>) {
     let reserved: CpuSet = "0-1".parse().expect("list");
     let cfg = PlacementConfig {

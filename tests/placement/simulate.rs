@@ -23,6 +23,10 @@ pods:
 "#;
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "command-line checks of `nri-align simulate` on one workload and configuration: the JSON contract, the note without reserved CPUs, the refused flags"
+)]
 fn command_line_json_has_the_contract_fields() {
     let dir = tempfile::tempdir().expect("tempdir");
     let wl = dir.path().join("w.yaml");

@@ -139,16 +139,62 @@ fn parse_line(line: &str) -> Option<Line<'_>> {
     })
 }
 
+/// An object of lstopo's console output: its type, os index and the PUs under it.
+struct Obj<'a> {
+    kind: &'a str,
+    os: Option<u32>,
+    pus: Vec<u32>,
+}
+
+/// Fills the packages, cores and NUMA nodes of `v` from the objects and their PUs; the unit
+/// each node's memory was rounded to, by node.
+fn group_pus(
+    v: &mut View,
+    objs: &[Obj],
+    nodes: BTreeMap<u32, (Option<usize>, (u64, u64))>,
+) -> BTreeMap<u32, u64> {
+    // A Package or Core without an os index keeps u32::MAX (see name_unnumbered_packages). A
+    // Package without PUs (all of them outside lstopo's cgroup) lists nothing to compare.
+    let mut packages_of_pu: BTreeMap<u32, u32> = BTreeMap::new();
+    for o in objs
+        .iter()
+        .filter(|o| o.kind == "Package" && !o.pus.is_empty())
+    {
+        let id = o.os.unwrap_or(u32::MAX);
+        v.packages.entry(id).or_default().extend(&o.pus);
+        for pu in &o.pus {
+            packages_of_pu.insert(*pu, id);
+        }
+    }
+    for o in objs.iter().filter(|o| o.kind == "Core") {
+        let pkg = o
+            .pus
+            .first()
+            .and_then(|pu| packages_of_pu.get(pu))
+            .copied()
+            .unwrap_or(u32::MAX);
+        v.cores
+            .entry((pkg, o.os.unwrap_or(u32::MAX)))
+            .or_default()
+            .extend(&o.pus);
+    }
+    let mut units = BTreeMap::new();
+    for (id, (parent, (local, unit))) in nodes {
+        let cpus = parent
+            .map(|i| objs[i].pus.iter().copied().collect())
+            .unwrap_or_default();
+        v.numa_cpus.insert(id, cpus);
+        v.numa_memory.insert(id, local);
+        units.insert(id, unit);
+    }
+    units
+}
+
 /// The view hwloc's reference output gives: PUs, packages and cores by os index with their PUs,
 /// NUMA nodes with the PUs of the object they hang from (memory-side caches skipped) and their
 /// local memory (with the unit it was rounded to, by node).
 fn view_from_console(text: &str) -> Result<(View, BTreeMap<u32, u64>), String> {
     let mut v = View::default();
-    struct Obj<'a> {
-        kind: &'a str,
-        os: Option<u32>,
-        pus: Vec<u32>,
-    }
     let mut objs: Vec<Obj> = Vec::new();
     // (indent, object index) of the objects enclosing the current line.
     let mut stack: Vec<(usize, usize)> = Vec::new();
@@ -199,40 +245,7 @@ fn view_from_console(text: &str) -> Result<(View, BTreeMap<u32, u64>), String> {
         }
         stack.push((l.indent, idx));
     }
-    // A Package or Core without an os index keeps u32::MAX (see name_unnumbered_packages). A
-    // Package without PUs (all of them outside lstopo's cgroup) lists nothing to compare.
-    let mut packages_of_pu: BTreeMap<u32, u32> = BTreeMap::new();
-    for o in objs
-        .iter()
-        .filter(|o| o.kind == "Package" && !o.pus.is_empty())
-    {
-        let id = o.os.unwrap_or(u32::MAX);
-        v.packages.entry(id).or_default().extend(&o.pus);
-        for pu in &o.pus {
-            packages_of_pu.insert(*pu, id);
-        }
-    }
-    for o in objs.iter().filter(|o| o.kind == "Core") {
-        let pkg = o
-            .pus
-            .first()
-            .and_then(|pu| packages_of_pu.get(pu))
-            .copied()
-            .unwrap_or(u32::MAX);
-        v.cores
-            .entry((pkg, o.os.unwrap_or(u32::MAX)))
-            .or_default()
-            .extend(&o.pus);
-    }
-    let mut units = BTreeMap::new();
-    for (id, (parent, (local, unit))) in nodes {
-        let cpus = parent
-            .map(|i| objs[i].pus.iter().copied().collect())
-            .unwrap_or_default();
-        v.numa_cpus.insert(id, cpus);
-        v.numa_memory.insert(id, local);
-        units.insert(id, unit);
-    }
+    let units = group_pus(&mut v, &objs, nodes);
     Ok((v, units))
 }
 /// The PUs lstopo left out because the cgroup it ran in does not allow them (it shows what

@@ -494,46 +494,14 @@ impl Guest {
             "{id}: no cgroup at {} (cgroupsPath {cg:?})",
             cgroup.display()
         );
-        let spec_devices = inspect["info"]["runtimeSpec"]["linux"]["devices"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|d| d["path"].as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let num = |v: &serde_json::Value| v.as_i64().map_or("*".to_string(), |n| n.to_string());
-        let spec_device_rules = inspect["info"]["runtimeSpec"]["linux"]["resources"]["devices"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|d| {
-                        format!(
-                            "{} {} {}:{} {}",
-                            if d["allow"].as_bool() == Some(true) {
-                                "allow"
-                            } else {
-                                "deny"
-                            },
-                            d["type"].as_str().unwrap_or("a"),
-                            num(&d["major"]),
-                            num(&d["minor"]),
-                            d["access"].as_str().unwrap_or("")
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let linux = &inspect["info"]["runtimeSpec"]["linux"];
         let decision = env
             .get("NRI_ALIGN_DECISION")
-            .map(|d| {
-                d.split_whitespace()
-                    .filter_map(|kv| kv.split_once('='))
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect()
-            })
+            .map(|d| decision_fields(d))
             .unwrap_or_default();
         Seen {
+            spec_devices: spec_devices(linux),
+            spec_device_rules: spec_device_rules(linux),
             id: id.to_string(),
             cpus_line: line("Cpus_allowed_list"),
             mems_line: line("Mems_allowed_list"),
@@ -544,8 +512,6 @@ impl Guest {
             cg_cpus: ids(&read(cgroup.join("cpuset.cpus.effective"))),
             cg_mems: ids(&read(cgroup.join("cpuset.mems.effective"))),
             cgroup,
-            spec_devices,
-            spec_device_rules,
             env,
             decision,
         }
@@ -675,4 +641,51 @@ impl Guest {
     pub fn wait(secs: u64, cond: impl FnMut() -> bool) -> bool {
         wait_until(Duration::from_secs(secs), cond)
     }
+}
+
+/// The device nodes the runtime's spec (its `linux` object) gives the container.
+fn spec_devices(linux: &serde_json::Value) -> Vec<String> {
+    linux["devices"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|d| d["path"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The spec's device cgroup rules, as `allow c 195:0 rw` (`*` for a wildcard number).
+fn spec_device_rules(linux: &serde_json::Value) -> Vec<String> {
+    let num = |v: &serde_json::Value| v.as_i64().map_or("*".to_string(), |n| n.to_string());
+    linux["resources"]["devices"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|d| {
+                    format!(
+                        "{} {} {}:{} {}",
+                        if d["allow"].as_bool() == Some(true) {
+                            "allow"
+                        } else {
+                            "deny"
+                        },
+                        d["type"].as_str().unwrap_or("a"),
+                        num(&d["major"]),
+                        num(&d["minor"]),
+                        d["access"].as_str().unwrap_or("")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The `key=value` fields of a decision record.
+fn decision_fields(record: &str) -> BTreeMap<String, String> {
+    record
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }

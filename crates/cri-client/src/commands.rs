@@ -36,112 +36,56 @@ pub fn run(cli: Cli) -> Result<i32> {
 
 /// Runs one subcommand; returns the exit code.
 pub async fn dispatch(mut client: CriClient, command: Command) -> Result<i32> {
+    let client = &mut client;
     match command {
-        Command::Version => {
-            let mut req = VersionRequest::new();
-            req.version = "v1".into();
-            let v = client.version(&req).await.context("get version")?;
-            println!("Version:  {}", v.version);
-            println!("RuntimeName:  {}", v.runtime_name);
-            println!("RuntimeVersion:  {}", v.runtime_version);
-            println!("RuntimeApiVersion:  {}", v.runtime_api_version);
-        }
+        Command::Version => version(client).await?,
         Command::Runp {
             runtime,
             pod_config,
-        } => {
-            let id = run_pod(&client, &pod_config, runtime).await?;
-            println!("{id}");
-        }
+        } => println!("{}", run_pod(client, &pod_config, runtime).await?),
         Command::Create {
             pod_id,
             container_config,
             pod_config,
             no_pull: _,
-        } => {
-            let id = create(&client, &pod_id, &container_config, &pod_config).await?;
-            println!("{id}");
-        }
+        } => println!(
+            "{}",
+            create(client, &pod_id, &container_config, &pod_config).await?
+        ),
         Command::Run {
             runtime,
             container_config,
             pod_config,
         } => {
-            let pod = run_pod(&client, &pod_config, runtime).await?;
-            let id = create(&client, &pod, &container_config, &pod_config).await?;
-            start(&client, &id).await?;
+            let pod = run_pod(client, &pod_config, runtime).await?;
+            let id = create(client, &pod, &container_config, &pod_config).await?;
+            start(client, &id).await?;
             println!("{id}");
         }
         Command::Start { ids } => {
             for id in ids {
-                start(&client, &id).await?;
+                start(client, &id).await?;
                 println!("{id}");
             }
         }
         Command::Stop { timeout, ids } => {
             for id in ids {
-                stop(&client, &id, timeout).await?;
+                stop(client, &id, timeout).await?;
                 println!("{id}");
             }
         }
-        Command::Rm { force, all, ids } => {
-            let ids = if all {
-                all_containers(&client).await?
-            } else {
-                ids
-            };
-            if ids.is_empty() && !all {
-                bail!("ID cannot be empty");
-            }
-            for id in ids {
-                remove_container(&client, &id, force).await?;
-                println!("{id}");
-            }
-        }
+        Command::Rm { force, all, ids } => rm(client, force, all, ids).await?,
         Command::Stopp { ids } => {
             for id in ids {
-                stop_pod(&client, &id).await?;
+                stop_pod(client, &id).await?;
                 println!("Stopped sandbox {id}");
             }
         }
-        Command::Rmp { force, all, ids } => {
-            let ids = if all { all_pods(&client).await? } else { ids };
-            if ids.is_empty() && !all {
-                bail!("ID cannot be empty");
-            }
-            for id in ids {
-                remove_pod(&client, &id, force).await?;
-                println!("Removed sandbox {id}");
-            }
-        }
-        Command::Ps(args) => ps(&client, args).await?,
-        Command::Pods(args) => pods(&client, args).await?,
-        Command::Inspect { output, ids } => {
-            check_json(&output)?;
-            for id in ids {
-                let mut req = ContainerStatusRequest::new();
-                req.container_id = id.clone();
-                req.verbose = true;
-                let resp = client
-                    .container_status(&req)
-                    .await
-                    .with_context(|| format!("get container status {id}"))?;
-                print_json(&inspect_doc(resp.status.as_ref(), &resp.info)?)?;
-            }
-        }
-        Command::Inspectp { output, ids } => {
-            check_json(&output)?;
-            for id in ids {
-                let mut req = PodSandboxStatusRequest::new();
-                req.pod_sandbox_id = id.clone();
-                req.verbose = true;
-                let resp = client
-                    .pod_sandbox_status(&req)
-                    .await
-                    .with_context(|| format!("get pod status {id}"))?;
-                print_json(&inspect_doc(resp.status.as_ref(), &resp.info)?)?;
-            }
-        }
+        Command::Rmp { force, all, ids } => rmp(client, force, all, ids).await?,
+        Command::Ps(args) => ps(client, args).await?,
+        Command::Pods(args) => pods(client, args).await?,
+        Command::Inspect { output, ids } => inspect(client, &output, ids).await?,
+        Command::Inspectp { output, ids } => inspectp(client, &output, ids).await?,
         Command::Exec {
             sync: _,
             timeout,
@@ -153,94 +97,169 @@ pub async fn dispatch(mut client: CriClient, command: Command) -> Result<i32> {
             if interactive || tty {
                 bail!("interactive exec (-i/-t) is not supported; use a synchronous exec");
             }
-            return exec(&mut client, &id, cmd, timeout).await;
+            return exec(client, &id, cmd, timeout).await;
         }
         Command::Logs {
             tail,
             timestamps,
             id,
-        } => {
-            let mut req = ContainerStatusRequest::new();
-            req.container_id = id.clone();
-            let resp = client
-                .container_status(&req)
-                .await
-                .with_context(|| format!("get container status {id}"))?;
-            let path = resp
-                .status
-                .as_ref()
-                .map(|s| s.log_path.clone())
-                .unwrap_or_default();
-            if path.is_empty() {
-                bail!("container {id} has no log path (no log_directory in its pod config?)");
-            }
-            let text =
-                std::fs::read_to_string(&path).with_context(|| format!("read log {path}"))?;
-            print_log(&text, tail, timestamps)?;
-        }
-        Command::Update(args) => update(&client, args).await?,
-        Command::Updatep(args) => update_pods(&client, args).await?,
-        Command::Images { quiet, output } => {
-            let resp = client
-                .list_images(&ListImagesRequest::new())
-                .await
-                .context("list images")?;
-            if output == Format::Json {
-                print_json(&list_json(&resp)?)?;
-            } else if quiet {
-                for i in &resp.images {
-                    println!("{}", i.id);
-                }
-            } else {
-                let rows: Vec<Vec<String>> = resp
-                    .images
-                    .iter()
-                    .flat_map(|i| {
-                        let id =
-                            i.id.trim_start_matches("sha256:")
-                                .chars()
-                                .take(13)
-                                .collect::<String>();
-                        let tags = if i.repo_tags.is_empty() {
-                            vec!["<none>:<none>".to_string()]
-                        } else {
-                            i.repo_tags.clone()
-                        };
-                        tags.into_iter().map(move |t| {
-                            let (repo, tag) = t
-                                .rsplit_once(':')
-                                .map(|(r, t)| (r.to_string(), t.to_string()))
-                                .unwrap_or((t.clone(), String::new()));
-                            vec![repo, tag, id.clone(), i.size.to_string()]
-                        })
-                    })
-                    .collect();
-                print!(
-                    "{}",
-                    crate::output::table(&["IMAGE", "TAG", "IMAGE ID", "SIZE"], &rows)
-                );
-            }
-        }
-        Command::Inspecti { images } => {
-            for image in images {
-                let mut req = ImageStatusRequest::new();
-                req.image = protobuf::MessageField::some(ImageSpec {
-                    image: image.clone(),
-                    ..Default::default()
-                });
-                req.verbose = true;
-                let resp = client
-                    .image_status(&req)
-                    .await
-                    .with_context(|| format!("image status {image}"))?;
-                if resp.image.is_none() {
-                    bail!("no such image {image} present");
-                }
-                print_json(&inspect_doc(resp.image.as_ref(), &resp.info)?)?;
-            }
-        }
+        } => logs(client, &id, tail, timestamps).await?,
+        Command::Update(args) => update(client, args).await?,
+        Command::Updatep(args) => update_pods(client, args).await?,
+        Command::Images { quiet, output } => images(client, quiet, output).await?,
+        Command::Inspecti { images } => inspecti(client, images).await?,
     }
     Ok(0)
+}
+
+async fn version(client: &CriClient) -> Result<()> {
+    let mut req = VersionRequest::new();
+    req.version = "v1".into();
+    let v = client.version(&req).await.context("get version")?;
+    println!("Version:  {}", v.version);
+    println!("RuntimeName:  {}", v.runtime_name);
+    println!("RuntimeVersion:  {}", v.runtime_version);
+    println!("RuntimeApiVersion:  {}", v.runtime_api_version);
+    Ok(())
+}
+
+async fn rm(client: &CriClient, force: bool, all: bool, ids: Vec<String>) -> Result<()> {
+    let ids = if all {
+        all_containers(client).await?
+    } else {
+        ids
+    };
+    if ids.is_empty() && !all {
+        bail!("ID cannot be empty");
+    }
+    for id in ids {
+        remove_container(client, &id, force).await?;
+        println!("{id}");
+    }
+    Ok(())
+}
+
+async fn rmp(client: &CriClient, force: bool, all: bool, ids: Vec<String>) -> Result<()> {
+    let ids = if all { all_pods(client).await? } else { ids };
+    if ids.is_empty() && !all {
+        bail!("ID cannot be empty");
+    }
+    for id in ids {
+        remove_pod(client, &id, force).await?;
+        println!("Removed sandbox {id}");
+    }
+    Ok(())
+}
+
+async fn inspect(client: &CriClient, output: &str, ids: Vec<String>) -> Result<()> {
+    check_json(output)?;
+    for id in ids {
+        let mut req = ContainerStatusRequest::new();
+        req.container_id = id.clone();
+        req.verbose = true;
+        let resp = client
+            .container_status(&req)
+            .await
+            .with_context(|| format!("get container status {id}"))?;
+        print_json(&inspect_doc(resp.status.as_ref(), &resp.info)?)?;
+    }
+    Ok(())
+}
+
+async fn inspectp(client: &CriClient, output: &str, ids: Vec<String>) -> Result<()> {
+    check_json(output)?;
+    for id in ids {
+        let mut req = PodSandboxStatusRequest::new();
+        req.pod_sandbox_id = id.clone();
+        req.verbose = true;
+        let resp = client
+            .pod_sandbox_status(&req)
+            .await
+            .with_context(|| format!("get pod status {id}"))?;
+        print_json(&inspect_doc(resp.status.as_ref(), &resp.info)?)?;
+    }
+    Ok(())
+}
+
+async fn logs(client: &CriClient, id: &str, tail: Option<usize>, timestamps: bool) -> Result<()> {
+    let mut req = ContainerStatusRequest::new();
+    req.container_id = id.to_string();
+    let resp = client
+        .container_status(&req)
+        .await
+        .with_context(|| format!("get container status {id}"))?;
+    let path = resp
+        .status
+        .as_ref()
+        .map(|s| s.log_path.clone())
+        .unwrap_or_default();
+    if path.is_empty() {
+        bail!("container {id} has no log path (no log_directory in its pod config?)");
+    }
+    let text = std::fs::read_to_string(&path).with_context(|| format!("read log {path}"))?;
+    print_log(&text, tail, timestamps)
+}
+
+async fn images(client: &CriClient, quiet: bool, output: Format) -> Result<()> {
+    let resp = client
+        .list_images(&ListImagesRequest::new())
+        .await
+        .context("list images")?;
+    if output == Format::Json {
+        print_json(&list_json(&resp)?)?;
+    } else if quiet {
+        for i in &resp.images {
+            println!("{}", i.id);
+        }
+    } else {
+        let rows: Vec<Vec<String>> = resp.images.iter().flat_map(image_rows).collect();
+        print!(
+            "{}",
+            crate::output::table(&["IMAGE", "TAG", "IMAGE ID", "SIZE"], &rows)
+        );
+    }
+    Ok(())
+}
+
+/// One row per tag of an image (`<none>` for an untagged one), as `crictl images` prints.
+fn image_rows(i: &Image) -> impl Iterator<Item = Vec<String>> + '_ {
+    let id =
+        i.id.trim_start_matches("sha256:")
+            .chars()
+            .take(13)
+            .collect::<String>();
+    let tags = if i.repo_tags.is_empty() {
+        vec!["<none>:<none>".to_string()]
+    } else {
+        i.repo_tags.clone()
+    };
+    tags.into_iter().map(move |t| {
+        let (repo, tag) = t
+            .rsplit_once(':')
+            .map(|(r, t)| (r.to_string(), t.to_string()))
+            .unwrap_or((t.clone(), String::new()));
+        vec![repo, tag, id.clone(), i.size.to_string()]
+    })
+}
+
+async fn inspecti(client: &CriClient, images: Vec<String>) -> Result<()> {
+    for image in images {
+        let mut req = ImageStatusRequest::new();
+        req.image = protobuf::MessageField::some(ImageSpec {
+            image: image.clone(),
+            ..Default::default()
+        });
+        req.verbose = true;
+        let resp = client
+            .image_status(&req)
+            .await
+            .with_context(|| format!("image status {image}"))?;
+        if resp.image.is_none() {
+            bail!("no such image {image} present");
+        }
+        print_json(&inspect_doc(resp.image.as_ref(), &resp.info)?)?;
+    }
+    Ok(())
 }
 
 fn check_json(output: &str) -> Result<()> {

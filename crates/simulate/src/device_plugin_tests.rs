@@ -294,3 +294,45 @@ fn go_gpuallocator_successive_allocations() {
         assert!(best_effort(&links, &free, &[], 1).is_empty(), "size {size}");
     }
 }
+
+/// Under policy `none` nri-align keeps no node together, so nothing trades the links away:
+/// on "Prefer dual NVLINK cross socket" (0, 1 and 4 free) it answers as go-gpuallocator does.
+#[test]
+fn under_policy_none_the_cross_socket_pair_links_as_go_gpuallocator_does() {
+    use align_core::placement::policy::{GpuMode, PlacementConfig};
+    use align_core::placement::{Allocator, Policy, Request};
+    let links = dgx1();
+    let topo = std::sync::Arc::new(testing::shipped("dgx1-v100"));
+    let config = PlacementConfig {
+        policy: Policy::None,
+        ..PlacementConfig::default()
+    };
+    let mut a = Allocator::new(Arc::clone(&topo), config);
+    let bus = |g: usize| topo.gpus[g].pci_bus_id.clone();
+    let request = |id: &str, gpus: Vec<String>| Request {
+        container_id: id.into(),
+        container_name: "c".into(),
+        cpu_request_milli: 1000,
+        cpu_limit_milli: Some(1000),
+        memory_limit_bytes: Some(1 << 30),
+        allocated_gpus: gpus,
+        ..Request::default()
+    };
+    for g in [2, 3, 5, 6, 7] {
+        a.place_in(&request(&format!("held{g}"), vec![bus(g)]), GpuMode::Keep)
+            .expect("held");
+    }
+    let got = a
+        .place_in(&request("x", vec![bus(0), bus(1)]), GpuMode::Remap)
+        .expect("placed");
+    let ours: Vec<usize> = got
+        .gpus
+        .iter()
+        .filter_map(|b| topo.gpus.iter().position(|g| &g.pci_bus_id == b))
+        .collect();
+    let theirs = best_effort(&links, &[0, 1, 4], &[], 2);
+    assert!(
+        links.set_score(&sorted(ours.clone())) >= links.set_score(&theirs),
+        "ours {ours:?} theirs {theirs:?}"
+    );
+}

@@ -131,6 +131,10 @@ async fn resyncs(metrics: &NrtMetrics, reason: &str, resyncs: u64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario against a real API server, step by step: each step checks what the steps before left in the published object"
+)]
 async fn a_foreign_object_is_left_alone_until_deleted_or_taken_over() {
     let Some(server) = ApiServer::up("nrt-foreign", "nrt_apiserver::foreign") else {
         return;
@@ -243,6 +247,10 @@ async fn a_foreign_object_is_left_alone_until_deleted_or_taken_over() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario against a real API server, step by step: each step checks what the steps before left in the published object"
+)]
 async fn a_second_producer_rewriting_the_object_is_detected_and_no_longer_fought() {
     let Some(server) = ApiServer::up("nrt-contest", "nrt_apiserver::contest") else {
         return;

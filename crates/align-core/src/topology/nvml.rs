@@ -128,45 +128,7 @@ pub fn enrich(topo: &mut Topology, lib: Option<&Path>) -> Result<NvmlStatus, Nvm
     let mut gpus = Vec::with_capacity(count as usize);
     for index in 0..count {
         let dev = nvml.device_by_index(index).map_err(q("handle", index))?;
-        let pci = dev.pci_info().map_err(q("PCI info", index))?;
-        let bus_id =
-            sysfs_bus_id(&pci.bus_id).ok_or_else(|| NvmlError::BusId(pci.bus_id.clone()))?;
-        let mut gpu = topo
-            .gpus
-            .iter()
-            .find(|g| g.pci_bus_id == bus_id)
-            .cloned()
-            .unwrap_or_else(|| Gpu {
-                index,
-                pci_bus_id: bus_id.clone(),
-                numa_node: topo.pci(&bus_id).and_then(|d| d.numa_node),
-                uuid: None,
-                minor: None,
-                name: None,
-                mig_enabled: None,
-                mig_devices: Vec::new(),
-                memory_node: None,
-            });
-        gpu.index = index;
-        gpu.uuid = Some(dev.uuid().map_err(q("UUID", index))?);
-        gpu.minor = dev.minor_number().ok().or(gpu.minor);
-        gpu.name = dev.name().ok().or(gpu.name);
-        gpu.mig_enabled = dev.mig_mode().ok().map(|m| m.current != 0);
-        gpu.mig_devices = if gpu.mig_enabled == Some(true) {
-            mig_devices(&dev)
-        } else {
-            Vec::new()
-        };
-        if gpu.numa_node.is_none() {
-            // No PCI locality: fall back on the node NVML says the GPU's memory traffic uses.
-            gpu.numa_node = dev
-                .memory_affinity(1, SCOPE_NODE)
-                .ok()
-                .and_then(|w| w.first().copied())
-                .filter(|&w| w != 0)
-                .map(|w| w.trailing_zeros());
-        }
-        gpus.push(gpu);
+        gpus.push(merged_gpu(topo, &dev, index)?);
         devices.push(dev);
     }
     // GPUs the PCI tree had but NVML did not report (excluded, fallen off the bus) go last.
@@ -180,6 +142,86 @@ pub fn enrich(topo: &mut Topology, lib: Option<&Path>) -> Result<NvmlStatus, Nvm
         g.index = count + k as u32;
         gpus.push(g);
     }
+    let n = gpus.len();
+    let (nvlink, nvswitch) = nvlinks(&devices, &gpus);
+    let common_ancestor = devices
+        .iter()
+        .map(|a| {
+            devices
+                .iter()
+                .map(|b| {
+                    if std::ptr::eq(a, b) {
+                        Some(PcieLevel::Same)
+                    } else {
+                        nvml.topology_common_ancestor(a, b).ok().map(level)
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    topo.gpus = gpus;
+    // No GPUs, no interconnect to speak of (the same as a host without NVML).
+    topo.gpu_links = (n > 0).then_some(GpuLinks { nvlink, nvswitch });
+    Ok(NvmlStatus::Present {
+        driver_version,
+        gpu_count: count,
+        common_ancestor,
+    })
+}
+
+/// The GPU of NVML's `index`: the PCI tree's GPU at its bus id (or a new one), with what
+/// NVML adds (UUID, minor, name, MIG, and a memory node where PCI gave none).
+fn merged_gpu(topo: &Topology, dev: &Device, index: u32) -> Result<Gpu, NvmlError> {
+    let q = |what: &'static str| {
+        move |source| NvmlError::Query {
+            what,
+            index,
+            source,
+        }
+    };
+    let pci = dev.pci_info().map_err(q("PCI info"))?;
+    let bus_id = sysfs_bus_id(&pci.bus_id).ok_or_else(|| NvmlError::BusId(pci.bus_id.clone()))?;
+    let mut gpu = topo
+        .gpus
+        .iter()
+        .find(|g| g.pci_bus_id == bus_id)
+        .cloned()
+        .unwrap_or_else(|| Gpu {
+            index,
+            pci_bus_id: bus_id.clone(),
+            numa_node: topo.pci(&bus_id).and_then(|d| d.numa_node),
+            uuid: None,
+            minor: None,
+            name: None,
+            mig_enabled: None,
+            mig_devices: Vec::new(),
+            memory_node: None,
+        });
+    gpu.index = index;
+    gpu.uuid = Some(dev.uuid().map_err(q("UUID"))?);
+    gpu.minor = dev.minor_number().ok().or(gpu.minor);
+    gpu.name = dev.name().ok().or(gpu.name);
+    gpu.mig_enabled = dev.mig_mode().ok().map(|m| m.current != 0);
+    gpu.mig_devices = if gpu.mig_enabled == Some(true) {
+        mig_devices(dev)
+    } else {
+        Vec::new()
+    };
+    if gpu.numa_node.is_none() {
+        // No PCI locality: fall back on the node NVML says the GPU's memory traffic uses.
+        gpu.numa_node = dev
+            .memory_affinity(1, SCOPE_NODE)
+            .ok()
+            .and_then(|w| w.first().copied())
+            .filter(|&w| w != 0)
+            .map(|w| w.trailing_zeros());
+    }
+    Ok(gpu)
+}
+
+/// NVLink counts between the GPUs of `devices` (in `gpus`' order) and whether they reach
+/// each other through NVSwitch.
+fn nvlinks(devices: &[Device], gpus: &[Gpu]) -> (Vec<Vec<u32>>, bool) {
     let n = gpus.len();
     let mut nvlink = vec![vec![0u32; n]; n];
     let mut fabric = vec![0u32; n];
@@ -217,29 +259,7 @@ pub fn enrich(topo: &mut Topology, lib: Option<&Path>) -> Result<NvmlStatus, Nvm
             }
         }
     }
-    let common_ancestor = devices
-        .iter()
-        .map(|a| {
-            devices
-                .iter()
-                .map(|b| {
-                    if std::ptr::eq(a, b) {
-                        Some(PcieLevel::Same)
-                    } else {
-                        nvml.topology_common_ancestor(a, b).ok().map(level)
-                    }
-                })
-                .collect()
-        })
-        .collect();
-    topo.gpus = gpus;
-    // No GPUs, no interconnect to speak of (the same as a host without NVML).
-    topo.gpu_links = (n > 0).then_some(GpuLinks { nvlink, nvswitch });
-    Ok(NvmlStatus::Present {
-        driver_version,
-        gpu_count: count,
-        common_ancestor,
-    })
+    (nvlink, nvswitch)
 }
 
 /// The MIG devices of a GPU with MIG mode on, the way the device plugin enumerates them: every

@@ -308,7 +308,7 @@ impl EmulatedHost {
     }
 }
 
-/// A host description with this machine's shape (one line per key; see src/topology/desc.rs).
+/// A host description with this machine's shape (one line per key; see crates/align-core/src/topology/desc/).
 fn description(
     m: &RealMachine,
     gpus: usize,

@@ -257,34 +257,33 @@ impl Layout {
                 thread_siblings: self.thread_siblings(c),
             })
             .collect();
-        let numa_nodes = self
-            .nodes
-            .iter()
-            .map(|n| NumaNode {
-                id: n.id,
-                cpus: n.cpus.clone(),
-                memory_bytes: n.memory_bytes,
-                hugepages: vec![
-                    HugePages {
-                        size_kb: 2048,
-                        total: n.hugepages_2m,
-                        free: n.hugepages_2m,
-                    },
-                    HugePages {
-                        size_kb: 1_048_576,
-                        total: 0,
-                        free: 0,
-                    },
-                ],
-                distances: n.distances.clone(),
-                memory_kind: n.kind.clone(),
-            })
-            .collect();
+        let numa_nodes = self.nodes.iter().map(numa_node).collect();
         let mut pci_devices: Vec<PciDevice> =
             (0..self.funcs.len()).map(|i| self.pci_device(i)).collect();
         pci_devices.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
-        let gpus: Vec<Gpu> = self
-            .gpu_funcs
+        let gpus = self.gpus(desc);
+        let nics = self.nics(desc);
+        let gpu_links = (!gpus.is_empty()).then(|| GpuLinks {
+            nvlink: self.nvlink_matrix(),
+            nvswitch: matches!(desc.nvlink, NvlinkDesc::Nvswitch { .. }),
+        });
+        Topology {
+            source: format!("emulated:{}", desc.name),
+            cpus,
+            offline_cpus: desc.offline_set(),
+            isolated_cpus: desc.isolated_set(),
+            outside_cpuset: Default::default(),
+            numa_nodes,
+            pci_devices,
+            gpus,
+            nics,
+            gpu_links,
+        }
+    }
+
+    /// The described GPUs, in the order of their functions, with the NVML data a fixture gives.
+    fn gpus(&self, desc: &HostDesc) -> Vec<Gpu> {
+        self.gpu_funcs
             .iter()
             .enumerate()
             .map(|(i, &f)| {
@@ -301,10 +300,13 @@ impl Layout {
                     memory_node: g.memory_node,
                 }
             })
-            .collect();
+            .collect()
+    }
+
+    /// The described NICs; an RDMA one gets the next `uverbsN`.
+    fn nics(&self, desc: &HostDesc) -> Vec<Nic> {
         let mut uverbs = 0;
-        let nics = self
-            .nic_funcs
+        self.nic_funcs
             .iter()
             .enumerate()
             .map(|(i, &f)| {
@@ -324,23 +326,7 @@ impl Layout {
                     uverbs: verbs,
                 }
             })
-            .collect();
-        let gpu_links = (!gpus.is_empty()).then(|| GpuLinks {
-            nvlink: self.nvlink_matrix(),
-            nvswitch: matches!(desc.nvlink, NvlinkDesc::Nvswitch { .. }),
-        });
-        Topology {
-            source: format!("emulated:{}", desc.name),
-            cpus,
-            offline_cpus: desc.offline_set(),
-            isolated_cpus: desc.isolated_set(),
-            outside_cpuset: Default::default(),
-            numa_nodes,
-            pci_devices,
-            gpus,
-            nics,
-            gpu_links,
-        }
+            .collect()
     }
 
     fn pci_device(&self, i: usize) -> PciDevice {
@@ -461,5 +447,28 @@ fn link_peers(desc: &HostDesc) -> Vec<Vec<LinkPeer>> {
                     .collect()
             })
             .collect(),
+    }
+}
+
+/// A described node: its CPUs, memory, distances and 2 MiB huge pages (no 1 GiB ones).
+fn numa_node(n: &LayoutNode) -> NumaNode {
+    NumaNode {
+        id: n.id,
+        cpus: n.cpus.clone(),
+        memory_bytes: n.memory_bytes,
+        hugepages: vec![
+            HugePages {
+                size_kb: 2048,
+                total: n.hugepages_2m,
+                free: n.hugepages_2m,
+            },
+            HugePages {
+                size_kb: 1_048_576,
+                total: 0,
+                free: 0,
+            },
+        ],
+        distances: n.distances.clone(),
+        memory_kind: n.kind.clone(),
     }
 }

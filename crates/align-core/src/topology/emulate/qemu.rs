@@ -67,6 +67,18 @@ pub fn qemu_args_with(desc: &HostDesc, hotplug_cpus: bool) -> Vec<String> {
         );
         push("-numa", format!("node,nodeid={},memdev=mem{}", n.id, n.id));
     }
+    cpu_placement(desc, &l, hotplug_cpus, &mut a);
+    pci_devices(&l, &mut a);
+    a
+}
+
+/// Each CPU's node and place (socket, core, thread), the hot-pluggable CPUs as devices, and
+/// the nodes' distances.
+fn cpu_placement(desc: &HostDesc, l: &Layout, hotplug_cpus: bool, a: &mut Vec<String>) {
+    let mut push = |k: &str, v: String| {
+        a.push(k.to_string());
+        a.push(v);
+    };
     let cores_per_pkg = desc.cores_per_numa * desc.numa_per_socket;
     let mut seen = std::collections::HashSet::new();
     let mut cpu_devices = Vec::new();
@@ -109,6 +121,15 @@ pub fn qemu_args_with(desc: &HostDesc, hotplug_cpus: bool) -> Vec<String> {
             }
         }
     }
+}
+
+/// One expander per host bridge with its root ports, switches and the GPU and NIC stand-ins
+/// (a host bridge holding an NVSwitch is left out: NVSwitch chips are not emulated).
+fn pci_devices(l: &Layout, a: &mut Vec<String>) {
+    let mut push = |k: &str, v: String| {
+        a.push(k.to_string());
+        a.push(v);
+    };
     let mut chassis = 0;
     let mut nic = 0;
     for (h, hb) in l.host_bridges.iter().enumerate() {
@@ -158,5 +179,4 @@ pub fn qemu_args_with(desc: &HostDesc, hotplug_cpus: bool) -> Vec<String> {
             push("-device", dev);
         }
     }
-    a
 }

@@ -9,11 +9,14 @@ use crate::topology::model::{Gpu, Nic, NumaNode, PciDevice, PciKind, Topology};
 
 impl Walk {
     pub(super) fn devices(&self, topo: &mut Topology) {
-        let cpu_nodes: Vec<&NumaNode> = topo
-            .numa_nodes
-            .iter()
-            .filter(|n| !n.is_memory_only())
-            .collect();
+        topo.pci_devices = self.pci_devices(&topo.numa_nodes);
+        topo.gpus = self.gpus(&topo.pci_devices);
+        topo.nics = self.nics(topo);
+    }
+
+    /// The PCI functions, each on the one node whose CPUs its locality covers.
+    fn pci_devices(&self, numa_nodes: &[NumaNode]) -> Vec<PciDevice> {
+        let cpu_nodes: Vec<&NumaNode> = numa_nodes.iter().filter(|n| !n.is_memory_only()).collect();
         let locality = |p: &PciInfo| -> Option<u32> {
             if let [only] = cpu_nodes.as_slice() {
                 return Some(only.id);
@@ -39,15 +42,17 @@ impl Walk {
             })
             .collect();
         devices.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
-        topo.pci_devices = devices;
+        devices
+    }
 
+    /// The NVIDIA GPUs among `pci_devices`, named by their NVML OS device where there is one.
+    fn gpus(&self, pci_devices: &[PciDevice]) -> Vec<Gpu> {
         let gpu_osdev = |bus: &str, prefix: &str| {
             self.osdevs
                 .iter()
                 .find(|o| o.pci == bus && o.kind == OsKind::Gpu && o.name.starts_with(prefix))
         };
-        topo.gpus = topo
-            .pci_devices
+        pci_devices
             .iter()
             .filter(|d| d.kind == PciKind::Gpu && d.vendor == 0x10de)
             .enumerate()
@@ -67,8 +72,11 @@ impl Walk {
                     memory_node: None,
                 }
             })
-            .collect();
+            .collect()
+    }
 
+    /// The network OS devices, then the OpenFabrics ones without a network device beside them.
+    fn nics(&self, topo: &Topology) -> Vec<Nic> {
         let numa_of = |bus: &str| topo.pci(bus).and_then(|d| d.numa_node);
         let rdma_of = |bus: &str| {
             self.osdevs
@@ -106,7 +114,7 @@ impl Walk {
             .collect();
         nics.extend(ib_only);
         nics.sort_by(|a, b| (&a.pci_bus_id, &a.name).cmp(&(&b.pci_bus_id, &b.name)));
-        topo.nics = nics;
+        nics
     }
 }
 

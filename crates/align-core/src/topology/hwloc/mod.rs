@@ -322,7 +322,8 @@ impl Walk {
         });
     }
 
-    fn build(&self, source: &str, machine: Node) -> Topology {
+    /// The PUs as CPUs, with their core (its OS index), L3 group and thread siblings.
+    fn cpus(&self, machine: Node) -> Vec<Cpu> {
         // Core and L3 groups, keyed by the enclosing object.
         let mut by_core: HashMap<usize, CpuSet> = HashMap::new();
         let mut l3_first: HashMap<usize, u32> = HashMap::new();
@@ -340,8 +341,7 @@ impl Walk {
             .filter_map(|n| Some((n.id().get_usize(), n.attribute("os_index")?.parse().ok()?)))
             .collect();
         let default_node = self.nodes.first().map(|n| n.0).unwrap_or(0);
-        let cpus: Vec<Cpu> = self
-            .pus
+        self.pus
             .iter()
             .map(|(id, pu)| Cpu {
                 id: *id,
@@ -358,8 +358,11 @@ impl Walk {
                     .and_then(|k| by_core.get(&k).cloned())
                     .unwrap_or_else(|| [*id].into_iter().collect()),
             })
-            .collect();
+            .collect()
+    }
 
+    /// The NUMA nodes (one holding every CPU where the capture has none), with distances.
+    fn nodes(&self, machine: Node, cpus: &[Cpu]) -> Vec<NumaNode> {
         let mut nodes: Vec<NumaNode> = self
             .nodes
             .iter()
@@ -405,7 +408,12 @@ impl Walk {
                     .collect();
             }
         }
+        nodes
+    }
 
+    fn build(&self, source: &str, machine: Node) -> Topology {
+        let cpus = self.cpus(machine);
+        let nodes = self.nodes(machine, &cpus);
         let complete = machine
             .attribute("complete_cpuset")
             .and_then(parse_hwloc_bitmap)

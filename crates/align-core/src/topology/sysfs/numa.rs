@@ -17,7 +17,7 @@
 //! - a node with CPUs and no memory (memory-side initiators, CXL and HBM systems): kept, and
 //!   `Topology::memory_nodes_for` binds it to the nearest node with memory.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::{distance, numbered_entries, parse_mask, read_list, read_str, read_u64, shown};
 use super::{SysFs, TopologyError, MAX_NODE_ID};
@@ -31,21 +31,7 @@ pub(super) fn read_nodes(
 ) -> Result<Vec<NumaNode>, TopologyError> {
     let dir = fs.sys("devices/system/node");
     let mut entries = numbered_entries(&dir, "node").unwrap_or_default();
-    // The kernel has at most 1 << NODES_SHIFT (10) nodes: a larger id is not a node, and a
-    // matrix over it would be quadratic in garbage.
-    if let Some(pos) = entries.iter().position(|(id, _)| *id >= MAX_NODE_ID) {
-        let skipped: Vec<String> = entries[pos..]
-            .iter()
-            .map(|(id, _)| format!("node{id}"))
-            .take(4)
-            .collect();
-        fs.warn(format!(
-            "ignoring {} node director(ies) with ids at or above the kernel's limit {MAX_NODE_ID} ({}...)",
-            entries.len() - pos,
-            skipped.join(" ")
-        ));
-        entries.truncate(pos);
-    }
+    drop_impossible_ids(fs, &mut entries);
     if entries.is_empty() {
         return Ok(vec![single_node(fs, online)]);
     }
@@ -64,30 +50,10 @@ pub(super) fn read_nodes(
             keep.push(false);
             continue;
         };
-        let mut cpus = cpus.intersection(online);
-        let overlap = cpus.intersection(&claimed);
-        if !overlap.is_empty() {
-            let holders: Vec<String> = nodes
-                .iter()
-                .filter(|n: &&NumaNode| !n.cpus.is_disjoint(&overlap))
-                .map(|n| n.id.to_string())
-                .collect();
-            if overlap == cpus {
-                fs.warn(format!(
-                    "node{id} claims only CPUs {overlap}, which node {} already holds (a \
-                     firmware bug): ignoring node{id} as hwloc does",
-                    holders.join(",")
-                ));
-                keep.push(false);
-                continue;
-            }
-            cpus = cpus.difference(&overlap);
-            fs.warn(format!(
-                "node{id} also claims CPUs {overlap}, which node {} already holds (a firmware \
-                 bug): they stay on the first node that lists them, node{id} keeps {cpus}",
-                holders.join(",")
-            ));
-        }
+        let Some(cpus) = unclaimed(fs, *id, cpus.intersection(online), &claimed, &nodes) else {
+            keep.push(false);
+            continue;
+        };
         claimed.extend_from(&cpus);
         // Nodes with neither CPUs nor memory (GH200 reserves several for MIG, generic
         // initiators) are not places anything can go.
@@ -107,17 +73,7 @@ pub(super) fn read_nodes(
         });
     }
     // Every distance row loses the columns of the nodes that were left out.
-    if keep.iter().any(|k| !k) {
-        for n in &mut nodes {
-            n.distances = n
-                .distances
-                .iter()
-                .zip(&keep)
-                .filter(|(_, k)| **k)
-                .map(|(d, _)| *d)
-                .collect();
-        }
-    }
+    drop_columns(&mut nodes, &keep);
     if nodes.is_empty() {
         return Err(TopologyError::Inconsistent {
             path: dir,
@@ -132,6 +88,75 @@ pub(super) fn read_nodes(
     }
     place_orphans(fs, &dir, online, cpu_list, &mut nodes)?;
     Ok(nodes)
+}
+
+/// The kernel has at most 1 << NODES_SHIFT (10) nodes: a larger id is not a node, and a
+/// matrix over it would be quadratic in garbage.
+fn drop_impossible_ids(fs: &SysFs, entries: &mut Vec<(u32, PathBuf)>) {
+    if let Some(pos) = entries.iter().position(|(id, _)| *id >= MAX_NODE_ID) {
+        let skipped: Vec<String> = entries[pos..]
+            .iter()
+            .map(|(id, _)| format!("node{id}"))
+            .take(4)
+            .collect();
+        fs.warn(format!(
+            "ignoring {} node director(ies) with ids at or above the kernel's limit {MAX_NODE_ID} ({}...)",
+            entries.len() - pos,
+            skipped.join(" ")
+        ));
+        entries.truncate(pos);
+    }
+}
+
+/// The CPUs of node `id` that no earlier node in `nodes` (holding `claimed`) has: a later node
+/// claiming a CPU an earlier one holds is the firmware's mistake, and the first one keeps it.
+/// `None` where the node claims nothing else (hwloc ignores it).
+fn unclaimed(
+    fs: &SysFs,
+    id: u32,
+    mut cpus: CpuSet,
+    claimed: &CpuSet,
+    nodes: &[NumaNode],
+) -> Option<CpuSet> {
+    let overlap = cpus.intersection(claimed);
+    if !overlap.is_empty() {
+        let holders: Vec<String> = nodes
+            .iter()
+            .filter(|n: &&NumaNode| !n.cpus.is_disjoint(&overlap))
+            .map(|n| n.id.to_string())
+            .collect();
+        if overlap == cpus {
+            fs.warn(format!(
+                "node{id} claims only CPUs {overlap}, which node {} already holds (a \
+                 firmware bug): ignoring node{id} as hwloc does",
+                holders.join(",")
+            ));
+            return None;
+        }
+        cpus = cpus.difference(&overlap);
+        fs.warn(format!(
+            "node{id} also claims CPUs {overlap}, which node {} already holds (a firmware \
+             bug): they stay on the first node that lists them, node{id} keeps {cpus}",
+            holders.join(",")
+        ));
+    }
+    Some(cpus)
+}
+
+/// Removes from every node's distance row the columns of nodes not kept.
+fn drop_columns(nodes: &mut [NumaNode], keep: &[bool]) {
+    if keep.iter().all(|k| *k) {
+        return;
+    }
+    for n in nodes {
+        n.distances = n
+            .distances
+            .iter()
+            .zip(keep)
+            .filter(|(_, k)| **k)
+            .map(|(d, _)| *d)
+            .collect();
+    }
 }
 
 /// A node's CPUs from `cpulist`, else its `cpumap` twin; `None` (with a warning) when neither
@@ -181,48 +206,7 @@ fn place_orphans(
     if orphans.is_empty() {
         return Ok(());
     }
-    let package_of: std::collections::HashMap<u32, u32> =
-        cpu_list.iter().map(|c| (c.id, c.package)).collect();
-    let cpu_nodes: Vec<usize> = (0..nodes.len())
-        .filter(|i| !nodes[*i].cpus.is_empty())
-        .collect();
-    // The packages each CPU node's CPUs are in.
-    let node_packages: Vec<std::collections::HashSet<u32>> = cpu_nodes
-        .iter()
-        .map(|i| {
-            nodes[*i]
-                .cpus
-                .iter()
-                .filter_map(|c| package_of.get(&c).copied())
-                .collect()
-        })
-        .collect();
-    let mut placed: Vec<(u32, u32)> = Vec::new();
-    let mut lost = CpuSet::new();
-    for cpu in orphans.iter() {
-        let by_package: Vec<usize> = match package_of.get(&cpu) {
-            Some(pkg) => cpu_nodes
-                .iter()
-                .zip(&node_packages)
-                .filter(|(_, pkgs)| pkgs.contains(pkg))
-                .map(|(i, _)| *i)
-                .collect(),
-            None => Vec::new(),
-        };
-        let target = match (by_package.as_slice(), cpu_nodes.as_slice()) {
-            ([only], _) => Some(*only),
-            ([], [only]) => Some(*only),
-            // No node has CPUs at all: the first node is all there is to run on.
-            ([], []) if nodes.len() == 1 => Some(0),
-            _ => None,
-        };
-        match target {
-            Some(i) => placed.push((cpu, nodes[i].id)),
-            None => {
-                lost.insert(cpu);
-            }
-        }
-    }
+    let (placed, lost) = orphan_nodes(&orphans, cpu_list, nodes);
     if !lost.is_empty() {
         return Err(TopologyError::Inconsistent {
             path: dir.to_path_buf(),
@@ -239,22 +223,7 @@ fn place_orphans(
             n.memory_kind = None;
         }
     }
-    let mut by_node: Vec<(u32, CpuSet)> = Vec::new();
-    for (cpu, node) in placed {
-        match by_node.iter_mut().find(|(n, _)| *n == node) {
-            Some((_, set)) => {
-                set.insert(cpu);
-            }
-            None => by_node.push((node, [cpu].into_iter().collect())),
-        }
-    }
-    for (node, cpus) in by_node {
-        fs.warn(format!(
-            "online CPUs {cpus} belong to no NUMA node (a node directory is missing): counted \
-                on node {node}, the node of their package or the only one with CPUs (hwloc leaves \
-                them outside any node; nri-align needs one)"
-        ));
-    }
+    warn_placed(fs, placed);
     Ok(())
 }
 
@@ -484,4 +453,76 @@ fn hugepages(dir: &Path) -> Vec<HugePages> {
         .collect();
     out.sort_by_key(|h| h.size_kb);
     out
+}
+
+/// The node each orphan CPU goes to (that of its package's other CPUs, else the only node with
+/// CPUs, else the only node), and the CPUs with none.
+fn orphan_nodes(
+    orphans: &CpuSet,
+    cpu_list: &[Cpu],
+    nodes: &[NumaNode],
+) -> (Vec<(u32, u32)>, CpuSet) {
+    let package_of: std::collections::HashMap<u32, u32> =
+        cpu_list.iter().map(|c| (c.id, c.package)).collect();
+    let cpu_nodes: Vec<usize> = (0..nodes.len())
+        .filter(|i| !nodes[*i].cpus.is_empty())
+        .collect();
+    // The packages each CPU node's CPUs are in.
+    let node_packages: Vec<std::collections::HashSet<u32>> = cpu_nodes
+        .iter()
+        .map(|i| {
+            nodes[*i]
+                .cpus
+                .iter()
+                .filter_map(|c| package_of.get(&c).copied())
+                .collect()
+        })
+        .collect();
+    let mut placed: Vec<(u32, u32)> = Vec::new();
+    let mut lost = CpuSet::new();
+    for cpu in orphans.iter() {
+        let by_package: Vec<usize> = match package_of.get(&cpu) {
+            Some(pkg) => cpu_nodes
+                .iter()
+                .zip(&node_packages)
+                .filter(|(_, pkgs)| pkgs.contains(pkg))
+                .map(|(i, _)| *i)
+                .collect(),
+            None => Vec::new(),
+        };
+        let target = match (by_package.as_slice(), cpu_nodes.as_slice()) {
+            ([only], _) => Some(*only),
+            ([], [only]) => Some(*only),
+            // No node has CPUs at all: the first node is all there is to run on.
+            ([], []) if nodes.len() == 1 => Some(0),
+            _ => None,
+        };
+        match target {
+            Some(i) => placed.push((cpu, nodes[i].id)),
+            None => {
+                lost.insert(cpu);
+            }
+        }
+    }
+    (placed, lost)
+}
+
+/// Says which orphan CPUs were counted on which node, one warning per node.
+fn warn_placed(fs: &SysFs, placed: Vec<(u32, u32)>) {
+    let mut by_node: Vec<(u32, CpuSet)> = Vec::new();
+    for (cpu, node) in placed {
+        match by_node.iter_mut().find(|(n, _)| *n == node) {
+            Some((_, set)) => {
+                set.insert(cpu);
+            }
+            None => by_node.push((node, [cpu].into_iter().collect())),
+        }
+    }
+    for (node, cpus) in by_node {
+        fs.warn(format!(
+            "online CPUs {cpus} belong to no NUMA node (a node directory is missing): counted \
+                on node {node}, the node of their package or the only one with CPUs (hwloc leaves \
+                them outside any node; nri-align needs one)"
+        ));
+    }
 }
