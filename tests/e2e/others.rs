@@ -243,10 +243,6 @@ fn a_second_plugin_owning_cpus_is_left_them(rt: Runtime) {
     assert_eq!(e.live(&id).cpus, vec![cpu], "the cpuset is untouched");
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "one scenario on a real runtime, step by step: each step checks what the steps before left there"
-)]
 fn a_memory_plugin_owning_mems_places_the_cpus(rt: Runtime) {
     let Some(e) = Enforced::builder(rt, "others-mems", "e2e-others-mems").start() else {
         return;

@@ -55,6 +55,13 @@ fn full_container() -> api::Container {
         name: "nvidia.com/gpu=0".into(),
         ..Default::default()
     }];
+    c.linux = MessageField::some(full_linux());
+    c
+}
+
+/// The Linux part of [`full_container`]: a device node, every kind of resource (the ones the
+/// decoder keeps and `unified`, which it drops) and the cgroups path.
+fn full_linux() -> api::LinuxContainer {
     let cpu = api::LinuxCPU {
         cpus: "0-3".into(),
         mems: "0".into(),
@@ -62,7 +69,7 @@ fn full_container() -> api::Container {
     };
     let mut unified = std::collections::HashMap::new();
     unified.insert("memory.high".to_string(), "max".to_string());
-    c.linux = MessageField::some(api::LinuxContainer {
+    api::LinuxContainer {
         devices: vec![api::LinuxDevice {
             path: "/dev/nvidia1".into(),
             type_: "c".into(),
@@ -94,8 +101,7 @@ fn full_container() -> api::Container {
         }),
         cgroups_path: "/kubepods/c1".into(),
         ..Default::default()
-    });
-    c
+    }
 }
 
 fn request(pods: Vec<api::PodSandbox>, containers: Vec<api::Container>, more: bool) -> Vec<u8> {
