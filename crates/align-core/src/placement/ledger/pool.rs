@@ -24,7 +24,7 @@
 //! shareable CPU is free: should every node be left without one, every node is recomputed.
 //! With `h = 0` the pool is every free shareable CPU, as without headroom.
 
-use super::cpus;
+use crate::placement::cpus;
 use crate::topology::{CpuSet, Topology};
 
 /// The shared pool and the headroom it leaves.

@@ -2,9 +2,11 @@
 //! had, and what the user can change (a smaller request, another policy or scope). Kept apart
 //! from the choice itself so the engine reads as the algorithm.
 
+pub(super) mod given;
+
+use self::given::Fixed;
 use super::annotations::DOMAIN;
 use super::error::{fmt_bytes, fmt_nodes, Ask, NodeOffer, PlacementError};
-use super::given::{self, Fixed};
 use super::hugepages;
 use super::ledger::Ledger;
 use super::nics;
@@ -41,7 +43,7 @@ pub fn insufficient(
     let unused = nics.iter().filter(|x| ledger.nic_users(**x) == 0).count();
     let nics = nics.len();
     let cpu_nodes: Vec<usize> = (0..caps.len()).filter(|i| caps[*i].has_cpus).collect();
-    let huge_short = hugepages::short(caps, &cpu_nodes, &r.hugepages);
+    let huge_short = numa::huge_short(caps, &cpu_nodes, &r.hugepages);
     let (resource, asked, free) = if r.exclusive && free_cpu < r.cpus {
         let what = if config.full_pcpus_only {
             "whole-core cpu"
@@ -214,5 +216,4 @@ fn shortfalls(asked: &Ask, best: &NodeOffer) -> (Vec<String>, Vec<String>) {
 }
 
 #[cfg(test)]
-#[path = "reject_tests.rs"]
 mod tests;

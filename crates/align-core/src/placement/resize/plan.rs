@@ -3,14 +3,15 @@
 //! nodes widened to follow them, its devices untouched, and a refusal that says what is free
 //! next to it.
 
-use super::super::cpus;
-use super::super::error::{fmt_bytes, fmt_nodes, PlacementError, ResizeRefusal};
-use super::super::ledger::Ledger;
-use super::super::policy::{GpuMode, PlacementConfig, Policy, ResizeShrink};
-use super::super::request::{Assignment, MemoryPolicy, Request};
-use super::super::resize::{self, GrowRoom, Holding};
-use super::super::resolve::{resolve, Resolved};
-use super::{Allocator, Plan};
+use super::{GrowRoom, Holding};
+use crate::placement::allocator::{Allocator, Plan};
+use crate::placement::assignment::{Assignment, MemoryPolicy};
+use crate::placement::cpus;
+use crate::placement::error::{fmt_bytes, fmt_nodes, PlacementError, ResizeRefusal};
+use crate::placement::ledger::Ledger;
+use crate::placement::policy::{GpuMode, PlacementConfig, Policy, ResizeShrink};
+use crate::placement::request::Request;
+use crate::placement::resolve::{resolve, Resolved};
 use crate::topology::{CpuSet, NodeSet, Topology};
 
 impl Allocator {
@@ -135,7 +136,7 @@ impl Near<'_> {
             within: self.within.as_ref(),
             whole_only: self.whole_only,
         };
-        let added = resize::grow(topo, &held.cpus, more, room).filter(|a| {
+        let added = super::grow(topo, &held.cpus, more, room).filter(|a| {
             let shareable_left = self.free.difference(a).difference(&topo.isolated_cpus);
             r.isolated || !shareable_left.is_empty()
         });
@@ -157,7 +158,7 @@ impl Near<'_> {
         let held = self.held;
         let had = held.cpus.len() as u32;
         let fewer = had - self.r.cpus;
-        match resize::shrink(self.topo, held, fewer, mode, anchors, self.whole_only) {
+        match super::shrink(self.topo, held, fewer, mode, anchors, self.whole_only) {
             Ok(given) => Ok(held.cpus.difference(&given)),
             Err(short) => Err(self.refuse(
                 format!(
@@ -194,7 +195,7 @@ impl Near<'_> {
     /// The refusal: `problem`, what the container holds and what is free next to it, `fits`.
     fn refuse(&self, problem: String, fits: String) -> PlacementError {
         let topo = self.topo;
-        let near: Vec<String> = resize::nearest_nodes(topo, &self.held.cpus, self.within.as_ref())
+        let near: Vec<String> = super::nearest_nodes(topo, &self.held.cpus, self.within.as_ref())
             .into_iter()
             .filter_map(|id| {
                 let on = self.free.intersection(&topo.node(id)?.cpus);

@@ -1,7 +1,11 @@
 //! Turning a container's request into what placement needs: effective annotation settings,
 //! the kubelet's Guaranteed rule (exclusive CPUs when request == limit and integer), memory
-//! from the limit, and device-plugin allocations as topology indices.
+//! from the limit, and device-plugin allocations as topology indices; a scheduler's choice in
+//! this host's indices, checked against what is free ([`honour`]).
 
+pub mod honour;
+
+use self::honour::{Demand, Honour};
 use super::annotations::{self, Effective};
 use super::cpus;
 use super::error::PlacementError;
@@ -9,7 +13,6 @@ use super::ledger::Ledger;
 use super::numa;
 use super::policy::{CpuPreference, GpuMode, PlacementConfig, SchedulerChoiceMode};
 use super::request::Request;
-use super::scheduler::honour::{self, Demand, Honour};
 use super::scheduler::Scheduler;
 use crate::untrusted::excerpt;
 

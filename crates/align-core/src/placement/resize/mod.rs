@@ -214,6 +214,7 @@ fn siblings(topo: &Topology, cpu: u32) -> CpuSet {
     )
 }
 
+mod plan;
+
 #[cfg(test)]
-#[path = "resize_tests.rs"]
 mod tests;

@@ -1,5 +1,5 @@
 //! Which GPUs could swap places, computed once per topology: the first level of the
-//! symmetries (`orbits.rs`) without a permutation check per pair and decision.
+//! symmetries (`orbits`) without a permutation check per pair and decision.
 //!
 //! Swapping GPUs `a` and `b` keeps everything the decision's ranking reads among a free set
 //! `F` (links alone, no NIC paths) exactly when the two are the same kind of device, their

@@ -2,36 +2,12 @@
 //! the exact CPUs, the GPUs and NICs, or the refusal that says what the scheduler chose, what
 //! is free there, and which container holds what it wanted.
 
-use serde::{Deserialize, Serialize};
-
-use super::{CranePolicy, Scheduler, SchedulerChoice};
 use crate::placement::error::{fmt_bytes, ChoiceRefusal, PlacementError};
 use crate::placement::ledger::Ledger;
 use crate::placement::numa::Cap;
 use crate::placement::policy::CpuPreference;
+use crate::placement::scheduler::{CranePolicy, Scheduler, SchedulerChoice};
 use crate::topology::{CpuSet, NodeSet, Topology};
-
-/// How a decision for a pod with a scheduler's choice ended; kept on the assignment (logs,
-/// the decision record, the outcome metric).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChoiceOutcome {
-    /// Who chose.
-    pub scheduler: Scheduler,
-    /// Placed where the scheduler said (else `scheduler_choice: preferred` placed it by the
-    /// node's own search).
-    pub honoured: bool,
-}
-
-impl ChoiceOutcome {
-    /// The metric's outcome label.
-    pub fn label(&self) -> &'static str {
-        if self.honoured {
-            "honoured"
-        } else {
-            "overridden"
-        }
-    }
-}
 
 /// A choice in this host's indices, checked against what is free.
 #[derive(Debug, Clone)]

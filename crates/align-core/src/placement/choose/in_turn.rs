@@ -21,10 +21,10 @@
 use std::cmp::Reverse;
 
 use super::{offer, Candidate, Grown, Rank, Search};
-use crate::placement::gpus;
-use crate::placement::lookahead::Lookahead;
 use crate::placement::nics;
 use crate::placement::numa;
+use crate::placement::ranking::gpus;
+use crate::placement::ranking::lookahead::Lookahead;
 
 /// A set with its GPU fields: fewer unlinked pairs, link score with the look-ahead, own link
 /// score; the set as listed or as a bit mask.

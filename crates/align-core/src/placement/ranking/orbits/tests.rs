@@ -1,4 +1,4 @@
-//! Tests of `orbits.rs`: classes, groups and blocks of the fixture hosts, and orbits that
+//! Tests of `orbits`: classes, groups and blocks of the fixture hosts, and orbits that
 //! cover every set once.
 
 use std::sync::Arc;

@@ -5,8 +5,8 @@
 //! ("best candidate node 1 had free cpu 72, … gpus 2, nics 2", all that was asked) when what
 //! decided was where the given devices sit.
 
-use super::ledger::Ledger;
-use super::resolve::Resolved;
+use crate::placement::ledger::Ledger;
+use crate::placement::resolve::Resolved;
 
 /// The devices the search held fixed (see `Search::new`): GPUs and NICs by index, and whether
 /// they are fixed because `gpu_mode` is `keep`.

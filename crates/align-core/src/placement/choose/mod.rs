@@ -7,13 +7,13 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::error::PlacementError;
-use super::gpus::{self, LinkTable};
 use super::ledger::Ledger;
-use super::lookahead::Lookahead;
 use super::nics;
 use super::numa::{self, Cap, Need};
-use super::orbits::{self, Symmetry};
 use super::policy::{GpuMode, PlacementConfig, Policy, Scope};
+use super::ranking::gpus::{self, LinkTable};
+use super::ranking::lookahead::Lookahead;
+use super::ranking::orbits::{self, Symmetry};
 use super::reject;
 use super::request::PodTotals;
 use super::resolve::Resolved;
@@ -39,7 +39,7 @@ pub struct Candidate {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum GpuSearch {
     /// One set per class of interchangeable sets where the ranking provably cannot tell a
-    /// class's sets apart (see `orbits.rs`), else every set: the daemon's search.
+    /// class's sets apart (see `ranking::orbits`), else every set: the daemon's search.
     #[default]
     Reduced,
     /// Every set, with the same look-ahead as [`GpuSearch::Reduced`]: the reference the
@@ -597,7 +597,7 @@ impl<'a> Search<'a> {
                 limit: self.limit,
             },
             &self.full_need,
-            &super::given::Fixed {
+            &super::reject::given::Fixed {
                 gpus: &self.fixed_gpus(),
                 nics: &self.fixed_nics,
                 keep: self.keep,
@@ -606,5 +606,4 @@ impl<'a> Search<'a> {
     }
 }
 
-#[path = "in_turn.rs"]
 mod in_turn;

@@ -490,7 +490,7 @@ pub fn exact_enumeration(n: u64, k: u64) -> bool {
     binomial(n, k) <= EXACT_LIMIT
 }
 
-pub(super) fn binomial(n: u64, k: u64) -> u64 {
+pub(in crate::placement) fn binomial(n: u64, k: u64) -> u64 {
     let k = k.min(n.saturating_sub(k));
     let mut r: u64 = 1;
     for i in 0..k {

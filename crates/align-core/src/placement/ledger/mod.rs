@@ -7,9 +7,11 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+pub mod pool;
+
+use self::pool::SharedPool;
+use super::assignment::Assignment;
 use super::error::PlacementError;
-use super::pool::SharedPool;
-use super::request::Assignment;
 use crate::topology::{CpuSet, NodeSet, PcieLevel, Topology};
 
 /// Free capacity of one NUMA node.
@@ -686,9 +688,7 @@ fn nic_gpu_level(topo: &Topology, nic: usize, gpu: usize) -> PcieLevel {
 }
 
 #[cfg(test)]
-#[path = "ledger_tests.rs"]
 mod tests;
 
-// The free CPUs and the shared pool with its headroom, apart to keep this file short.
-#[path = "ledger_cpus.rs"]
+// What is free (CPUs, the shared pool, each node's capacity): read-only views of the record.
 mod free_cpus;

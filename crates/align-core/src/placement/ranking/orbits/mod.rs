@@ -30,7 +30,7 @@
 //! the symmetries keep only when asked to).
 
 use super::gpus::{self, LinkTable};
-use super::ledger::Ledger;
+use crate::placement::ledger::Ledger;
 
 /// Most sets the reduced search builds before it gives up (then the full search runs).
 const MAX_SETS: usize = 13_000;
@@ -549,8 +549,6 @@ pub fn lookahead_invariant(table: &LinkTable, free: &[usize], k: usize) -> bool 
             .all(|n| n.len() <= gpus::PARTITION_EXACT_GPUS)
 }
 
-#[path = "orbits_best.rs"]
 mod best;
 #[cfg(test)]
-#[path = "orbits_tests.rs"]
 mod tests;

@@ -32,7 +32,7 @@ fn refusal(allowed: &[bool]) -> String {
         allowed,
         &shape,
         &need,
-        &crate::placement::given::Fixed {
+        &crate::placement::reject::given::Fixed {
             gpus: &[],
             nics: &[],
             keep: false,
