@@ -9,10 +9,10 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use nri_align::placement::{Allocator, GpuMode, PlacementConfig, Policy, Request};
-use nri_align::topology::desc::HostDesc;
-use nri_align::topology::testing;
-use nri_align::topology::{CpuSet, Topology};
+use align_core::placement::{Allocator, GpuMode, PlacementConfig, Policy, Request};
+use align_core::topology::desc::HostDesc;
+use align_core::topology::testing;
+use align_core::topology::{CpuSet, Topology};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -142,7 +142,7 @@ fn run(topo: Topology, mode: GpuMode, ops: Vec<Op>) {
                 let r = Request {
                     container_id: id.clone(),
                     container_name: "c".into(),
-                    pod: nri_align::placement::PodInfo {
+                    pod: align_core::placement::PodInfo {
                         uid: id.clone(),
                         namespace: "ns".into(),
                         name: id.clone(),
@@ -166,7 +166,7 @@ fn run(topo: Topology, mode: GpuMode, ops: Vec<Op>) {
                         _ => Vec::new(),
                     },
                     generic_devices: match (extra, topo.pci_devices.first()) {
-                        (2, Some(d)) => vec![nri_align::placement::GenericDevice {
+                        (2, Some(d)) => vec![align_core::placement::GenericDevice {
                             name: "example.com/fpga=0".into(),
                             pci_bus_id: d.bus_id.clone(),
                             numa_node: d.numa_node,

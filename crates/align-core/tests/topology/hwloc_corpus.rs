@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use nri_align::topology::read_host_checked;
+use align_core::topology::read_host_checked;
 use test_support::lstopo::View;
 
 /// The trees that disagree, each for something hwloc models and nri-align does not. Every
@@ -31,7 +31,7 @@ const EXPECTED_TO_DISAGREE: [(&str, &str); 1] = [(
 )];
 
 fn corpus() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hwloc-linux")
+    test_support::repo_root().join("tests/fixtures/hwloc-linux")
 }
 
 /// The trees with a reference output, by name.

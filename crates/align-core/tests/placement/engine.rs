@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use nri_align::placement::gpus::LinkTable;
-use nri_align::placement::{
+use align_core::placement::gpus::LinkTable;
+use align_core::placement::{
     Allocator, GpuMode, PlacementConfig, PlacementError, Policy, Request, Scope,
 };
-use nri_align::topology::testing::{self, TopologyBuilder};
-use nri_align::topology::{CpuSet, PcieLevel, Topology};
+use align_core::topology::testing::{self, TopologyBuilder};
+use align_core::topology::{CpuSet, PcieLevel, Topology};
 use test_support::requests::{annotated, guaranteed, in_pod, with_gpus, GIB};
 
 /// A Guaranteed container of `cpus` CPUs and `mem_gib` GiB (none for 0) in pod `pod`.

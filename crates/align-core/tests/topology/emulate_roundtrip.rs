@@ -5,14 +5,14 @@
 //!
 //! Needs `lstopo` (Debian package `hwloc`): `hack/setup` installs it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
-use nri_align::topology::desc::HostDesc;
-use nri_align::topology::emulate::emulate;
-use nri_align::topology::nvml::{enrich, NvmlStatus};
-use nri_align::topology::{CpuSet, PcieLevel, Topology};
+use align_core::topology::desc::HostDesc;
+use align_core::topology::emulate::emulate;
+use align_core::topology::nvml::{enrich, NvmlStatus};
+use align_core::topology::{CpuSet, PcieLevel, Topology};
 
 /// The fake NVML keeps one fixture per process and reads `FAKE_NVML_FIXTURE` at init: tests
 /// that use it take this lock.
@@ -41,19 +41,6 @@ fn trees() -> &'static [(HostDesc, tempfile::TempDir)] {
             })
             .collect()
     })
-}
-
-/// `target/<profile>/deps/libfake_nvml.so`, built because fake-nvml is a dev-dependency.
-pub(crate) fn fake_nvml() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("deps directory");
-    let lib = deps.join("libfake_nvml.so");
-    assert!(
-        lib.is_file(),
-        "{} missing: is fake-nvml a dev-dependency?",
-        lib.display()
-    );
-    lib
 }
 
 /// The topology without what only NVML knows, as the PCI tree gives it.
@@ -170,7 +157,7 @@ fn shipped_descriptions_have_the_advertised_shapes() {
 
 #[test]
 fn fake_nvml_serves_every_shipped_description_through_nvml_wrapper() {
-    let lib = fake_nvml();
+    let lib = test_support::fake_nvml();
     for (desc, dir) in trees() {
         let expected = desc.to_topology();
         let mut topo = without_nvml(&expected);
@@ -204,7 +191,7 @@ fn fake_nvml_serves_every_shipped_description_through_nvml_wrapper() {
 #[test]
 fn nvml_wrapper_reads_the_fixture_fields() {
     use nvml_wrapper::enum_wrappers::device::TopologyLevel;
-    let lib = fake_nvml();
+    let lib = test_support::fake_nvml();
     let desc = HostDesc::load("grace-hopper").expect("grace-hopper");
     let dir = tempfile::tempdir().expect("tempdir");
     emulate(&desc, dir.path()).expect("emulate");
@@ -267,7 +254,7 @@ fn nvml_wrapper_reads_the_fixture_fields() {
 #[test]
 fn nvml_wrapper_walks_mig_devices_to_their_parent() {
     use nvml_wrapper::error::NvmlError as E;
-    let lib = fake_nvml();
+    let lib = test_support::fake_nvml();
     let desc = HostDesc::load("dgx-a100-mig").expect("dgx-a100-mig");
     let dir = tempfile::tempdir().expect("tempdir");
     emulate(&desc, dir.path()).expect("emulate");
@@ -517,7 +504,7 @@ fn emulate_refuses_to_mix_two_hosts_in_one_directory() {
 // node agent reading that tree finds.
 mod sysfs_roundtrip {
     use super::*;
-    use nri_align::topology::read_host;
+    use align_core::topology::read_host;
 
     /// What a sysfs tree cannot carry, or carries in a reader-specific shape, made comparable:
     /// the source label, memory-only nodes' kind (sysfs has no field for it: only its presence is
@@ -563,7 +550,7 @@ mod sysfs_roundtrip {
 
     #[test]
     fn every_shipped_description_round_trips_through_sysfs_and_nvml() {
-        let lib = fake_nvml();
+        let lib = test_support::fake_nvml();
         for (desc, dir) in trees() {
             let expected = desc.to_topology();
             let mut read = read_host(dir.path()).unwrap_or_else(|e| panic!("{}: {e}", desc.name));

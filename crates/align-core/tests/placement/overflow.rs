@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use nri_align::placement::{Allocator, PlacementConfig, PlacementError, Policy};
-use nri_align::topology::testing::{self, TopologyBuilder};
-use nri_align::topology::{GpuLinks, Topology};
+use align_core::placement::{Allocator, PlacementConfig, PlacementError, Policy};
+use align_core::topology::testing::{self, TopologyBuilder};
+use align_core::topology::{GpuLinks, Topology};
 use test_support::requests::guaranteed;
 
 fn alloc(topo: Topology, config: PlacementConfig) -> Allocator {

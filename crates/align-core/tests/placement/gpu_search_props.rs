@@ -7,10 +7,10 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use nri_align::placement::gpus::LinkTable;
-use nri_align::placement::{Allocator, GpuMode, GpuSearch, PlacementConfig, Request};
-use nri_align::topology::testing::fixture_or_shipped;
-use nri_align::topology::Topology;
+use align_core::placement::gpus::LinkTable;
+use align_core::placement::{Allocator, GpuMode, GpuSearch, PlacementConfig, Request};
+use align_core::topology::testing::fixture_or_shipped;
+use align_core::topology::Topology;
 use proptest::prelude::*;
 use test_support::requests::{guaranteed, with_devices, GIB};
 

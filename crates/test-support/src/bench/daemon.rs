@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
+use crate::bench::{self, container, ctx, pod, BoxError, Connection};
 use nri_protocol::api::{self, Message, MessageField};
-use test_support::bench::{self, container, ctx, pod, BoxError, Connection};
 
 pub struct Daemon {
     pub child: Child,
@@ -280,7 +280,7 @@ pub struct Rss {
 pub fn setup(dir: &Path) -> Result<Setup, BoxError> {
     let binary = std::env::var_os("NRI_ALIGN_BENCH_BINARY")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_nri-align")));
+        .unwrap_or_else(crate::nri_align_bin);
     let host = dir.join("host");
     let out = Command::new(&binary)
         .args(["emulate", "--host", "numa16-1024", "--out"])

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use nri_align::placement::{Allocator, GenericDevice, PlacementConfig, Policy, Request};
-use nri_align::topology::testing::TopologyBuilder;
-use nri_align::topology::Topology;
+use align_core::placement::{Allocator, GenericDevice, PlacementConfig, Policy, Request};
+use align_core::topology::testing::TopologyBuilder;
+use align_core::topology::Topology;
 use test_support::requests::{guaranteed, GIB};
 
 fn two_nodes() -> Topology {
@@ -22,7 +22,7 @@ fn with_device(mut r: Request, node: Option<u32>) -> Request {
     r
 }
 
-fn nodes_of(topo: &Topology, a: &nri_align::placement::Assignment) -> Vec<u32> {
+fn nodes_of(topo: &Topology, a: &align_core::placement::Assignment) -> Vec<u32> {
     let mut v: Vec<u32> = a
         .cpus
         .iter()

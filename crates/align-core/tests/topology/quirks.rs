@@ -7,14 +7,14 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use nri_align::topology::{read_host_checked, NodeSet, Topology};
+use align_core::topology::{read_host_checked, NodeSet, Topology};
 
 const NODE: &str = "sys/devices/system/node";
 const CPU: &str = "sys/devices/system/cpu";
 
 /// A private copy of fixture `name` (symlinks kept as symlinks).
 fn snapshot(name: &str) -> tempfile::TempDir {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let src = test_support::repo_root()
         .join("tests/fixtures/sysfs")
         .join(name);
     let t = tempfile::tempdir().expect("tmp");

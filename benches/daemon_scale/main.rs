@@ -49,12 +49,8 @@ use std::time::Instant;
 use nri_protocol::api;
 use test_support::bench::{self, load, quantiles, BoxError, Connection};
 
-#[path = "support/daemon.rs"]
-#[allow(dead_code)] // shared with daemon_cost, which uses what this bench does not
-mod daemon;
-#[path = "support/headroom.rs"]
 mod headroom;
-use daemon::{setup, Daemon, Node, Rss, Sample, Setup};
+use test_support::bench::daemon::{setup, Daemon, Node, Rss, Sample, Setup};
 
 /// Creates measured at each size (`NRI_ALIGN_BENCH_WINDOW` overrides it).
 const WINDOW: usize = 300;

@@ -1,10 +1,14 @@
 //! A simulated runtime for the benches (`benches/daemon_scale.rs`, `benches/engine_create.rs`): listens on an NRI socket like containerd, serves the
 //! Runtime service on multiplexed connection 2 (registration; updates accepted) and calls the
 //! plugin's service on connection 1, with pods and containers shaped as containerd sends them.
+//! [`daemon`]: the release daemon those benches start on an emulated host, and the node whose
+//! containers they create and remove through it.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+pub mod daemon;
 
 use async_trait::async_trait;
 use nri_protocol::api::{
