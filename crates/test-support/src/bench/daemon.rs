@@ -138,8 +138,14 @@ pub struct Node {
 }
 
 impl Node {
+    /// Containers running, shared and exclusive.
     pub fn len(&self) -> usize {
         self.shared.len() + self.exclusive.len()
+    }
+
+    /// Whether no container runs.
+    pub fn is_empty(&self) -> bool {
+        self.shared.is_empty() && self.exclusive.is_empty()
     }
 
     pub fn apply(&mut self, updates: &[api::ContainerUpdate]) {

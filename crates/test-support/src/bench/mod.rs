@@ -1,4 +1,4 @@
-//! A simulated runtime for the benches (`benches/daemon_scale.rs`, `benches/engine_create.rs`): listens on an NRI socket like containerd, serves the
+//! A simulated runtime for the benches (`benches/daemon_scale/main.rs`, `benches/engine_create.rs`): listens on an NRI socket like containerd, serves the
 //! Runtime service on multiplexed connection 2 (registration; updates accepted) and calls the
 //! plugin's service on connection 1, with pods and containers shaped as containerd sends them.
 //! [`daemon`]: the release daemon those benches start on an emulated host, and the node whose
