@@ -36,7 +36,10 @@ fn a_file_of_another_user_is_refused() {
 #[test]
 fn a_chowned_file_is_refused_when_running_as_root() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP a_chowned_file_is_refused_when_running_as_root: needs root to chown");
+        test_support::skip::skip(
+            "a_chowned_file_is_refused_when_running_as_root",
+            "needs root to chown",
+        );
         return;
     }
     let t = tempfile::tempdir().expect("tmp");

@@ -26,7 +26,10 @@ const METRICS: &str = "metrics_address: \"127.0.0.1:0\"\n";
 const WAIT: Duration = Duration::from_secs(30);
 
 fn health_follows_the_runtime(rt: Runtime) {
-    let Some(mut e) = Enforced::start(rt, "health", "e2e-health", 0, 0, METRICS) else {
+    let Some(mut e) = Enforced::builder(rt, "health", "e2e-health")
+        .config(METRICS)
+        .start()
+    else {
         return;
     };
     let addr = e.plugin.metrics_address().expect("metrics endpoint");
@@ -136,7 +139,10 @@ impl ConfigMapVolume {
 }
 
 fn config_follows_a_swapped_configmap(rt: Runtime) {
-    let Some(mut e) = Enforced::start(rt, "configmap", "e2e-configmap", 0, 0, METRICS) else {
+    let Some(mut e) = Enforced::builder(rt, "configmap", "e2e-configmap")
+        .config(METRICS)
+        .start()
+    else {
         return;
     };
     // Restart nri-align on a ConfigMap volume (the harness started it on a plain file).

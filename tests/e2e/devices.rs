@@ -30,14 +30,12 @@ use test_support::e2e::{align::cpuset_dir, ContainerSpec, PodSpec, Runtime, UpOp
 
 fn gpus_are_given_remapped_or_refused(rt: Runtime) {
     // Remapping is opt-in (gpu_mode: keep is the default).
-    let Some(e) = Enforced::with_kubelet(
-        rt,
-        "gpus",
-        "e2e-gpu",
-        (2, 0),
-        "gpu_mode: remap\n",
-        UpOptions::default(),
-    ) else {
+    let Some(e) = Enforced::builder(rt, "gpus", "e2e-gpu")
+        .gpus(2)
+        .config("gpu_mode: remap\n")
+        .kubelet()
+        .start()
+    else {
         return;
     };
     let k = e.kubelet.as_ref().expect("test kubelet");
@@ -153,7 +151,7 @@ fn gpus_are_given_remapped_or_refused(rt: Runtime) {
 }
 
 fn rdma_nic_keeps_its_verbs_node(rt: Runtime) {
-    let Some(e) = Enforced::start(rt, "rdma", "e2e-rdma", 0, 1, "") else {
+    let Some(e) = Enforced::builder(rt, "rdma", "e2e-rdma").nics(1).start() else {
         return;
     };
     let rpod = e.rt.run_pod(&PodSpec::new("rdma")).expect("pod");
@@ -176,14 +174,12 @@ fn rdma_nic_keeps_its_verbs_node(rt: Runtime) {
 fn gpus_stay_held_across_a_runtime_restart(rt: Runtime) {
     // Remap, so that a third container the kubelet gives a held GPU is refused for want of a
     // free one (under the default `keep` it would share it, as time-sliced replicas do).
-    let Some(mut e) = Enforced::with_kubelet(
-        rt,
-        "gpus_restart",
-        "e2e-gpurestart",
-        (2, 0),
-        "gpu_mode: remap\n",
-        UpOptions::default(),
-    ) else {
+    let Some(mut e) = Enforced::builder(rt, "gpus_restart", "e2e-gpurestart")
+        .gpus(2)
+        .config("gpu_mode: remap\n")
+        .kubelet()
+        .start()
+    else {
         return;
     };
     let (gpu0, gpu1) = (&e.host.gpus[0].clone(), &e.host.gpus[1].clone());
@@ -301,7 +297,11 @@ fn gpus_arrive_through_each_cdi_strategy(rt: Runtime) {
         ..UpOptions::default()
     };
     // No PodResources socket: CDI is the first source nri-align has for these containers.
-    let Some(e) = Enforced::with_options(rt, "cdi", "e2e-cdi", (2, 0), "", options) else {
+    let Some(e) = Enforced::builder(rt, "cdi", "e2e-cdi")
+        .gpus(2)
+        .options(options)
+        .start()
+    else {
         return;
     };
     write_cdi_specs(&e);
@@ -446,14 +446,11 @@ fn gpus_arrive_through_each_cdi_strategy(rt: Runtime) {
 /// device spec) given to two pods: both run with it, nri-align neither removes nor denies the
 /// node of a GPU it does not hand out, and `verify` finds both as decided.
 fn a_time_sliced_gpu_reaches_both_pods_and_verifies(rt: Runtime) {
-    let Some(e) = Enforced::with_kubelet(
-        rt,
-        "timesliced",
-        "e2e-slice",
-        (1, 0),
-        "",
-        UpOptions::default(),
-    ) else {
+    let Some(e) = Enforced::builder(rt, "timesliced", "e2e-slice")
+        .gpus(1)
+        .kubelet()
+        .start()
+    else {
         return;
     };
     let k = e.kubelet.as_ref().expect("test kubelet");
@@ -485,14 +482,12 @@ fn a_time_sliced_gpu_reaches_both_pods_and_verifies(rt: Runtime) {
 /// lookups are off for a while), its GPU is known from its env alone, and the runtime hook would
 /// give it the GPU beside the remapped pod: it is refused instead.
 fn a_gpu_held_by_remap_is_refused_while_the_kubelet_cannot_be_asked(rt: Runtime) {
-    let Some(mut e) = Enforced::with_kubelet(
-        rt,
-        "gpu_held_by_remap",
-        "e2e-gpuheld",
-        (2, 0),
-        "gpu_mode: remap\n",
-        UpOptions::default(),
-    ) else {
+    let Some(mut e) = Enforced::builder(rt, "gpu_held_by_remap", "e2e-gpuheld")
+        .gpus(2)
+        .config("gpu_mode: remap\n")
+        .kubelet()
+        .start()
+    else {
         return;
     };
     let (gpu0, gpu1) = (e.host.gpus[0].uuid.clone(), e.host.gpus[1].uuid.clone());

@@ -171,7 +171,11 @@ fn dra(rt: Runtime, route: Route, instance: &str) {
         cdi: true,
         ..UpOptions::default()
     };
-    let Some(e) = Enforced::with_options(rt, "dra", instance, (2, 0), "", options) else {
+    let Some(e) = Enforced::builder(rt, "dra", instance)
+        .gpus(2)
+        .options(options)
+        .start()
+    else {
         return;
     };
     let (node, minor) = install_specs(&e);
@@ -270,7 +274,10 @@ fn a_claim_two_containers_of_a_pod_name_is_shared(rt: Runtime) {
         cdi: true,
         ..UpOptions::default()
     };
-    let Some(e) = Enforced::with_options(rt, "dra-shared", "e2e-dra-shared", (2, 0), "", options)
+    let Some(e) = Enforced::builder(rt, "dra-shared", "e2e-dra-shared")
+        .gpus(2)
+        .options(options)
+        .start()
     else {
         return;
     };
@@ -358,7 +365,11 @@ fn claims_the_kubelet_lists_align_cpus_and_memory(rt: Runtime) {
         cdi: true,
         ..UpOptions::default()
     };
-    let Some(e) = Enforced::with_kubelet(rt, "dra-kubelet", "e2e-dra-kubelet", (2, 0), "", options)
+    let Some(e) = Enforced::builder(rt, "dra-kubelet", "e2e-dra-kubelet")
+        .gpus(2)
+        .kubelet()
+        .options(options)
+        .start()
     else {
         return;
     };

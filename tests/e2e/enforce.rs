@@ -23,7 +23,7 @@ use test_support::e2e::suite::{burstable, guaranteed, Enforced};
 use test_support::e2e::{format_list, log_events, PodSpec, Runtime};
 
 fn shared_pool_follows_exclusive_containers(rt: Runtime) {
-    let Some(e) = Enforced::start(rt, "shared_pool", "e2e-pool", 0, 0, "") else {
+    let Some(e) = Enforced::builder(rt, "shared_pool", "e2e-pool").start() else {
         return;
     };
     let online = e.online();
@@ -100,7 +100,10 @@ fn shared_pool_follows_exclusive_containers(rt: Runtime) {
 /// did not hand to the pool (hysteresis).
 fn exclusive_headroom_leaves_the_shared_pool_alone(rt: Runtime) {
     let config = "exclusive_headroom: 1\n";
-    let Some(e) = Enforced::start(rt, "headroom", "e2e-headroom", 0, 0, config) else {
+    let Some(e) = Enforced::builder(rt, "headroom", "e2e-headroom")
+        .config(config)
+        .start()
+    else {
         return;
     };
     let online = e.online();
@@ -137,7 +140,7 @@ fn exclusive_headroom_leaves_the_shared_pool_alone(rt: Runtime) {
 }
 
 fn sighup_reload_moves_the_pool(rt: Runtime) {
-    let Some(mut e) = Enforced::start(rt, "sighup_reload", "e2e-reload", 0, 0, "") else {
+    let Some(mut e) = Enforced::builder(rt, "sighup_reload", "e2e-reload").start() else {
         return;
     };
     let online = e.online();
@@ -197,7 +200,7 @@ fn sighup_reload_moves_the_pool(rt: Runtime) {
 }
 
 fn cri_update_gives_a_cpu_of_its_own(rt: Runtime) {
-    let Some(e) = Enforced::start(rt, "cri_update", "e2e-update", 0, 0, "") else {
+    let Some(e) = Enforced::builder(rt, "cri_update", "e2e-update").start() else {
         return;
     };
     let online = e.online();
@@ -239,7 +242,7 @@ fn cri_update_gives_a_cpu_of_its_own(rt: Runtime) {
 }
 
 fn rejections_and_bad_annotations_fail_the_create(rt: Runtime) {
-    let Some(e) = Enforced::start(rt, "rejections", "e2e-reject", 0, 0, "") else {
+    let Some(e) = Enforced::builder(rt, "rejections", "e2e-reject").start() else {
         return;
     };
     let m = e.host.machine.clone();
@@ -315,14 +318,10 @@ fn rejections_and_bad_annotations_fail_the_create(rt: Runtime) {
 /// created while nri-align was stopped (the runtime ran it on every CPU) is recorded as exempt
 /// at Synchronize and moves off that CPU too.
 fn exempt_container_follows_the_pool_after_a_restart(rt: Runtime) {
-    let Some(mut e) = Enforced::start(
-        rt,
-        "exempt_restart",
-        "e2e-exrst",
-        0,
-        0,
-        "exempt_namespaces: [kube-system]\n",
-    ) else {
+    let Some(mut e) = Enforced::builder(rt, "exempt_restart", "e2e-exrst")
+        .config("exempt_namespaces: [kube-system]\n")
+        .start()
+    else {
         return;
     };
     let online = e.online();
@@ -364,7 +363,7 @@ fn exempt_container_follows_the_pool_after_a_restart(rt: Runtime) {
 /// exclusive pod frees reach a running shared container through its cgroup, within a second,
 /// with nothing else happening on the node (no later container event to carry them).
 fn freed_cpus_reach_a_shared_container_within_a_second(rt: Runtime) {
-    let Some(e) = Enforced::start(rt, "pool_regrowth", "e2e-regrow", 0, 0, "") else {
+    let Some(e) = Enforced::builder(rt, "pool_regrowth", "e2e-regrow").start() else {
         return;
     };
     let online = e.online();

@@ -109,14 +109,11 @@ fn evicts_once_only_pods_with_a_controller(rt: Runtime) {
         WINDOW.as_secs()
     );
     let kubeconfig = server.path("KUBECONFIG_TOKEN").display().to_string();
-    let Some(e) = Enforced::with_args(
-        rt,
-        "e2e_evict",
-        "e2e-evict",
-        (0, 0),
-        &config,
-        &["--kubeconfig", &kubeconfig, "--eviction-stand-ins"],
-    ) else {
+    let Some(e) = Enforced::builder(rt, "e2e_evict", "e2e-evict")
+        .config(&config)
+        .args(&["--kubeconfig", &kubeconfig, "--eviction-stand-ins"])
+        .start()
+    else {
         return;
     };
     let stand = Stand::new(&server);

@@ -14,7 +14,9 @@ use test_support::e2e::suite::{guaranteed, Enforced};
 use test_support::e2e::{PodSpec, Runtime};
 
 fn mempolicy_reaches_the_runtimes_that_carry_it(rt: Runtime) {
-    let Some(e) = Enforced::start(rt, "mempolicy", "e2e-mpol", 0, 0, "mempolicy: interleave\n")
+    let Some(e) = Enforced::builder(rt, "mempolicy", "e2e-mpol")
+        .config("mempolicy: interleave\n")
+        .start()
     else {
         return;
     };

@@ -52,14 +52,15 @@ fn mig_pod(name: &str, resource: &str, dev: &NvidiaDevice, cpu: &str) -> KubePod
 #[test]
 fn mig_devices_align_to_their_parent_gpu_and_keep_their_id() {
     let rt = Runtime::CONTAINERD_2_1;
-    let Some(e) = Enforced::with_kubelet_mig(
+    let Some(e) = Enforced::builder(
         rt,
         "mig_devices_align_to_their_parent_gpu_and_keep_their_id",
         "e2e-mig",
-        (2, 0),
-        &[(1, &["3g.40gb", "3g.40gb"])],
-        "",
-    ) else {
+    )
+    .gpus(2)
+    .kubelet()
+    .mig(&[(1, &["3g.40gb", "3g.40gb"])])
+    .start() else {
         return;
     };
     let k = e.kubelet.as_ref().expect("test kubelet");

@@ -263,14 +263,13 @@ fn publishes_what_its_free_metrics_say(rt: Runtime) {
          rdma_nic_resource: {RDMA}\n  resync_seconds: 2\n"
     );
     let kubeconfig = server.path("KUBECONFIG_TOKEN").display().to_string();
-    let Some(e) = Enforced::with_args(
-        rt,
-        "e2e_nrt",
-        "e2e-nrt",
-        (2, 2),
-        &config,
-        &["--kubeconfig", &kubeconfig],
-    ) else {
+    let Some(e) = Enforced::builder(rt, "e2e_nrt", "e2e-nrt")
+        .gpus(2)
+        .nics(2)
+        .config(&config)
+        .args(&["--kubeconfig", &kubeconfig])
+        .start()
+    else {
         return;
     };
     let cluster = Cluster::new(&server);

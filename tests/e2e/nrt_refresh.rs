@@ -121,14 +121,11 @@ fn follows_each_decision_within_a_second(rt: Runtime) {
          nrt:\n  node_name: {NODE}\n  resync_seconds: 3600\n"
     );
     let kubeconfig = server.path("KUBECONFIG_TOKEN").display().to_string();
-    let Some(e) = Enforced::with_args(
-        rt,
-        "e2e_nrt_refresh",
-        "e2e-nrt-refresh",
-        (0, 0),
-        &config,
-        &["--kubeconfig", &kubeconfig],
-    ) else {
+    let Some(e) = Enforced::builder(rt, "e2e_nrt_refresh", "e2e-nrt-refresh")
+        .config(&config)
+        .args(&["--kubeconfig", &kubeconfig])
+        .start()
+    else {
         return;
     };
     let cluster = Cluster::new(&server);

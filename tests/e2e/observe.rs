@@ -20,7 +20,7 @@ const METRICS: &str = concat!(
 const TRUST: &str = "trust_visible_devices_env: true\n";
 
 fn capabilities_are_dropped(rt: Runtime) {
-    let Some(e) = Enforced::start(rt, "capabilities", "e2e-caps", 0, 0, "") else {
+    let Some(e) = Enforced::builder(rt, "capabilities", "e2e-caps").start() else {
         return;
     };
     let caps = &log_events(&e.plugin.output(), "capabilities dropped")[0];
@@ -37,7 +37,11 @@ fn capabilities_are_dropped(rt: Runtime) {
 }
 
 fn metrics_count_what_happened(rt: Runtime) {
-    let Some(e) = Enforced::start(rt, "metrics", "e2e-metrics", 2, 0, METRICS) else {
+    let Some(e) = Enforced::builder(rt, "metrics", "e2e-metrics")
+        .gpus(2)
+        .config(METRICS)
+        .start()
+    else {
         return;
     };
     let addr = e.plugin.metrics_address().expect("metrics endpoint");
@@ -135,7 +139,11 @@ fn metrics_count_what_happened(rt: Runtime) {
 }
 
 fn verify_detects_drift(rt: Runtime) {
-    let Some(e) = Enforced::start(rt, "verify", "e2e-verify", 1, 0, TRUST) else {
+    let Some(e) = Enforced::builder(rt, "verify", "e2e-verify")
+        .gpus(1)
+        .config(TRUST)
+        .start()
+    else {
         return;
     };
     let online = e.online();

@@ -107,7 +107,11 @@ fn a_second_plugin_owning_cpus_is_left_them(rt: Runtime) {
         cdi: true,
         ..UpOptions::default()
     };
-    let Some(e) = Enforced::with_kubelet(rt, "others", "e2e-others", (0, 0), "", options) else {
+    let Some(e) = Enforced::builder(rt, "others", "e2e-others")
+        .kubelet()
+        .options(options)
+        .start()
+    else {
         return;
     };
     // The other plugin's CPU: the last one of the last node.
@@ -236,14 +240,7 @@ fn a_second_plugin_owning_cpus_is_left_them(rt: Runtime) {
 }
 
 fn a_memory_plugin_owning_mems_places_the_cpus(rt: Runtime) {
-    let Some(e) = Enforced::with_options(
-        rt,
-        "others-mems",
-        "e2e-others-mems",
-        (0, 0),
-        "",
-        UpOptions::default(),
-    ) else {
+    let Some(e) = Enforced::builder(rt, "others-mems", "e2e-others-mems").start() else {
         return;
     };
     let (node, cpus) = e.host.machine.nodes.iter().last().expect("a node");

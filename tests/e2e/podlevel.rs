@@ -27,7 +27,10 @@ fn one_cpu() -> serde_json::Value {
 }
 
 fn pod_level_resources_give_the_pod_its_own_cpus(rt: Runtime) {
-    let Some(e) = Enforced::start(rt, "podlevel", "e2e-podl", 0, 0, "pod_budgets: true\n") else {
+    let Some(e) = Enforced::builder(rt, "podlevel", "e2e-podl")
+        .config("pod_budgets: true\n")
+        .start()
+    else {
         return;
     };
     let online = e.online();
@@ -62,7 +65,10 @@ each_cdi_runtime!(pod_level_resources_give_the_pod_its_own_cpus);
 /// was. On 2 CPUs the budget cannot grow (one CPU always stays in the node's pool): the resize
 /// changes its memory, which nri-align takes and logs; the engine and plugin tests grow it.
 fn a_pod_resize_reaches_nri_align_where_the_runtime_sends_it(rt: Runtime) {
-    let Some(e) = Enforced::start(rt, "podlevel", "e2e-podr", 0, 0, "pod_budgets: true\n") else {
+    let Some(e) = Enforced::builder(rt, "podlevel", "e2e-podr")
+        .config("pod_budgets: true\n")
+        .start()
+    else {
         return;
     };
     let mut spec = PodSpec::new("resized");

@@ -96,7 +96,7 @@ fn remove_pod_cgroup(made: Option<PathBuf>) {
 }
 
 fn exclusive_cpus_run_without_a_quota(rt: Runtime) {
-    let Some(e) = Enforced::start(rt, "quota", "e2e-quota", 0, 0, "") else {
+    let Some(e) = Enforced::builder(rt, "quota", "e2e-quota").start() else {
         return;
     };
     let (spec, made) = kubelet_pod(&e, "quota");
@@ -140,7 +140,10 @@ fn exclusive_cpus_run_without_a_quota(rt: Runtime) {
 
 fn keep_leaves_the_kubelets_quota(rt: Runtime) {
     let config = "exclusive_cpu_quota: keep\n";
-    let Some(e) = Enforced::start(rt, "quota_keep", "e2e-quota-keep", 0, 0, config) else {
+    let Some(e) = Enforced::builder(rt, "quota_keep", "e2e-quota-keep")
+        .config(config)
+        .start()
+    else {
         return;
     };
     let (spec, made) = kubelet_pod(&e, "keep");

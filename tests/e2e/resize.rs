@@ -45,7 +45,7 @@ fn without(online: &[u32], held: &[u32]) -> Vec<u32> {
 }
 
 fn resize_keeps_what_it_holds(rt: Runtime) {
-    let Some(e) = Enforced::start(rt, "resize", "e2e-resize", 0, 0, "") else {
+    let Some(e) = Enforced::builder(rt, "resize", "e2e-resize").start() else {
         return;
     };
     let online = e.online();

@@ -23,14 +23,11 @@ const CRANE_RESULT: &str = "topology.crane.io/topology-result";
 const CRANE_POLICY: &str = "topology.crane.io/cpu-policy";
 
 fn scheduler_annotated_pods_run_where_it_said(rt: Runtime) {
-    let Some(e) = Enforced::start(
-        rt,
-        "scheduler_choice",
-        "e2e-sched",
-        1,
-        0,
-        "trusted_schedulers: [koordinator, crane]\n",
-    ) else {
+    let Some(e) = Enforced::builder(rt, "scheduler_choice", "e2e-sched")
+        .gpus(1)
+        .config("trusted_schedulers: [koordinator, crane]\n")
+        .start()
+    else {
         return;
     };
     let online = e.online();
@@ -135,7 +132,10 @@ each_runtime!(scheduler_annotated_pods_run_where_it_said);
 
 fn a_pods_own_annotation_grants_no_device(rt: Runtime) {
     // The default configuration: no scheduler trusted.
-    let Some(e) = Enforced::start(rt, "scheduler_untrusted", "e2e-untrust", 1, 0, "") else {
+    let Some(e) = Enforced::builder(rt, "scheduler_untrusted", "e2e-untrust")
+        .gpus(1)
+        .start()
+    else {
         return;
     };
     let gpu = &e.host.gpus[0];

@@ -546,7 +546,11 @@ impl Soak {
 
 fn soak(rt: Runtime) {
     let (seed, steps) = seed_and_steps(DEFAULT_STEPS);
-    let Some(e) = Enforced::start(rt, "soak", "e2e-soak", 2, 0, BASE_CONFIG) else {
+    let Some(e) = Enforced::builder(rt, "soak", "e2e-soak")
+        .gpus(2)
+        .config(BASE_CONFIG)
+        .start()
+    else {
         return;
     };
     let t0 = Instant::now();

@@ -12,4 +12,5 @@ mod kubernetes;
 mod kubernetes_security;
 mod monitoring;
 mod parse_once;
+mod skips;
 mod systemd;

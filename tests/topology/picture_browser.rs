@@ -101,9 +101,12 @@ fn the_topology_picture_renders_in_a_real_browser() {
     );
 
     let Some(browser) = browser() else {
-        eprintln!(
-            "SKIP: no headless Chromium ({}); hack/setup installs it",
-            BROWSERS.join(", ")
+        test_support::skip::skip(
+            "the_topology_picture_renders_in_a_real_browser",
+            &format!(
+                "no headless Chromium ({}); hack/setup installs it",
+                BROWSERS.join(", ")
+            ),
         );
         assert!(
             std::env::var_os("NRI_ALIGN_REQUIRE_BROWSER").is_none(),

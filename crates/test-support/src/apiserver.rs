@@ -28,23 +28,25 @@ fn hack(script: &str, args: &[&str]) -> std::process::Output {
 
 impl ApiServer {
     /// Starts (or reuses) instance `name`. `None` when the server cannot be built here at all:
-    /// the caller skips, and this says so loudly. `NRI_ALIGN_APISERVER=required` turns that
-    /// into a failure (for CI runs that must not skip).
+    /// the caller skips, and this says so loudly. `NRI_ALIGN_APISERVER=required` (or
+    /// `NRI_ALIGN_FORBID_SKIPS=1`, see [`crate::skip`]) turns that into a failure.
     pub fn up(name: &str, test: &str) -> Option<ApiServer> {
         let out = hack("apiserver-up", &[name]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         if out.status.code() == Some(UNAVAILABLE) {
-            let banner = "!".repeat(78);
-            let msg = format!(
-                "{banner}\nSKIP {test}: NO API SERVER: hack/apiserver-up cannot build the \
-                 Kubernetes API server here (no package mirror and no cache).\n{stderr}{banner}"
+            let why = format!(
+                "NO API SERVER: hack/apiserver-up cannot build the Kubernetes API server here \
+                 (no package mirror and no cache).\n{stderr}"
             );
             if std::env::var("NRI_ALIGN_APISERVER").as_deref() == Ok("required") {
-                panic!("{msg}\nNRI_ALIGN_APISERVER=required");
+                panic!("{test}: {why}NRI_ALIGN_APISERVER=required");
             }
-            // Straight to the process's stderr: libtest captures eprintln! of passing tests,
-            // and this skip must be seen in every run's output.
-            let _ = writeln!(std::io::stderr(), "{msg}");
+            // Loudly: a whole suite skips. The banner goes straight to the process's stderr
+            // (libtest captures eprintln! of passing tests), as the skip line itself does.
+            let banner = "!".repeat(78);
+            let _ = writeln!(std::io::stderr(), "{banner}");
+            crate::skip::skip(test, &why);
+            let _ = writeln!(std::io::stderr(), "{banner}");
             return None;
         }
         assert!(

@@ -8,12 +8,13 @@
 //!   containerd sends them.
 //! - [`apiserver`]: a real Kubernetes API server with the NodeResourceTopology CRD.
 //! - [`testfs`]: small real filesystems that fill up or turn read-only.
+//! - [`skip`](mod@skip): the one way a test skips, seen in every run and failing in CI.
 //! - [`rng`]: the seeded generator of the soak and the fuzzer.
 //! - `lstopo` and `requests` (feature `core`): hwloc's view of a sysfs tree against
 //!   align-core's, placement requests; align-core's own tests use them without the runtime
 //!   harnesses (feature `runtime`, the default).
-//! - `daemon` and the benches' daemon drivers in `bench` (feature `align`): the daemon driven
-//!   over its state directory and its NRI socket, with nri-align's own types.
+//! - `daemon` (feature `align`): the daemon driven over its state directory and its NRI socket,
+//!   with nri-align's own types.
 
 #[cfg(feature = "runtime")]
 pub mod apiserver;
@@ -30,6 +31,7 @@ pub mod nri_sim;
 #[cfg(feature = "core")]
 pub mod requests;
 pub mod rng;
+pub mod skip;
 #[cfg(feature = "runtime")]
 pub mod testfs;
 

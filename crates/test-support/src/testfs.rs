@@ -1,13 +1,16 @@
 //! Real small filesystems for the disk-full and read-only tests of the store and the engine: a
 //! tmpfs of a few hundred KB (ENOSPC), or an ext4 image on a loop device mounted with
 //! `errors=remount-ro` whose error is triggered through sysfs, as the kernel does after an I/O
-//! error (EROFS), or either remounted read-only and back. Root only: without root, or when the kernel refuses the mount, a test prints
-//! why and skips. Whatever was mounted is unmounted when the guard drops, a test's panic
+//! error (EROFS), or either remounted read-only and back. Root only: without root, or when the
+//! kernel refuses the mount, a test says why and skips ([`crate::skip`]: a failure where skips
+//! are forbidden). Whatever was mounted is unmounted when the guard drops, a test's panic
 //! included.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use crate::skip::skip;
 
 /// A filesystem mounted for one test; unmounted on drop.
 pub struct Mounted {
@@ -29,10 +32,6 @@ fn run(cmd: &mut Command) -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr)
         ))
     }
-}
-
-fn skip(test: &str, why: &str) {
-    eprintln!("SKIP {test}: {why}");
 }
 
 impl Mounted {

@@ -123,7 +123,8 @@ impl<P: Placer> Engine<P> {
         let topo = self.placer.topology();
         let mut adjustment = build_adjustment(planned, topo, c, claims, self.devices.as_ref())
             .inspect_err(|_| self.count_rejection("device", started))?;
-        self.fit_mempolicy(&mut adjustment, &c.name);
+        self.mempolicy
+            .fit(&mut adjustment, &c.name, self.metrics.as_deref());
         self.check_systemd_device_links(c, &adjustment.add_devices);
         Ok(adjustment)
     }

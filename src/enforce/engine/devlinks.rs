@@ -24,14 +24,43 @@
 //! (checked whenever the records are persisted). Otherwise every device path ever seen would
 //! stay, one series and one `/readyz` name each, for the life of the daemon.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
 
 use crate::enforce::container::{ContainerView, DeviceNode};
+use crate::enforce::state::Records;
 use crate::host::cgroup::{CgroupDriver, ContainerCgroup};
+use crate::host::devices::DeviceLookup;
+use crate::metrics::{Health, Metrics};
 
 use super::{Engine, Placer};
 
+/// The devices systemd cannot be told about, and who hears of them: owned by this file.
+#[derive(Default)]
+pub(super) struct DeviceLinks {
+    /// Devices already warned about for lacking a `/dev/char` link.
+    warned: HashSet<String>,
+    /// Device nodes (by path) given to live systemd-scoped containers that still lack the
+    /// link, with those containers.
+    at_risk: BTreeMap<String, AtRisk>,
+    /// Where `/readyz` lists what is degraded (the devices at risk), when served.
+    health: Option<Arc<Health>>,
+}
+
+/// What checking a container's devices reads of the host and the configuration.
+struct LinkHost<'a> {
+    devices: &'a dyn DeviceLookup,
+    metrics: Option<&'a Metrics>,
+    /// `create_dev_char_links`: whether the links of nri-align's devices may be made.
+    make_links: bool,
+}
+
 impl<P: Placer> Engine<P> {
+    /// Lists the devices at risk among `health`'s degraded parts.
+    pub fn set_health(&mut self, health: Arc<Health>) {
+        self.device_links.health = Some(health);
+    }
+
     /// Checks the char and block devices container `c` holds (its spec's and `added`) when
     /// its cgroup is a systemd scope, making the missing links of `added` when allowed.
     /// Returns the devices systemd still cannot be told about.
@@ -40,63 +69,63 @@ impl<P: Placer> Engine<P> {
         c: &ContainerView,
         added: &[DeviceNode],
     ) -> Vec<String> {
+        let host = LinkHost {
+            devices: &*self.devices,
+            metrics: self.metrics.as_deref(),
+            make_links: self.config.create_dev_char_links,
+        };
+        self.device_links.check(c, added, &host)
+    }
+
+    /// Drops from the at-risk list the containers no longer recorded (see
+    /// [`DeviceLinks::forget_gone`]).
+    pub(super) fn forget_gone_device_holders(&mut self) {
+        self.device_links
+            .forget_gone(&self.doc.containers, self.metrics.as_deref());
+    }
+}
+
+impl DeviceLinks {
+    /// [`Engine::check_systemd_device_links`] with what it reads of the host.
+    fn check(&mut self, c: &ContainerView, added: &[DeviceNode], host: &LinkHost) -> Vec<String> {
         let systemd = ContainerCgroup::parse(&c.cgroups_path)
             .is_ok_and(|cg| cg.driver() == CgroupDriver::Systemd);
         if !systemd {
             return Vec::new();
         }
-        let before = self.devices_at_risk.len();
+        let before = self.at_risk.len();
         // Links made since (by nvidia-ctk, udev or an operator) take a device off the list.
-        let devices = &self.devices;
-        self.devices_at_risk
-            .retain(|_, d| !devices.systemd_can_name(&d.node));
+        self.at_risk
+            .retain(|_, d| !host.devices.systemd_can_name(&d.node));
         let mut missing = Vec::new();
         let spec = c.devices.iter().map(|d| (d, false));
         for (d, ours) in spec.chain(added.iter().map(|d| (d, true))) {
-            if self.devices.systemd_can_name(d) || missing.contains(&d.path) {
+            if host.devices.systemd_can_name(d) || missing.contains(&d.path) {
                 continue;
             }
-            let why = match ours.then(|| self.link_device(c, d)).flatten() {
+            let why = match ours.then(|| link_device(c, d, host)).flatten() {
                 Some(Ok(())) => continue,
                 Some(Err(why)) => why,
                 None => not_linked_why(ours),
             };
             missing.push(d.path.clone());
-            self.report_device_at_risk(c, d, &why);
+            self.report_at_risk(c, d, &why, host.metrics);
         }
-        if self.devices_at_risk.len() != before || !missing.is_empty() {
-            self.publish_devices_at_risk();
+        if self.at_risk.len() != before || !missing.is_empty() {
+            self.publish(host.metrics);
         }
         missing
     }
 
-    /// Makes `d`'s `/dev/char` link when the configuration allows (`None` when it does not):
-    /// `Ok` once it exists, else why it could not be made.
-    fn link_device(&mut self, c: &ContainerView, d: &DeviceNode) -> Option<Result<(), String>> {
-        if !self.config.create_dev_char_links {
-            return None;
-        }
-        Some(match self.devices.create_systemd_link(d) {
-            Ok(link) => {
-                tracing::info!(
-                    container = %c.id,
-                    device = %d.path,
-                    link = %link.display(),
-                    "made the device's link so that runc's systemd cgroup driver keeps it in \
-                     the container's scope"
-                );
-                if let Some(m) = &self.metrics {
-                    m.device_link_created();
-                }
-                Ok(())
-            }
-            Err(e) => Err(format!("nri-align could not make it: {e}")),
-        })
-    }
-
     /// Warns once per device, counts the container and keeps `d` on the at-risk list.
-    fn report_device_at_risk(&mut self, c: &ContainerView, d: &DeviceNode, why: &str) {
-        self.devices_at_risk
+    fn report_at_risk(
+        &mut self,
+        c: &ContainerView,
+        d: &DeviceNode,
+        why: &str,
+        metrics: Option<&Metrics>,
+    ) {
+        self.at_risk
             .entry(d.path.clone())
             .or_insert_with(|| AtRisk {
                 node: d.clone(),
@@ -104,10 +133,10 @@ impl<P: Placer> Engine<P> {
             })
             .holders
             .insert(c.id.clone());
-        if let Some(m) = &self.metrics {
+        if let Some(m) = metrics {
             m.device_link_missing(&d.path);
         }
-        if !self.device_links_warned.insert(d.path.clone()) {
+        if !self.warned.insert(d.path.clone()) {
             return;
         }
         let (kind, maj, min) = (
@@ -128,13 +157,12 @@ impl<P: Placer> Engine<P> {
         );
     }
 
-    /// Drops from the at-risk list the containers no longer recorded, and the devices no
-    /// live container carries any more: their counter series, their `/readyz` name and their
+    /// Drops from the at-risk list the containers not in `records`, and the devices no live
+    /// container carries any more: their counter series, their `/readyz` name and their
     /// warned mark go with them (a later container carrying one is warned about again).
-    pub(super) fn forget_gone_device_holders(&mut self) {
-        let records = &self.doc.containers;
+    fn forget_gone(&mut self, records: &Records, metrics: Option<&Metrics>) {
         let mut gone = Vec::new();
-        for (path, d) in self.devices_at_risk.iter_mut() {
+        for (path, d) in self.at_risk.iter_mut() {
             d.holders.retain(|id| records.get(id).is_some());
             if d.holders.is_empty() {
                 gone.push(path.clone());
@@ -144,29 +172,53 @@ impl<P: Placer> Engine<P> {
             return;
         }
         for path in &gone {
-            self.devices_at_risk.remove(path);
-            self.device_links_warned.remove(path);
-            if let Some(m) = &self.metrics {
+            self.at_risk.remove(path);
+            self.warned.remove(path);
+            if let Some(m) = metrics {
                 m.forget_device_link_missing(path);
             }
         }
-        self.publish_devices_at_risk();
+        self.publish(metrics);
     }
 
     /// Sets the at-risk gauge and `/readyz`'s `devices` line from the list.
-    fn publish_devices_at_risk(&self) {
-        if let Some(m) = &self.metrics {
-            m.set_devices_at_risk(self.devices_at_risk.len());
+    fn publish(&self, metrics: Option<&Metrics>) {
+        if let Some(m) = metrics {
+            m.set_devices_at_risk(self.at_risk.len());
         }
         if let Some(h) = &self.health {
-            h.set_degraded("devices", devices_at_risk_line(&self.devices_at_risk));
+            h.set_degraded("devices", devices_at_risk_line(&self.at_risk));
         }
     }
 }
 
+/// Makes `d`'s `/dev/char` link when the configuration allows (`None` when it does not):
+/// `Ok` once it exists, else why it could not be made.
+fn link_device(c: &ContainerView, d: &DeviceNode, host: &LinkHost) -> Option<Result<(), String>> {
+    if !host.make_links {
+        return None;
+    }
+    Some(match host.devices.create_systemd_link(d) {
+        Ok(link) => {
+            tracing::info!(
+                container = %c.id,
+                device = %d.path,
+                link = %link.display(),
+                "made the device's link so that runc's systemd cgroup driver keeps it in \
+                 the container's scope"
+            );
+            if let Some(m) = host.metrics {
+                m.device_link_created();
+            }
+            Ok(())
+        }
+        Err(e) => Err(format!("nri-align could not make it: {e}")),
+    })
+}
+
 /// A device node without its link, and the containers carrying it (by id).
 #[derive(Debug)]
-pub(super) struct AtRisk {
+struct AtRisk {
     node: DeviceNode,
     holders: BTreeSet<String>,
 }

@@ -71,7 +71,7 @@ fn a_device_without_its_link_is_counted_for_every_systemd_container() {
         "{text}"
     );
     assert!(!text.contains("/dev/nvidia0"), "{text}");
-    assert_eq!(e.device_links_warned.len(), 1, "one warning per device");
+    assert_eq!(e.device_links.warned.len(), 1, "one warning per device");
 }
 
 /// An engine over a fake host root whose `/dev/nvidia0` is the real `/dev/null` (char
@@ -248,7 +248,7 @@ fn the_list_and_the_series_keep_only_devices_of_live_containers() {
     let degraded = health.degraded();
     assert_eq!(degraded.len(), 1, "{degraded:?}");
     assert!(degraded[0].ends_with(": /dev/vfio/50"), "{degraded:?}");
-    assert_eq!(e.device_links_warned.len(), 1);
+    assert_eq!(e.device_links.warned.len(), 1);
     // The last one gone: nothing left to say.
     e.release_container("c50");
     let text = metrics.encode();

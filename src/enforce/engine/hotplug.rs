@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use super::{Engine, Placer};
 use crate::enforce::adjust::CpusetUpdate;
+use crate::enforce::state::Records;
 use crate::placement::cpus::pick_outside;
 use crate::topology::{read_online, CpuSet, NodeSet, Online, OnlineError};
 
@@ -37,17 +38,68 @@ pub(super) struct Watch {
     unknown: CpuSet,
 }
 
-impl<P: Placer> Engine<P> {
-    /// Follows the online CPUs and memory nodes of the host under `root` from now on (at each
-    /// [`Engine::poll_hotplug`]).
-    pub fn watch_hotplug(&mut self, root: &Path) {
-        self.hotplug = Some(Watch {
+impl Watch {
+    fn new(root: &Path) -> Self {
+        Self {
             root: root.to_path_buf(),
             last: None,
             logged: HashSet::new(),
             reported: BTreeMap::new(),
             unknown: CpuSet::new(),
-        });
+        }
+    }
+
+    /// Logs a failed read once per kind (at debug level after that).
+    fn read_failed(&mut self, e: &OnlineError) {
+        if self.logged.insert(e.kind()) {
+            tracing::warn!(
+                kind = e.kind(),
+                "online CPUs or memory nodes not read, the topology in force is kept: {e} \
+                 (said once per kind; nri_align_topology_read_failures_total counts them)"
+            );
+        } else {
+            tracing::debug!(kind = e.kind(), "online sets not read: {e}");
+        }
+    }
+
+    /// Warns of CPUs in `unknown` (online, unknown to the topology) not warned of before.
+    fn report_unknown(&mut self, unknown: &CpuSet) {
+        let new = unknown.difference(&self.unknown);
+        self.unknown = unknown.clone();
+        if !new.is_empty() {
+            tracing::warn!(
+                cpus = %new,
+                "CPUs came online that were not online when the topology was read: they are \
+                 not placed on until nri-align restarts (their core, cache and node are unknown)"
+            );
+        }
+    }
+
+    /// Logs each container of `held` (by id, with its offline CPUs) once per set of CPUs.
+    fn report_offline_held(&mut self, held: BTreeMap<String, CpuSet>, records: &Records) {
+        for (id, gone) in &held {
+            if self.reported.get(id) != Some(gone) {
+                let rec = records.get(id);
+                tracing::warn!(
+                    container = %id,
+                    pod = %rec.map(|r| r.assignment.pod_name.as_str()).unwrap_or(""),
+                    cpus = %rec.map(|r| r.assignment.cpus.to_string()).unwrap_or_default(),
+                    offline = %gone,
+                    "a container's exclusive CPUs went offline: it keeps the others and gets \
+                     no replacement (replace_offlined_cpus: false); the CPUs are its again when \
+                     they come back online"
+                );
+            }
+        }
+        self.reported = held;
+    }
+}
+
+impl<P: Placer> Engine<P> {
+    /// Follows the online CPUs and memory nodes of the host under `root` from now on (at each
+    /// [`Engine::poll_hotplug`]).
+    pub fn watch_hotplug(&mut self, root: &Path) {
+        self.hotplug = Some(Watch::new(root));
     }
 
     /// Reads the online sets and applies a change since the last read. Returns the cpuset
@@ -80,17 +132,8 @@ impl<P: Placer> Engine<P> {
         if let Some(m) = &self.metrics {
             m.hotplug().read_failed(e.kind());
         }
-        let Some(w) = self.hotplug.as_mut() else {
-            return;
-        };
-        if w.logged.insert(e.kind()) {
-            tracing::warn!(
-                kind = e.kind(),
-                "online CPUs or memory nodes not read, the topology in force is kept: {e} \
-                 (said once per kind; nri_align_topology_read_failures_total counts them)"
-            );
-        } else {
-            tracing::debug!(kind = e.kind(), "online sets not read: {e}");
+        if let Some(w) = self.hotplug.as_mut() {
+            w.read_failed(e);
         }
     }
 
@@ -116,7 +159,9 @@ impl<P: Placer> Engine<P> {
         if let Some(m) = &self.metrics {
             m.hotplug().changed();
         }
-        self.report_unknown(&unknown);
+        if let Some(w) = self.hotplug.as_mut() {
+            w.report_unknown(&unknown);
+        }
         let mut updates = self.replace_offlined();
         self.report_offline_held();
         let moved = self.follow_pool(None);
@@ -169,21 +214,6 @@ impl<P: Placer> Engine<P> {
             .collect()
     }
 
-    fn report_unknown(&mut self, unknown: &CpuSet) {
-        let Some(w) = self.hotplug.as_mut() else {
-            return;
-        };
-        let new = unknown.difference(&w.unknown);
-        w.unknown = unknown.clone();
-        if !new.is_empty() {
-            tracing::warn!(
-                cpus = %new,
-                "CPUs came online that were not online when the topology was read: they are \
-                 not placed on until nri-align restarts (their core, cache and node are unknown)"
-            );
-        }
-    }
-
     /// The exclusive containers that hold CPUs which are offline now, with those CPUs.
     fn offline_holders(&self) -> BTreeMap<String, CpuSet> {
         let online = self.placer.online();
@@ -206,24 +236,9 @@ impl<P: Placer> Engine<P> {
             m.hotplug()
                 .set_held_offline(held.values().map(CpuSet::len).sum());
         }
-        let Some(w) = self.hotplug.as_mut() else {
-            return;
-        };
-        for (id, gone) in &held {
-            if w.reported.get(id) != Some(gone) {
-                let rec = self.doc.containers.get(id);
-                tracing::warn!(
-                    container = %id,
-                    pod = %rec.map(|r| r.assignment.pod_name.as_str()).unwrap_or(""),
-                    cpus = %rec.map(|r| r.assignment.cpus.to_string()).unwrap_or_default(),
-                    offline = %gone,
-                    "a container's exclusive CPUs went offline: it keeps the others and gets \
-                     no replacement (replace_offlined_cpus: false); the CPUs are its again when \
-                     they come back online"
-                );
-            }
+        if let Some(w) = self.hotplug.as_mut() {
+            w.report_offline_held(held, &self.doc.containers);
         }
-        w.reported = held;
     }
 
     /// With `replace_offlined_cpus`, gives each exclusive container that holds offline CPUs

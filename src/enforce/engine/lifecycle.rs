@@ -5,6 +5,7 @@
 //! init-container CPUs), exempt namespaces run on the shared pool (or the reserved CPUs), and
 //! a container whose cpuset the kubelet already set (static CPU manager) is noticed.
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use super::{pod_name, CreateOutcome, Engine, EngineError, Placer};
@@ -12,8 +13,45 @@ use crate::enforce::adjust::{build_adjustment, decision_record, Adjustment, DECI
 use crate::enforce::container::{ContainerView, PodView};
 use crate::enforce::inputs::Built;
 use crate::enforce::state::{Record, ResourceSummary};
+use crate::metrics::Metrics;
 use crate::placement::{Assignment, Policy, Request};
 use crate::topology::CpuSet;
+
+/// Pods (UIDs) whose kubelet-set cpuset was already logged: owned by this file.
+#[derive(Debug, Default)]
+pub(super) struct KubeletCpusets {
+    noted: HashSet<String>,
+}
+
+impl KubeletCpusets {
+    /// Logs once per pod (and counts every time) a container that arrives with a cpuset
+    /// already set: the kubelet's static CPU manager is on, and it will rewrite the cpuset
+    /// nri-align sets (its reconcile loop runs every 10 s).
+    pub(super) fn note(&mut self, pod: &PodView, c: &ContainerView, metrics: Option<&Metrics>) {
+        if c.resources.cpuset_cpus.is_unset() {
+            return;
+        }
+        if let Some(m) = metrics {
+            m.event("kubelet-cpuset");
+        }
+        if self.noted.insert(pod.uid.clone()) {
+            tracing::warn!(
+                pod = %pod_name(pod),
+                container = %c.name,
+                cpuset = %c.resources.cpuset_cpus,
+                "container arrives with a cpuset already set: the kubelet's static CPU manager \
+                 is on and will fight nri-align's placement; set cpuManagerPolicy: none, \
+                 topologyManagerPolicy: none and memoryManagerPolicy: None on this node"
+            );
+        }
+    }
+
+    /// How many pods were logged.
+    #[cfg(test)]
+    pub(super) fn pods(&self) -> usize {
+        self.noted.len()
+    }
+}
 
 impl<P: Placer> Engine<P> {
     /// StopContainer: the container keeps its decision (the kubelet keeps a container's CPUs
@@ -39,28 +77,6 @@ impl<P: Placer> Engine<P> {
         let ids = self.doc.containers.pod_containers(sandbox_id);
         for id in ids {
             self.container_stopped(&id);
-        }
-    }
-
-    /// Logs once per pod (and counts every time) a container that arrives with a cpuset
-    /// already set: the kubelet's static CPU manager is on, and it will rewrite the cpuset
-    /// nri-align sets (its reconcile loop runs every 10 s).
-    pub(super) fn note_kubelet_cpuset(&mut self, pod: &PodView, c: &ContainerView) {
-        if c.resources.cpuset_cpus.is_unset() {
-            return;
-        }
-        if let Some(m) = &self.metrics {
-            m.event("kubelet-cpuset");
-        }
-        if self.kubelet_cpuset_pods.insert(pod.uid.clone()) {
-            tracing::warn!(
-                pod = %pod_name(pod),
-                container = %c.name,
-                cpuset = %c.resources.cpuset_cpus,
-                "container arrives with a cpuset already set: the kubelet's static CPU manager \
-                 is on and will fight nri-align's placement; set cpuManagerPolicy: none, \
-                 topologyManagerPolicy: none and memoryManagerPolicy: None on this node"
-            );
         }
     }
 
@@ -223,7 +239,9 @@ impl<P: Placer> Engine<P> {
                 return None;
             }
         };
-        let mempolicy_left_out = self.fit_mempolicy(&mut adjustment, &c.name);
+        let mempolicy_left_out =
+            self.mempolicy
+                .fit(&mut adjustment, &c.name, self.metrics.as_deref());
         self.doc.containers.insert(
             c.id.clone(),
             Record {

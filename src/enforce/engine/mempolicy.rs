@@ -8,6 +8,7 @@
 
 use super::{Engine, Placer};
 use crate::enforce::adjust::Adjustment;
+use crate::metrics::Metrics;
 
 /// What the engine knows of the runtime's support for memory policies: owned by this file.
 #[derive(Debug, Default)]
@@ -31,27 +32,33 @@ impl<P: Placer> Engine<P> {
             warned: false,
         };
     }
+}
 
+impl RuntimeMempolicy {
     /// Keeps the adjustment's memory policy where the runtime takes it, else takes it out
     /// (logged once per runtime); counts each container that has one. Returns whether one was
     /// left out.
-    pub(super) fn fit_mempolicy(&mut self, adj: &mut Adjustment, container: &str) -> bool {
+    pub(super) fn fit(
+        &mut self,
+        adj: &mut Adjustment,
+        container: &str,
+        metrics: Option<&Metrics>,
+    ) -> bool {
         let Some(policy) = &adj.memory_policy else {
             return false;
         };
-        let state = &mut self.mempolicy;
-        let outcome = if state.takes { "sent" } else { "unsupported" };
-        if let Some(m) = &self.metrics {
+        let outcome = if self.takes { "sent" } else { "unsupported" };
+        if let Some(m) = metrics {
             m.mempolicy(outcome);
         }
-        if state.takes {
+        if self.takes {
             return false;
         }
-        if !state.warned {
-            state.warned = true;
+        if !self.warned {
+            self.warned = true;
             tracing::warn!(
                 container = %container,
-                runtime = state.runtime.as_deref().unwrap_or("an unknown runtime"),
+                runtime = self.runtime.as_deref().unwrap_or("an unknown runtime"),
                 "mempolicy {} left out: the runtime's NRI cannot carry a memory policy \
                  (NRI v0.12 and later can); containers start with the kernel's default policy. \
                  Logged once per runtime; nri_align_mempolicy_total{{outcome=\"unsupported\"}} \

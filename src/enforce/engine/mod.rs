@@ -3,7 +3,7 @@
 //! persists the decision, counts it and logs one line. `plugin.rs` only converts NRI messages to
 //! and from these calls.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -64,39 +64,33 @@ pub enum StartState {
 }
 
 /// Enforcement state for one runtime connection (and across reconnections).
+///
+/// The placer, the configuration, the records and the host's devices are the engine's; each
+/// other part is a small state owned by the file that uses it, so that a step's signature
+/// says which of them it may change.
 pub struct Engine<P: Placer> {
     placer: P,
     config: Config,
-    store: Option<StateStore>,
     doc: StateDoc,
     metrics: Option<Arc<Metrics>>,
     devices: Box<dyn DeviceLookup + Send>,
+    /// The pods known, for namespaces and the observers' pod set (`observe.rs`).
     pods: observe::PodSet,
-    observer: Option<Box<dyn StateObserver>>,
-    /// Told about refusals and admissions by pod (`src/evict`).
-    refusals: Option<Box<dyn RefusalObserver>>,
-    /// Pods (UIDs) whose kubelet-set cpuset was already logged.
-    kubelet_cpuset_pods: HashSet<String>,
-    /// Devices already warned about for lacking a `/dev/char` link (`devlinks.rs`).
-    device_links_warned: HashSet<String>,
-    /// Device nodes (by path) given to live systemd-scoped containers that still lack the
-    /// link, with those containers.
-    devices_at_risk: std::collections::BTreeMap<String, devlinks::AtRisk>,
-    /// Where `/readyz` lists what is degraded (the devices at risk), when served.
-    health: Option<Arc<crate::metrics::Health>>,
-    /// Called when state writes start failing (`persist.rs`): the daemon's retry timer.
-    on_outage: Option<Box<dyn Fn() + Send>>,
+    /// Who hears of changes, refusals and admissions (`observe.rs`).
+    observers: observe::Observers,
+    /// Where the records are written, and the daemon's retry timer (`persist.rs`).
+    persistence: persist::Persistence,
+    /// Devices systemd cannot be told about (`devlinks.rs`).
+    device_links: devlinks::DeviceLinks,
+    /// Pods whose kubelet-set cpuset was already logged (`lifecycle.rs`).
+    kubelet_cpusets: lifecycle::KubeletCpusets,
     /// The online CPUs and memory nodes followed at run time (`hotplug.rs`); `None`: not
     /// followed.
     hotplug: Option<hotplug::Watch>,
-    /// Containers whose memory nodes moved after creation to follow CPUs another plugin set
-    /// (`others.rs`); their new `cpuset.mems` goes with the next response that can carry it.
-    mems_moved: std::collections::BTreeSet<String>,
-    /// Containers whose CFS quota goes with the next response that can carry it, with the
-    /// quota (`quota.rs`).
-    quota_moved: std::collections::BTreeMap<String, i64>,
-    /// Pod cgroups whose CFS quota is to be written, by sandbox id (`quota.rs`).
-    pod_quota_moved: std::collections::BTreeMap<String, quota::PodQuotaWrite>,
+    /// Memory nodes moved after creation, waiting for a response (`others.rs`).
+    mems_moved: others::MovedMems,
+    /// CFS quotas of containers and pods waiting for a response (`quota.rs`).
+    quota: quota::PendingQuota,
     /// Whether the runtime takes a memory policy (`mempolicy.rs`).
     mempolicy: mempolicy::RuntimeMempolicy,
 }
@@ -106,39 +100,27 @@ impl<P: Placer> Engine<P> {
     pub fn new(
         placer: P,
         config: Config,
-        mut store: Option<StateStore>,
+        store: Option<StateStore>,
         metrics: Option<Arc<Metrics>>,
         devices: Box<dyn DeviceLookup + Send>,
     ) -> Self {
-        if let Some(s) = store.as_mut() {
-            s.set_fsync(config.state_fsync);
-        }
+        let persistence = persist::Persistence::new(store, config.state_fsync);
         Self {
             placer,
             config,
-            store,
             doc: StateDoc::default(),
             metrics,
             devices,
             pods: observe::PodSet::default(),
-            observer: None,
-            refusals: None,
-            kubelet_cpuset_pods: HashSet::new(),
-            device_links_warned: HashSet::new(),
-            devices_at_risk: Default::default(),
-            health: None,
-            on_outage: None,
+            observers: observe::Observers::default(),
+            persistence,
+            device_links: devlinks::DeviceLinks::default(),
+            kubelet_cpusets: lifecycle::KubeletCpusets::default(),
             hotplug: None,
-            mems_moved: Default::default(),
-            quota_moved: Default::default(),
-            pod_quota_moved: Default::default(),
-            mempolicy: Default::default(),
+            mems_moved: others::MovedMems::default(),
+            quota: quota::PendingQuota::default(),
+            mempolicy: mempolicy::RuntimeMempolicy::default(),
         }
-    }
-
-    /// Lists the devices at risk among `health`'s degraded parts (`devlinks.rs`).
-    pub fn set_health(&mut self, health: Arc<crate::metrics::Health>) {
-        self.health = Some(health);
     }
 
     /// The placer (for reports).
@@ -197,11 +179,6 @@ impl<P: Placer> Engine<P> {
         }
     }
 
-    /// Tells `observer` about every later refusal, admission and pod removal.
-    pub fn set_refusal_observer(&mut self, observer: Box<dyn RefusalObserver>) {
-        self.refusals = Some(observer);
-    }
-
     /// Decides a new container. `Ok(None)`: the container is exempt and left alone. The
     /// refusal observer hears the answer.
     pub fn create_container(
@@ -210,18 +187,7 @@ impl<P: Placer> Engine<P> {
         c: &ContainerView,
     ) -> Result<Option<CreateOutcome>, EngineError> {
         let answer = self.decide_container(pod, c);
-        if let Some(o) = &self.refusals {
-            match &answer {
-                Ok(_) => o.admitted(&pod.namespace, &pod.name),
-                Err(EngineError::Rejected(r)) if r.another_holds => {
-                    o.refused_for_another(&pod.namespace, &pod.name)
-                }
-                Err(_) => o.refused(&pod.namespace, &pod.name, &pod.uid),
-            }
-        }
-        if let (Err(_), Some(o)) = (&answer, &self.observer) {
-            o.placement_refused();
-        }
+        self.observers.heard_create(pod, &answer);
         answer
     }
 
@@ -257,7 +223,7 @@ impl<P: Placer> Engine<P> {
             // A create for an id we hold (a retried create): start over.
             self.drop_record(&c.id);
         }
-        self.note_kubelet_cpuset(pod, c);
+        self.kubelet_cpusets.note(pod, c, self.metrics.as_deref());
         if self.config.is_exempt(&pod.namespace) {
             return self.create_exempt(pod, c).map(Some);
         }
@@ -405,8 +371,8 @@ impl<P: Placer> Engine<P> {
     /// Releases every container of a pod (RemovePodSandbox).
     pub fn release_pod(&mut self, sandbox_id: &str) -> Vec<CpusetUpdate> {
         let ids = self.doc.containers.pod_containers(sandbox_id);
-        if let (Some(o), Some(p)) = (&self.refusals, self.pods.get(sandbox_id)) {
-            o.removed(&p.namespace, &p.name);
+        if let Some(p) = self.pods.get(sandbox_id) {
+            self.observers.pod_removed(p);
         }
         let pod_gone = self.pods.remove(sandbox_id);
         // A later release may move the same container again: the last one counts.
@@ -439,9 +405,7 @@ impl<P: Placer> Engine<P> {
             );
         }
         self.placer.set_config(config.placement.clone());
-        if let Some(s) = self.store.as_mut() {
-            s.set_fsync(config.state_fsync);
-        }
+        self.persistence.set_fsync(config.state_fsync);
         let quota_before = self.config.exclusive_cpu_quota;
         self.config = config;
         self.config_changed();
@@ -481,8 +445,8 @@ impl<P: Placer> Engine<P> {
     /// Forgets container `id` in the records and the placer together, and persists that.
     fn drop_record(&mut self, id: &str) {
         let rec = self.doc.containers.remove(id);
-        self.mems_moved.remove(id);
-        self.quota_moved.remove(id);
+        self.mems_moved.forget(id);
+        self.quota.forget(id);
         self.placer.release(id);
         if let Some(rec) = rec {
             // Its pod's shared containers follow with the next decision in the pod.
@@ -633,7 +597,9 @@ mod recovery;
 mod resize;
 
 #[cfg(test)]
-// A scenario test reads as one story of events and checks; cut into helpers, the sequence it
-// proves would no longer be in view.
-#[allow(clippy::too_many_lines)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a scenario test reads as one story of events and checks; cut into helpers, the \
+              sequence it proves would no longer be in view"
+)]
 mod tests;

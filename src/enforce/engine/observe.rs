@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::{Engine, Placer};
+use super::{Engine, EngineError, Placer};
 use crate::config::Config;
 use crate::enforce::container::PodView;
 use crate::metrics::NodeFreeSample;
@@ -127,31 +127,72 @@ fn pod_id(pod: &PodView) -> PodId {
     PodId::new(pod.namespace.clone(), pod.name.clone())
 }
 
+/// Who hears of the engine's changes and answers: owned by this file.
+#[derive(Default)]
+pub(super) struct Observers {
+    /// Told what is free, the pods and the configuration (the NodeResourceTopology publisher).
+    state: Option<Box<dyn StateObserver>>,
+    /// Told about refusals and admissions by pod (`src/evict`).
+    refusals: Option<Box<dyn RefusalObserver>>,
+}
+
+impl Observers {
+    /// Tells the refusal observer how a creation in `pod` was answered, and the state
+    /// observer of a refusal.
+    pub(super) fn heard_create<T>(&self, pod: &PodView, answer: &Result<T, EngineError>) {
+        if let Some(o) = &self.refusals {
+            match answer {
+                Ok(_) => o.admitted(&pod.namespace, &pod.name),
+                Err(EngineError::Rejected(r)) if r.another_holds => {
+                    o.refused_for_another(&pod.namespace, &pod.name)
+                }
+                Err(_) => o.refused(&pod.namespace, &pod.name, &pod.uid),
+            }
+        }
+        if let (Err(_), Some(o)) = (answer, &self.state) {
+            o.placement_refused();
+        }
+    }
+
+    /// Tells the refusal observer that `pod`'s sandbox was removed.
+    pub(super) fn pod_removed(&self, pod: &PodId) {
+        if let Some(o) = &self.refusals {
+            o.removed(&pod.namespace, &pod.name);
+        }
+    }
+}
+
 impl<P: Placer> Engine<P> {
     /// Hands the observer every later change, starting with the state now.
     pub fn set_observer(&mut self, observer: Box<dyn StateObserver>) {
         observer.config_changed(&self.config);
-        self.observer = Some(observer);
+        self.observers.state = Some(observer);
         self.refresh_free();
+    }
+
+    /// Tells `observer` about every later refusal, admission and pod removal.
+    pub fn set_refusal_observer(&mut self, observer: Box<dyn RefusalObserver>) {
+        self.observers.refusals = Some(observer);
     }
 
     /// Refreshes the free gauges and tells the observer what is free now.
     pub(super) fn refresh_free(&self) {
-        if self.metrics.is_none() && self.observer.is_none() {
+        let observer = self.observers.state.as_ref();
+        if self.metrics.is_none() && observer.is_none() {
             return;
         }
         let free = self.placer.free_by_node();
         if let Some(m) = &self.metrics {
             m.set_free(&samples(self.placer.topology(), &free));
         }
-        if let Some(o) = &self.observer {
+        if let Some(o) = observer {
             o.state_changed(&free, self.pods.ids());
         }
     }
 
     /// Tells the observer about a new configuration.
     pub(super) fn config_changed(&self) {
-        if let Some(o) = &self.observer {
+        if let Some(o) = &self.observers.state {
             o.config_changed(&self.config);
         }
     }

@@ -232,6 +232,33 @@ pub fn decision(
     }
 }
 
+/// Containers whose memory nodes moved after creation to follow CPUs another plugin set (or
+/// a resize); their new `cpuset.mems` goes with the next response that can carry it. Owned by
+/// this file.
+#[derive(Debug, Default)]
+pub(super) struct MovedMems(std::collections::BTreeSet<String>);
+
+impl MovedMems {
+    /// Container `id`'s memory nodes moved.
+    pub(super) fn mark(&mut self, id: &str) {
+        self.0.insert(id.to_string());
+    }
+
+    /// Container `id` is gone (or created anew).
+    pub(super) fn forget(&mut self, id: &str) {
+        self.0.remove(id);
+    }
+
+    fn has(&self, id: &str) -> bool {
+        self.0.contains(id)
+    }
+
+    /// The marked containers, each once, in id order; none are left marked.
+    fn take(&mut self) -> std::collections::BTreeSet<String> {
+        std::mem::take(&mut self.0)
+    }
+}
+
 impl<P: Placer> Engine<P> {
     /// Whether another plugin owns `cpuset.cpus`: then no cpuset update is ever sent.
     pub(super) fn cpus_left(&self) -> bool {
@@ -342,7 +369,7 @@ impl<P: Placer> Engine<P> {
         let mems_moved = !mems_left && !a.mems.is_empty() && a.mems != rec.assignment.mems;
         tracing::info!(container = %c.id, cpus = %a.cpus, mems = %a.mems, mems_moved, "cpuset set by another plugin recorded");
         if mems_moved {
-            self.mems_moved.insert(c.id.clone());
+            self.mems_moved.mark(&c.id);
         }
         let updated = Record {
             applied_cpus: a.cpus.clone(),
@@ -357,7 +384,7 @@ impl<P: Placer> Engine<P> {
     /// The memory nodes container `id` moved to after its creation and has not been sent yet
     /// (to write them to its cgroup at once where no response may come soon).
     pub fn moved_mems(&self, id: &str) -> Option<NodeSet> {
-        if !self.mems_moved.contains(id) {
+        if !self.mems_moved.has(id) {
             return None;
         }
         self.doc
@@ -370,7 +397,7 @@ impl<P: Placer> Engine<P> {
     /// now (a container that moved twice gets where it is). None when `mems` is left to
     /// another plugin, which may have been configured since they were marked.
     pub fn take_mems_updates(&mut self) -> Vec<MemsUpdate> {
-        let moved = std::mem::take(&mut self.mems_moved);
+        let moved = self.mems_moved.take();
         if self.config.leave_to_others.mems {
             return Vec::new();
         }

@@ -23,6 +23,8 @@
 //! moments, and puts the kubelet's value back where the pod no longer has exclusive CPUs, or
 //! under `keep`; only over no quota, never over one the kubelet wrote.
 
+use std::collections::BTreeMap;
+
 use super::{Engine, Placer};
 use crate::config::ExclusiveCpuQuota;
 use crate::enforce::container::{ContainerView, PodView, ResourcesView};
@@ -51,6 +53,46 @@ pub struct PodQuotaWrite {
     pub cgroups_path: String,
     /// What to make of the quota.
     pub want: PodQuota,
+}
+
+/// The quota writes waiting for a response: owned by this file.
+#[derive(Debug, Default)]
+pub(super) struct PendingQuota {
+    /// Containers whose CFS quota goes with the next response that can carry it.
+    containers: BTreeMap<String, i64>,
+    /// Pod cgroups whose CFS quota is to be written, by sandbox id.
+    pods: BTreeMap<String, PodQuotaWrite>,
+}
+
+impl PendingQuota {
+    /// Container `id` is gone (or created anew): nothing waits for it.
+    pub(super) fn forget(&mut self, id: &str) {
+        self.containers.remove(id);
+    }
+
+    /// Container `id` is to run with `quota` (the last one queued wins).
+    fn queue(&mut self, id: &str, quota: i64) {
+        self.containers.insert(id.to_string(), quota);
+    }
+
+    /// Pod sandbox `sandbox_id`'s cgroup is to get `write` (the last one queued wins).
+    fn queue_pod(&mut self, sandbox_id: &str, write: PodQuotaWrite) {
+        self.pods.insert(sandbox_id.to_string(), write);
+    }
+
+    fn take_pod_writes(&mut self) -> Vec<PodQuotaWrite> {
+        std::mem::take(&mut self.pods).into_values().collect()
+    }
+
+    fn take_updates(&mut self) -> Vec<QuotaUpdate> {
+        std::mem::take(&mut self.containers)
+            .into_iter()
+            .map(|(container_id, quota)| QuotaUpdate {
+                container_id,
+                quota,
+            })
+            .collect()
+    }
 }
 
 /// The quota the container of `rec` should run with under `setting`; `None`: whatever it runs
@@ -123,7 +165,7 @@ impl<P: Placer> Engine<P> {
         // where the update leaves it out.
         let ran_without = runs_with(c.resources.cpu_quota, NO_QUOTA) && want != NO_QUOTA;
         if !runs_with(new.cpu_quota, want) || ran_without {
-            self.queue_quota(&c.id, want);
+            self.quota.queue(&c.id, want);
         }
     }
 
@@ -153,7 +195,7 @@ impl<P: Placer> Engine<P> {
                 .and_then(|r| wanted(r, setting));
             if let Some(want) = want.filter(|w| !runs_with(c.resources.cpu_quota, *w)) {
                 tracing::info!(container = %c.id, quota = want, "CFS quota put back in line with the record");
-                self.queue_quota(&c.id, want);
+                self.quota.queue(&c.id, want);
             }
         }
         // Each pod with exclusive CPUs: lifted, or under `keep` the kubelet's put back.
@@ -196,7 +238,7 @@ impl<P: Placer> Engine<P> {
             .map(|(_, r)| r.pod_sandbox_id.clone())
             .collect();
         for (id, q) in changed {
-            self.queue_quota(&id, q);
+            self.quota.queue(&id, q);
         }
         for p in pods {
             self.queue_pod_quota(&p, None, true);
@@ -247,29 +289,17 @@ impl<P: Placer> Engine<P> {
             cgroups_path: first.cgroups_path.clone(),
             want,
         };
-        self.pod_quota_moved.insert(sandbox_id.to_string(), write);
+        self.quota.queue_pod(sandbox_id, write);
     }
 
     /// The pod cgroup writes waiting to be made, each pod once (the last one wins).
     pub fn take_pod_quota_writes(&mut self) -> Vec<PodQuotaWrite> {
-        std::mem::take(&mut self.pod_quota_moved)
-            .into_values()
-            .collect()
-    }
-
-    fn queue_quota(&mut self, id: &str, quota: i64) {
-        self.quota_moved.insert(id.to_string(), quota);
+        self.quota.take_pod_writes()
     }
 
     /// The quota updates waiting for a response, each container once (the last one wins).
     pub fn take_quota_updates(&mut self) -> Vec<QuotaUpdate> {
-        std::mem::take(&mut self.quota_moved)
-            .into_iter()
-            .map(|(container_id, quota)| QuotaUpdate {
-                container_id,
-                quota,
-            })
-            .collect()
+        self.quota.take_updates()
     }
 }
 

@@ -182,11 +182,17 @@ pub fn record_as_running(
             nics: &nics,
         },
     );
+    let hugepages = pages_on_mems(
+        topo,
+        &mems,
+        &crate::enforce::inputs::hugepage_needs(&c.resources.hugepage_limits),
+    );
     Record {
         assignment: Assignment {
             exclusive,
             mems,
             numa_nodes,
+            hugepages,
             memory_bytes: c
                 .resources
                 .memory_limit
@@ -213,6 +219,38 @@ pub fn record_as_running(
         cdi_names: spec.cdi_names,
         ..Record::default()
     }
+}
+
+/// The huge pages a running container's limits ask for, laid over its memory nodes in order,
+/// each node up to the pages it has: where the kernel took them cannot be read back, but
+/// they come from those nodes, and holding them there keeps a restarted daemon from counting
+/// them free. What the nodes do not have is left out (the restore would refuse more).
+fn pages_on_mems(
+    topo: &Topology,
+    mems: &NodeSet,
+    needs: &[crate::placement::HugePageNeed],
+) -> Vec<crate::placement::HugePagesHeld> {
+    let mut held = Vec::new();
+    for need in needs {
+        let mut left = need.pages;
+        for node in topo.numa_nodes.iter().filter(|n| mems.contains(n.id)) {
+            let total = node
+                .hugepages
+                .iter()
+                .find(|h| h.size_kb == need.size_kb)
+                .map_or(0, |h| h.total);
+            let take = left.min(total);
+            if take > 0 {
+                held.push(crate::placement::HugePagesHeld {
+                    node: node.id,
+                    size_kb: need.size_kb,
+                    pages: take,
+                });
+                left -= take;
+            }
+        }
+    }
+    held
 }
 
 /// What a running container's request says, as far as this host can read it.

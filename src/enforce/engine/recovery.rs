@@ -44,19 +44,11 @@ impl<P: Placer> Engine<P> {
     /// Loads the state file and restores its decisions. Without a Synchronize (pre-launched
     /// plugins on NRI v0.6.1) this is all the engine will know.
     pub fn start(&mut self) -> StartState {
-        let Some(store) = self.store.as_mut() else {
+        // An outage the load found (a torn tail on a disk still full, a dir that could not be
+        // opened) is counted and the daemon's retry timer armed there.
+        let Some(loaded) = self.persistence.load(self.metrics.as_deref()) else {
             return StartState::Fresh;
         };
-        let loaded = store.load();
-        if store.outage().is_some() {
-            // The load could not rewrite the log (a torn tail, on a disk still full), or the
-            // dir could not be opened: the store said why; the gauge says it until a write
-            // succeeds, and the daemon's timer retries meanwhile.
-            if let Some(m) = &self.metrics {
-                m.state_write_failed();
-            }
-            self.outage_started();
-        }
         let doc = match loaded {
             Loaded::Fresh => return StartState::Fresh,
             Loaded::Corrupt(why) => {
@@ -404,7 +396,15 @@ impl<P: Placer> Engine<P> {
     /// one. `false` when even that cannot be tracked.
     fn track_running(&mut self, mut rec: Record) -> bool {
         let id = rec.assignment.container_id.clone();
-        if let Err(r) = self.placer.restore(rec.assignment.clone()) {
+        let mut restored = self.placer.restore(rec.assignment.clone());
+        if restored.is_err() && !rec.assignment.hugepages.is_empty() {
+            // Its pages were laid over its nodes by their size, not by what others hold: where
+            // they do not fit beside the others', track it without them rather than not at all.
+            tracing::warn!(container = %id, "recorded without its huge pages: its nodes' pages are held by others");
+            rec.assignment.hugepages.clear();
+            restored = self.placer.restore(rec.assignment.clone());
+        }
+        if let Err(r) = restored {
             // Two running containers claim the same exclusive CPUs: keep it running but
             // count it as shared, so nothing is allocated twice.
             tracing::warn!(container = %id, "recorded as shared: {}", r.message);

@@ -58,7 +58,7 @@ impl<P: Placer> Engine<P> {
         // go out with this update's response, unless another plugin owns them.
         if !self.config.leave_to_others.mems && !a.mems.is_empty() && a.mems != old.assignment.mems
         {
-            self.mems_moved.insert(c.id.clone());
+            self.mems_moved.mark(&c.id);
         }
         let mut updates: Vec<_> = CpusetUpdate::if_moved(&c.id, &a.cpus, &old.applied_cpus)
             .into_iter()

@@ -370,8 +370,9 @@ fn linux(b: &[u8], l: &mut api::LinuxContainer, budget: &mut Budget<'_>) -> Resu
     })
 }
 
-/// `LinuxResources`: memory, CPU and device rules (hugepages, classes, unified and pids left
-/// out).
+/// `LinuxResources`: memory, CPU, huge page limits and device rules (classes, unified and
+/// pids left out). The huge page limits are what a record rebuilt after a lost state holds
+/// per node: without them a restarted daemon would count those pages as free.
 fn resources(b: &[u8], r: &mut api::LinuxResources, budget: &mut Budget<'_>) -> Result<()> {
     walk(b, |field, v| {
         match (field, v) {
@@ -380,6 +381,11 @@ fn resources(b: &[u8], r: &mut api::LinuxResources, budget: &mut Budget<'_>) -> 
             }
             (2, Value::Bytes(x)) => {
                 r.cpu = protobuf::MessageField::some(api::LinuxCPU::parse_from_bytes(x)?)
+            }
+            (3, Value::Bytes(x)) => {
+                budget.entry()?;
+                r.hugepage_limits
+                    .push(api::HugepageLimit::parse_from_bytes(x)?);
             }
             (7, Value::Bytes(x)) => {
                 budget.entry()?;

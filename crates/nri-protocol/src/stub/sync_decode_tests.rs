@@ -84,6 +84,11 @@ fn full_container() -> api::Container {
                 access: "rwm".into(),
                 ..Default::default()
             }],
+            hugepage_limits: vec![api::HugepageLimit {
+                page_size: "2MB".into(),
+                limit: 64 << 21,
+                ..Default::default()
+            }],
             unified,
             ..Default::default()
         }),
@@ -173,12 +178,14 @@ fn keep_only_keeps_identity_resources_devices_and_the_named_entries() {
         fl.resources.as_ref().expect("r"),
     );
     assert_eq!(
-        (&r.cpu, &r.memory, &r.devices),
-        (&fr.cpu, &fr.memory, &fr.devices)
+        (&r.cpu, &r.memory, &r.devices, &r.hugepage_limits),
+        (&fr.cpu, &fr.memory, &fr.devices, &fr.hugepage_limits)
     );
+    assert_eq!(r.hugepage_limits.len(), 1, "the huge page limit is kept");
     assert!(r.unified.is_empty());
-    // 1 variable, 1 label, 3 annotations, 1 mount, 1 CDI device, 1 node, 1 rule.
-    assert_eq!(totals.entries, 9);
+    // 1 variable, 1 label, 3 annotations, 1 mount, 1 CDI device, 1 node, 1 rule, 1 huge
+    // page limit.
+    assert_eq!(totals.entries, 10);
 }
 
 #[test]

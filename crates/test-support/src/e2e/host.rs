@@ -245,6 +245,9 @@ impl EmulatedHost {
                 machine.cpus, machine.nodes, emulated.cpus, emulated.nodes
             ));
         }
+        if machine.nodes.len() < 2 {
+            say_single_node_once(machine.nodes.len());
+        }
         make_dev_nodes(&root)?;
         let nvml_fixture = root.join("nvml.json");
         let fixture: Value = serde_json::from_str(&read(&nvml_fixture)?)
@@ -412,4 +415,22 @@ fn make_dev_nodes(root: &Path) -> HResult<()> {
         .map_err(|e| HarnessError(format!("mknod {}: {e}", full.display())))?;
     }
     Ok(())
+}
+
+/// Says once per test binary, where every run's output shows it, that on this machine the
+/// node choice cannot be wrong: with one NUMA node every CPU, memory node and device is on it,
+/// so the host suites prove the plumbing (the cpuset, memory nodes, device nodes and env reach
+/// the container) and not which node was chosen. Node choice on real nodes is proven in the
+/// QEMU guests (tests/vm_numa) and over emulated multi-node hosts (tests/placement).
+fn say_single_node_once(nodes: usize) {
+    use std::io::Write as _;
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOTE: this machine has {nodes} NUMA node(s): the end-to-end tests here check that \
+             placements reach the containers, not which node they chose (that runs in the QEMU \
+             guests, tests/vm_numa, and on emulated multi-node hosts, tests/placement)"
+        );
+    });
 }

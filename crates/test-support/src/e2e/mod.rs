@@ -72,8 +72,9 @@ pub fn skip_unless_root(test: &str) -> bool {
     }
     let uid = nix::unistd::geteuid();
     if std::env::var("NRI_ALIGN_E2E").as_deref() == Ok("skip") {
-        eprintln!(
-            "SKIP {test}: needs root to run a container runtime (uid {uid}); NRI_ALIGN_E2E=skip"
+        crate::skip::skip(
+            test,
+            &format!("needs root to run a container runtime (uid {uid}); NRI_ALIGN_E2E=skip"),
         );
         return true;
     }

@@ -180,7 +180,8 @@ impl Runtime {
 /// run here: without root (see [`skip_unless_root`]), or on a runtime built from source (CRI-O,
 /// containerd 2.3: in no package registry; the hack script says where it looked) when no build
 /// is found and its [`Runtime::require_var`] (`NRI_ALIGN_REQUIRE_CRIO=1`,
-/// `NRI_ALIGN_REQUIRE_CONTAINERD_2_3=1`) is not set. Any other problem fails the test.
+/// `NRI_ALIGN_REQUIRE_CONTAINERD_2_3=1`) is not set, nor `NRI_ALIGN_FORBID_SKIPS=1` (see
+/// [`crate::skip`]). Any other problem fails the test.
 pub fn skip_unless_ready(runtime: Runtime, test: &str) -> bool {
     if skip_unless_root(test) {
         return true;
@@ -197,7 +198,7 @@ pub fn skip_unless_ready(runtime: Runtime, test: &str) -> bool {
             panic!("{test}: no {rt} build and {var}=1: {why}")
         }
         Err(why) => {
-            eprintln!("SKIP {test}: no {rt} build: {why}");
+            crate::skip::skip(test, &format!("no {rt} build: {why}"));
             true
         }
     }

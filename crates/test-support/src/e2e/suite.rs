@@ -137,142 +137,129 @@ pub struct Enforced {
     pub config: PathBuf,
 }
 
-/// What an [`Enforced`] constructor adds to the plain start; the defaults are the plain start.
-#[derive(Default)]
-struct Setup<'a> {
+/// How an [`Enforced`] suite is brought up: [`Enforced::builder`], then what the test needs
+/// beyond the plain start (no devices, an empty configuration, no test kubelet), then
+/// [`EnforcedBuilder::start`].
+#[must_use = "nothing starts until `start` is called"]
+pub struct EnforcedBuilder<'a> {
+    runtime: Runtime,
+    /// The test's name, for skip and failure messages.
+    test: &'a str,
+    /// The runtime instance's name.
+    name: &'a str,
+    gpus: usize,
+    nics: usize,
+    /// nri-align's configuration (YAML).
+    config: &'a str,
     /// A test kubelet serving PodResources to nri-align.
     kubelet: bool,
+    /// GPUs with MIG mode on: index and MIG profiles.
+    mig: &'a [(usize, &'a [&'a str])],
     /// Runtime options (CDI on, timeouts).
     options: UpOptions,
     /// More arguments for `nri-align run`.
-    extra_args: &'a [&'a str],
-    /// GPUs with MIG mode on: index and MIG profiles.
-    mig: &'a [(usize, &'a [&'a str])],
+    args: &'a [&'a str],
 }
 
 impl Enforced {
-    /// Brings up instance `name` of `runtime` and nri-align on a host with `gpus` fake GPUs and
-    /// `nics` RDMA NICs, configured by `config` (YAML). `None` when the test must skip (see
-    /// [`skip_unless_ready`]); any failure panics with its cause.
-    pub fn start(
-        runtime: Runtime,
-        test: &str,
-        name: &str,
-        gpus: usize,
-        nics: usize,
-        config: &str,
-    ) -> Option<Self> {
-        Self::start_with(runtime, test, name, (gpus, nics), config, Setup::default())
+    /// Starts describing instance `name` of `runtime` for test `test`; see [`EnforcedBuilder`].
+    pub fn builder<'a>(runtime: Runtime, test: &'a str, name: &'a str) -> EnforcedBuilder<'a> {
+        EnforcedBuilder {
+            runtime,
+            test,
+            name,
+            gpus: 0,
+            nics: 0,
+            config: "",
+            kubelet: false,
+            mig: &[],
+            options: UpOptions::default(),
+            args: &[],
+        }
+    }
+}
+
+impl<'a> EnforcedBuilder<'a> {
+    /// The emulated host has `n` fake GPUs.
+    pub fn gpus(mut self, n: usize) -> Self {
+        self.gpus = n;
+        self
     }
 
-    /// [`Enforced::start`] with a test kubelet serving PodResources to nri-align.
-    pub fn with_kubelet(
-        runtime: Runtime,
-        test: &str,
-        name: &str,
-        (gpus, nics): (usize, usize),
-        config: &str,
-        options: UpOptions,
-    ) -> Option<Self> {
-        let setup = Setup {
-            kubelet: true,
-            options,
-            ..Setup::default()
-        };
-        Self::start_with(runtime, test, name, (gpus, nics), config, setup)
+    /// The emulated host has `n` fake RDMA NICs.
+    pub fn nics(mut self, n: usize) -> Self {
+        self.nics = n;
+        self
     }
 
-    /// [`Enforced::with_kubelet`] on a host whose GPUs `mig` (index, MIG profiles) have MIG
-    /// mode on, with those MIG devices.
-    pub fn with_kubelet_mig(
-        runtime: Runtime,
-        test: &str,
-        name: &str,
-        (gpus, nics): (usize, usize),
-        mig: &[(usize, &[&str])],
-        config: &str,
-    ) -> Option<Self> {
-        let setup = Setup {
-            kubelet: true,
-            mig,
-            ..Setup::default()
-        };
-        Self::start_with(runtime, test, name, (gpus, nics), config, setup)
+    /// nri-align's configuration (YAML).
+    pub fn config(mut self, yaml: &'a str) -> Self {
+        self.config = yaml;
+        self
     }
 
-    /// [`Enforced::start`] with runtime options (CDI on, timeouts) and no test kubelet.
-    pub fn with_options(
-        runtime: Runtime,
-        test: &str,
-        name: &str,
-        (gpus, nics): (usize, usize),
-        config: &str,
-        options: UpOptions,
-    ) -> Option<Self> {
-        let setup = Setup {
-            options,
-            ..Setup::default()
-        };
-        Self::start_with(runtime, test, name, (gpus, nics), config, setup)
+    /// A test kubelet serves PodResources to nri-align (its socket is added to the
+    /// configuration), listing every GPU as allocatable.
+    pub fn kubelet(mut self) -> Self {
+        self.kubelet = true;
+        self
     }
 
-    /// [`Enforced::start`] with more arguments for `nri-align run`.
-    pub fn with_args(
-        runtime: Runtime,
-        test: &str,
-        name: &str,
-        (gpus, nics): (usize, usize),
-        config: &str,
-        extra_args: &[&str],
-    ) -> Option<Self> {
-        let setup = Setup {
-            extra_args,
-            ..Setup::default()
-        };
-        Self::start_with(runtime, test, name, (gpus, nics), config, setup)
+    /// The GPUs `mig` (index, MIG profiles) have MIG mode on, with those MIG devices.
+    pub fn mig(mut self, mig: &'a [(usize, &'a [&'a str])]) -> Self {
+        self.mig = mig;
+        self
     }
 
-    fn start_with(
-        runtime: Runtime,
-        test: &str,
-        name: &str,
-        (gpus, nics): (usize, usize),
-        config: &str,
-        Setup {
-            kubelet,
-            options,
-            extra_args,
-            mig,
-        }: Setup,
-    ) -> Option<Self> {
-        let test = format!("{test}({})", runtime.name());
-        if skip_unless_ready(runtime, &test) {
+    /// Runtime options (CDI on, timeouts).
+    pub fn options(mut self, options: UpOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// More arguments for `nri-align run`.
+    pub fn args(mut self, args: &'a [&'a str]) -> Self {
+        self.args = args;
+        self
+    }
+
+    /// Brings up the runtime instance and nri-align on the emulated host. `None` when the test
+    /// must skip (see [`skip_unless_ready`]); any failure panics with its cause.
+    pub fn start(self) -> Option<Enforced> {
+        let test = format!("{}({})", self.test, self.runtime.name());
+        if skip_unless_ready(self.runtime, &test) {
             return None;
         }
-        let rt =
-            Instance::fresh_with(runtime, name, options).unwrap_or_else(|e| panic!("{test}: {e}"));
-        let kubelet =
-            kubelet.then(|| Kubelet::start(rt.dir().join("kubelet/pod-resources/kubelet.sock")));
+        let rt = Instance::fresh_with(self.runtime, self.name, self.options)
+            .unwrap_or_else(|e| panic!("{test}: {e}"));
+        let kubelet = self
+            .kubelet
+            .then(|| Kubelet::start(rt.dir().join("kubelet/pod-resources/kubelet.sock")));
         let config = match &kubelet {
-            Some(k) => format!("{config}\npodresources_socket: {:?}\n", k.socket),
-            None => config.to_string(),
+            Some(k) => format!("{}\npodresources_socket: {:?}\n", self.config, k.socket),
+            None => self.config.to_string(),
         };
-        let host = EmulatedHost::of_this_machine_with_mig(&rt.dir().join("host"), gpus, nics, mig)
-            .unwrap_or_else(|e| panic!("{test}: emulate: {e}"));
+        let host = EmulatedHost::of_this_machine_with_mig(
+            &rt.dir().join("host"),
+            self.gpus,
+            self.nics,
+            self.mig,
+        )
+        .unwrap_or_else(|e| panic!("{test}: emulate: {e}"));
         if let Some(k) = &kubelet {
             // As a kubelet whose device plugin reports every GPU healthy.
             let uuids: Vec<&str> = host.gpus.iter().map(|g| g.uuid.as_str()).collect();
             k.set_allocatable("nvidia.com/gpu", &uuids);
         }
         let mut run = AlignRun::new(rt.dir().join("align-state")).on(&host);
-        run.extra = extra_args.iter().map(|a| a.to_string()).collect();
+        run.extra = self.args.iter().map(|a| a.to_string()).collect();
         let path = rt.dir().join("nri-align.yaml");
         run.write_config(&path, &config)
             .unwrap_or_else(|e| panic!("{test}: {e}"));
         let plugin = run
             .start(&rt)
             .unwrap_or_else(|e| panic!("{test}: nri-align: {e}"));
-        Some(Self {
+        Some(Enforced {
             rt,
             host,
             run,
@@ -281,7 +268,9 @@ impl Enforced {
             config: path,
         })
     }
+}
 
+impl Enforced {
     /// Runs `nri-align verify`, which must succeed and report each of `ids` as `ok`.
     pub fn assert_verified(&self, ids: &[&str]) {
         let out = self.run.verify(&[]).expect("verify");

@@ -114,3 +114,45 @@ fn a_resize_that_does_not_name_the_pages_keeps_them() {
     assert!(after.exclusive, "resized to exclusive CPUs: {}", after.cpus);
     assert_eq!(after.hugepages, before);
 }
+
+#[test]
+fn a_record_rebuilt_after_a_lost_state_holds_its_pages_again() {
+    let p = kpod("net", "dpdk", &[]);
+    let c = asking(&p, "c1", 400);
+    // The first daemon placed it and lost its state (no store).
+    let mut first = engine(None);
+    let placed = first
+        .create_container(&p, &c)
+        .expect("create")
+        .expect("placed");
+    let first_mems = placed.adjustment.cpuset_mems.to_string();
+    let mut live = c.clone();
+    live.state = crate::enforce::container::ContainerState::Running;
+    live.resources.cpuset_cpus = first.records().containers["c1"]
+        .applied_cpus
+        .to_string()
+        .into();
+    live.resources.cpuset_mems = first_mems.clone().into();
+    // A new daemon learns of it from the runtime's listing (Synchronize), whose decoder keeps
+    // the huge page limits: the rebuilt record holds the 400 pages, so they are not free.
+    let mut second = engine(None);
+    second.synchronize(std::slice::from_ref(&p), &[live]);
+    let held: u64 = second.records().containers["c1"]
+        .assignment
+        .hugepages
+        .iter()
+        .map(|h| h.pages)
+        .sum();
+    assert_eq!(held, 400, "the rebuilt record holds the container's pages");
+    // A second container asking 300 pages must go to the other node.
+    let q = kpod("net", "dpdk2", &[]);
+    let again = second
+        .create_container(&q, &asking(&q, "c2", 300))
+        .expect("create")
+        .expect("placed");
+    assert_ne!(
+        again.adjustment.cpuset_mems.to_string(),
+        first_mems,
+        "c2 must not share c1's node, which has 112 pages left"
+    );
+}

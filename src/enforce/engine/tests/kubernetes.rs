@@ -585,7 +585,7 @@ fn a_cpuset_set_by_the_kubelet_is_noticed_and_counted() {
         "{}",
         events(&e)
     );
-    assert_eq!(e.kubelet_cpuset_pods.len(), 1, "logged once per pod");
+    assert_eq!(e.kubelet_cpusets.pods(), 1, "logged once per pod");
 }
 
 #[test]

@@ -181,6 +181,8 @@ impl NvidiaPlugin {
     }
 
     /// The answer for the kubelet's pick: `picks` are (device, replica number when shared).
+    /// In the plugin's order: the CDI names, MPS' mounts, and unless every strategy is CDI, the
+    /// env, the volume mounts and the device nodes.
     pub fn allocate(&self, picks: &[(&NvidiaDevice, Option<u32>)]) -> Allocation {
         let mut a = Allocation {
             resource: self.resource.clone(),
@@ -193,7 +195,26 @@ impl NvidiaPlugin {
             });
             a.numa.push(d.numa());
         }
-        // uniqueDeviceIDsFromAnnotatedDeviceIDs: replicas collapse onto their device.
+        let ids = self.unique_ids(picks);
+        self.list_cdi(&mut a, &ids);
+        self.add_mps(&mut a);
+        let all_cdi = self
+            .strategies
+            .iter()
+            .all(|s| matches!(s, ListStrategy::CdiAnnotations | ListStrategy::CdiCri));
+        if all_cdi {
+            return a;
+        }
+        self.list_env_and_mounts(&mut a, &ids);
+        if self.pass_device_specs {
+            self.add_device_specs(&mut a, picks);
+        }
+        a
+    }
+
+    /// The ids the plugin lists for `picks` (uniqueDeviceIDsFromAnnotatedDeviceIDs: replicas
+    /// collapse onto their device), by index or UUID as configured.
+    fn unique_ids(&self, picks: &[(&NvidiaDevice, Option<u32>)]) -> Vec<String> {
         let mut ids: Vec<String> = Vec::new();
         for (d, _) in picks {
             let id = if self.index_ids {
@@ -205,38 +226,46 @@ impl NvidiaPlugin {
                 ids.push(id);
             }
         }
+        ids
+    }
+
+    /// The CDI names of `ids`, as annotations and/or the CRI field, per the strategies.
+    fn list_cdi(&self, a: &mut Allocation, ids: &[String]) {
         let any_cdi = self
             .strategies
             .iter()
             .any(|s| matches!(s, ListStrategy::CdiAnnotations | ListStrategy::CdiCri));
-        if any_cdi {
-            let names: Vec<String> = ids.iter().map(|id| format!("{CDI_KIND}={id}")).collect();
-            if self.strategies.contains(&ListStrategy::CdiAnnotations) {
-                a.annotations.insert(
-                    format!("cdi.k8s.io/nvidia-device-plugin_{}", self.response_id),
-                    names.join(","),
-                );
-            }
-            if self.strategies.contains(&ListStrategy::CdiCri) {
-                a.cdi_devices = names;
-            }
+        if !any_cdi {
+            return;
         }
-        if let Some(root) = &self.mps_root {
-            let pipe = format!("/mps/{}/pipe", self.resource);
-            a.envs
-                .insert("CUDA_MPS_PIPE_DIRECTORY".into(), pipe.clone());
-            a.mounts
-                .push((pipe, format!("{root}/{}/pipe", self.resource), false));
-            a.mounts
-                .push(("/dev/shm".into(), format!("{root}/shm"), false));
+        let names: Vec<String> = ids.iter().map(|id| format!("{CDI_KIND}={id}")).collect();
+        if self.strategies.contains(&ListStrategy::CdiAnnotations) {
+            a.annotations.insert(
+                format!("cdi.k8s.io/nvidia-device-plugin_{}", self.response_id),
+                names.join(","),
+            );
         }
-        let all_cdi = self
-            .strategies
-            .iter()
-            .all(|s| matches!(s, ListStrategy::CdiAnnotations | ListStrategy::CdiCri));
-        if all_cdi {
-            return a;
+        if self.strategies.contains(&ListStrategy::CdiCri) {
+            a.cdi_devices = names;
         }
+    }
+
+    /// MPS' pipe directory and shared memory, when shared by MPS.
+    fn add_mps(&self, a: &mut Allocation) {
+        let Some(root) = &self.mps_root else {
+            return;
+        };
+        let pipe = format!("/mps/{}/pipe", self.resource);
+        a.envs
+            .insert("CUDA_MPS_PIPE_DIRECTORY".into(), pipe.clone());
+        a.mounts
+            .push((pipe, format!("{root}/{}/pipe", self.resource), false));
+        a.mounts
+            .push(("/dev/shm".into(), format!("{root}/shm"), false));
+    }
+
+    /// `NVIDIA_VISIBLE_DEVICES` and the volume mounts listing `ids`, per the strategies.
+    fn list_env_and_mounts(&self, a: &mut Allocation, ids: &[String]) {
         if self.strategies.contains(&ListStrategy::EnvVar) {
             a.envs
                 .insert("NVIDIA_VISIBLE_DEVICES".into(), ids.join(","));
@@ -246,7 +275,7 @@ impl NvidiaPlugin {
                 "NVIDIA_VISIBLE_DEVICES".into(),
                 "/var/run/nvidia-container-devices".into(),
             );
-            for id in &ids {
+            for id in ids {
                 a.mounts.push((
                     format!("/var/run/nvidia-container-devices/{id}"),
                     "/dev/null".into(),
@@ -254,21 +283,22 @@ impl NvidiaPlugin {
                 ));
             }
         }
-        if self.pass_device_specs {
-            let mut paths = self.control_nodes.clone();
-            for (d, _) in picks {
-                paths.extend(d.paths());
-            }
-            for p in paths {
-                let host = format!(
-                    "{}/{}",
-                    self.dev_root.trim_end_matches('/'),
-                    p.trim_start_matches('/')
-                );
-                a.devices.push((p, host, "rw".into()));
-            }
+    }
+
+    /// The device nodes of `picks` and the control nodes (`PASS_DEVICE_SPECS`).
+    fn add_device_specs(&self, a: &mut Allocation, picks: &[(&NvidiaDevice, Option<u32>)]) {
+        let mut paths = self.control_nodes.clone();
+        for (d, _) in picks {
+            paths.extend(d.paths());
         }
-        a
+        for p in paths {
+            let host = format!(
+                "{}/{}",
+                self.dev_root.trim_end_matches('/'),
+                p.trim_start_matches('/')
+            );
+            a.devices.push((p, host, "rw".into()));
+        }
     }
 }
 
