@@ -23,10 +23,7 @@ use std::time::{Duration, Instant};
 
 use test_support::bench::{self, load, BoxError, Connection};
 
-#[path = "support/daemon.rs"]
-#[allow(dead_code)] // shared with daemon_scale, which uses what this bench does not
-mod daemon;
-use daemon::{setup, Daemon, Node, ThreadUsage, Usage};
+use test_support::bench::daemon::{setup, Daemon, Node, ThreadUsage, Usage};
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)

@@ -33,10 +33,7 @@ use test_support::apiserver::ApiServer;
 use test_support::bench::{self, load, BoxError, Connection};
 use test_support::e2e::{metric, scrape};
 
-#[path = "support/daemon.rs"]
-#[allow(dead_code)] // shared with daemon_scale, which uses what this bench does not
-mod daemon;
-use daemon::{setup, Daemon, Node, Setup, Usage};
+use test_support::bench::daemon::{setup, Daemon, Node, Setup, Usage};
 
 /// The node name the daemon publishes under.
 const NODE: &str = "bench-nrt-node";

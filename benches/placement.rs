@@ -42,7 +42,7 @@ fn req(id: &str, cpus: u64, gib: u64, gpus: &[String], nics: &[String]) -> Reque
     with_devices(guaranteed(id, cpus * 1000, Some(gib << 30)), gpus, nics)
 }
 
-/// The 16-GPU hosts (test fixtures shared with `tests/placement/gpu_search_props.rs`): a DGX-2-like
+/// The 16-GPU hosts (test fixtures shared with `crates/align-core/tests/placement/gpu_search_props.rs`): a DGX-2-like
 /// NVSwitch host, an HGX-like NVSwitch host, two NVLink islands of 8.
 const FIXTURES: [(&str, &str); 3] = [
     (

@@ -102,7 +102,7 @@
 //!    (`remap` only for GPUs that reach the container through the env alone).
 //! 9. Placement: [`Placer::plan`], for the allocator [`Allocator::plan_in`], resolves the
 //!    annotations and the Guaranteed rule, checks the scheduler's choice
-//!    ([`placement::scheduler::honour::check`]: the nodes, CPUs and devices the search must
+//!    ([`placement::resolve::honour::check`]: the nodes, CPUs and devices the search must
 //!    keep to, or the refusal saying who holds them) and searches the candidates; nothing is
 //!    held yet. A refusal becomes [`EngineError::Rejected`], whose message reaches the CRI
 //!    caller.

@@ -1,11 +1,7 @@
-//! The allocator and the placement simulator through the library's public API: engine cases,
-//! overflow, properties, the shipped host descriptions, the simulator and its CLI.
+//! The placement simulator through the library's public API: refusals replayed, the shipped
+//! host descriptions, the simulator and its CLI. The allocator's own cases are align-core's
+//! tests (`crates/align-core/tests/placement/`).
 
-mod engine;
-mod generic;
-mod gpu_search_props;
-mod overflow;
-mod props;
 mod refusals;
 mod shipped;
 mod simulate;

@@ -16,7 +16,7 @@ fn gpu_check(emulated: &Path, skew: &str) -> Output {
     let bin_dir = tempfile::tempdir().expect("tmp");
     std::os::unix::fs::symlink(nri_align_bin(), bin_dir.path().join("nri-align")).expect("link");
     let out = tempfile::tempdir().expect("tmp");
-    let lib = super::emulate_roundtrip::fake_nvml();
+    let lib = test_support::fake_nvml();
     Command::new(repo_root().join("hack/gpu-check"))
         .arg(bin_dir.path())
         .arg("--out")

@@ -1,10 +1,7 @@
-//! Reading hosts: sysfs fixtures and their quirks, hwloc's lstopo on the same trees, and emulated
-//! hosts read back through sysfs, lstopo and the fake NVML library.
+//! The `topology` command and the scripts over it: its JSON and readable views of the fixture
+//! trees, `hack/gpu-check` against the fake NVML, and the topology picture in a real browser.
+//! The readers themselves are align-core's tests (`crates/align-core/tests/topology/`).
 
-mod emulate_roundtrip;
+mod cli;
 mod gpu_check;
-mod hwloc_corpus;
-mod lstopo;
 mod picture_browser;
-mod quirks;
-mod sysfs;

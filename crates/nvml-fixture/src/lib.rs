@@ -1,6 +1,6 @@
 //! The NVML fixture (`nvml.json`): what `nri-align emulate` writes for an emulated host and
 //! `fake-nvml` serves through the NVML C ABI. One schema for both ends, so the field names
-//! cannot drift apart; `tests/topology/emulate_roundtrip.rs` checks the whole path through nvml-wrapper.
+//! cannot drift apart; `crates/align-core/tests/topology/emulate_roundtrip.rs` checks the whole path through nvml-wrapper.
 
 use serde::{Deserialize, Serialize};
 

@@ -10,22 +10,29 @@
 //! - [`testfs`]: small real filesystems that fill up or turn read-only.
 //! - [`skip`](mod@skip): the one way a test skips, seen in every run and failing in CI.
 //! - [`rng`]: the seeded generator of the soak and the fuzzer.
-//! - `lstopo`, `daemon` and `requests` (feature `align`, so not linked here): hwloc's view of
-//!   a sysfs tree against nri-align's, the daemon driven over its NRI socket, placement
-//!   requests; they use nri-align's own types.
+//! - `lstopo` and `requests` (feature `core`): hwloc's view of a sysfs tree against
+//!   align-core's, placement requests; align-core's own tests use them without the runtime
+//!   harnesses (feature `runtime`, the default).
+//! - `daemon` (feature `align`): the daemon driven over its state directory and its NRI socket,
+//!   with nri-align's own types.
 
+#[cfg(feature = "runtime")]
 pub mod apiserver;
+#[cfg(feature = "runtime")]
 pub mod bench;
 #[cfg(feature = "align")]
 pub mod daemon;
+#[cfg(feature = "runtime")]
 pub mod e2e;
-#[cfg(feature = "align")]
+#[cfg(feature = "core")]
 pub mod lstopo;
+#[cfg(feature = "runtime")]
 pub mod nri_sim;
-#[cfg(feature = "align")]
+#[cfg(feature = "core")]
 pub mod requests;
 pub mod rng;
 pub mod skip;
+#[cfg(feature = "runtime")]
 pub mod testfs;
 
 use std::path::{Path, PathBuf};
@@ -56,4 +63,20 @@ pub fn nri_align_bin() -> PathBuf {
         deps
     };
     profile.join("nri-align")
+}
+
+/// The fake libnvidia-ml cargo built beside this test binary (`fake-nvml` must be a
+/// dev-dependency of the package under test).
+pub fn fake_nvml() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let lib = exe
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("libfake_nvml.so");
+    assert!(
+        lib.is_file(),
+        "{} missing: is fake-nvml a dev-dependency?",
+        lib.display()
+    );
+    lib
 }

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
-use nri_align::topology::{read_host, Topology};
+use align_core::topology::{read_host, Topology};
 
 /// What both sides must agree on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use nri_align::placement::Request;
-use nri_align::topology::Topology;
+use align_core::placement::Request;
+use align_core::topology::Topology;
 
 /// A gibibyte, the unit the tests give memory in.
 pub const GIB: u64 = 1 << 30;

@@ -1,5 +1,5 @@
 //! The allocator: resolves a request (annotations, Guaranteed rule, devices), makes the joint
-//! GPU-first choice under the policy (`choose.rs`), and records it in the ledger.
+//! GPU-first choice under the policy (`choose`), and records it in the ledger.
 //!
 //! A decision is a function of the ledger, the settings and the request: [`Allocator::plan`]
 //! makes it without recording, [`Allocator::commit`] records a plan, and
@@ -9,28 +9,28 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::assignment::{Assignment, ChoiceOutcome, MemoryPolicy};
 use super::choose::{Candidate, GpuSearch, Search};
 use super::cpus;
 use super::device_map::DeviceMap;
 use super::error::{fmt_bytes, fmt_nodes, PlacementError};
-use super::gpus::LinkTable;
-use super::hugepages;
 use super::ledger::{Ledger, NodeFree};
 use super::nics;
 use super::numa::{self, Cap, Need};
 use super::policy::{GpuMode, PlacementConfig, Policy, Scope};
+use super::ranking::gpus::LinkTable;
 use super::reject;
-use super::request::{Assignment, PodTotals, Request};
+use super::request::{PodTotals, Request};
 use super::resolve::{resolve, Resolved};
-use super::scheduler::ChoiceOutcome;
 use super::spread;
 use crate::topology::{CpuSet, NodeSet, Topology};
 
 /// Owns the live allocations and decides placements.
 #[derive(Debug, Clone)]
 pub struct Allocator {
-    ledger: Ledger,
-    config: PlacementConfig,
+    // The resize plan (`resize::plan`) reads and records through these two.
+    pub(super) ledger: Ledger,
+    pub(super) config: PlacementConfig,
     links: LinkTable,
     pod_nodes: HashMap<String, NodeSet>,
     pod_totals: HashMap<String, PodTotals>,
@@ -46,8 +46,8 @@ pub struct Allocator {
 /// allocator that made it, before anything else changed there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    assignment: Assignment,
-    split: Vec<(usize, u64)>,
+    pub(super) assignment: Assignment,
+    pub(super) split: Vec<(usize, u64)>,
 }
 
 impl Plan {
@@ -244,7 +244,7 @@ impl Allocator {
         let r = resolve(&self.ledger, config, req)?;
         let mut plan = self.decide_resolved(config, req, &r)?;
         let a = &mut plan.assignment;
-        a.mempolicy = super::request::MemoryPolicy::for_container(
+        a.mempolicy = MemoryPolicy::for_container(
             r.eff.mempolicy,
             self.ledger.topo(),
             &a.mems,
@@ -427,7 +427,7 @@ impl Allocator {
         // Unbound: the pages come from any CPU node, first come first, all of them in `mems`.
         let caps = numa::caps(&self.ledger, false);
         let cpu_nodes: Vec<usize> = (0..caps.len()).filter(|i| caps[*i].has_cpus).collect();
-        a.hugepages = hugepages::split(&caps, &cpu_nodes, &r.hugepages)
+        a.hugepages = numa::huge_split(&caps, &cpu_nodes, &r.hugepages)
             .ok_or_else(|| reject::insufficient(&self.ledger, config, r, &caps))?;
         a.gpus = g.iter().map(|x| topo.gpus[*x].pci_bus_id.clone()).collect();
         a.shared_gpus = bus_ids(topo, &r.shared_gpus);
@@ -539,7 +539,7 @@ impl Allocator {
             .split_memory(&c.nodes, r.memory)
             .ok_or_else(|| reject::insufficient(&self.ledger, config, r, caps))?;
         // The chosen nodes hold the pages (the search made sure): `mems` below covers them.
-        a.hugepages = hugepages::split(caps, &c.nodes, &r.hugepages)
+        a.hugepages = numa::huge_split(caps, &c.nodes, &r.hugepages)
             .ok_or_else(|| reject::insufficient(&self.ledger, config, r, caps))?;
         // The chosen nodes' memory; a chosen node without memory (memory-side initiators,
         // CXL and HBM systems) is bound to its nearest node with memory.
@@ -617,7 +617,3 @@ fn chosen(topo: &Topology, gpus: &[usize], r: &Resolved) -> Vec<String> {
         .collect();
     bus_ids(topo, &mine)
 }
-
-// The in-place resize of a container's exclusive CPUs, apart to keep this file short.
-#[path = "resize_plan.rs"]
-mod resize_plan;

@@ -14,7 +14,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::request::Assignment;
 use crate::topology::{CpuSet, Gpu, NodeSet, Topology};
 
 /// The CPUs and memory nodes of each device of a container. Persisted with the decision.
@@ -55,9 +54,22 @@ pub struct NicShare {
     pub cpus: CpuSet,
 }
 
+/// What a decision holds that the map splits (an [`Assignment`](super::Assignment)'s fields:
+/// the assignment builds its map with [`DeviceMap::of`], and this module stays below it).
+pub struct Held<'a> {
+    /// GPUs chosen, as PCI bus ids.
+    pub gpus: &'a [String],
+    /// NICs chosen, by name.
+    pub nics: &'a [String],
+    /// The container's CPUs.
+    pub cpus: &'a CpuSet,
+    /// Its memory nodes.
+    pub mems: &'a NodeSet,
+}
+
 impl DeviceMap {
-    /// The map of decision `a` on `topo`.
-    pub fn of(topo: &Topology, a: &Assignment) -> DeviceMap {
+    /// The map of what `a` holds on `topo`.
+    pub fn of_held(topo: &Topology, a: &Held<'_>) -> DeviceMap {
         // Most decisions hold no GPU or NIC: no per-node split of their CPUs to make.
         if a.gpus.is_empty() && a.nics.is_empty() {
             return DeviceMap::default();
@@ -87,7 +99,7 @@ impl DeviceMap {
                 ordinal: i as u32,
                 pci_bus_id: g.pci_bus_id.clone(),
                 cpus,
-                mems: gpu_mems(topo, a, g, *h),
+                mems: gpu_mems(topo, a.mems, g, *h),
             })
             .collect();
         let nics = a
@@ -223,11 +235,11 @@ fn split_even(topo: &Topology, cpus: &CpuSet, n: usize) -> Vec<CpuSet> {
 
 /// A GPU's memory nodes: its home node's memory node, and its own memory node where the
 /// container's memory nodes hold it (never another GPU's).
-fn gpu_mems(topo: &Topology, a: &Assignment, g: &Gpu, home: Option<u32>) -> NodeSet {
+fn gpu_mems(topo: &Topology, held: &NodeSet, g: &Gpu, home: Option<u32>) -> NodeSet {
     let mut mems = home.map_or_else(NodeSet::new, |h| {
         topo.memory_nodes_for(&[h].into_iter().collect())
     });
-    if let Some(m) = g.memory_node.filter(|m| a.mems.contains(*m)) {
+    if let Some(m) = g.memory_node.filter(|m| held.contains(*m)) {
         mems.insert(m);
     }
     mems

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::placement::test_requests::request;
-use crate::placement::{Allocator, CpuSpread, PlacementConfig, Request};
+use crate::placement::{Allocator, Assignment, CpuSpread, PlacementConfig, Request};
 use crate::topology::testing::shipped;
 
 fn gpu_request(cpus: u64, gpus: usize, topo: &Topology) -> Request {

@@ -9,8 +9,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::numa::Cap;
-
 /// Pages of one size a container asks for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HugePageNeed {
@@ -72,63 +70,6 @@ pub fn merged(needs: &[HugePageNeed]) -> Vec<HugePageNeed> {
         .into_iter()
         .map(|(size_kb, pages)| HugePageNeed { size_kb, pages })
         .collect()
-}
-
-/// Free pages of `size_kb` on a node's capacity.
-pub fn free_on(cap: &Cap, size_kb: u64) -> u64 {
-    cap.huge
-        .iter()
-        .find(|(s, _)| *s == size_kb)
-        .map_or(0, |(_, free)| *free)
-}
-
-/// Whether nodes `set` (indices into `caps`) hold every need together.
-pub fn fits(caps: &[Cap], set: &[usize], needs: &[HugePageNeed]) -> bool {
-    needs.iter().all(|n| {
-        set.iter()
-            .map(|i| free_on(&caps[*i], n.size_kb))
-            .fold(0u64, u64::saturating_add)
-            >= n.pages
-    })
-}
-
-/// The first need the nodes `set` cannot hold, with what they have free.
-pub fn short(caps: &[Cap], set: &[usize], needs: &[HugePageNeed]) -> Option<(HugePageNeed, u64)> {
-    needs.iter().find_map(|n| {
-        let free = set
-            .iter()
-            .map(|i| free_on(&caps[*i], n.size_kb))
-            .fold(0u64, u64::saturating_add);
-        (free < n.pages).then_some((*n, free))
-    })
-}
-
-/// Splits every need over the nodes at `order` (indices into `caps`), filling each in turn:
-/// the first node's pages first, as the kernel's local allocation would. `None` when the nodes
-/// do not hold them.
-pub fn split(caps: &[Cap], order: &[usize], needs: &[HugePageNeed]) -> Option<Vec<HugePagesHeld>> {
-    let mut held = Vec::new();
-    for n in needs {
-        let mut left = n.pages;
-        for &i in order {
-            if left == 0 {
-                break;
-            }
-            let take = left.min(free_on(&caps[i], n.size_kb));
-            if take > 0 {
-                held.push(HugePagesHeld {
-                    node: caps[i].id,
-                    size_kb: n.size_kb,
-                    pages: take,
-                });
-                left -= take;
-            }
-        }
-        if left > 0 {
-            return None;
-        }
-    }
-    Some(held)
 }
 
 /// "300 hugepages-2Mi" for messages.

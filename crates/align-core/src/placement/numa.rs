@@ -4,7 +4,7 @@
 
 use super::cpus;
 use super::error::NodeOffer;
-use super::hugepages::{self, HugePageNeed};
+use super::hugepages::{HugePageNeed, HugePagesHeld};
 use super::ledger::Ledger;
 use super::nics;
 use super::policy::NumaChoice;
@@ -25,7 +25,7 @@ pub struct Need {
     pub nics: u32,
     /// Whether the set must contain shared-pool CPUs.
     pub shared: bool,
-    /// Huge pages per size (merged, see [`hugepages::merged`]).
+    /// Huge pages per size (merged, see [`hugepages::merged`](super::hugepages::merged)).
     pub hugepages: Vec<HugePageNeed>,
 }
 
@@ -148,7 +148,7 @@ pub fn fits(caps: &[Cap], set: &[usize], need: &Need) -> bool {
         && sum(|c| c.gpus as u64) >= need.gpus as u64
         && sum(|c| c.nics as u64) >= need.nics as u64
         && (!need.shared || sum(|c| c.shared as u64) > 0)
-        && hugepages::fits(caps, set, &need.hugepages)
+        && huge_fits(caps, set, &need.hugepages)
 }
 
 /// Sum of pairwise distances of a node set (indices): lower is closer. In u64: distances are
@@ -311,7 +311,7 @@ pub fn best_offer(caps: &[Cap], allowed: &[bool], need: &Need) -> NodeOffer {
             let huge = need
                 .hugepages
                 .iter()
-                .map(|h| ratio(hugepages::free_on(c, h.size_kb), h.pages));
+                .map(|h| ratio(huge_free_on(c, h.size_kb), h.pages));
             let all = r.into_iter().chain(huge);
             (
                 all.clone().filter(|x| *x == 1000).count(),
@@ -331,7 +331,7 @@ pub fn best_offer(caps: &[Cap], allowed: &[bool], need: &Need) -> NodeOffer {
             hugepages: need
                 .hugepages
                 .iter()
-                .map(|h| (h.size_kb, hugepages::free_on(c, h.size_kb)))
+                .map(|h| (h.size_kb, huge_free_on(c, h.size_kb)))
                 .collect(),
         }
     })
@@ -354,6 +354,73 @@ pub fn attached_memory_nodes(topo: &Topology, nodes: &NodeSet) -> NodeSet {
         })
         .map(|m| m.id)
         .collect()
+}
+
+// Huge pages per node: read from each node's capacity, as its CPUs and memory are.
+
+/// Free pages of `size_kb` on a node's capacity.
+pub fn huge_free_on(cap: &Cap, size_kb: u64) -> u64 {
+    cap.huge
+        .iter()
+        .find(|(s, _)| *s == size_kb)
+        .map_or(0, |(_, free)| *free)
+}
+
+/// Whether nodes `set` (indices into `caps`) hold every need together.
+pub fn huge_fits(caps: &[Cap], set: &[usize], needs: &[HugePageNeed]) -> bool {
+    needs.iter().all(|n| {
+        set.iter()
+            .map(|i| huge_free_on(&caps[*i], n.size_kb))
+            .fold(0u64, u64::saturating_add)
+            >= n.pages
+    })
+}
+
+/// The first need the nodes `set` cannot hold, with what they have free.
+pub fn huge_short(
+    caps: &[Cap],
+    set: &[usize],
+    needs: &[HugePageNeed],
+) -> Option<(HugePageNeed, u64)> {
+    needs.iter().find_map(|n| {
+        let free = set
+            .iter()
+            .map(|i| huge_free_on(&caps[*i], n.size_kb))
+            .fold(0u64, u64::saturating_add);
+        (free < n.pages).then_some((*n, free))
+    })
+}
+
+/// Splits every need over the nodes at `order` (indices into `caps`), filling each in turn:
+/// the first node's pages first, as the kernel's local allocation would. `None` when the nodes
+/// do not hold them.
+pub fn huge_split(
+    caps: &[Cap],
+    order: &[usize],
+    needs: &[HugePageNeed],
+) -> Option<Vec<HugePagesHeld>> {
+    let mut held = Vec::new();
+    for n in needs {
+        let mut left = n.pages;
+        for &i in order {
+            if left == 0 {
+                break;
+            }
+            let take = left.min(huge_free_on(&caps[i], n.size_kb));
+            if take > 0 {
+                held.push(HugePagesHeld {
+                    node: caps[i].id,
+                    size_kb: n.size_kb,
+                    pages: take,
+                });
+                left -= take;
+            }
+        }
+        if left > 0 {
+            return None;
+        }
+    }
+    Some(held)
 }
 
 #[cfg(test)]

@@ -203,7 +203,7 @@ fn idle_gpu_nodes_and_the_sets_that_open_them() {
         panic!("DGX-1V GPUs without a node")
     };
     assert_ne!(n0, n1);
-    let hold = crate::placement::request::Assignment {
+    let hold = crate::placement::assignment::Assignment {
         container_id: "hold".into(),
         gpus: vec![topo.gpus[0].pci_bus_id.clone()],
         ..Default::default()

@@ -5,7 +5,7 @@
 //!
 //! [`read`] turns the annotations into a [`SchedulerChoice`] (strictly typed, bounded, a
 //! malformed value refused with the key and what is wrong), which the enforcement layer puts
-//! on the [`Request`](super::Request); [`honour`] turns it into constraints of the one search
+//! on the [`Request`](super::Request); [`honour`](super::resolve::honour) turns it into constraints of the one search
 //! (allowed nodes, the exact CPUs, the GPUs and NICs held) or the refusal that says what the
 //! scheduler chose, what is free there and who holds what it wanted.
 
@@ -18,14 +18,12 @@ use crate::topology::{CpuSet, NodeSet};
 use crate::untrusted::{excerpt, quoted};
 
 mod crane;
-pub mod honour;
 mod koordinator;
 
 pub use crane::{
     CPU_POLICY as CRANE_CPU_POLICY, EXCLUDE_RESERVED as CRANE_EXCLUDE_RESERVED,
     TOPOLOGY_AWARENESS as CRANE_TOPOLOGY_AWARENESS, TOPOLOGY_RESULT as CRANE_TOPOLOGY_RESULT,
 };
-pub use honour::{ChoiceOutcome, Honour};
 pub use koordinator::{
     DEVICE_ALLOCATED as KOORD_DEVICE_ALLOCATED, RESOURCE_STATUS as KOORD_RESOURCE_STATUS,
 };
@@ -82,7 +80,7 @@ pub enum CranePolicy {
 }
 
 /// Where the scheduler said a pod goes. Node-local names only (CPU ids, NUMA node ids, GPU
-/// minors, PCI bus ids): [`honour`] checks each against this host.
+/// minors, PCI bus ids): [`honour`](super::resolve::honour) checks each against this host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SchedulerChoice {
     /// Who chose.

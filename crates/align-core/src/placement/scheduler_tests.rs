@@ -262,7 +262,7 @@ fn the_exact_cpuset_is_placed_with_the_memory_of_its_node() {
     assert_eq!(got.mems.to_string(), "0");
     assert_eq!(
         got.scheduler_choice,
-        Some(ChoiceOutcome {
+        Some(crate::placement::ChoiceOutcome {
             scheduler: Scheduler::Koordinator,
             honoured: true
         })

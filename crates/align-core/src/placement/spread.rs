@@ -1,6 +1,6 @@
 //! How a container's exclusive CPUs split over the NUMA nodes it was given (`cpu_spread`).
 //!
-//! The node set is chosen first (the search in `choose.rs`); this module only says how many of
+//! The node set is chosen first (the search in `choose`); this module only says how many of
 //! the CPUs each of those nodes gives. `pack` fills the first node before the next (the
 //! placement before this setting existed). `by-device` gives each node holding the container's
 //! devices (GPUs, NICs, generic PCI devices) a share in proportion to the devices there, so a

@@ -1,7 +1,8 @@
 //! Requests and the replay of random steps that the placement unit tests share.
 
 use super::allocator::Allocator;
-use super::request::{Assignment, PodInfo, Request};
+use super::assignment::Assignment;
+use super::request::{PodInfo, Request};
 use crate::topology::{CpuSet, NodeSet};
 
 /// Container `c{n}` of pod `pod{n}`: Guaranteed with `cpus` whole CPUs and 1 GiB (exclusive),

@@ -1,5 +1,5 @@
 //! Unit tests of the hwloc XML importer on small hand-written documents in the shape
-//! `lstopo --of xml` writes (the real lstopo comparison lives in tests/topology/lstopo.rs).
+//! `lstopo --of xml` writes (the real lstopo comparison lives in crates/align-core/tests/topology/lstopo.rs).
 
 use super::*;
 use crate::topology::PciKind;
