@@ -4,7 +4,7 @@
 //! unix socket (no multiplexer, no stub), measured in the same run.
 //!
 //! Both sides answer with the same small adjustment, so the difference is the plumbing, not
-//! the decision (benches/placement.rs measures that). Batches of each side alternate, round
+//! the decision (crates/simulate/benches/placement.rs measures that). Batches of each side alternate, round
 //! after round, so load drift on a shared box hits both alike; the table gives the medians,
 //! the median of the per-round ratios and their spread.
 //!

@@ -1,7 +1,5 @@
-//! The placement simulator through the library's public API: refusals replayed, the shipped
-//! host descriptions, the simulator and its CLI. The allocator's own cases are align-core's
-//! tests (`crates/align-core/tests/placement/`).
+//! `nri-align simulate` from the command line, and what the daemon and the simulator must
+//! agree on (the default GPU mode). The simulator's own cases are the simulate crate's
+//! (`crates/simulate/tests/`), the allocator's align-core's (`crates/align-core/tests/placement/`).
 
-mod refusals;
-mod shipped;
 mod simulate;

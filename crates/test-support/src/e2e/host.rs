@@ -421,7 +421,7 @@ fn make_dev_nodes(root: &Path) -> HResult<()> {
 /// node choice cannot be wrong: with one NUMA node every CPU, memory node and device is on it,
 /// so the host suites prove the plumbing (the cpuset, memory nodes, device nodes and env reach
 /// the container) and not which node was chosen. Node choice on real nodes is proven in the
-/// QEMU guests (tests/vm_numa) and over emulated multi-node hosts (tests/placement).
+/// QEMU guests (tests/vm_numa) and over emulated multi-node hosts (crates/align-core/tests/placement).
 fn say_single_node_once(nodes: usize) {
     use std::io::Write as _;
     static SAID: std::sync::Once = std::sync::Once::new();
@@ -430,7 +430,7 @@ fn say_single_node_once(nodes: usize) {
             std::io::stderr(),
             "NOTE: this machine has {nodes} NUMA node(s): the end-to-end tests here check that \
              placements reach the containers, not which node they chose (that runs in the QEMU \
-             guests, tests/vm_numa, and on emulated multi-node hosts, tests/placement)"
+             guests, tests/vm_numa, and on emulated multi-node hosts, crates/align-core/tests/placement)"
         );
     });
 }

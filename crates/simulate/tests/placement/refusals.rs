@@ -6,11 +6,11 @@
 
 use std::sync::Arc;
 
-use nri_align::placement::error::fmt_bytes;
-use nri_align::placement::policy::GpuMode;
-use nri_align::placement::{NodeFree, PlacementConfig};
-use nri_align::simulate::{replay, Strategy, Workload};
-use nri_align::topology::{testing, Topology};
+use align_core::placement::error::fmt_bytes;
+use align_core::placement::policy::GpuMode;
+use align_core::placement::{NodeFree, PlacementConfig};
+use align_core::topology::{testing, Topology};
+use simulate::{replay, Strategy, Workload};
 
 /// Each refused container's message with the free state of its step, replayed on `host`.
 fn refusals(host: &str, config: PlacementConfig, workload: &str) -> Vec<(String, Vec<NodeFree>)> {
@@ -204,7 +204,7 @@ pods:
     };
     let cpus = free
         .iter()
-        .fold(nri_align::topology::CpuSet::new(), |a, n| a.union(&n.cpus));
+        .fold(align_core::topology::CpuSet::new(), |a, n| a.union(&n.cpus));
     assert!(
         msg.contains(&format!("the shared pool ({cpus})")),
         "{msg} vs {cpus}"

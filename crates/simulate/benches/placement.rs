@@ -22,12 +22,12 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use align_core::placement::{Allocator, GpuSearch, PlacementConfig, Request};
+use align_core::topology::desc::HostDesc;
+use align_core::topology::testing::shipped;
+use align_core::topology::Topology;
 use criterion::{BatchSize, Criterion};
-use nri_align::placement::{Allocator, GpuSearch, PlacementConfig, Request};
-use nri_align::simulate::{Contender, Strategy};
-use nri_align::topology::desc::HostDesc;
-use nri_align::topology::testing::shipped;
-use nri_align::topology::Topology;
+use simulate::{Contender, Strategy};
 use test_support::requests::{guaranteed, with_devices};
 
 /// Rounds of the interleaved pass (each one batch of each side).
@@ -47,15 +47,15 @@ fn req(id: &str, cpus: u64, gib: u64, gpus: &[String], nics: &[String]) -> Reque
 const FIXTURES: [(&str, &str); 3] = [
     (
         "dgx2-like",
-        include_str!("../tests/fixtures/hosts/dgx2-like.yaml"),
+        include_str!("../../../tests/fixtures/hosts/dgx2-like.yaml"),
     ),
     (
         "hgx16-nvswitch",
-        include_str!("../tests/fixtures/hosts/hgx16-nvswitch.yaml"),
+        include_str!("../../../tests/fixtures/hosts/hgx16-nvswitch.yaml"),
     ),
     (
         "islands16",
-        include_str!("../tests/fixtures/hosts/islands16.yaml"),
+        include_str!("../../../tests/fixtures/hosts/islands16.yaml"),
     ),
 ];
 

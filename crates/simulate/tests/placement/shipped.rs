@@ -6,11 +6,11 @@
 
 use std::sync::Arc;
 
-use nri_align::placement::gpus::LinkTable;
-use nri_align::placement::{Allocator, GpuMode, PlacementConfig, Policy, Request};
-use nri_align::simulate::{self, Strategy, Workload};
-use nri_align::topology::desc::HostDesc;
-use nri_align::topology::{PcieLevel, Topology};
+use align_core::placement::gpus::LinkTable;
+use align_core::placement::{Allocator, GpuMode, PlacementConfig, Policy, Request};
+use align_core::topology::desc::HostDesc;
+use align_core::topology::{PcieLevel, Topology};
+use simulate::{self, Strategy, Workload};
 use test_support::requests::{annotated, guaranteed, with_gpus, GIB};
 
 /// A Guaranteed container of `cpus` CPUs and `mem_gib` GiB (none for 0), alone in its pod.
@@ -472,7 +472,7 @@ pods:
     assert!(msg.contains("use scope container"), "{msg}");
     a.expect_pod(
         "uid-pod",
-        nri_align::placement::PodTotals::of(&[first.clone(), second.clone()]),
+        align_core::placement::PodTotals::of(&[first.clone(), second.clone()]),
     );
     let x = a.place(&first).expect("first");
     let y = a.place(&second).expect("second");

@@ -20,12 +20,12 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nri_align::placement::{PlacementConfig, Request};
-use nri_align::simulate::{Contender, Strategy};
-use nri_align::topology::desc::{
+use align_core::placement::{PlacementConfig, Request};
+use align_core::topology::desc::{
     Attachment, CpuNumbering, GpuDesc, HostDesc, LinkLayer, NicDesc, NvlinkDesc, PcieSwitchDesc,
 };
-use nri_align::topology::Topology;
+use align_core::topology::Topology;
+use simulate::{Contender, Strategy};
 use test_support::requests::{guaranteed, with_devices};
 
 /// Wall time given to the samples of one case: 45 cases stay well under a minute (the loaded
