@@ -452,15 +452,7 @@ impl KubeletBaseline {
         let local_cpus: CpuSet = in_mask
             .iter()
             .fold(CpuSet::new(), |acc, i| acc.union(&topo.numa_nodes[*i].cpus));
-        let mut a = Assignment {
-            container_id: req.container_id.clone(),
-            container_name: req.container_name.clone(),
-            pod_uid: req.pod.uid.clone(),
-            pod_name: format!("{}/{}", req.pod.namespace, req.pod.name),
-            exclusive: r.exclusive,
-            policy: r.eff.policy,
-            ..Assignment::default()
-        };
+        let mut a = req.blank_assignment(r.exclusive, r.eff.policy);
         let on_mask = |n: Option<usize>| n.is_some_and(|i| in_mask.contains(&i));
         if r.exclusive {
             let free = self.ledger.free_cpus();

@@ -274,18 +274,12 @@ impl Allocator {
         r: &Resolved,
     ) -> Result<Plan, PlacementError> {
         let mut a = Assignment {
-            container_id: req.container_id.clone(),
-            container_name: req.container_name.clone(),
-            pod_uid: req.pod.uid.clone(),
-            pod_name: format!("{}/{}", req.pod.namespace, req.pod.name),
-            exclusive: r.exclusive,
-            policy: r.eff.policy,
             generic_devices: req
                 .generic_devices
                 .iter()
                 .map(|d| d.pci_bus_id.clone())
                 .collect(),
-            ..Assignment::default()
+            ..req.blank_assignment(r.exclusive, r.eff.policy)
         };
         if let Some(holder) = self.ledger.get(&req.container_id) {
             return Err(PlacementError::Conflict {

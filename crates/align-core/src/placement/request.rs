@@ -64,6 +64,23 @@ pub struct Request {
     pub hugepages: Vec<super::hugepages::HugePageNeed>,
 }
 
+impl Request {
+    /// An assignment naming this container and its pod, exclusive and under `policy` as
+    /// resolved, nothing placed yet: where a decision starts, the allocator's and the kubelet
+    /// baseline's alike.
+    pub fn blank_assignment(&self, exclusive: bool, policy: super::policy::Policy) -> Assignment {
+        Assignment {
+            container_id: self.container_id.clone(),
+            container_name: self.container_name.clone(),
+            pod_uid: self.pod.uid.clone(),
+            pod_name: format!("{}/{}", self.pod.namespace, self.pod.name),
+            exclusive,
+            policy,
+            ..Assignment::default()
+        }
+    }
+}
+
 /// A PCI device placement aligns to without managing it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GenericDevice {
