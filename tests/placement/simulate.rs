@@ -9,18 +9,7 @@ use nri_align::placement::PlacementConfig;
 use nri_align::simulate::{replay_with, GpuChoice, Strategy, Workload};
 use nri_align::topology::testing;
 
-const DGX1: &str = r#"
-pods:
-  - name: small-a
-    containers: [{name: t, cpu: "4", memory: 16Gi, gpus: 2}]
-  - name: small-b
-    containers: [{name: t, cpu: "4", memory: 16Gi, gpus: 2}]
-  - name: big
-    annotations: {policy.nri-align.io/pod: single-numa-node}
-    containers:
-      - {name: t, cpu: "8", memory: 64Gi, gpus: 4, nics: 2}
-      - {name: side, cpu: 250m, cpu_limit: "1", memory: 1Gi}
-"#;
+const DGX1: &str = include_str!("../fixtures/workloads/dgx1-mixed.yaml");
 
 #[test]
 #[expect(

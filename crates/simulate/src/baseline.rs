@@ -21,9 +21,9 @@ use align_core::placement::ledger::{Ledger, NodeFree};
 use align_core::placement::nics;
 use align_core::placement::numa::{self, Need};
 use align_core::placement::policy::{PlacementConfig, Policy, Scope};
-use align_core::placement::request::{Assignment, Request};
 use align_core::placement::resolve::{resolve, Resolved};
 use align_core::placement::PodTotals;
+use align_core::placement::{Assignment, Request};
 use align_core::topology::{Cpu, CpuSet, Topology};
 
 /// The kubelet's default `max-allowable-numa-nodes`: `defaultMaxAllowableNUMANodes` in

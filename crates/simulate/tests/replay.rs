@@ -8,18 +8,7 @@ use align_core::placement::PlacementConfig;
 use align_core::topology::testing;
 use simulate::{replay, replay_with, GpuChoice, Strategy, Workload};
 
-const DGX1: &str = r#"
-pods:
-  - name: small-a
-    containers: [{name: t, cpu: "4", memory: 16Gi, gpus: 2}]
-  - name: small-b
-    containers: [{name: t, cpu: "4", memory: 16Gi, gpus: 2}]
-  - name: big
-    annotations: {policy.nri-align.io/pod: single-numa-node}
-    containers:
-      - {name: t, cpu: "8", memory: 64Gi, gpus: 4, nics: 2}
-      - {name: side, cpu: 250m, cpu_limit: "1", memory: 1Gi}
-"#;
+const DGX1: &str = include_str!("../../../tests/fixtures/workloads/dgx1-mixed.yaml");
 
 #[test]
 fn nri_align_keeps_a_quad_whole_and_a_kubelet_without_preferred_allocation_is_blind_to_links() {

@@ -6,8 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::scheduler::SchedulerChoice;
 
-// What a container was given is named from here by `simulate` and older code.
-pub use super::assignment::{Assignment, MemoryPolicy};
+use super::assignment::Assignment;
 
 /// The pod a container belongs to.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
